@@ -1,0 +1,16 @@
+//! Generates Keel's gRPC code with the vendored protoc, so no system protoc is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    let protos = [
+        "../../proto/keel/v1/kv.proto",
+        "../../proto/keel/v1/cluster.proto",
+        "../../proto/keel/raft/v1/raft.proto",
+    ];
+    tonic_prost_build::configure().compile_with_config(config, &protos, &["../../proto"])?;
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    Ok(())
+}

@@ -1,0 +1,14 @@
+//! Keel's generated gRPC code (`keel.v1`, `keel.raft.v1`) and conversions between the wire
+//! types and `keel-types`. Knows nothing of servers, storage or Raft internals.
+
+pub mod convert;
+
+/// The public API: `Kv` and `Cluster`.
+pub mod v1 {
+    tonic::include_proto!("keel.v1");
+}
+
+/// Raft traffic between nodes.
+pub mod raft {
+    tonic::include_proto!("keel.raft.v1");
+}

@@ -1,0 +1,20 @@
+//! The one place that declares how Keel instantiates openraft: node ids, node addresses,
+//! log payloads and responses. Other crates name openraft types through these aliases.
+
+use keel_types::{Command, CommandOutcome, NodeAddr, NodeId};
+
+openraft::declare_raft_types!(
+    /// Keel's openraft type configuration.
+    pub TypeConfig:
+        D = Command,
+        R = CommandOutcome,
+        NodeId = NodeId,
+        Node = NodeAddr,
+);
+
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+pub type Membership = openraft::Membership<NodeId, NodeAddr>;
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;

@@ -1,0 +1,16 @@
+//! Keel's vocabulary: ids, keys, commands and their outcomes, errors and limits.
+//!
+//! This crate does no I/O and knows nothing of openraft, redb, tonic or the network. Every
+//! other Keel crate speaks in these types.
+
+pub mod command;
+pub mod error;
+pub mod ids;
+pub mod limits;
+pub mod validate;
+
+pub use command::{
+    BatchOp, Command, CommandOutcome, Condition, ConditionFailed, Consistency, KeyValue, OpResult,
+};
+pub use error::KvError;
+pub use ids::{NodeAddr, NodeId, RangeId, Revision};

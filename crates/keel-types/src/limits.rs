@@ -1,0 +1,79 @@
+//! Every limit Keel enforces, in one place.
+//!
+//! Client input is checked against these where it enters (see `validate`); queues and
+//! channels take their capacity from here. Change a limit here and in `docs/ARCHITECTURE.md`.
+
+/// Largest key, in bytes. Keys must also be non-empty.
+pub const KEY_BYTES_MAX: usize = 4 * 1024;
+/// Largest value, in bytes. Empty values are allowed.
+pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
+/// Most operations in one batch.
+pub const BATCH_OPS_MAX: usize = 128;
+/// Most bytes (keys + values + condition values) in one batch.
+pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Longest TTL, in milliseconds (one year).
+pub const TTL_MS_MAX: u64 = 365 * 24 * 60 * 60 * 1000;
+
+/// Rows a scan returns when the request names no limit.
+pub const SCAN_LIMIT_DEFAULT: u32 = 1_000;
+/// Most rows one scan page may return.
+pub const SCAN_LIMIT_MAX: u32 = 10_000;
+/// Most bytes (keys + values) one scan page may return; a page stops early at this size.
+pub const SCAN_PAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Largest gRPC message Keel accepts or sends (a full batch plus framing).
+pub const GRPC_MESSAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Size of one chunk of a streamed snapshot.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Requests queued for one storage writer thread before callers wait.
+pub const STORAGE_WRITER_QUEUE_MAX: usize = 4_096;
+/// Requests one storage writer thread folds into one durable commit.
+pub const STORAGE_COMMIT_BATCH_MAX: usize = 1_024;
+/// Rows written per transaction while a snapshot is installed.
+pub const SNAPSHOT_INSTALL_ROWS_PER_TXN: usize = 10_000;
+/// Log entries openraft sends in one append request.
+pub const RAFT_APPEND_ENTRIES_MAX: u64 = 512;
+/// Times a node forwards a client request before answering `NotLeader` (one hop: a
+/// forwarded request is never forwarded again).
+pub const FORWARD_HOPS_MAX: u32 = 1;
+/// Attempts the client makes for one read before it gives up.
+pub const CLIENT_READ_ATTEMPTS_MAX: u32 = 8;
+/// Endpoints a client may be given.
+pub const CLIENT_ENDPOINTS_MAX: usize = 64;
+/// Nodes in the initial cluster.
+pub const CLUSTER_NODES_MAX: usize = 64;
+
+/// A human size: `1 MiB`, `4 KiB`, `17 bytes`.
+pub fn human_bytes(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * 1024;
+    if bytes >= MIB && bytes % MIB == 0 {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= MIB {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    } else if bytes >= KIB && bytes % KIB == 0 {
+        format!("{} KiB", bytes / KIB)
+    } else if bytes >= KIB {
+        format!("{:.1} KiB", bytes as f64 / KIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_names_units() {
+        for (bytes, text) in [
+            (17, "17 bytes"),
+            (4096, "4 KiB"),
+            (1536, "1.5 KiB"),
+            (1024 * 1024, "1 MiB"),
+            (1_258_291, "1.2 MiB"),
+        ] {
+            assert_eq!(human_bytes(bytes), text, "{bytes}");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Checks of client input against `limits`. Every public entry point calls these before it
+//! does anything, so bad input changes nothing. Messages name the thing and the limit.
+
+use crate::command::{BatchOp, Condition};
+use crate::error::KvError;
+use crate::limits::{self, human_bytes};
+
+/// A key shown in an error: lossy UTF-8, cut to 64 bytes.
+pub fn show_key(key: &[u8]) -> String {
+    let shown = &key[..key.len().min(64)];
+    let mut text = format!("{:?}", String::from_utf8_lossy(shown));
+    if key.len() > shown.len() {
+        text.push_str("...");
+    }
+    text
+}
+
+pub fn check_key(key: &[u8]) -> Result<(), KvError> {
+    if key.is_empty() {
+        return Err(KvError::invalid("key is empty; keys must have 1 to 4 KiB"));
+    }
+    if key.len() > limits::KEY_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "key is {}; limit is {} (key {})",
+            human_bytes(key.len()),
+            human_bytes(limits::KEY_BYTES_MAX),
+            show_key(key)
+        )));
+    }
+    Ok(())
+}
+
+pub fn check_value(key: &[u8], value: &[u8]) -> Result<(), KvError> {
+    if value.len() > limits::VALUE_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "value is {}; limit is {} (key {})",
+            human_bytes(value.len()),
+            human_bytes(limits::VALUE_BYTES_MAX),
+            show_key(key)
+        )));
+    }
+    Ok(())
+}
+
+pub fn check_condition(key: &[u8], condition: &Condition) -> Result<(), KvError> {
+    match condition {
+        Condition::Absent => Ok(()),
+        Condition::Revision(0) => Err(KvError::invalid(format!(
+            "expected revision is 0; revisions start at 1, use expect-absent instead (key {})",
+            show_key(key)
+        ))),
+        Condition::Revision(_) => Ok(()),
+        Condition::Value(value) => check_value(key, value),
+    }
+}
+
+/// Checks a write of one or more ops: op count, total size, and every key, value and
+/// condition.
+pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
+    if ops.is_empty() {
+        return Err(KvError::invalid("batch is empty; it needs 1 to 128 ops"));
+    }
+    if ops.len() > limits::BATCH_OPS_MAX {
+        return Err(KvError::invalid(format!(
+            "batch has {} ops; limit is {} ops",
+            ops.len(),
+            limits::BATCH_OPS_MAX
+        )));
+    }
+    let mut bytes = 0usize;
+    for op in ops {
+        check_key(op.key())?;
+        if let BatchOp::Put { key, value, .. } = op {
+            check_value(key, value)?;
+            bytes += value.len();
+        }
+        if let Some(condition) = op.condition() {
+            check_condition(op.key(), condition)?;
+            if let Condition::Value(value) = condition {
+                bytes += value.len();
+            }
+        }
+        bytes += op.key().len();
+    }
+    if bytes > limits::BATCH_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "batch is {}; limit is {}",
+            human_bytes(bytes),
+            human_bytes(limits::BATCH_BYTES_MAX)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a scan of `[start, end)` (an empty `end` means the end of the keyspace) and
+/// returns the row limit to use (0 means the default).
+pub fn check_scan(start: &[u8], end: &[u8], limit: u32) -> Result<u32, KvError> {
+    if start.len() > limits::KEY_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "scan start is {}; limit is {}",
+            human_bytes(start.len()),
+            human_bytes(limits::KEY_BYTES_MAX)
+        )));
+    }
+    if end.len() > limits::KEY_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "scan end is {}; limit is {}",
+            human_bytes(end.len()),
+            human_bytes(limits::KEY_BYTES_MAX)
+        )));
+    }
+    if !end.is_empty() && end <= start {
+        return Err(KvError::invalid(format!(
+            "scan end {} is not after start {}",
+            show_key(end),
+            show_key(start)
+        )));
+    }
+    match limit {
+        0 => Ok(limits::SCAN_LIMIT_DEFAULT),
+        limit if limit > limits::SCAN_LIMIT_MAX => Err(KvError::invalid(format!(
+            "scan limit is {limit} rows; limit is {} rows",
+            limits::SCAN_LIMIT_MAX
+        ))),
+        limit => Ok(limit),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &[u8], value: usize) -> BatchOp {
+        BatchOp::Put {
+            key: key.to_vec(),
+            value: vec![b'x'; value],
+            condition: None,
+            return_previous: false,
+        }
+    }
+
+    /// `None` = accepted; `Some(text)` = rejected with a message containing `text`.
+    fn check(result: Result<(), KvError>, expected: Option<&str>) {
+        match (result, expected) {
+            (Ok(()), None) => {}
+            (Err(KvError::InvalidArgument { message }), Some(text)) => {
+                assert!(message.contains(text), "{message:?} lacks {text:?}")
+            }
+            (result, expected) => panic!("got {result:?}, expected {expected:?}"),
+        }
+    }
+
+    #[test]
+    fn ops_are_checked_against_limits() {
+        let big_key = vec![b'k'; limits::KEY_BYTES_MAX + 1];
+        let max_key = vec![b'k'; limits::KEY_BYTES_MAX];
+        let cases: Vec<(Vec<BatchOp>, Option<&str>)> = vec![
+            (vec![put(b"a", 0)], None),
+            (vec![put(&max_key, limits::VALUE_BYTES_MAX)], None),
+            (vec![], Some("batch is empty")),
+            (vec![put(b"", 1)], Some("key is empty")),
+            (vec![put(&big_key, 1)], Some("limit is 4 KiB")),
+            (
+                vec![put(b"cart:7", limits::VALUE_BYTES_MAX + 1)],
+                Some("limit is 1 MiB (key \"cart:7\")"),
+            ),
+            (
+                (0..=limits::BATCH_OPS_MAX).map(|_| put(b"a", 1)).collect(),
+                Some("batch has 129 ops; limit is 128 ops"),
+            ),
+            (
+                (0..5).map(|_| put(b"a", limits::VALUE_BYTES_MAX)).collect(),
+                Some("limit is 4 MiB"),
+            ),
+            (
+                vec![BatchOp::Delete {
+                    key: b"a".to_vec(),
+                    condition: Some(Condition::Revision(0)),
+                    return_previous: false,
+                }],
+                Some("revisions start at 1"),
+            ),
+            (
+                vec![BatchOp::Delete {
+                    key: b"a".to_vec(),
+                    condition: Some(Condition::Value(vec![0; limits::VALUE_BYTES_MAX + 1])),
+                    return_previous: false,
+                }],
+                Some("limit is 1 MiB"),
+            ),
+        ];
+        for (ops, expected) in cases {
+            check(check_ops(&ops), expected);
+        }
+    }
+
+    #[test]
+    fn scans_are_checked_against_limits() {
+        assert_eq!(check_scan(b"", b"", 0), Ok(limits::SCAN_LIMIT_DEFAULT));
+        assert_eq!(check_scan(b"a", b"b", 5), Ok(5));
+        check(check_scan(b"b", b"a", 5).map(|_| ()), Some("not after start"));
+        check(check_scan(b"a", b"a", 5).map(|_| ()), Some("not after start"));
+        check(
+            check_scan(b"", b"", limits::SCAN_LIMIT_MAX + 1).map(|_| ()),
+            Some("limit is 10000 rows"),
+        );
+    }
+}
