@@ -18,3 +18,9 @@ pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 pub type Membership = openraft::Membership<NodeId, NodeAddr>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+pub type LogState = openraft::storage::LogState<TypeConfig>;
+pub type IoFlushed = openraft::storage::IOFlushed<TypeConfig>;
+pub type EntryResponder = openraft::storage::EntryResponder<TypeConfig>;
+pub type ApplyResponder = openraft::storage::ApplyResponder<TypeConfig>;
+/// A snapshot of one range: its meta and the file holding it.
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, crate::SnapshotFile>;

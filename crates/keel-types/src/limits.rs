@@ -31,8 +31,18 @@ pub const STORAGE_WRITER_QUEUE_MAX: usize = 4_096;
 pub const STORAGE_COMMIT_BATCH_MAX: usize = 1_024;
 /// Rows written per transaction while a snapshot is installed.
 pub const SNAPSHOT_INSTALL_ROWS_PER_TXN: usize = 10_000;
+/// Bytes (keys + values) written per transaction while a snapshot is installed; a
+/// transaction stops early at this size even below `SNAPSHOT_INSTALL_ROWS_PER_TXN` rows.
+pub const SNAPSHOT_INSTALL_BYTES_PER_TXN: usize = 16 * 1024 * 1024;
 /// Log entries openraft sends in one append request.
 pub const RAFT_APPEND_ENTRIES_MAX: u64 = 512;
+/// Most bytes of log entries (keys, values, conditions) in one append request: half the gRPC
+/// message limit, leaving room for framing. A request with more is sent in parts; one entry
+/// (at most one batch, `BATCH_BYTES_MAX`) always fits.
+pub const RAFT_APPEND_BYTES_MAX: usize = GRPC_MESSAGE_BYTES_MAX / 2;
+/// Times a leader whose lease lapsed (just elected, or out of touch with a quorum) renews it
+/// with a heartbeat round and proposes a write again before answering `Unavailable`.
+pub const WRITE_LEASE_RENEWALS_MAX: u32 = 2;
 /// Times a node forwards a client request before answering `NotLeader` (one hop: a
 /// forwarded request is never forwarded again).
 pub const FORWARD_HOPS_MAX: u32 = 1;
@@ -47,11 +57,11 @@ pub const CLUSTER_NODES_MAX: usize = 64;
 pub fn human_bytes(bytes: usize) -> String {
     const KIB: usize = 1024;
     const MIB: usize = 1024 * 1024;
-    if bytes >= MIB && bytes % MIB == 0 {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
     } else if bytes >= MIB {
         format!("{:.1} MiB", bytes as f64 / MIB as f64)
-    } else if bytes >= KIB && bytes % KIB == 0 {
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
         format!("{} KiB", bytes / KIB)
     } else if bytes >= KIB {
         format!("{:.1} KiB", bytes as f64 / KIB as f64)

@@ -1,0 +1,315 @@
+//! `LogStore`: the Raft log, vote and committed log id of one range, as openraft's
+//! `RaftLogStorage` and `RaftLogReader`. Knows nothing about the state machine's data,
+//! gRPC or the network.
+//!
+//! Appends, votes, truncations and purges are executed by the store's writer thread and
+//! reported only after a durable commit. Reads run on blocking threads.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+use keel_types::RangeId;
+use openraft::OptionalSend;
+use openraft::storage::{RaftLogReader, RaftLogStorage};
+use redb::{ReadableTable, WriteTransaction};
+
+use crate::error::StorageError;
+use crate::raft_types::{Entry, IoFlushed, LogId, LogState, TypeConfig, Vote};
+use crate::store::Store;
+use crate::tables::{self, RAFT_COMMITTED, RAFT_LOG, RAFT_META, RAFT_PURGED, RAFT_VOTE};
+use crate::writer::Op;
+
+/// The Raft log of one range. Cheap to clone.
+#[derive(Clone)]
+pub struct LogStore {
+    store: Store,
+    range: RangeId,
+}
+
+impl LogStore {
+    pub(crate) fn new(store: Store, range: RangeId) -> LogStore {
+        LogStore { store, range }
+    }
+
+    /// The range this log belongs to.
+    pub fn range(&self) -> RangeId {
+        self.range
+    }
+
+    async fn read_entries(&self, start: u64, end: Option<u64>) -> Result<Vec<Entry>, StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let log = txn
+                    .open_table(RAFT_LOG)
+                    .map_err(|e| StorageError::redb("open raft_log", e))?;
+                read_entries(&log, range, start, end)
+            })
+            .await
+    }
+
+    async fn read_raft_meta<T>(
+        &self,
+        kind: u8,
+        what: &'static str,
+    ) -> Result<Option<T>, StorageError>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+    {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let meta = txn
+                    .open_table(RAFT_META)
+                    .map_err(|e| StorageError::redb("open raft_meta", e))?;
+                tables::read_meta(&meta, range, kind, what)
+            })
+            .await
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let start = match range.start_bound() {
+            Bound::Included(&index) => index,
+            Bound::Excluded(&index) => index.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&index) => index.checked_add(1),
+            Bound::Excluded(&index) => Some(index),
+            Bound::Unbounded => None,
+        };
+        Ok(self.read_entries(start, end).await?)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.read_raft_meta(RAFT_VOTE, "vote").await?)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState, io::Error> {
+        let range = self.range;
+        let (last_purged_log_id, last_log_id) = self
+            .store
+            .read(move |txn| {
+                let log = txn
+                    .open_table(RAFT_LOG)
+                    .map_err(|e| StorageError::redb("open raft_log", e))?;
+                let meta = txn
+                    .open_table(RAFT_META)
+                    .map_err(|e| StorageError::redb("open raft_meta", e))?;
+                tables::log_state(&log, &meta, range)
+            })
+            .await?;
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> LogStore {
+        self.clone()
+    }
+
+    /// Returns after the vote is durable.
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let op = Op::SaveVote {
+            range: self.range,
+            vote: *vote,
+        };
+        self.store.call(op).await?;
+        Ok(())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        let op = Op::SaveCommitted {
+            range: self.range,
+            committed,
+        };
+        self.store.call(op).await?;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        let committed: Option<Option<LogId>> = self
+            .read_raft_meta(RAFT_COMMITTED, "committed log id")
+            .await?;
+        Ok(committed.flatten())
+    }
+
+    /// Returns once the entries are queued; `callback` fires after their durable commit.
+    async fn append<I>(&mut self, entries: I, callback: IoFlushed) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        if entries.is_empty() {
+            callback.io_completed(Ok(()));
+            return Ok(());
+        }
+        let op = Op::Append {
+            range: self.range,
+            entries,
+        };
+        self.store
+            .submit(op, crate::writer::Done::Flushed(callback))
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes every entry after `last_log_id` (all of them for `None`); returns after the
+    /// deletion is durable.
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let op = Op::TruncateAfter {
+            range: self.range,
+            last: last_log_id,
+        };
+        self.store.call(op).await?;
+        Ok(())
+    }
+
+    /// Deletes every entry up to and including `log_id`; returns after it is durable.
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let op = Op::Purge {
+            range: self.range,
+            upto: log_id,
+        };
+        self.store.call(op).await?;
+        Ok(())
+    }
+}
+
+/// Entries of `range` with index in `[start, end)`, checked to be contiguous.
+fn read_entries<R>(
+    log: &R,
+    range: RangeId,
+    start: u64,
+    end: Option<u64>,
+) -> Result<Vec<Entry>, StorageError>
+where
+    R: ReadableTable<tables::Bytes, tables::Bytes>,
+{
+    let lower = tables::log_key(range, start);
+    let rows = match end {
+        Some(end) if end <= start => return Ok(Vec::new()),
+        Some(end) => log.range(lower.as_slice()..tables::log_key(range, end).as_slice()),
+        None => log.range(lower.as_slice()..=tables::log_key(range, u64::MAX).as_slice()),
+    }
+    .map_err(|e| StorageError::redb("read log", e))?;
+    let mut entries: Vec<Entry> = Vec::new();
+    for row in rows {
+        let (key, value) = row.map_err(|e| StorageError::redb("read log", e))?;
+        let entry = tables::decode_entry(key.value(), value.value())?;
+        if let Some(previous) = entries.last() {
+            assert_eq!(
+                entry.log_id.index,
+                previous.log_id.index + 1,
+                "range {range}: raft log has a gap"
+            );
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+/// Writer op: appends entries that must directly follow the range's last log id.
+pub(crate) fn append_entries(
+    txn: &WriteTransaction,
+    range: RangeId,
+    entries: &[Entry],
+) -> Result<(), StorageError> {
+    let mut log = txn
+        .open_table(RAFT_LOG)
+        .map_err(|e| StorageError::redb("open raft_log", e))?;
+    let meta = txn
+        .open_table(RAFT_META)
+        .map_err(|e| StorageError::redb("open raft_meta", e))?;
+    let (_, last) = tables::log_state(&log, &meta, range)?;
+    let mut expected = last.map(|last| last.index + 1);
+    for entry in entries {
+        let index = entry.log_id.index;
+        if let Some(expected) = expected {
+            assert_eq!(
+                index, expected,
+                "range {range}: appended log index is not last + 1"
+            );
+        }
+        let key = tables::log_key(range, index);
+        let value = crate::codec::encode(entry);
+        log.insert(key.as_slice(), value.as_slice())
+            .map_err(|e| StorageError::redb("append log", e))?;
+        expected = Some(index + 1);
+    }
+    Ok(())
+}
+
+pub(crate) fn save_vote(
+    txn: &WriteTransaction,
+    range: RangeId,
+    vote: &Vote,
+) -> Result<(), StorageError> {
+    let mut meta = txn
+        .open_table(RAFT_META)
+        .map_err(|e| StorageError::redb("open raft_meta", e))?;
+    tables::write_meta(&mut meta, range, RAFT_VOTE, vote)
+}
+
+pub(crate) fn save_committed(
+    txn: &WriteTransaction,
+    range: RangeId,
+    committed: Option<&LogId>,
+) -> Result<(), StorageError> {
+    let mut meta = txn
+        .open_table(RAFT_META)
+        .map_err(|e| StorageError::redb("open raft_meta", e))?;
+    tables::write_meta(&mut meta, range, RAFT_COMMITTED, &committed)
+}
+
+pub(crate) fn truncate_after(
+    txn: &WriteTransaction,
+    range: RangeId,
+    last: Option<&LogId>,
+) -> Result<(), StorageError> {
+    let mut log = txn
+        .open_table(RAFT_LOG)
+        .map_err(|e| StorageError::redb("open raft_log", e))?;
+    let start = last.map_or(0, |last| last.index + 1);
+    let lower = tables::log_key(range, start);
+    let upper = tables::log_key(range, u64::MAX);
+    log.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
+        .map_err(|e| StorageError::redb("truncate log", e))
+}
+
+pub(crate) fn purge(
+    txn: &WriteTransaction,
+    range: RangeId,
+    upto: &LogId,
+) -> Result<(), StorageError> {
+    let mut log = txn
+        .open_table(RAFT_LOG)
+        .map_err(|e| StorageError::redb("open raft_log", e))?;
+    let mut meta = txn
+        .open_table(RAFT_META)
+        .map_err(|e| StorageError::redb("open raft_meta", e))?;
+    let purged: Option<LogId> = tables::read_meta(&meta, range, RAFT_PURGED, "purged log id")?;
+    if purged
+        .as_ref()
+        .is_some_and(|purged| purged.index >= upto.index)
+    {
+        return Ok(());
+    }
+    let lower = tables::log_key(range, 0);
+    let upper = tables::log_key(range, upto.index);
+    log.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
+        .map_err(|e| StorageError::redb("purge log", e))?;
+    tables::write_meta(&mut meta, range, RAFT_PURGED, upto)
+}

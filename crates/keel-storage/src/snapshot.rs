@@ -1,0 +1,433 @@
+//! Snapshot files: their record format, the files a range keeps in the snapshot directory,
+//! building one from a consistent read of the store, and receiving one from a leader.
+//! Knows nothing about gRPC or how chunks travel.
+//!
+//! A snapshot file is a sequence of records, each a big-endian `u32` length followed by a
+//! versioned record (`codec`): one `Header` (applied log id, membership, revision), then one
+//! `Row` per key, then `End` with the row count, so a truncated file is detected. Files are
+//! written and read record by record through fixed-size buffers; no step holds a whole
+//! snapshot in memory.
+//!
+//! Names in the snapshot directory: `r{range}-{index}-{nonce}.snap` is a complete snapshot
+//! (the newest one per range is current; older ones are deleted once a newer one is in
+//! place), `*.tmp` is a snapshot being built or received (deleted when the store opens).
+
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use keel_types::{KeyValue, RangeId, Revision, limits};
+use openraft::storage::RaftSnapshotBuilder;
+use redb::{Database, ReadableDatabase};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::codec::{decode, encode};
+use crate::error::StorageError;
+use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::store::Store;
+use crate::tables::{self, KV, KeySpan, SM_META};
+
+/// Buffer size of snapshot readers and writers.
+const SNAPSHOT_BUFFER_BYTES: usize = 64 * 1024;
+/// Largest record accepted when reading: a row of the largest key and value, plus framing.
+const RECORD_BYTES_MAX: usize = limits::KEY_BYTES_MAX + limits::VALUE_BYTES_MAX + 64 * 1024;
+
+/// A complete snapshot file on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotFile {
+    path: PathBuf,
+    len_bytes: u64,
+}
+
+impl SnapshotFile {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn len_bytes(&self) -> u64 {
+        self.len_bytes
+    }
+
+    /// Opens the file for streaming it to a follower. Fails with `NotFound` if a newer
+    /// snapshot has replaced it since; ask for the current snapshot again.
+    pub async fn open_reader(&self) -> io::Result<tokio::fs::File> {
+        tokio::fs::File::open(&self.path).await
+    }
+}
+
+/// A snapshot being received from a leader, chunk by chunk, into a temporary file.
+/// Dropped without `finish`, it deletes its file.
+pub struct IncomingSnapshot {
+    file: Option<tokio::fs::File>,
+    path: PathBuf,
+    len_bytes: u64,
+}
+
+impl IncomingSnapshot {
+    pub(crate) async fn create(
+        dir: &Path,
+        range: RangeId,
+    ) -> Result<IncomingSnapshot, StorageError> {
+        let path = dir.join(format!("r{}-incoming-{}.tmp", range.0, nonce()));
+        let file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| StorageError::io(&path, e))?;
+        Ok(IncomingSnapshot {
+            file: Some(file),
+            path,
+            len_bytes: 0,
+        })
+    }
+
+    pub async fn write_chunk(&mut self, data: &[u8]) -> io::Result<()> {
+        let file = self.file.as_mut().expect("file is present until finish");
+        file.write_all(data).await?;
+        self.len_bytes += data.len() as u64;
+        Ok(())
+    }
+
+    /// Flushes and fsyncs the file; the result can be given to `install_snapshot`.
+    pub async fn finish(mut self) -> io::Result<SnapshotFile> {
+        let mut file = self.file.take().expect("file is present until finish");
+        file.flush().await?;
+        file.sync_all().await?;
+        Ok(SnapshotFile {
+            path: std::mem::take(&mut self.path),
+            len_bytes: self.len_bytes,
+        })
+    }
+}
+
+impl Drop for IncomingSnapshot {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Builds a snapshot of one range from a consistent read transaction.
+pub struct SnapshotBuilder {
+    pub(crate) store: Store,
+    pub(crate) range: RangeId,
+    pub(crate) span: KeySpan,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let db = self.store.db()?;
+        let dir = self.store.snapshot_dir().to_path_buf();
+        let (range, span) = (self.range, self.span.clone());
+        let task = tokio::task::spawn_blocking(move || build(&db, &dir, range, &span));
+        let (meta, snapshot) = task.await.map_err(io::Error::other)??;
+        tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes, "snapshot built");
+        Ok(Snapshot { meta, snapshot })
+    }
+}
+
+/// First record of a snapshot file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SnapshotHeader {
+    pub last_log_id: Option<LogId>,
+    pub last_membership: StoredMembership,
+    pub revision: Revision,
+}
+
+impl SnapshotHeader {
+    pub fn meta(&self) -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: self.last_log_id,
+            last_membership: self.last_membership.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Record {
+    Header(SnapshotHeader),
+    Row(KeyValue),
+    End { rows: u64 },
+}
+
+/// Reads a snapshot file record by record through a fixed-size buffer.
+pub(crate) struct SnapshotReader {
+    reader: BufReader<tokio::fs::File>,
+    path: PathBuf,
+    record: Vec<u8>,
+}
+
+impl SnapshotReader {
+    pub async fn open(path: &Path) -> Result<SnapshotReader, StorageError> {
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| StorageError::io(path, e))?;
+        Ok(SnapshotReader {
+            reader: BufReader::with_capacity(SNAPSHOT_BUFFER_BYTES, file),
+            path: path.to_path_buf(),
+            record: Vec::new(),
+        })
+    }
+
+    /// Opens a file and reads its header.
+    pub async fn open_with_header(
+        path: &Path,
+    ) -> Result<(SnapshotReader, SnapshotHeader), StorageError> {
+        let mut reader = SnapshotReader::open(path).await?;
+        match reader.next().await? {
+            Record::Header(header) => Ok((reader, header)),
+            _ => Err(StorageError::corrupt(
+                "snapshot file",
+                "it does not start with a header",
+            )),
+        }
+    }
+
+    pub async fn next(&mut self) -> Result<Record, StorageError> {
+        let mut length = [0u8; 4];
+        self.read_exact_into(&mut length).await?;
+        let length = u32::from_be_bytes(length) as usize;
+        if length > RECORD_BYTES_MAX {
+            return Err(StorageError::corrupt(
+                "snapshot file",
+                format!("a record of {length} bytes exceeds {RECORD_BYTES_MAX}"),
+            ));
+        }
+        let mut record = std::mem::take(&mut self.record);
+        record.resize(length, 0);
+        let read = self.read_exact_into(&mut record).await;
+        let decoded = read.and_then(|()| decode("snapshot record", &record));
+        self.record = record;
+        decoded
+    }
+
+    async fn read_exact_into(&mut self, buffer: &mut [u8]) -> Result<(), StorageError> {
+        match self.reader.read_exact(buffer).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(StorageError::corrupt(
+                "snapshot file",
+                "it ends before its End record",
+            )),
+            Err(e) => Err(StorageError::io(&self.path, e)),
+        }
+    }
+}
+
+/// Writes `record` with its length prefix.
+fn write_record(out: &mut impl Write, record: &Record) -> io::Result<()> {
+    let body = encode(record);
+    let length = u32::try_from(body.len()).map_err(io::Error::other)?;
+    out.write_all(&length.to_be_bytes())?;
+    out.write_all(&body)
+}
+
+/// Writes a snapshot of `range` (rows of `span`) from one read transaction into a new file,
+/// fsyncs it and makes it the range's current snapshot. Blocking.
+pub(crate) fn build(
+    db: &Database,
+    dir: &Path,
+    range: RangeId,
+    span: &KeySpan,
+) -> Result<(SnapshotMeta, SnapshotFile), StorageError> {
+    let txn = db
+        .begin_read()
+        .map_err(|e| StorageError::redb("begin read", e))?;
+    let sm_meta = txn
+        .open_table(SM_META)
+        .map_err(|e| StorageError::redb("open sm_meta", e))?;
+    let kv = txn
+        .open_table(KV)
+        .map_err(|e| StorageError::redb("open kv", e))?;
+    let state = tables::read_sm_state(&sm_meta, range)?;
+    if state.installing.is_some() {
+        return Err(StorageError::SnapshotInstalling { range });
+    }
+    let header = SnapshotHeader {
+        last_log_id: state.applied,
+        last_membership: state.membership,
+        revision: state.revision,
+    };
+    let temp = dir.join(format!("r{}-build-{}.tmp", range.0, nonce()));
+    let io_error = |e| StorageError::io(&temp, e);
+    let file = std::fs::File::create(&temp).map_err(io_error)?;
+    let mut out = BufWriter::with_capacity(SNAPSHOT_BUFFER_BYTES, file);
+    write_record(&mut out, &Record::Header(header.clone())).map_err(io_error)?;
+    let mut rows = 0u64;
+    for row in kv
+        .range::<&[u8]>(span.bounds())
+        .map_err(|e| StorageError::redb("read kv", e))?
+    {
+        let (key, value) = row.map_err(|e| StorageError::redb("read kv", e))?;
+        let kv = tables::decode_kv(key.value(), value.value())?;
+        write_record(&mut out, &Record::Row(kv)).map_err(io_error)?;
+        rows += 1;
+    }
+    write_record(&mut out, &Record::End { rows }).map_err(io_error)?;
+    let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
+    file.sync_all().map_err(io_error)?;
+    let len_bytes = file.metadata().map_err(io_error)?.len();
+    drop(file);
+    let path = publish(dir, range, &temp, header.last_log_id.as_ref())?;
+    Ok((header.meta(), SnapshotFile { path, len_bytes }))
+}
+
+/// Renames a complete temporary file to a snapshot name, fsyncs the directory and deletes
+/// the range's older snapshots. Blocking.
+pub(crate) fn publish(
+    dir: &Path,
+    range: RangeId,
+    temp: &Path,
+    last_log_id: Option<&LogId>,
+) -> Result<PathBuf, StorageError> {
+    let index = last_log_id.map_or(0, |log_id| log_id.index);
+    let path = dir.join(format!("r{}-{index:020}-{}.snap", range.0, nonce()));
+    std::fs::rename(temp, &path).map_err(|e| StorageError::io(temp, e))?;
+    sync_dir(dir)?;
+    // Only older snapshots go: a concurrent build or install may have put a newer one in
+    // place, and `current` prefers it.
+    for (other_index, other) in snapshot_files(dir, range)? {
+        if other != path && other_index <= index {
+            match std::fs::remove_file(&other) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(StorageError::io(&other, e));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(path)
+}
+
+/// Brings a snapshot file given to `install_snapshot` into the snapshot directory as the
+/// range's current snapshot: renamed if it was received into this directory, copied
+/// otherwise, left alone if it already is a snapshot of this directory. Blocking.
+pub(crate) fn adopt(
+    dir: &Path,
+    range: RangeId,
+    snapshot: &SnapshotFile,
+    last_log_id: Option<&LogId>,
+) -> Result<SnapshotFile, StorageError> {
+    let source = snapshot.path();
+    let canonical = |path: &Path| path.canonicalize().map_err(|e| StorageError::io(path, e));
+    let ours = source.parent().map(canonical).transpose()? == Some(canonical(dir)?);
+    let is_temp = source.extension().is_some_and(|ext| ext == "tmp");
+    let path = match (ours, is_temp) {
+        (true, false) => source.to_path_buf(),
+        (true, true) => publish(dir, range, source, last_log_id)?,
+        (false, _) => {
+            let temp = dir.join(format!("r{}-copy-{}.tmp", range.0, nonce()));
+            std::fs::copy(source, &temp).map_err(|e| StorageError::io(source, e))?;
+            let file = std::fs::File::open(&temp).map_err(|e| StorageError::io(&temp, e))?;
+            file.sync_all().map_err(|e| StorageError::io(&temp, e))?;
+            publish(dir, range, &temp, last_log_id)?
+        }
+    };
+    Ok(SnapshotFile {
+        path,
+        len_bytes: snapshot.len_bytes(),
+    })
+}
+
+/// The range's current snapshot: the complete snapshot file with the greatest last log id.
+/// Leftovers of a crash between rename and cleanup are deleted. A file that disappears while
+/// it is looked at (replaced by a newer snapshot) is skipped and the directory listed again.
+pub(crate) async fn current(dir: &Path, range: RangeId) -> Result<Option<Snapshot>, StorageError> {
+    loop {
+        let dir_owned = dir.to_path_buf();
+        let files = tokio::task::spawn_blocking(move || snapshot_files(&dir_owned, range))
+            .await
+            .map_err(|e| StorageError::io(dir, io::Error::other(e)))??;
+        let mut vanished = false;
+        let mut newest: Option<(SnapshotHeader, PathBuf)> = None;
+        for (_, path) in files {
+            let header = match SnapshotReader::open_with_header(&path).await {
+                Ok((_, header)) => header,
+                Err(StorageError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound =>
+                {
+                    vanished = true;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let newer = newest
+                .as_ref()
+                .is_none_or(|(best, _)| header.last_log_id > best.last_log_id);
+            let stale = if newer {
+                newest.replace((header, path)).map(|(_, older)| older)
+            } else {
+                Some(path)
+            };
+            if let Some(stale) = stale {
+                let _ = tokio::fs::remove_file(&stale).await;
+            }
+        }
+        match newest {
+            None if vanished => continue,
+            None => return Ok(None),
+            Some((header, path)) => return snapshot_at(header, path).await.map(Some),
+        }
+    }
+}
+
+async fn snapshot_at(header: SnapshotHeader, path: PathBuf) -> Result<Snapshot, StorageError> {
+    let len_bytes = tokio::fs::metadata(&path)
+        .await
+        .map_err(|e| StorageError::io(&path, e))?
+        .len();
+    Ok(Snapshot {
+        meta: header.meta(),
+        snapshot: SnapshotFile { path, len_bytes },
+    })
+}
+
+/// Deletes temporary files of snapshots that were being built or received. Blocking.
+pub(crate) fn remove_unfinished(dir: &Path) -> Result<(), StorageError> {
+    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+        let path = entry.map_err(|e| StorageError::io(dir, e))?.path();
+        if path.extension().is_some_and(|ext| ext == "tmp") {
+            std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Complete snapshot files of `range` with the log index in their names. Blocking.
+fn snapshot_files(dir: &Path, range: RangeId) -> Result<Vec<(u64, PathBuf)>, StorageError> {
+    let prefix = format!("r{}-", range.0);
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+        let path = entry.map_err(|e| StorageError::io(dir, e))?.path();
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
+        let Some(rest) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        if !rest.ends_with(".snap") {
+            continue;
+        }
+        let index = rest.split('-').next().and_then(|index| index.parse().ok());
+        if let Some(index) = index {
+            files.push((index, path));
+        }
+    }
+    Ok(files)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    let handle = std::fs::File::open(dir).map_err(|e| StorageError::io(dir, e))?;
+    handle.sync_all().map_err(|e| StorageError::io(dir, e))
+}
+
+/// A name part unique within this process and, by the clock, across restarts.
+fn nonce() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    format!("{nanos:x}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,0 +1,257 @@
+//! `Store`: one redb file shared by many ranges, its writer thread and its snapshot
+//! directory. Knows nothing about gRPC, placement or the network.
+//!
+//! Writes go through the writer thread (`writer`); reads run redb read transactions on
+//! `tokio::task::spawn_blocking`, never on async worker threads.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use keel_types::RangeId;
+use redb::{Database, ReadTransaction, ReadableDatabase};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::StorageError;
+use crate::log_store::LogStore;
+use crate::snapshot::{self, IncomingSnapshot};
+use crate::state_machine::StateMachine;
+use crate::tables::{self, KV, KeySpan, RAFT_LOG, RAFT_META, SM_META};
+use crate::writer::{self, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer};
+
+/// One redb file and its writer thread. Cheap to clone; all clones share the file.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    snapshot_dir: PathBuf,
+    /// `None` after `shutdown`.
+    db: RwLock<Option<Arc<Database>>>,
+    /// `None` after `shutdown`; dropping the last sender stops the writer thread.
+    sender: Mutex<Option<mpsc::Sender<Message>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    shared: Arc<Shared>,
+}
+
+impl Store {
+    /// Opens (or creates) the store file at `path` and starts its writer thread. Snapshots
+    /// live in `snapshot_dir`; unfinished snapshot files left there by a crash are deleted.
+    pub fn open(path: &Path, snapshot_dir: &Path) -> Result<Store, StorageError> {
+        std::fs::create_dir_all(snapshot_dir).map_err(|e| StorageError::io(snapshot_dir, e))?;
+        snapshot::remove_unfinished(snapshot_dir)?;
+        let db = Database::create(path).map_err(|e| StorageError::redb("open", e))?;
+        create_tables(&db)?;
+        let db = Arc::new(db);
+        let shared = Arc::new(Shared::default());
+        let (sender, rx) = writer::channel();
+        let writer = Writer {
+            db: db.clone(),
+            rx,
+            shared: shared.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("keel-storage-writer".to_string())
+            .spawn(move || writer.run())
+            .map_err(|e| StorageError::io(path, e))?;
+        tracing::info!(path = %path.display(), "storage opened");
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                snapshot_dir: snapshot_dir.to_path_buf(),
+                db: RwLock::new(Some(db)),
+                sender: Mutex::new(Some(sender)),
+                writer: Mutex::new(Some(handle)),
+                shared,
+            }),
+        })
+    }
+
+    /// The Raft log of one range.
+    pub fn log_store(&self, range: RangeId) -> LogStore {
+        LogStore::new(self.clone(), range)
+    }
+
+    /// The state machine of one range. Its key span is the whole keyspace until ranges split.
+    pub fn state_machine(&self, range: RangeId) -> StateMachine {
+        StateMachine::new(self.clone(), range, KeySpan::default())
+    }
+
+    /// Ranges with persisted Raft state (a vote, a committed or purged log id, or log
+    /// entries). Runs a read transaction on the calling thread: call it at startup, not from
+    /// an async task.
+    pub fn ranges(&self) -> Result<Vec<RangeId>, StorageError> {
+        self.check()?;
+        let txn = self
+            .db()?
+            .begin_read()
+            .map_err(|e| StorageError::redb("begin read", e))?;
+        let meta = txn
+            .open_table(RAFT_META)
+            .map_err(|e| StorageError::redb("open raft_meta", e))?;
+        let log = txn
+            .open_table(RAFT_LOG)
+            .map_err(|e| StorageError::redb("open raft_log", e))?;
+        let mut ranges = tables::ranges_in(&meta)?;
+        ranges.extend(tables::ranges_in(&log)?);
+        ranges.sort();
+        ranges.dedup();
+        Ok(ranges)
+    }
+
+    /// `Err(Poisoned)` after any write failure, `Err(Closed)` after `shutdown`.
+    pub fn health(&self) -> Result<(), StorageError> {
+        self.check()
+    }
+
+    /// Starts receiving a snapshot of `range` from a leader into a file of the snapshot
+    /// directory.
+    pub async fn incoming_snapshot(
+        &self,
+        range: RangeId,
+    ) -> Result<IncomingSnapshot, StorageError> {
+        self.check()?;
+        IncomingSnapshot::create(&self.inner.snapshot_dir, range).await
+    }
+
+    /// Counters of the writer thread.
+    pub fn stats(&self) -> StoreStats {
+        self.inner.shared.stats()
+    }
+
+    /// Lets the writer finish every queued request, stops it and closes the file. Blocks
+    /// until the writer thread has exited. Later calls fail with `StorageError::Closed`.
+    pub fn shutdown(&self) {
+        drop(lock(&self.inner.sender).take());
+        let writer = lock(&self.inner.writer).take();
+        if let Some(handle) = writer
+            && handle.join().is_err()
+        {
+            tracing::error!("storage writer thread had panicked");
+        }
+        self.inner
+            .db
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        tracing::info!(path = %self.inner.path.display(), "storage closed");
+    }
+
+    /// Test seam: the next write transaction fails as if its commit had hit an I/O error.
+    #[doc(hidden)]
+    pub fn inject_commit_failure(&self) {
+        self.inject_commit_failure_after(0);
+    }
+
+    /// Test seam: the write transaction after `successes` more successful commits fails as
+    /// if its commit had hit an I/O error.
+    #[doc(hidden)]
+    pub fn inject_commit_failure_after(&self, successes: u64) {
+        self.inner.shared.fail_commit_after(successes);
+    }
+
+    /// Test seam: the writer stops taking requests until the returned guard is dropped, so
+    /// requests queue up and are committed together.
+    #[doc(hidden)]
+    pub async fn hold_writer(&self) -> Result<WriterHold, StorageError> {
+        let (release, hold) = std::sync::mpsc::channel();
+        self.send(Message::Hold(hold)).await?;
+        Ok(WriterHold { _release: release })
+    }
+
+    pub(crate) fn snapshot_dir(&self) -> &Path {
+        &self.inner.snapshot_dir
+    }
+
+    /// Queues a write; `done` fires after its transaction commits (or fails).
+    pub(crate) async fn submit(&self, op: Op, done: Done) -> Result<(), StorageError> {
+        self.send(Message::Request(Request { op, done })).await
+    }
+
+    /// Queues a write and waits for its commit.
+    pub(crate) async fn call(&self, op: Op) -> Result<Outcome, StorageError> {
+        let (reply, outcome) = oneshot::channel();
+        self.submit(op, Done::Reply(reply)).await?;
+        self.wait(outcome).await
+    }
+
+    /// Waits for a reply of the writer thread.
+    pub(crate) async fn wait<T>(
+        &self,
+        reply: oneshot::Receiver<Result<T, StorageError>>,
+    ) -> Result<T, StorageError> {
+        match reply.await {
+            Ok(result) => result,
+            Err(_) => Err(self.stopped()),
+        }
+    }
+
+    /// Runs `read` in a redb read transaction on a blocking thread.
+    pub(crate) async fn read<T, F>(&self, read: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ReadTransaction) -> Result<T, StorageError> + Send + 'static,
+    {
+        self.check()?;
+        let db = self.db()?;
+        let task = tokio::task::spawn_blocking(move || {
+            let txn = db
+                .begin_read()
+                .map_err(|e| StorageError::redb("begin read", e))?;
+            read(&txn)
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        }
+    }
+
+    /// A handle to the database for a blocking reader (snapshot building).
+    pub(crate) fn db(&self) -> Result<Arc<Database>, StorageError> {
+        let db = self.inner.db.read().unwrap_or_else(|e| e.into_inner());
+        db.clone().ok_or(StorageError::Closed)
+    }
+
+    pub(crate) fn check(&self) -> Result<(), StorageError> {
+        if let Some(poisoned) = self.inner.shared.poisoned() {
+            return Err(poisoned);
+        }
+        self.db().map(|_| ())
+    }
+
+    async fn send(&self, message: Message) -> Result<(), StorageError> {
+        self.check()?;
+        let sender = lock(&self.inner.sender)
+            .clone()
+            .ok_or(StorageError::Closed)?;
+        sender.send(message).await.map_err(|_| self.stopped())
+    }
+
+    /// The error for a writer that went away: poisoned if it failed, else closed.
+    fn stopped(&self) -> StorageError {
+        self.inner.shared.poisoned().unwrap_or(StorageError::Closed)
+    }
+}
+
+/// Keeps the writer thread waiting while alive (test seam, see `Store::hold_writer`).
+#[doc(hidden)]
+pub struct WriterHold {
+    _release: std::sync::mpsc::Sender<()>,
+}
+
+fn create_tables(db: &Database) -> Result<(), StorageError> {
+    let txn = db
+        .begin_write()
+        .map_err(|e| StorageError::redb("begin write", e))?;
+    for table in [RAFT_LOG, RAFT_META, SM_META, KV] {
+        txn.open_table(table)
+            .map_err(|e| StorageError::redb("create table", e))?;
+    }
+    txn.commit().map_err(|e| StorageError::redb("commit", e))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

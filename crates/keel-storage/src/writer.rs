@@ -1,0 +1,371 @@
+//! The one writer thread of a store file and its group commit. Knows nothing about
+//! openraft's traits beyond the callbacks it fires, and nothing about async: it is a plain
+//! `std::thread` fed by a bounded channel.
+//!
+//! The thread blocks for one request, drains up to `STORAGE_COMMIT_BATCH_MAX` more that are
+//! already queued, executes them all in one redb write transaction, commits it with
+//! `Durability::Immediate` if any of them needs durability (else `Durability::None`), and only
+//! then fires every callback. Any error poisons the store: the batch and every later request
+//! fail, nothing is retried.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use keel_types::{CommandOutcome, KeyValue, RangeId, limits};
+use redb::{Database, Durability, WriteTransaction};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::StorageError;
+use crate::raft_types::{ApplyResponder, Entry, IoFlushed, LogId, Vote};
+use crate::tables::{InstallMarker, KeySpan, SmState};
+use crate::{apply, install, log_store};
+
+/// A write to execute inside the writer's transaction.
+pub(crate) enum Op {
+    Append {
+        range: RangeId,
+        entries: Vec<Entry>,
+    },
+    SaveVote {
+        range: RangeId,
+        vote: Vote,
+    },
+    SaveCommitted {
+        range: RangeId,
+        committed: Option<LogId>,
+    },
+    TruncateAfter {
+        range: RangeId,
+        last: Option<LogId>,
+    },
+    Purge {
+        range: RangeId,
+        upto: LogId,
+    },
+    Apply {
+        range: RangeId,
+        entries: Vec<Entry>,
+    },
+    InstallBegin {
+        range: RangeId,
+        marker: InstallMarker,
+    },
+    InstallClear {
+        span: KeySpan,
+    },
+    InstallRows {
+        rows: Vec<KeyValue>,
+    },
+    InstallFinish {
+        range: RangeId,
+        state: SmState,
+    },
+}
+
+impl Op {
+    /// Whether the caller may only be told after an fsync. State-machine applies are not:
+    /// log and data share the file, so a crash rolls both back together.
+    fn needs_durability(&self) -> bool {
+        !matches!(
+            self,
+            Op::Apply { .. }
+                | Op::SaveCommitted { .. }
+                | Op::InstallClear { .. }
+                | Op::InstallRows { .. }
+        )
+    }
+}
+
+/// What executing an op produced.
+pub(crate) enum Outcome {
+    Done,
+    /// `InstallClear`: whether rows of the span remain.
+    More(bool),
+    Applied(Vec<CommandOutcome>),
+}
+
+pub(crate) type Reply = oneshot::Sender<Result<Outcome, StorageError>>;
+
+/// Who to tell once the op's transaction has committed (or failed).
+pub(crate) enum Done {
+    /// openraft's log-flush callback.
+    Flushed(IoFlushed),
+    Reply(Reply),
+    /// Apply: each client responder gets its entry's outcome, then the caller is told.
+    Applied {
+        reply: Reply,
+        responders: Vec<Option<ApplyResponder>>,
+    },
+}
+
+pub(crate) struct Request {
+    pub op: Op,
+    pub done: Done,
+}
+
+pub(crate) enum Message {
+    Request(Request),
+    /// Test seam: the writer waits until the sender is dropped, so requests pile up.
+    Hold(std::sync::mpsc::Receiver<()>),
+}
+
+/// Counters of a store's writer, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Write transactions committed.
+    pub commits: u64,
+    /// Of those, the ones committed with `Durability::Immediate` (one fsync each).
+    pub durable_commits: u64,
+    /// Write requests received by the writer thread.
+    pub requests: u64,
+}
+
+/// State shared by the writer thread and every handle of the store.
+#[derive(Default)]
+pub(crate) struct Shared {
+    poison: OnceLock<String>,
+    /// Test seam: 0 = off; n = the n-th commit from now fails.
+    fail_commit_in: AtomicU64,
+    requests: AtomicU64,
+    commits: AtomicU64,
+    durable_commits: AtomicU64,
+}
+
+impl Shared {
+    pub fn poisoned(&self) -> Option<StorageError> {
+        self.poison.get().map(|cause| StorageError::Poisoned {
+            cause: cause.clone(),
+        })
+    }
+
+    fn poison(&self, cause: String) {
+        tracing::error!(%cause, "storage poisoned; refusing all further work on this file");
+        let _ = self.poison.set(cause);
+    }
+
+    /// Test seam: the commit after `successes` more successful ones fails.
+    pub fn fail_commit_after(&self, successes: u64) {
+        self.fail_commit_in.store(successes + 1, Ordering::SeqCst);
+    }
+
+    fn take_injected_failure(&self) -> bool {
+        let update = self
+            .fail_commit_in
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            });
+        update == Ok(1)
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            commits: self.commits.load(Ordering::Relaxed),
+            durable_commits: self.durable_commits.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+        }
+    }
+}
+
+pub(crate) fn channel() -> (mpsc::Sender<Message>, mpsc::Receiver<Message>) {
+    mpsc::channel(limits::STORAGE_WRITER_QUEUE_MAX)
+}
+
+pub(crate) struct Writer {
+    pub db: Arc<Database>,
+    pub rx: mpsc::Receiver<Message>,
+    pub shared: Arc<Shared>,
+}
+
+impl Writer {
+    /// Runs until every sender is gone and the queue is empty.
+    pub fn run(mut self) {
+        let _guard = PanicGuard(self.shared.clone());
+        let mut unsynced = false;
+        while let Some(first) = self.receive() {
+            let mut batch = vec![first];
+            while batch.len() <= limits::STORAGE_COMMIT_BATCH_MAX {
+                match self.rx.try_recv() {
+                    Ok(Message::Request(request)) => batch.push(request),
+                    Ok(Message::Hold(hold)) => wait_for_release(hold),
+                    Err(_) => break,
+                }
+            }
+            unsynced = match self.process(batch) {
+                Some(durable) => !durable,
+                None => unsynced,
+            };
+        }
+        if unsynced && self.shared.poisoned().is_none() {
+            self.flush();
+        }
+    }
+
+    /// Makes the last `Durability::None` commits durable with an empty durable commit.
+    fn flush(&self) {
+        if let Err(error) = self.commit(&[], true) {
+            self.shared.poison(error.to_string());
+        }
+    }
+
+    fn receive(&mut self) -> Option<Request> {
+        loop {
+            match self.rx.blocking_recv()? {
+                Message::Request(request) => return Some(request),
+                Message::Hold(hold) => wait_for_release(hold),
+            }
+        }
+    }
+
+    /// Executes and commits one batch, then fires its callbacks. Returns whether the commit
+    /// was durable, or `None` if nothing was committed.
+    fn process(&self, batch: Vec<Request>) -> Option<bool> {
+        let count = u64::try_from(batch.len()).expect("batch length fits in u64");
+        self.shared.requests.fetch_add(count, Ordering::Relaxed);
+        if let Some(error) = self.shared.poisoned() {
+            fail_all(batch, &error.to_string());
+            return None;
+        }
+        let durable = batch.iter().any(|request| request.op.needs_durability());
+        let committed = panic::catch_unwind(AssertUnwindSafe(|| self.commit(&batch, durable)));
+        match committed {
+            Ok(Ok(outcomes)) => {
+                for (request, outcome) in batch.into_iter().zip(outcomes) {
+                    succeed(request.done, outcome);
+                }
+                Some(durable)
+            }
+            Ok(Err(error)) => {
+                let cause = error.to_string();
+                self.shared.poison(cause.clone());
+                fail_all(batch, &cause);
+                None
+            }
+            Err(panic) => {
+                // A failed assert on a persisted invariant: poison before anyone hears of the
+                // failure, then let the thread die loudly.
+                let cause = format!("storage writer panicked: {}", panic_message(&*panic));
+                self.shared.poison(cause.clone());
+                fail_all(batch, &cause);
+                panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    fn commit(&self, batch: &[Request], durable: bool) -> Result<Vec<Outcome>, StorageError> {
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| StorageError::redb("begin write", e))?;
+        let durability = if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        };
+        txn.set_durability(durability)
+            .map_err(|e| StorageError::redb("set durability", e))?;
+        let outcomes = batch
+            .iter()
+            .map(|request| execute(&txn, &request.op))
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.shared.take_injected_failure() {
+            txn.abort().map_err(|e| StorageError::redb("abort", e))?;
+            return Err(StorageError::io(
+                "<commit>",
+                std::io::Error::other("injected commit failure"),
+            ));
+        }
+        txn.commit().map_err(|e| StorageError::redb("commit", e))?;
+        self.shared.commits.fetch_add(1, Ordering::Relaxed);
+        if durable {
+            self.shared.durable_commits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(outcomes)
+    }
+}
+
+fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
+    let done = |result: Result<(), StorageError>| result.map(|()| Outcome::Done);
+    match op {
+        Op::Append { range, entries } => done(log_store::append_entries(txn, *range, entries)),
+        Op::SaveVote { range, vote } => done(log_store::save_vote(txn, *range, vote)),
+        Op::SaveCommitted { range, committed } => {
+            done(log_store::save_committed(txn, *range, committed.as_ref()))
+        }
+        Op::TruncateAfter { range, last } => {
+            done(log_store::truncate_after(txn, *range, last.as_ref()))
+        }
+        Op::Purge { range, upto } => done(log_store::purge(txn, *range, upto)),
+        Op::Apply { range, entries } => {
+            apply::apply_entries(txn, *range, entries).map(Outcome::Applied)
+        }
+        Op::InstallBegin { range, marker } => done(install::begin(txn, *range, marker)),
+        Op::InstallClear { span, .. } => install::clear(txn, span).map(Outcome::More),
+        Op::InstallRows { rows, .. } => done(install::insert_rows(txn, rows)),
+        Op::InstallFinish { range, state } => done(install::finish(txn, *range, state)),
+    }
+}
+
+fn succeed(done: Done, outcome: Outcome) {
+    match (done, outcome) {
+        (Done::Flushed(callback), _) => callback.io_completed(Ok(())),
+        (Done::Reply(reply), outcome) => {
+            let _ = reply.send(Ok(outcome));
+        }
+        (Done::Applied { reply, responders }, Outcome::Applied(outcomes)) => {
+            assert_eq!(
+                responders.len(),
+                outcomes.len(),
+                "one outcome per applied entry"
+            );
+            for (responder, outcome) in responders.into_iter().zip(outcomes) {
+                if let Some(responder) = responder {
+                    responder.send(outcome);
+                }
+            }
+            let _ = reply.send(Ok(Outcome::Done));
+        }
+        (Done::Applied { .. }, _) => unreachable!("an apply op always yields Outcome::Applied"),
+    }
+}
+
+fn fail_all(batch: Vec<Request>, cause: &str) {
+    for request in batch {
+        let error = StorageError::Poisoned {
+            cause: cause.to_string(),
+        };
+        match request.done {
+            Done::Flushed(callback) => callback.io_completed(Err(error.into())),
+            Done::Reply(reply) | Done::Applied { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(message) = panic.downcast_ref::<String>() {
+        message
+    } else if let Some(message) = panic.downcast_ref::<&str>() {
+        message
+    } else {
+        "unknown panic"
+    }
+}
+
+fn wait_for_release(hold: std::sync::mpsc::Receiver<()>) {
+    // Returns when the test drops its end.
+    let _ = hold.recv();
+}
+
+/// Poisons the store if the writer thread unwinds (a failed `assert!` on a persisted
+/// invariant), so callers see an error instead of a silently closed store.
+struct PanicGuard(Arc<Shared>);
+
+impl Drop for PanicGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.poison("storage writer thread panicked".to_string());
+        }
+    }
+}
