@@ -198,8 +198,14 @@ mod tests {
     fn scans_are_checked_against_limits() {
         assert_eq!(check_scan(b"", b"", 0), Ok(limits::SCAN_LIMIT_DEFAULT));
         assert_eq!(check_scan(b"a", b"b", 5), Ok(5));
-        check(check_scan(b"b", b"a", 5).map(|_| ()), Some("not after start"));
-        check(check_scan(b"a", b"a", 5).map(|_| ()), Some("not after start"));
+        check(
+            check_scan(b"b", b"a", 5).map(|_| ()),
+            Some("not after start"),
+        );
+        check(
+            check_scan(b"a", b"a", 5).map(|_| ()),
+            Some("not after start"),
+        );
         check(
             check_scan(b"", b"", limits::SCAN_LIMIT_MAX + 1).map(|_| ()),
             Some("limit is 10000 rows"),

@@ -1,0 +1,40 @@
+//! Errors of group management and of serving peers' Raft messages. Client-facing errors are
+//! `keel_types::KvError`; these are for the node's own plumbing.
+
+use keel_storage::StorageError;
+use keel_types::RangeId;
+use thiserror::Error;
+
+use crate::wire::WireError;
+
+/// Creating, starting or stopping a Raft group failed.
+#[derive(Debug, Error)]
+pub enum GroupError {
+    #[error("invalid raft settings: {0}")]
+    Config(String),
+    #[error("range {0} is already hosted on this node")]
+    AlreadyHosted(RangeId),
+    #[error("starting raft of range {range}: {message}")]
+    Start { range: RangeId, message: String },
+    #[error("initializing range {range}: {message}")]
+    Initialize { range: RangeId, message: String },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// A Raft message from a peer could not be handled.
+#[derive(Debug, Error)]
+pub enum InboundError {
+    /// This node hosts no replica of the range (yet, or any more).
+    #[error("range {0} is not hosted on this node")]
+    UnknownRange(RangeId),
+    #[error("malformed raft message: {0}")]
+    Malformed(#[from] WireError),
+    /// The snapshot stream ended early or carried no header.
+    #[error("malformed snapshot stream: {0}")]
+    SnapshotStream(String),
+    #[error("writing an incoming snapshot: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}

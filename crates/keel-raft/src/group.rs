@@ -1,0 +1,395 @@
+//! One range's Raft group on this node: its openraft instance and state machine, and the
+//! client-facing operations on it (propose a write, make a read consistent, report status)
+//! with openraft's errors already turned into `KvError`s. Knows nothing of tonic or routing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use keel_storage::raft_types::TypeConfig;
+use keel_storage::{StateMachine, Store};
+use keel_types::{
+    Command, CommandOutcome, Consistency, KvError, NodeAddr, NodeId, RangeId, limits,
+};
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::ForwardReason;
+use openraft::error::{ClientWriteError, ForwardToLeader, LinearizableReadError, RaftError};
+use openraft::{ReadPolicy, ServerState};
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::error::GroupError;
+use crate::network::NetworkFactory;
+use crate::timings::RaftTimings;
+use crate::transport::Transport;
+
+/// The openraft instance of one group.
+pub type KeelRaft = openraft::Raft<TypeConfig, StateMachine>;
+
+/// A replica's role in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader,
+    Follower,
+    Candidate,
+    Learner,
+    Stopped,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+            Role::Learner => "learner",
+            Role::Stopped => "stopped",
+        }
+    }
+}
+
+/// One member of a group's membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: NodeId,
+    pub addr: NodeAddr,
+    pub voter: bool,
+}
+
+/// This replica's view of its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStatus {
+    pub range: RangeId,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub last_log_index: u64,
+    pub revision: u64,
+    pub role: Role,
+    pub members: Vec<Member>,
+}
+
+/// One range's Raft group on this node.
+pub struct RaftGroup {
+    node_id: NodeId,
+    range: RangeId,
+    raft: KeelRaft,
+    state_machine: StateMachine,
+    store: Store,
+    write_timeout: Duration,
+    read_timeout: Duration,
+}
+
+impl RaftGroup {
+    /// Starts the group's replica on this node from whatever `store` holds for `range`.
+    pub async fn start<T: Transport>(
+        node_id: NodeId,
+        range: RangeId,
+        store: &Store,
+        timings: &RaftTimings,
+        transport: Arc<T>,
+    ) -> Result<RaftGroup, GroupError> {
+        let config = timings.openraft_config()?;
+        let network = NetworkFactory {
+            range,
+            from: node_id,
+            transport,
+        };
+        let state_machine = store.state_machine(range);
+        let span = info_span!("raft", node_id, range_id = range.0);
+        let raft = KeelRaft::new(
+            node_id,
+            config,
+            network,
+            store.log_store(range),
+            state_machine.clone(),
+        )
+        .instrument(span)
+        .await
+        .map_err(|e| GroupError::Start {
+            range,
+            message: e.to_string(),
+        })?;
+        info!(node_id, range_id = range.0, "raft group started");
+        Ok(RaftGroup {
+            node_id,
+            range,
+            raft,
+            state_machine,
+            store: store.clone(),
+            write_timeout: Duration::from_millis(timings.write_timeout_ms),
+            read_timeout: Duration::from_millis(timings.read_timeout_ms),
+        })
+    }
+
+    pub fn range(&self) -> RangeId {
+        self.range
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// The openraft instance, for callers that need more than this type offers.
+    pub fn raft(&self) -> &KeelRaft {
+        &self.raft
+    }
+
+    pub fn state_machine(&self) -> &StateMachine {
+        &self.state_machine
+    }
+
+    /// The store holding this group's log and state.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Makes this group's first membership: all `members` as voters. Call it once, on one
+    /// node, for a group with no Raft state anywhere.
+    pub async fn initialize(&self, members: BTreeMap<NodeId, NodeAddr>) -> Result<(), GroupError> {
+        self.raft
+            .initialize(members)
+            .await
+            .map_err(|e| GroupError::Initialize {
+                range: self.range,
+                message: e.to_string(),
+            })
+    }
+
+    /// Whether this replica has Raft state (a membership), from storage or from a leader.
+    pub async fn is_initialized(&self) -> Result<bool, KvError> {
+        self.raft
+            .is_initialized()
+            .await
+            .map_err(|e| fatal(self.range, &e))
+    }
+
+    /// The leader this replica knows of, with its address.
+    pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let leader = metrics.current_leader?;
+        let addr = metrics.membership_config.membership().get_node(&leader)?;
+        Some((leader, addr.clone()))
+    }
+
+    /// This replica's current term.
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow_watched().current_term
+    }
+
+    /// Proposes `command` if this replica leads and waits until it is applied.
+    ///
+    /// `NotLeader` and `Unavailable` mean the command was definitely not proposed;
+    /// `OutcomeUnknown` means it may have been (timeout, leadership lost after proposing, Raft
+    /// stopped mid-way). A leader whose lease lapsed renews it with a heartbeat round first.
+    pub async fn write(&self, command: Command) -> Result<CommandOutcome, KvError> {
+        let deadline = Instant::now() + self.write_timeout;
+        for _ in 0..limits::WRITE_LEASE_RENEWALS_MAX {
+            match self.propose(command.clone(), deadline).await {
+                Err(Proposal::LeaseExpired) => self.renew_lease(deadline).await?,
+                Err(Proposal::Failed(error)) => return Err(error),
+                Ok(outcome) => return Ok(outcome),
+            }
+        }
+        match self.propose(command, deadline).await {
+            Err(Proposal::LeaseExpired) => Err(KvError::unavailable(format!(
+                "leader of range {} could not renew its lease",
+                self.range
+            ))),
+            Err(Proposal::Failed(error)) => Err(error),
+            Ok(outcome) => Ok(outcome),
+        }
+    }
+
+    async fn propose(
+        &self,
+        command: Command,
+        deadline: Instant,
+    ) -> Result<CommandOutcome, Proposal> {
+        let proposed = tokio::time::timeout_at(deadline, self.raft.client_write(command));
+        let Ok(result) = proposed.await else {
+            return Err(Proposal::Failed(KvError::OutcomeUnknown {
+                message: format!(
+                    "write to range {} not applied within {:?}; it may still be",
+                    self.range, self.write_timeout
+                ),
+            }));
+        };
+        let error = match result {
+            Ok(response) => return Ok(response.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                if forward.reason == ForwardReason::LeaseExpired {
+                    return Err(Proposal::LeaseExpired);
+                }
+                self.not_leader(&forward)
+            }
+            Err(RaftError::APIError(error)) => KvError::OutcomeUnknown {
+                message: format!("write to range {}: {error}", self.range),
+            },
+            Err(RaftError::Fatal(error)) => KvError::OutcomeUnknown {
+                message: format!(
+                    "raft of range {} stopped while writing ({error}); the write may have been applied",
+                    self.range
+                ),
+            },
+        };
+        Err(Proposal::Failed(error))
+    }
+
+    /// Confirms leadership with a quorum (a heartbeat round), which renews the leader lease.
+    async fn renew_lease(&self, deadline: Instant) -> Result<(), KvError> {
+        let renewed = tokio::time::timeout_at(deadline, self.confirm(ReadPolicy::ReadIndex));
+        match renewed.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(ReadFailure::Error(KvError::Timeout { message })))
+            | Ok(Err(ReadFailure::Error(KvError::Unavailable { message }))) => {
+                Err(KvError::unavailable(message))
+            }
+            Ok(Err(ReadFailure::Error(error))) => Err(error),
+            Ok(Err(ReadFailure::LeaseExpired)) | Err(_) => Err(KvError::unavailable(format!(
+                "leader of range {} could not renew its lease",
+                self.range
+            ))),
+        }
+    }
+
+    /// Waits until a read of the local state machine is as consistent as `consistency` asks.
+    /// Lease reads fall back to ReadIndex when the lease has lapsed.
+    pub async fn read_barrier(&self, consistency: Consistency) -> Result<(), KvError> {
+        let policy = match consistency {
+            Consistency::Follower => return Ok(()),
+            Consistency::Linearizable => ReadPolicy::ReadIndex,
+            Consistency::Lease => ReadPolicy::LeaseRead,
+        };
+        match self.confirm(policy).await {
+            Err(ReadFailure::LeaseExpired) => match self.confirm(ReadPolicy::ReadIndex).await {
+                Err(ReadFailure::LeaseExpired) => Err(self.not_leader(&ForwardToLeader::empty())),
+                Err(ReadFailure::Error(error)) => Err(error),
+                Ok(()) => Ok(()),
+            },
+            Err(ReadFailure::Error(error)) => Err(error),
+            Ok(()) => Ok(()),
+        }
+    }
+
+    /// This replica's view of its group, with the applied revision from the state machine.
+    pub async fn status(&self) -> Result<GroupStatus, KvError> {
+        let (revision, applied) = self
+            .state_machine
+            .applied()
+            .await
+            .map_err(|e| KvError::fatal(format!("range {}: {e}", self.range)))?;
+        let metrics = self.raft.metrics().borrow_watched().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, addr)| Member {
+                id: *id,
+                addr: addr.clone(),
+                voter: voters.contains(id),
+            })
+            .collect();
+        Ok(GroupStatus {
+            range: self.range,
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            commit_index: metrics.cluster_committed.map_or(0, |id| id.index),
+            applied_index: applied.map_or(0, |id| id.index),
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            revision,
+            role: role(metrics.state, metrics.running_state.is_ok()),
+            members,
+        })
+    }
+
+    /// Why this group's Raft stopped on its own (a storage failure or a panic), if it did.
+    pub fn failure(&self) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        metrics
+            .running_state
+            .as_ref()
+            .err()
+            .map(|e| format!("raft of range {} stopped: {e}", self.range))
+    }
+
+    /// Stops the group's Raft tasks. Later calls on this group fail.
+    pub async fn shutdown(&self) {
+        if let Err(error) = self.raft.shutdown().await {
+            warn!(node_id = self.node_id, range_id = self.range.0, %error, "raft shutdown");
+        }
+    }
+
+    async fn confirm(&self, policy: ReadPolicy) -> Result<(), ReadFailure> {
+        let confirmed =
+            tokio::time::timeout(self.read_timeout, self.raft.ensure_linearizable(policy));
+        let Ok(result) = confirmed.await else {
+            return Err(ReadFailure::Error(KvError::Timeout {
+                message: format!(
+                    "range {} could not confirm leadership within {:?}",
+                    self.range, self.read_timeout
+                ),
+            }));
+        };
+        let error = match result {
+            Ok(_) => return Ok(()),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(forward))) => {
+                if forward.reason == ForwardReason::LeaseExpired {
+                    return Err(ReadFailure::LeaseExpired);
+                }
+                self.not_leader(&forward)
+            }
+            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(error))) => {
+                KvError::unavailable(format!("range {}: {error}", self.range))
+            }
+            Err(RaftError::Fatal(error)) => fatal(self.range, &error),
+        };
+        Err(ReadFailure::Error(error))
+    }
+
+    fn not_leader(&self, forward: &ForwardToLeader<TypeConfig>) -> KvError {
+        let leader = match (forward.leader_id, &forward.leader_node) {
+            (Some(id), Some(addr)) if id != self.node_id => Some((id, addr.clone())),
+            _ => None,
+        };
+        KvError::NotLeader {
+            range_id: self.range,
+            leader,
+        }
+    }
+}
+
+/// Why a proposal did not go through.
+enum Proposal {
+    /// The leader's lease lapsed; nothing was proposed.
+    LeaseExpired,
+    Failed(KvError),
+}
+
+/// Why a leadership confirmation failed.
+enum ReadFailure {
+    /// The leader's lease lapsed; a ReadIndex round may still succeed.
+    LeaseExpired,
+    Error(KvError),
+}
+
+fn role(state: ServerState, running: bool) -> Role {
+    if !running {
+        return Role::Stopped;
+    }
+    match state {
+        ServerState::Leader => Role::Leader,
+        ServerState::Candidate => Role::Candidate,
+        ServerState::Learner => Role::Learner,
+        ServerState::Follower => Role::Follower,
+        ServerState::Shutdown => Role::Stopped,
+    }
+}
+
+fn fatal(range: RangeId, error: &impl std::fmt::Display) -> KvError {
+    KvError::fatal(format!("raft of range {range} stopped: {error}"))
+}

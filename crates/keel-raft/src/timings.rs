@@ -1,0 +1,99 @@
+//! Raft timing settings of a node and the openraft `Config` derived from them. Knows nothing
+//! of the network or storage.
+
+use std::sync::Arc;
+
+use keel_types::limits;
+use openraft::{Config, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+
+use crate::error::GroupError;
+
+/// How fast Raft groups tick. The defaults suit loopback clusters and LANs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RaftTimings {
+    /// Interval between leader heartbeats.
+    pub heartbeat_ms: u64,
+    /// A follower that hears no leader for a random time in `[min, max)` starts an election.
+    pub election_timeout_ms_min: u64,
+    pub election_timeout_ms_max: u64,
+    /// Deadline for sending one whole snapshot to a follower.
+    pub snapshot_timeout_ms: u64,
+    /// A snapshot is built after this many log entries since the last one.
+    pub snapshot_logs_since_last: u64,
+    /// How long a client write may wait to be committed and applied.
+    pub write_timeout_ms: u64,
+    /// How long a read may wait to confirm leadership and catch up.
+    pub read_timeout_ms: u64,
+}
+
+impl Default for RaftTimings {
+    fn default() -> Self {
+        RaftTimings {
+            heartbeat_ms: 150,
+            election_timeout_ms_min: 1_000,
+            election_timeout_ms_max: 2_000,
+            snapshot_timeout_ms: 60_000,
+            snapshot_logs_since_last: 10_000,
+            write_timeout_ms: 5_000,
+            read_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl RaftTimings {
+    /// The openraft configuration of one group; rejects inconsistent timings.
+    pub fn openraft_config(&self) -> Result<Arc<Config>, GroupError> {
+        if self.heartbeat_ms == 0 || self.heartbeat_ms >= self.election_timeout_ms_min {
+            return Err(GroupError::Config(format!(
+                "heartbeat_ms is {}; it must be above 0 and below election_timeout_ms_min ({})",
+                self.heartbeat_ms, self.election_timeout_ms_min
+            )));
+        }
+        if self.write_timeout_ms == 0 || self.read_timeout_ms == 0 {
+            return Err(GroupError::Config(
+                "write_timeout_ms and read_timeout_ms must be above 0".to_string(),
+            ));
+        }
+        let config = Config {
+            cluster_name: "keel".to_string(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_timeout_ms_min,
+            election_timeout_max: self.election_timeout_ms_max,
+            install_snapshot_timeout: self.snapshot_timeout_ms,
+            max_payload_entries: limits::RAFT_APPEND_ENTRIES_MAX,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_logs_since_last),
+            snapshot_max_chunk_size: limits::SNAPSHOT_CHUNK_BYTES as u64,
+            enable_pre_vote: Some(true),
+            ..Config::default()
+        };
+        let config = config
+            .validate()
+            .map_err(|e| GroupError::Config(e.to_string()))?;
+        Ok(Arc::new(config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_timings_are_rejected() {
+        let config = RaftTimings::default().openraft_config().unwrap();
+        assert_eq!(config.heartbeat_interval, 150);
+        assert_eq!(config.max_payload_entries, limits::RAFT_APPEND_ENTRIES_MAX);
+        let slow_heartbeat = RaftTimings {
+            heartbeat_ms: 1_000,
+            ..RaftTimings::default()
+        };
+        assert!(slow_heartbeat.openraft_config().is_err());
+        let inverted = RaftTimings {
+            election_timeout_ms_min: 3_000,
+            election_timeout_ms_max: 2_000,
+            ..RaftTimings::default()
+        };
+        assert!(inverted.openraft_config().is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! A `Transport` that hands messages straight to another in-process node's `Groups`, with
+//! switchable "down" nodes and the gRPC message size limit. Exercises the real encoding and dispatch, without sockets.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use keel_raft::{
+    Groups, Peer, RaftGroup, RaftMessage, RaftTimings, RpcKind, SnapshotReader, Transport,
+    TransportError,
+};
+use keel_storage::{SnapshotFile, Store};
+use keel_types::{NodeAddr, NodeId, RangeId, limits};
+
+#[derive(Default)]
+pub struct Loopback {
+    nodes: Mutex<BTreeMap<NodeId, (Groups, Store)>>,
+    down: Mutex<BTreeSet<NodeId>>,
+}
+
+impl Loopback {
+    fn node(&self, target: &Peer) -> Result<(Groups, Store), TransportError> {
+        let unreachable = || TransportError::Unreachable {
+            target: target.id,
+            message: "connection refused".to_string(),
+        };
+        if self.down.lock().unwrap().contains(&target.id) {
+            return Err(unreachable());
+        }
+        self.nodes
+            .lock()
+            .unwrap()
+            .get(&target.id)
+            .cloned()
+            .ok_or_else(unreachable)
+    }
+
+    pub fn set_down(&self, node: NodeId, down: bool) {
+        let mut set = self.down.lock().unwrap();
+        if down {
+            set.insert(node);
+        } else {
+            set.remove(&node);
+        }
+    }
+}
+
+fn remote(target: NodeId, error: impl std::fmt::Display) -> TransportError {
+    TransportError::Remote {
+        target,
+        message: error.to_string(),
+    }
+}
+
+impl Transport for Loopback {
+    async fn call(
+        &self,
+        target: &Peer,
+        kind: RpcKind,
+        message: RaftMessage,
+        deadline: Duration,
+    ) -> Result<Vec<u8>, TransportError> {
+        let (groups, _) = self.node(target)?;
+        if message.payload.len() > limits::GRPC_MESSAGE_BYTES_MAX {
+            let size = message.payload.len();
+            return Err(remote(
+                target.id,
+                format!("message of {size} bytes is too large"),
+            ));
+        }
+        let handled = groups.handle(message.range, kind, &message.payload);
+        match tokio::time::timeout(deadline, handled).await {
+            Err(_) => Err(TransportError::Timeout {
+                target: target.id,
+                deadline,
+            }),
+            Ok(reply) => reply.map_err(|e| remote(target.id, e)),
+        }
+    }
+
+    async fn send_snapshot(
+        &self,
+        target: &Peer,
+        message: RaftMessage,
+        snapshot: SnapshotFile,
+        _deadline: Duration,
+    ) -> Result<Vec<u8>, TransportError> {
+        let (groups, _) = self.node(target)?;
+        let mut reader = SnapshotReader::open(&snapshot)
+            .await
+            .map_err(|e| remote(target.id, e))?;
+        let mut chunks = Vec::new();
+        while let Some(chunk) = reader
+            .next_chunk()
+            .await
+            .map_err(|e| remote(target.id, e))?
+        {
+            chunks.push(Ok::<_, String>(chunk));
+        }
+        groups
+            .install_snapshot(
+                message.range,
+                &message.payload,
+                futures::stream::iter(chunks),
+            )
+            .await
+            .map_err(|e| remote(target.id, e))
+    }
+}
+
+/// One in-process node: its store (in a temp dir) and its groups.
+pub struct TestNode {
+    pub id: NodeId,
+    pub store: Store,
+    pub groups: Groups,
+    _dir: tempfile::TempDir,
+}
+
+impl TestNode {
+    pub async fn start(id: NodeId, network: &Arc<Loopback>) -> TestNode {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Store::open(&dir.path().join("keel.redb"), &dir.path().join("snapshots")).unwrap();
+        let timings = RaftTimings {
+            heartbeat_ms: 50,
+            election_timeout_ms_min: 300,
+            election_timeout_ms_max: 600,
+            snapshot_logs_since_last: 20,
+            ..RaftTimings::default()
+        };
+        let group = RaftGroup::start(id, RangeId::FIRST, &store, &timings, network.clone())
+            .await
+            .unwrap();
+        let groups = Groups::new();
+        groups.insert(group).unwrap();
+        network
+            .nodes
+            .lock()
+            .unwrap()
+            .insert(id, (groups.clone(), store.clone()));
+        TestNode {
+            id,
+            store,
+            groups,
+            _dir: dir,
+        }
+    }
+
+    pub fn group(&self) -> Arc<RaftGroup> {
+        self.groups.get(RangeId::FIRST).unwrap()
+    }
+
+    pub fn addr(id: NodeId) -> NodeAddr {
+        NodeAddr::new(format!("node-{id}"))
+    }
+
+    pub async fn stop(self) {
+        self.groups.shutdown().await;
+        self.store.shutdown();
+    }
+}

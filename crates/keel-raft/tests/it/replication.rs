@@ -1,0 +1,163 @@
+//! Election, replication, error mapping and snapshot streaming over the loopback transport.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_types::{BatchOp, Command, CommandOutcome, Consistency, KvError, NodeId};
+
+use crate::loopback::{Loopback, TestNode};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn put(key: &str, value: &str) -> Command {
+    Command::Write {
+        ops: vec![BatchOp::Put {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            condition: None,
+            return_previous: false,
+        }],
+    }
+}
+
+async fn cluster(size: u64) -> (Arc<Loopback>, Vec<TestNode>) {
+    let network = Arc::new(Loopback::default());
+    let mut nodes = Vec::new();
+    for id in 1..=size {
+        nodes.push(TestNode::start(id, &network).await);
+    }
+    let members: BTreeMap<NodeId, _> = (1..=size).map(|id| (id, TestNode::addr(id))).collect();
+    nodes[0].group().initialize(members).await.unwrap();
+    (network, nodes)
+}
+
+async fn leader(nodes: &[TestNode]) -> NodeId {
+    let metrics = nodes[0]
+        .group()
+        .raft()
+        .wait(Some(DEADLINE))
+        .metrics(|m| m.current_leader.is_some(), "a leader")
+        .await
+        .unwrap();
+    metrics.current_leader.unwrap()
+}
+
+async fn revision_on(node: &TestNode, key: &str) -> u64 {
+    let (kv, _) = node
+        .group()
+        .state_machine()
+        .get(key.as_bytes())
+        .await
+        .unwrap();
+    kv.map_or(0, |kv| kv.mod_revision)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_replicate_and_followers_name_the_leader() {
+    let (_network, nodes) = cluster(3).await;
+    let leader = leader(&nodes).await;
+    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+
+    let outcome = on_leader.group().write(put("a", "1")).await.unwrap();
+    let CommandOutcome::Applied { revision, .. } = outcome else {
+        panic!("not applied: {outcome:?}");
+    };
+    assert!(revision > 0);
+
+    match follower.group().write(put("a", "2")).await {
+        Err(KvError::NotLeader {
+            leader: Some((id, addr)),
+            ..
+        }) => {
+            assert_eq!(id, leader);
+            assert_eq!(addr, TestNode::addr(leader));
+        }
+        other => panic!("expected NotLeader with a hint, got {other:?}"),
+    }
+    assert!(matches!(
+        follower
+            .group()
+            .read_barrier(Consistency::Linearizable)
+            .await,
+        Err(KvError::NotLeader { .. })
+    ));
+
+    on_leader
+        .group()
+        .read_barrier(Consistency::Linearizable)
+        .await
+        .unwrap();
+    on_leader
+        .group()
+        .read_barrier(Consistency::Lease)
+        .await
+        .unwrap();
+    assert_eq!(revision_on(on_leader, "a").await, revision);
+
+    let status = follower.group().status().await.unwrap();
+    assert_eq!(status.leader, Some(leader));
+    assert_eq!(status.members.len(), 3);
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// A node that joins after the log was purged catches up from a streamed snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_learner_catches_up_from_a_snapshot() {
+    let (network, nodes) = cluster(1).await;
+    let leader = leader(&nodes).await;
+    let group = nodes[0].group();
+    assert_eq!(leader, 1);
+    let mut last = 0;
+    for i in 0..30 {
+        if let CommandOutcome::Applied { revision, .. } =
+            group.write(put(&format!("k{i}"), "v")).await.unwrap()
+        {
+            last = revision;
+        }
+    }
+    group.raft().trigger().snapshot().await.unwrap();
+    let metrics = group
+        .raft()
+        .wait(Some(DEADLINE))
+        .metrics(|m| m.snapshot.is_some(), "a snapshot")
+        .await
+        .unwrap();
+    let snapshot_index = metrics.snapshot.unwrap().index;
+    group
+        .raft()
+        .trigger()
+        .purge_log(snapshot_index)
+        .await
+        .unwrap();
+    group
+        .raft()
+        .wait(Some(DEADLINE))
+        .metrics(|m| m.purged.is_some(), "purged log")
+        .await
+        .unwrap();
+
+    let learner = TestNode::start(2, &network).await;
+    group
+        .raft()
+        .add_learner(2, TestNode::addr(2), true)
+        .await
+        .unwrap();
+    learner
+        .group()
+        .raft()
+        .wait(Some(DEADLINE))
+        .applied_index_at_least(Some(snapshot_index), "snapshot installed")
+        .await
+        .unwrap();
+    assert_eq!(revision_on(&learner, "k29").await, last);
+
+    network.set_down(2, true);
+    learner.stop().await;
+    for node in nodes {
+        node.stop().await;
+    }
+}

@@ -1,0 +1,253 @@
+//! Node settings: the `keel serve` flags, the optional TOML file with the same keys, and the
+//! validated `NodeConfig`. Knows nothing of the network, Raft or storage internals.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use keel_raft::RaftTimings;
+use keel_types::{NodeId, limits};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// A node's settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub node_id: NodeId,
+    /// Where the gRPC server listens; also the address peers and clients use.
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Node id -> "host:port" of every node of the first cluster.
+    pub initial_cluster: BTreeMap<NodeId, String>,
+    pub raft: RaftTimings,
+}
+
+/// `keel serve` flags. `--config keel.toml` reads the same keys from a file (snake_case);
+/// flags given on the command line win over the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeArgs {
+    /// This node's id; must appear in the initial cluster.
+    #[arg(long)]
+    pub node_id: Option<NodeId>,
+    /// Address to listen on, e.g. 127.0.0.1:7001.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Directory for keel.redb and snapshots/.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Every node of the first cluster: "1=127.0.0.1:7001,2=127.0.0.1:7002,...".
+    #[arg(long)]
+    pub initial_cluster: Option<String>,
+    /// A TOML file with the same settings.
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Leader heartbeat interval.
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+    /// Lower bound of the randomized election timeout.
+    #[arg(long)]
+    pub election_timeout_ms_min: Option<u64>,
+    /// Upper bound of the randomized election timeout.
+    #[arg(long)]
+    pub election_timeout_ms_max: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    #[error("missing setting {0}: pass --{1} or set {0} in the config file")]
+    Missing(&'static str, &'static str),
+    #[error("reading config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("initial cluster entry {entry:?} is malformed: {message}")]
+    Entry { entry: String, message: String },
+    #[error("initial cluster is empty")]
+    EmptyCluster,
+    #[error(
+        "initial cluster has {count} nodes; limit is {} nodes",
+        limits::CLUSTER_NODES_MAX
+    )]
+    TooManyNodes { count: usize },
+    #[error("node {0} appears twice in the initial cluster")]
+    DuplicateNode(NodeId),
+    #[error("address {addr} is given to nodes {first} and {second}")]
+    DuplicateAddress {
+        addr: String,
+        first: NodeId,
+        second: NodeId,
+    },
+    #[error("node id {0} is not in the initial cluster")]
+    NotInCluster(NodeId),
+    #[error("listen address {listen} does not match this node's cluster address {cluster}")]
+    ListenMismatch { listen: SocketAddr, cluster: String },
+    #[error("invalid raft timings: {0}")]
+    Timings(String),
+}
+
+impl ServeArgs {
+    /// These flags over the settings of `file`: a flag given here wins.
+    fn over(self, file: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            node_id: self.node_id.or(file.node_id),
+            listen: self.listen.or(file.listen),
+            data_dir: self.data_dir.or(file.data_dir),
+            initial_cluster: self.initial_cluster.or(file.initial_cluster),
+            config: self.config,
+            heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
+            election_timeout_ms_min: self
+                .election_timeout_ms_min
+                .or(file.election_timeout_ms_min),
+            election_timeout_ms_max: self
+                .election_timeout_ms_max
+                .or(file.election_timeout_ms_max),
+        }
+    }
+}
+
+impl NodeConfig {
+    /// The settings of `args`, merged over the `--config` file when one is named, validated.
+    pub fn from_args(args: &ServeArgs) -> Result<NodeConfig, ConfigError> {
+        let args = match &args.config {
+            Some(path) => args.clone().over(read_file(path)?),
+            None => args.clone(),
+        };
+        let mut raft = RaftTimings::default();
+        raft.heartbeat_ms = args.heartbeat_ms.unwrap_or(raft.heartbeat_ms);
+        raft.election_timeout_ms_min = args
+            .election_timeout_ms_min
+            .unwrap_or(raft.election_timeout_ms_min);
+        raft.election_timeout_ms_max = args
+            .election_timeout_ms_max
+            .unwrap_or(raft.election_timeout_ms_max);
+        let cluster = args
+            .initial_cluster
+            .ok_or(ConfigError::Missing("initial_cluster", "initial-cluster"))?;
+        let config = NodeConfig {
+            node_id: args
+                .node_id
+                .ok_or(ConfigError::Missing("node_id", "node-id"))?,
+            listen: args
+                .listen
+                .ok_or(ConfigError::Missing("listen", "listen"))?,
+            data_dir: args
+                .data_dir
+                .ok_or(ConfigError::Missing("data_dir", "data-dir"))?,
+            initial_cluster: parse_initial_cluster(&cluster)?,
+            raft,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the cluster (size, duplicates, this node in it, listen address) and timings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.initial_cluster.is_empty() {
+            return Err(ConfigError::EmptyCluster);
+        }
+        if self.initial_cluster.len() > limits::CLUSTER_NODES_MAX {
+            return Err(ConfigError::TooManyNodes {
+                count: self.initial_cluster.len(),
+            });
+        }
+        let mut seen: BTreeMap<&str, NodeId> = BTreeMap::new();
+        for (id, addr) in &self.initial_cluster {
+            if let Some(first) = seen.insert(addr, *id) {
+                return Err(ConfigError::DuplicateAddress {
+                    addr: addr.clone(),
+                    first,
+                    second: *id,
+                });
+            }
+        }
+        let own = self
+            .initial_cluster
+            .get(&self.node_id)
+            .ok_or(ConfigError::NotInCluster(self.node_id))?;
+        check_listen(self.listen, own)?;
+        self.raft
+            .openraft_config()
+            .map_err(|e| ConfigError::Timings(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The node that initializes the cluster on first start: the smallest id.
+    pub fn bootstrap_node(&self) -> Option<NodeId> {
+        self.initial_cluster.keys().next().copied()
+    }
+
+    /// The redb file of this node.
+    pub fn store_path(&self) -> PathBuf {
+        self.data_dir.join("keel.redb")
+    }
+
+    /// Where snapshots are built and received.
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.data_dir.join("snapshots")
+    }
+}
+
+/// Parses "1=127.0.0.1:7001,2=127.0.0.1:7002".
+pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<NodeId, String>, ConfigError> {
+    let mut cluster = BTreeMap::new();
+    let mut ids = BTreeSet::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let malformed = |message: &str| ConfigError::Entry {
+            entry: entry.to_string(),
+            message: message.to_string(),
+        };
+        let (id, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| malformed("expected id=host:port"))?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|_| malformed("node id is not a number"))?;
+        let addr = addr.trim();
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+            _ => return Err(malformed("address is not host:port")),
+        }
+        if !ids.insert(id) {
+            return Err(ConfigError::DuplicateNode(id));
+        }
+        cluster.insert(id, addr.to_string());
+    }
+    if cluster.is_empty() {
+        return Err(ConfigError::EmptyCluster);
+    }
+    Ok(cluster)
+}
+
+fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {
+    let file_error = |message: String| ConfigError::File {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+    toml::from_str(&text).map_err(|e| file_error(e.to_string()))
+}
+
+/// The listen address must be the one peers use, except that a wildcard IP or port 0 (the
+/// OS picks; tests) matches any.
+fn check_listen(listen: SocketAddr, cluster: &str) -> Result<(), ConfigError> {
+    let mismatch = || ConfigError::ListenMismatch {
+        listen,
+        cluster: cluster.to_string(),
+    };
+    if listen.port() == 0 {
+        return Ok(());
+    }
+    let (host, port) = cluster.rsplit_once(':').ok_or_else(mismatch)?;
+    if port.parse::<u16>().ok() != Some(listen.port()) {
+        return Err(mismatch());
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) if !listen.ip().is_unspecified() && ip != listen.ip() => Err(mismatch()),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,21 @@
+//! A Keel node process: gRPC services (Kv, Cluster, Raft), the one table from errors to gRPC
+//! statuses, the gRPC Raft transport, configuration and cluster bootstrap. The only crate that
+//! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
+//! nothing of openraft's internals (groups are behind `keel-raft`).
+
+mod cluster_service;
+mod config;
+mod health;
+mod kv_service;
+mod node;
+mod peers;
+mod raft_service;
+mod run;
+mod shared;
+pub mod status;
+mod transport;
+
+pub use config::{ConfigError, NodeConfig, ServeArgs, parse_initial_cluster};
+pub use keel_raft::RaftTimings;
+pub use node::Node;
+pub use run::run;

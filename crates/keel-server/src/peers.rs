@@ -1,0 +1,49 @@
+//! One cached, lazily connected gRPC channel per peer node, shared by every Raft group's
+//! transport and by request forwarding. Knows nothing of Raft or the Kv semantics.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use keel_types::NodeId;
+use tonic::transport::{Channel, Endpoint};
+
+/// How long opening a TCP connection to a peer may take.
+const CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// HTTP/2 pings keep idle peer connections alive and detect dead ones.
+const KEEPALIVE_INTERVAL_MS: u64 = 10_000;
+
+#[derive(Debug, Default)]
+pub(crate) struct Peers {
+    /// Node id -> (address, channel). At most one entry per cluster node.
+    channels: Mutex<HashMap<NodeId, (String, Channel)>>,
+}
+
+impl Peers {
+    /// The channel to `node` at `addr` ("host:port" or "http://host:port"). A channel is
+    /// replaced when the node's address changes. Connecting happens on first use.
+    pub fn channel(&self, node: NodeId, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        let mut channels = self.channels.lock().expect("peer channels lock poisoned");
+        if let Some((known, channel)) = channels.get(&node)
+            && known == addr
+        {
+            return Ok(channel.clone());
+        }
+        let channel = endpoint(addr)?.connect_lazy();
+        channels.insert(node, (addr.to_string(), channel.clone()));
+        Ok(channel)
+    }
+}
+
+fn endpoint(addr: &str) -> Result<Endpoint, tonic::transport::Error> {
+    let uri = if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
+    Ok(Endpoint::from_shared(uri)?
+        .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_millis(KEEPALIVE_INTERVAL_MS))
+        .keep_alive_while_idle(true))
+}

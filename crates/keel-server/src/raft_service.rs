@@ -1,0 +1,114 @@
+//! The `keel.raft.v1.Raft` service: the receiving side of the gRPC transport. Hands raw
+//! payloads to `Groups` and returns their encoded replies. Knows nothing of openraft types.
+
+use keel_proto::raft::raft_server::Raft;
+use keel_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
+use keel_raft::{Groups, InboundError, RpcKind};
+use keel_types::RangeId;
+use tonic::{Request, Response, Status, Streaming};
+
+pub(crate) struct RaftService {
+    groups: Groups,
+}
+
+impl RaftService {
+    pub fn new(groups: Groups) -> RaftService {
+        RaftService { groups }
+    }
+
+    async fn handle(
+        &self,
+        kind: RpcKind,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let request = request.into_inner();
+        let payload = self
+            .groups
+            .handle(RangeId(request.range_id), kind, &request.payload)
+            .await
+            .map_err(|e| inbound_status(&e))?;
+        Ok(Response::new(RaftReply { payload }))
+    }
+}
+
+#[tonic::async_trait]
+impl Raft for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.handle(RpcKind::AppendEntries, request).await
+    }
+
+    async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.handle(RpcKind::Vote, request).await
+    }
+
+    async fn pre_vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.handle(RpcKind::PreVote, request).await
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.handle(RpcKind::TransferLeader, request).await
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let mut stream = request.into_inner();
+        let mut first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("snapshot stream is empty"))?;
+        let range = RangeId(first.range_id);
+        let header = std::mem::take(&mut first.header);
+        let chunks = snapshot_data(first, stream);
+        let payload = self
+            .groups
+            .install_snapshot(range, &header, chunks)
+            .await
+            .map_err(|e| inbound_status(&e))?;
+        Ok(Response::new(RaftReply { payload }))
+    }
+}
+
+/// The data of every chunk, starting with the first one already read; an error if the stream
+/// ends before a chunk marked `done` or goes on after it. The consumer stops at the first
+/// error.
+fn snapshot_data(
+    first: SnapshotChunk,
+    rest: Streaming<SnapshotChunk>,
+) -> impl futures::Stream<Item = Result<Vec<u8>, String>> + Send {
+    let state = (Some(first), rest, false);
+    futures::stream::unfold(state, |(pending, mut rest, done)| async move {
+        let next = match pending {
+            Some(chunk) => Ok(Some(chunk)),
+            None => rest.message().await,
+        };
+        let item = match (next, done) {
+            (Ok(None), true) => return None,
+            (Ok(None), false) => Err("snapshot stream ended before its last chunk".to_string()),
+            (Ok(Some(_)), true) => Err("snapshot stream goes on after its last chunk".to_string()),
+            (Ok(Some(chunk)), false) => {
+                let done = chunk.done;
+                return Some((Ok(chunk.data), (None, rest, done)));
+            }
+            (Err(status), _) => Err(status.message().to_string()),
+        };
+        Some((item, (None, rest, true)))
+    })
+}
+
+fn inbound_status(error: &InboundError) -> Status {
+    match error {
+        InboundError::UnknownRange(_) => Status::not_found(error.to_string()),
+        InboundError::Malformed(_) | InboundError::SnapshotStream(_) => {
+            Status::invalid_argument(error.to_string())
+        }
+        InboundError::Io(_) | InboundError::Storage(_) => Status::internal(error.to_string()),
+    }
+}

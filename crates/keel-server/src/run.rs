@@ -1,0 +1,42 @@
+//! `keel serve`: start a node from flags and file, run until SIGTERM/SIGINT or a fatal
+//! failure, then shut down in order. Knows nothing of request handling.
+
+use anyhow::Context;
+use tracing::{error, info};
+
+use crate::config::{NodeConfig, ServeArgs};
+use crate::node::Node;
+
+/// Runs a node until a signal (then exits cleanly) or until it stops serving (then returns an
+/// error, so the process exits non-zero).
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = NodeConfig::from_args(&args)?;
+    let node = Node::start(config).await?;
+    let outcome = tokio::select! {
+        signal = shutdown_signal() => signal.map(|name| info!(signal = name, "shutting down")),
+        reason = node.failed() => {
+            error!(%reason, "node stopped serving; exiting");
+            Err(anyhow::anyhow!("node stopped serving: {reason}"))
+        }
+    };
+    let stopped = node.shutdown().await;
+    match (outcome, stopped) {
+        (Err(error), Err(shutdown)) => {
+            error!(%shutdown, "shutdown after failure");
+            Err(error)
+        }
+        (Err(error), Ok(())) | (Ok(()), Err(error)) => Err(error),
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+/// Waits for SIGTERM or SIGINT and names it.
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    tokio::select! {
+        _ = terminate.recv() => Ok("SIGTERM"),
+        _ = interrupt.recv() => Ok("SIGINT"),
+    }
+}

@@ -1,0 +1,118 @@
+//! The one table from `KvError` to gRPC status, and back for statuses relayed from a leader.
+//! Every error status carries an encoded `keel.v1.ErrorDetail` in its details, so clients get
+//! the typed error (leader hint, current value) and not only the code.
+//!
+//! | KvError           | gRPC code           | why                                               |
+//! |-------------------|---------------------|---------------------------------------------------|
+//! | InvalidArgument   | INVALID_ARGUMENT    | bad input; nothing applied; do not retry as is     |
+//! | ConditionFailed   | FAILED_PRECONDITION | the CAS lost; details carry the current value      |
+//! | NotLeader         | UNAVAILABLE         | retry elsewhere (the hint); definitely not applied |
+//! | Unavailable       | UNAVAILABLE         | no leader / no quorum; not applied; retry          |
+//! | Timeout           | DEADLINE_EXCEEDED   | a read ran out of time; reads may be retried       |
+//! | OutcomeUnknown    | UNKNOWN             | a write may or may not have been applied           |
+//! | Fatal             | INTERNAL            | this node stopped serving; go to another node      |
+//!
+//! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
+//! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
+//! Only this module (and the services) name `tonic::Status`.
+
+use keel_proto::v1;
+use keel_types::KvError;
+use prost::Message;
+use tonic::{Code, Status};
+
+/// The gRPC code of each error; see the table in the module doc.
+pub fn code(error: &KvError) -> Code {
+    match error {
+        KvError::InvalidArgument { .. } => Code::InvalidArgument,
+        KvError::ConditionFailed(_) => Code::FailedPrecondition,
+        KvError::NotLeader { .. } => Code::Unavailable,
+        KvError::Unavailable { .. } => Code::Unavailable,
+        KvError::Timeout { .. } => Code::DeadlineExceeded,
+        KvError::OutcomeUnknown { .. } => Code::Unknown,
+        KvError::Fatal { .. } => Code::Internal,
+    }
+}
+
+/// The status a client receives for `error`: code, message, and the encoded detail.
+pub fn to_status(error: &KvError) -> Status {
+    let detail = v1::ErrorDetail::from(error).encode_to_vec();
+    Status::with_details(code(error), error.to_string(), detail.into())
+}
+
+/// The typed error a status carries in its details; `None` when it carries none (a status
+/// made by the transport, not by a Keel node).
+pub fn kv_error(status: &Status) -> Option<KvError> {
+    if status.details().is_empty() {
+        return None;
+    }
+    let detail = v1::ErrorDetail::decode(status.details()).ok()?;
+    keel_proto::convert::kv_error(detail)
+}
+
+/// Whether a failed call certainly never reached the peer: the connection could not be made.
+pub fn never_sent(status: &Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<tonic::ConnectError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_types::{ConditionFailed, NodeAddr, RangeId};
+
+    use super::*;
+
+    fn check(error: KvError, expected: Code) {
+        let status = to_status(&error);
+        assert_eq!(status.code(), expected, "{error:?}");
+        assert_eq!(status.message(), error.to_string());
+        assert_eq!(kv_error(&status), Some(error));
+    }
+
+    #[test]
+    fn every_error_has_its_code_and_detail() {
+        check(KvError::invalid("key is empty"), Code::InvalidArgument);
+        check(
+            KvError::ConditionFailed(ConditionFailed {
+                op_index: 0,
+                key: b"k".to_vec(),
+                current: None,
+                revision: 4,
+            }),
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::NotLeader {
+                range_id: RangeId::FIRST,
+                leader: Some((2, NodeAddr::new("127.0.0.1:7002"))),
+            },
+            Code::Unavailable,
+        );
+        check(KvError::unavailable("no leader"), Code::Unavailable);
+        check(
+            KvError::Timeout {
+                message: "read".into(),
+            },
+            Code::DeadlineExceeded,
+        );
+        check(
+            KvError::OutcomeUnknown {
+                message: "lost".into(),
+            },
+            Code::Unknown,
+        );
+        check(KvError::fatal("disk"), Code::Internal);
+    }
+
+    #[test]
+    fn statuses_without_detail_carry_no_error() {
+        assert_eq!(kv_error(&Status::unavailable("connection reset")), None);
+        assert!(!never_sent(&Status::unavailable("connection reset")));
+    }
+}
