@@ -1,0 +1,222 @@
+//! The command line of `keel`, as clap derive types. Knows nothing of how commands run.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use keel_types::{Condition, Consistency, limits};
+
+use crate::output::Output;
+
+pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "keel",
+    version,
+    about = "Keel: a strongly consistent, Raft-replicated key-value store.",
+    after_help = "Exit codes: 0 ok; 1 key not found (get) or condition failed (cas); \
+                  2 usage error or invalid argument; 3 unavailable, timed out, outcome unknown or fatal."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options of the client commands. Global so they may come before or after the command;
+/// `serve` and `dev` ignore them.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Client options (ignored by serve and dev)")]
+pub struct Global {
+    /// Cluster endpoints (host:port), comma-separated.
+    #[arg(
+        long,
+        global = true,
+        env = "KEEL_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = ENDPOINTS_DEFAULT
+    )]
+    pub endpoints: Vec<String>,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Budget of one request, retries included, in milliseconds.
+    #[arg(long, global = true, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one node until SIGTERM or SIGINT.
+    Serve(Box<keel_server::ServeArgs>),
+    /// Run a local cluster of child `keel serve` processes until Ctrl-C.
+    Dev(DevArgs),
+    /// Write a key.
+    Put { key: OsString, value: OsString },
+    /// Read a key; text output is the value alone (raw bytes) and a newline.
+    Get {
+        key: OsString,
+        /// How the read is made consistent.
+        #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
+        consistency: ConsistencyArg,
+    },
+    /// Delete a key.
+    Del { key: OsString },
+    /// Write a key only if a condition holds (compare-and-set).
+    Cas(CasArgs),
+    /// List keys of [START, END) in key order: `key<TAB>value` lines.
+    Scan {
+        /// First key (inclusive); empty or absent = the start of the keyspace.
+        start: Option<OsString>,
+        /// End key (exclusive); absent = the end of the keyspace.
+        end: Option<OsString>,
+        /// Most rows in total; pages are followed until it is reached.
+        #[arg(long, default_value_t = limits::SCAN_LIMIT_DEFAULT, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
+        /// How each page is made consistent.
+        #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
+        consistency: ConsistencyArg,
+    },
+    /// Cluster administration.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Ask every endpoint for its view of the cluster.
+    Status,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=limits::CLUSTER_NODES_MAX as i64))]
+    pub nodes: u16,
+    /// Data directory (node-<i>/ inside it); default: a new directory under the system temp dir.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Port of node 1; node i listens on base-port + i - 1.
+    #[arg(long, default_value_t = 7001, value_parser = clap::value_parser!(u16).range(1..))]
+    pub base_port: u16,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("expect").required(true).multiple(false)))]
+pub struct CasArgs {
+    pub key: OsString,
+    /// The value to write.
+    pub new: OsString,
+    /// The key must currently have this value.
+    #[arg(long, group = "expect")]
+    pub expect_value: Option<OsString>,
+    /// The key must currently have this mod revision.
+    #[arg(long, group = "expect")]
+    pub expect_revision: Option<u64>,
+    /// The key must currently be absent.
+    #[arg(long, group = "expect")]
+    pub expect_absent: bool,
+}
+
+impl CasArgs {
+    pub fn condition(&self) -> Condition {
+        match (&self.expect_value, self.expect_revision) {
+            (Some(value), _) => Condition::Value(bytes(value)),
+            (None, Some(revision)) => Condition::Revision(revision),
+            (None, None) => Condition::Absent,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ConsistencyArg {
+    /// The leader confirms its leadership with a quorum first.
+    Linearizable,
+    /// The leader reads under its lease; relies on bounded clock drift.
+    Lease,
+    /// Any replica reads its applied state; may be stale.
+    Follower,
+}
+
+impl From<ConsistencyArg> for Consistency {
+    fn from(consistency: ConsistencyArg) -> Self {
+        match consistency {
+            ConsistencyArg::Linearizable => Consistency::Linearizable,
+            ConsistencyArg::Lease => Consistency::Lease,
+            ConsistencyArg::Follower => Consistency::Follower,
+        }
+    }
+}
+
+/// An argument's raw bytes: keys and values need not be UTF-8.
+pub fn bytes(arg: &OsString) -> Vec<u8> {
+    arg.clone().into_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("keel").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cas_needs_exactly_one_expectation() {
+        let condition = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Cas(cas)) => Ok(cas.condition()),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(error) => Err(error.kind()),
+        };
+        use clap::error::ErrorKind;
+        let cases: Vec<(&[&str], Result<Condition, ErrorKind>)> = vec![
+            (
+                &["cas", "k", "v", "--expect-value", "old"],
+                Ok(Condition::Value(b"old".to_vec())),
+            ),
+            (
+                &["cas", "k", "v", "--expect-revision", "7"],
+                Ok(Condition::Revision(7)),
+            ),
+            (&["cas", "k", "v", "--expect-absent"], Ok(Condition::Absent)),
+            (&["cas", "k", "v"], Err(ErrorKind::MissingRequiredArgument)),
+            (
+                &["cas", "k", "v", "--expect-absent", "--expect-revision", "7"],
+                Err(ErrorKind::ArgumentConflict),
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(condition(args), expected, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn global_options_go_anywhere_and_endpoints_split_on_commas() {
+        let cli = parse(&["get", "k", "--endpoints", "a:1,b:2", "--output", "json"]).unwrap();
+        assert_eq!(cli.global.endpoints, ["a:1", "b:2"]);
+        assert_eq!(cli.global.output, Output::Json);
+        let cli = parse(&["--consistency", "follower", "get", "k"]);
+        assert!(cli.is_err(), "--consistency belongs to get, not to keel");
+    }
+
+    #[test]
+    fn usage_errors_exit_with_two() {
+        for args in [
+            &["get"][..],
+            &["scan", "--limit", "0"],
+            &["dev", "--nodes", "0"],
+            &["nope"],
+        ] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The client commands: call keel-client, hand the results to `output`, print. Knows nothing
+//! of servers; formatting and exit codes live in `output`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use keel_client::{Client, ClientOptions, DeleteOptions, PutOptions};
+use keel_types::{Consistency, KvError, limits, validate::show_key};
+
+use crate::args::{ClusterCommand, Command, Global, bytes};
+use crate::output::{self, Output, Report, StatusRow, code};
+
+/// Runs one client command, prints its output, and returns the exit code.
+pub async fn run(global: &Global, command: Command) -> u8 {
+    let report = match report(global, command).await {
+        Ok(report) => report,
+        Err(error) => output::error(&error, global.output),
+    };
+    print(&report)
+}
+
+pub fn print(report: &Report) -> u8 {
+    // A closed pipe (`keel scan | head`) is not an error of the command.
+    let _ = std::io::stdout().lock().write_all(&report.stdout);
+    let _ = std::io::stdout().flush();
+    if !report.stderr.is_empty() {
+        eprintln!("{}", report.stderr);
+    }
+    report.code
+}
+
+fn options(global: &Global) -> ClientOptions {
+    let timeout = Duration::from_millis(global.timeout_ms);
+    let defaults = ClientOptions::default();
+    ClientOptions {
+        request_timeout: timeout,
+        read_attempt_timeout: defaults.read_attempt_timeout.min(timeout),
+        connect_timeout: defaults.connect_timeout.min(timeout),
+    }
+}
+
+async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
+    let client = Client::new(global.endpoints.clone(), options(global))?;
+    let out = global.output;
+    match command {
+        Command::Put { key, value } => {
+            let result = client
+                .put(&bytes(&key), &bytes(&value), PutOptions::default())
+                .await?;
+            Ok(output::put(&result, out))
+        }
+        Command::Get { key, consistency } => {
+            let key = bytes(&key);
+            let result = client.get(&key, consistency.into()).await?;
+            Ok(output::get(&key, &result, out))
+        }
+        Command::Del { key } => {
+            let key = bytes(&key);
+            let result = client.delete(&key, DeleteOptions::default()).await?;
+            Ok(output::delete(&key, &result, out))
+        }
+        Command::Cas(cas) => {
+            let options = PutOptions {
+                condition: Some(cas.condition()),
+                return_previous: false,
+            };
+            let result = client
+                .put(&bytes(&cas.key), &bytes(&cas.new), options)
+                .await?;
+            Ok(output::put(&result, out))
+        }
+        Command::Scan {
+            start,
+            end,
+            limit,
+            consistency,
+        } => {
+            let start = start.as_ref().map(bytes).unwrap_or_default();
+            let end = end.as_ref().map(bytes).unwrap_or_default();
+            scan(&client, (start, end), limit, consistency.into(), out).await
+        }
+        Command::Cluster(ClusterCommand::Status) => Ok(output::status(
+            &status(&client, &global.endpoints).await,
+            out,
+        )),
+        Command::Serve(_) | Command::Dev(_) => {
+            unreachable!("main runs serve and dev; only client commands come here")
+        }
+    }
+}
+
+/// Prints pages of `[start, end)` as they arrive, until `limit` rows or the end.
+async fn scan(
+    client: &Client,
+    (mut start, end): (Vec<u8>, Vec<u8>),
+    limit: u32,
+    consistency: Consistency,
+    out: Output,
+) -> Result<Report, KvError> {
+    let mut remaining = limit;
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let page_limit = remaining.min(limits::SCAN_LIMIT_MAX);
+        let page = client.scan(&start, &end, page_limit, consistency).await?;
+        remaining = remaining.saturating_sub(page.kvs.len() as u32);
+        if stdout
+            .write_all(&output::scan_rows(&page.kvs, out))
+            .is_err()
+        {
+            return Ok(Report::default());
+        }
+        let Some(next) = page.next_start else {
+            return Ok(Report::default());
+        };
+        if next <= start {
+            return Err(KvError::fatal(format!(
+                "scan made no progress: next page starts at {}, not after {}",
+                show_key(&next),
+                show_key(&start)
+            )));
+        }
+        if remaining == 0 {
+            let last = page.kvs.last().map_or(&next, |kv| &kv.key);
+            let stderr = format!(
+                "more keys follow {}; raise --limit to see them",
+                show_key(last)
+            );
+            return Ok(Report {
+                stderr,
+                code: code::OK,
+                stdout: Vec::new(),
+            });
+        }
+        start = next;
+    }
+}
+
+/// Asks every endpoint at once; one row per endpoint, in the order given.
+async fn status(client: &Client, endpoints: &[String]) -> Vec<StatusRow> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, endpoint) in endpoints.iter().enumerate() {
+        let client = client.clone();
+        let endpoint = endpoint.clone();
+        tasks.spawn(async move {
+            let answer = client.status(&endpoint).await;
+            (index, (endpoint, answer))
+        });
+    }
+    let mut rows: Vec<(usize, StatusRow)> = tasks.join_all().await.into_iter().collect();
+    rows.sort_by_key(|(index, _)| *index);
+    rows.into_iter().map(|(_, row)| row).collect()
+}

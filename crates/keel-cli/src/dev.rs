@@ -1,0 +1,336 @@
+//! `keel dev`: a local cluster of child `keel serve` processes, for trying Keel out. Knows
+//! nothing of the server's internals: it starts the same binary with `serve` flags and asks
+//! the nodes for their status over gRPC.
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use keel_client::{Client, ClientOptions};
+use keel_types::NodeId;
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::args::{DevArgs, ENDPOINTS_DEFAULT};
+
+/// How long the cluster may take to elect its first leader.
+const LEADER_WAIT: Duration = Duration::from_secs(30);
+/// How long children get to stop after SIGTERM before they get SIGKILL.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+/// Pause between two rounds of status requests while waiting for a leader.
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// One node of the planned cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePlan {
+    pub node_id: NodeId,
+    pub listen: String,
+    pub data_dir: PathBuf,
+}
+
+/// The whole cluster, decided before anything starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub nodes: Vec<NodePlan>,
+    /// `1=127.0.0.1:7001,2=...`, as `serve --initial-cluster` takes it.
+    pub initial_cluster: String,
+}
+
+/// Plans `nodes` nodes on consecutive loopback ports from `base_port`, data under `data_dir`.
+pub fn plan(nodes: u16, base_port: u16, data_dir: &Path) -> anyhow::Result<Plan> {
+    let last = u32::from(base_port) + u32::from(nodes) - 1;
+    if nodes == 0 || last > u32::from(u16::MAX) {
+        bail!("{nodes} nodes from port {base_port} do not fit below port 65536");
+    }
+    let nodes: Vec<NodePlan> = (1..=u64::from(nodes))
+        .map(|node_id| NodePlan {
+            node_id,
+            listen: format!("127.0.0.1:{}", u64::from(base_port) + node_id - 1),
+            data_dir: data_dir.join(format!("node-{node_id}")),
+        })
+        .collect();
+    let initial_cluster = nodes
+        .iter()
+        .map(|node| format!("{}={}", node.node_id, node.listen))
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(Plan {
+        nodes,
+        initial_cluster,
+    })
+}
+
+impl Plan {
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(|node| node.listen.clone()).collect()
+    }
+}
+
+/// What `keel dev` prints once the cluster has a leader.
+pub fn banner(plan: &Plan, leader: NodeId) -> String {
+    let endpoints = plan.endpoints().join(",");
+    let flag = if endpoints == ENDPOINTS_DEFAULT {
+        String::new()
+    } else {
+        format!(" --endpoints {endpoints}")
+    };
+    let nodes = match plan.nodes.len() {
+        1 => "1 node".to_string(),
+        count => format!("{count} nodes"),
+    };
+    format!(
+        "keel dev: {nodes} up, node {leader} leads\n\
+         endpoints: {endpoints}\n\
+         try:       keel{flag} put hello world && keel{flag} get hello\n\
+         Ctrl-C stops the cluster.\n"
+    )
+}
+
+/// Runs the cluster until SIGINT/SIGTERM (then stops it and returns Ok) or until a node
+/// exits on its own (then stops the rest and returns the error).
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let data_dir = match args.data_dir {
+        Some(dir) => dir,
+        None => tempfile::Builder::new()
+            .prefix("keel-dev-")
+            .tempdir()
+            .context("creating a data directory under the system temp dir")?
+            .keep(),
+    };
+    let plan = plan(args.nodes, args.base_port, &data_dir)?;
+    println!(
+        "keel dev: data in {} (logs: node-<i>/keel.log)",
+        data_dir.display()
+    );
+    let mut cluster = Cluster::start(&plan)?;
+    let outcome = cluster.serve(&plan).await;
+    cluster.stop().await;
+    if outcome.is_ok() {
+        println!("keel dev: stopped; data kept in {}", data_dir.display());
+    }
+    outcome
+}
+
+/// The running children, and the channel their exits arrive on.
+struct Cluster {
+    /// (node id, pid) of children whose exit has not been seen.
+    alive: Vec<(NodeId, u32)>,
+    exits: mpsc::Receiver<(NodeId, std::io::Result<ExitStatus>)>,
+    logs: Vec<(NodeId, PathBuf)>,
+}
+
+impl Cluster {
+    /// Spawns one child per node; if one cannot start, the ones started are stopped.
+    fn start(plan: &Plan) -> anyhow::Result<Cluster> {
+        let exe = std::env::current_exe().context("finding the keel binary")?;
+        let (sender, exits) = mpsc::channel(plan.nodes.len());
+        let mut cluster = Cluster {
+            alive: Vec::new(),
+            exits,
+            logs: Vec::new(),
+        };
+        for node in &plan.nodes {
+            match spawn(&exe, node, &plan.initial_cluster, sender.clone()) {
+                Ok((pid, log)) => {
+                    cluster.alive.push((node.node_id, pid));
+                    cluster.logs.push((node.node_id, log));
+                }
+                Err(error) => {
+                    signal_all(&cluster.alive, libc::SIGKILL);
+                    return Err(error.context(format!("starting node {}", node.node_id)));
+                }
+            }
+        }
+        Ok(cluster)
+    }
+
+    /// Waits for a leader, prints the banner, then waits for a signal or a child's exit.
+    async fn serve(&mut self, plan: &Plan) -> anyhow::Result<()> {
+        let endpoints = plan.endpoints();
+        let leader = tokio::select! {
+            leader = wait_for_leader(&endpoints) => leader?,
+            exit = self.exits.recv() => return Err(self.died(exit)),
+        };
+        print!("{}", banner(plan, leader));
+        tokio::select! {
+            signal = shutdown_signal() => {
+                println!("keel dev: {}, stopping the cluster", signal?);
+                Ok(())
+            }
+            exit = self.exits.recv() => Err(self.died(exit)),
+        }
+    }
+
+    /// The error for a child that exited on its own.
+    fn died(&mut self, exit: Option<(NodeId, std::io::Result<ExitStatus>)>) -> anyhow::Error {
+        let Some((node_id, status)) = exit else {
+            return anyhow::anyhow!("lost track of the child processes");
+        };
+        self.alive.retain(|(id, _)| *id != node_id);
+        let log = self
+            .logs
+            .iter()
+            .find(|(id, _)| *id == node_id)
+            .map(|(_, log)| log.display().to_string())
+            .unwrap_or_default();
+        match status {
+            Ok(status) => anyhow::anyhow!("node {node_id} exited early ({status}); see {log}"),
+            Err(error) => {
+                anyhow::anyhow!("node {node_id} could not be waited on ({error}); see {log}")
+            }
+        }
+    }
+
+    /// SIGTERM to every child, then SIGKILL to those still running after `STOP_WAIT`.
+    async fn stop(&mut self) {
+        signal_all(&self.alive, libc::SIGTERM);
+        let deadline = Instant::now() + STOP_WAIT;
+        self.reap_until(deadline).await;
+        if !self.alive.is_empty() {
+            eprintln!(
+                "keel dev: nodes {:?} did not stop in time; killing them",
+                self.ids()
+            );
+            signal_all(&self.alive, libc::SIGKILL);
+            self.reap_until(Instant::now() + STOP_WAIT).await;
+        }
+    }
+
+    async fn reap_until(&mut self, deadline: Instant) {
+        while !self.alive.is_empty() {
+            match tokio::time::timeout_at(deadline, self.exits.recv()).await {
+                Ok(Some((node_id, _))) => self.alive.retain(|(id, _)| *id != node_id),
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+
+    fn ids(&self) -> Vec<NodeId> {
+        self.alive.iter().map(|(id, _)| *id).collect()
+    }
+}
+
+/// Starts `exe serve ...` for `node`, logging to `<data dir>/keel.log`; a task reports its
+/// exit on `exits`. Returns the pid and the log path.
+fn spawn(
+    exe: &Path,
+    node: &NodePlan,
+    initial_cluster: &str,
+    exits: mpsc::Sender<(NodeId, std::io::Result<ExitStatus>)>,
+) -> anyhow::Result<(u32, PathBuf)> {
+    std::fs::create_dir_all(&node.data_dir)
+        .with_context(|| format!("creating {}", node.data_dir.display()))?;
+    let log_path = node.data_dir.join("keel.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let mut child = Command::new(exe)
+        .arg("serve")
+        .args(["--node-id", &node.node_id.to_string()])
+        .args(["--listen", &node.listen])
+        .arg("--data-dir")
+        .arg(&node.data_dir)
+        .args(["--initial-cluster", initial_cluster])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Own process group: Ctrl-C reaches only `keel dev`, which stops the nodes in order.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("spawning {}", exe.display()))?;
+    let pid = child.id().context("the child exited before it got a pid")?;
+    let node_id = node.node_id;
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        // The receiver is gone only when `keel dev` itself is ending.
+        let _ = exits.send((node_id, status)).await;
+    });
+    Ok((pid, log_path))
+}
+
+fn signal_all(children: &[(NodeId, u32)], signal: libc::c_int) {
+    for (_, pid) in children {
+        let Ok(pid) = libc::pid_t::try_from(*pid) else {
+            continue;
+        };
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours. `pid` is a child
+        // we spawned and have not yet seen exit, so it has not been reaped and reused.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+/// Polls the nodes' status until one reports a leader, for at most `LEADER_WAIT`.
+async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<NodeId> {
+    let options = ClientOptions {
+        request_timeout: Duration::from_millis(500),
+        read_attempt_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(200),
+    };
+    let client = Client::new(endpoints.to_vec(), options)?;
+    let deadline = Instant::now() + LEADER_WAIT;
+    while Instant::now() < deadline {
+        for endpoint in endpoints {
+            let Ok(status) = client.status(endpoint).await else {
+                continue;
+            };
+            if let Some(leader) = status.ranges.iter().find_map(|range| range.leader_id) {
+                return Ok(leader);
+            }
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    bail!(
+        "no leader within {} s; see the nodes' keel.log",
+        LEADER_WAIT.as_secs()
+    )
+}
+
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    tokio::select! {
+        _ = terminate.recv() => Ok("SIGTERM"),
+        _ = interrupt.recv() => Ok("SIGINT"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_puts_nodes_on_consecutive_ports() {
+        let three = plan(3, 7001, Path::new("/d")).unwrap();
+        assert_eq!(
+            three.initial_cluster,
+            "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"
+        );
+        assert_eq!(three.nodes[2].data_dir, Path::new("/d/node-3"));
+        assert_eq!(three.endpoints().join(","), ENDPOINTS_DEFAULT);
+        assert!(plan(2, 65535, Path::new("/d")).is_err());
+        assert!(plan(1, 65535, Path::new("/d")).is_ok());
+    }
+
+    #[test]
+    fn banner_names_endpoints_only_when_not_default() {
+        let default = banner(&plan(3, 7001, Path::new("/d")).unwrap(), 2);
+        assert!(
+            default.contains("try:       keel put hello world"),
+            "{default}"
+        );
+        assert!(default.contains("3 nodes up, node 2 leads"), "{default}");
+        let other = banner(&plan(1, 9000, Path::new("/d")).unwrap(), 1);
+        assert!(
+            other.contains("keel --endpoints 127.0.0.1:9000 put hello world"),
+            "{other}"
+        );
+    }
+}

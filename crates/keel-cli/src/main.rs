@@ -1,0 +1,65 @@
+//! The `keel` binary: `serve` one node, run a local `dev` cluster, or talk to a cluster
+//! (`put`, `get`, `del`, `cas`, `scan`, `cluster status`). Its only server-side dependency is
+//! `keel_server::{ServeArgs, run}`; the client commands use keel-client alone.
+
+mod args;
+mod commands;
+mod dev;
+mod output;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::args::{Cli, Command};
+use crate::output::code;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.command);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: starting the async runtime: {error}");
+            return ExitCode::from(code::UNAVAILABLE);
+        }
+    };
+    ExitCode::from(runtime.block_on(run(cli)))
+}
+
+async fn run(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Serve(args) => match keel_server::run(*args).await {
+            Ok(()) => code::OK,
+            Err(error) => {
+                eprintln!("error: keel serve: {error:#}");
+                code::UNAVAILABLE
+            }
+        },
+        Command::Dev(args) => match dev::run(args).await {
+            Ok(()) => code::OK,
+            Err(error) => {
+                eprintln!("error: keel dev: {error:#}");
+                code::UNAVAILABLE
+            }
+        },
+        command => commands::run(&cli.global, command).await,
+    }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG`; a node logs `info` by default, the client
+/// commands only warnings.
+fn init_tracing(command: &Command) {
+    let default = match command {
+        Command::Serve(_) | Command::Dev(_) => "info",
+        _ => "warn",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}

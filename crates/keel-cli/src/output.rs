@@ -1,0 +1,324 @@
+//! What the client commands print and which exit code they end with, as pure functions of
+//! their results. Knows nothing of the network or of clap.
+
+use keel_client::{DeleteResult, GetResult, PutResult};
+use keel_proto::v1;
+use keel_types::{ConditionFailed, KeyValue, KvError, validate::show_key};
+use serde_json::{Value, json};
+
+/// Exit codes of the `keel` binary.
+pub mod code {
+    pub const OK: u8 = 0;
+    /// `get` found no key; `cas` found its condition false.
+    pub const NOT_FOUND_OR_FAILED: u8 = 1;
+    /// Bad usage or an argument the cluster refused.
+    pub const USAGE: u8 = 2;
+    /// Unavailable, timed out, outcome unknown, or a node stopped.
+    pub const UNAVAILABLE: u8 = 3;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// What one command prints and how it exits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub stdout: Vec<u8>,
+    /// One line (or empty); printed to stderr.
+    pub stderr: String,
+    pub code: u8,
+}
+
+impl Report {
+    fn ok(stdout: Vec<u8>) -> Report {
+        Report {
+            stdout,
+            ..Report::default()
+        }
+    }
+}
+
+pub fn exit_code(error: &KvError) -> u8 {
+    match error {
+        KvError::ConditionFailed(_) => code::NOT_FOUND_OR_FAILED,
+        KvError::InvalidArgument { .. } => code::USAGE,
+        KvError::NotLeader { .. }
+        | KvError::Unavailable { .. }
+        | KvError::Timeout { .. }
+        | KvError::OutcomeUnknown { .. }
+        | KvError::Fatal { .. } => code::UNAVAILABLE,
+    }
+}
+
+/// An error as one stderr line (and, for a failed condition in json mode, the current state
+/// on stdout).
+pub fn error(error: &KvError, output: Output) -> Report {
+    let (stdout, stderr) = match error {
+        KvError::ConditionFailed(failed) => (
+            condition_failed_json(failed, output),
+            condition_failed_line(failed),
+        ),
+        error => (Vec::new(), format!("error: {error}")),
+    };
+    Report {
+        stdout,
+        stderr,
+        code: exit_code(error),
+    }
+}
+
+pub fn get(key: &[u8], result: &GetResult, output: Output) -> Report {
+    let mut report = match (&result.kv, output) {
+        (Some(kv), Output::Text) => Report::ok(line(&kv.value)),
+        (None, Output::Text) => Report::default(),
+        (kv, Output::Json) => {
+            let mut value = json!({
+                "key": bytes(key),
+                "found": kv.is_some(),
+                "revision": result.revision,
+                "served_by": result.served_by,
+            });
+            if let Some(kv) = kv {
+                value["value"] = bytes(&kv.value);
+                value["create_revision"] = json!(kv.create_revision);
+                value["mod_revision"] = json!(kv.mod_revision);
+            }
+            Report::ok(json_line(&value))
+        }
+    };
+    if result.kv.is_none() {
+        report.stderr = format!("key {} not found", show_key(key));
+        report.code = code::NOT_FOUND_OR_FAILED;
+    }
+    report
+}
+
+/// A put or a successful cas.
+pub fn put(result: &PutResult, output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text => line(format!("OK (revision {})", result.revision).as_bytes()),
+        Output::Json => json_line(&json!({ "succeeded": true, "revision": result.revision })),
+    })
+}
+
+pub fn delete(key: &[u8], result: &DeleteResult, output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text if result.deleted => {
+            line(format!("deleted (revision {})", result.revision).as_bytes())
+        }
+        Output::Text => line(format!("key {} was absent", show_key(key)).as_bytes()),
+        Output::Json => {
+            json_line(&json!({ "deleted": result.deleted, "revision": result.revision }))
+        }
+    })
+}
+
+/// Rows of a scan page: `key<TAB>value` lines (raw bytes) or one JSON object per line.
+pub fn scan_rows(kvs: &[KeyValue], output: Output) -> Vec<u8> {
+    let mut out = Vec::new();
+    for kv in kvs {
+        match output {
+            Output::Text => {
+                out.extend_from_slice(&kv.key);
+                out.push(b'\t');
+                out.extend_from_slice(&kv.value);
+                out.push(b'\n');
+            }
+            Output::Json => out.extend(json_line(&kv_json(kv))),
+        }
+    }
+    out
+}
+
+/// The answer of one endpoint to `cluster status`.
+pub type StatusRow = (String, Result<v1::StatusResponse, KvError>);
+
+/// `cluster status`: a table (one row per node and range) or a JSON array; exit 3 when no
+/// endpoint answered.
+pub fn status(rows: &[StatusRow], output: Output) -> Report {
+    let stdout = match output {
+        Output::Text => status_table(rows),
+        Output::Json => json_line(&Value::Array(rows.iter().map(status_json).collect())),
+    };
+    let answered = rows.iter().any(|(_, answer)| answer.is_ok());
+    let mut report = Report::ok(stdout);
+    if !answered {
+        report.stderr = "error: no endpoint answered".to_string();
+        report.code = code::UNAVAILABLE;
+    }
+    report
+}
+
+fn status_table(rows: &[StatusRow]) -> Vec<u8> {
+    let header = [
+        "node", "addr", "healthy", "role", "leader", "term", "commit", "applied", "revision",
+    ];
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for (endpoint, answer) in rows {
+        match answer {
+            Ok(status) => table.extend(status_cells(status)),
+            Err(error) => table.push(unreachable_cells(endpoint, error)),
+        }
+    }
+    align(&table).into_bytes()
+}
+
+fn status_cells(status: &v1::StatusResponse) -> Vec<Vec<String>> {
+    let node = |range: Option<&v1::RangeStatus>| {
+        let leader = range
+            .and_then(|r| r.leader_id)
+            .map_or("-".to_string(), |id| id.to_string());
+        let number =
+            |f: fn(&v1::RangeStatus) -> u64| range.map_or("-".to_string(), |r| f(r).to_string());
+        vec![
+            status.node_id.to_string(),
+            status.addr.clone(),
+            if status.healthy { "yes" } else { "no" }.to_string(),
+            range.map_or("-".to_string(), |r| r.role.clone()),
+            leader,
+            number(|r| r.term),
+            number(|r| r.commit_index),
+            number(|r| r.applied_index),
+            number(|r| r.revision),
+        ]
+    };
+    if status.ranges.is_empty() {
+        return vec![node(None)];
+    }
+    status
+        .ranges
+        .iter()
+        .map(|range| node(Some(range)))
+        .collect()
+}
+
+fn unreachable_cells(endpoint: &str, error: &KvError) -> Vec<String> {
+    let mut cells = vec![
+        "?".to_string(),
+        endpoint.to_string(),
+        format!("unreachable: {error}"),
+    ];
+    cells.extend(std::iter::repeat_n("-".to_string(), 6));
+    cells
+}
+
+/// Columns padded to their widest cell; the last column is not padded.
+fn align(table: &[Vec<String>]) -> String {
+    let columns = table.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            table
+                .iter()
+                .filter_map(|row| row.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut text = String::new();
+    for row in table {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                if c + 1 == row.len() {
+                    cell.clone()
+                } else {
+                    format!("{cell:<width$}", width = widths[c])
+                }
+            })
+            .collect();
+        text.push_str(&cells.join("  "));
+        text.push('\n');
+    }
+    text
+}
+
+fn status_json((endpoint, answer): &StatusRow) -> Value {
+    let status = match answer {
+        Ok(status) => status,
+        Err(error) => return json!({ "endpoint": endpoint, "error": error.to_string() }),
+    };
+    let ranges: Vec<Value> = status
+        .ranges
+        .iter()
+        .map(|r| {
+            json!({
+                "range_id": r.range_id, "role": r.role, "leader": r.leader_id, "term": r.term,
+                "commit": r.commit_index, "applied": r.applied_index,
+                "last_log_index": r.last_log_index, "revision": r.revision,
+                "members": r.members.iter().map(|m| json!({"node_id": m.node_id, "addr": m.addr, "voter": m.voter})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "endpoint": endpoint, "node_id": status.node_id, "addr": status.addr,
+        "healthy": status.healthy, "message": status.message, "version": status.version,
+        "ranges": ranges,
+    })
+}
+
+fn condition_failed_line(failed: &ConditionFailed) -> String {
+    let key = show_key(&failed.key);
+    match &failed.current {
+        Some(kv) => format!(
+            "condition failed: key {key} has value {} at revision {}",
+            show_key(&kv.value),
+            kv.mod_revision
+        ),
+        None => format!(
+            "condition failed: key {key} is absent (range revision {})",
+            failed.revision
+        ),
+    }
+}
+
+fn condition_failed_json(failed: &ConditionFailed, output: Output) -> Vec<u8> {
+    if output == Output::Text {
+        return Vec::new();
+    }
+    json_line(&json!({
+        "succeeded": false,
+        "key": bytes(&failed.key),
+        "current": failed.current.as_ref().map(kv_json),
+        "revision": failed.revision,
+    }))
+}
+
+fn kv_json(kv: &KeyValue) -> Value {
+    json!({
+        "key": bytes(&kv.key),
+        "value": bytes(&kv.value),
+        "create_revision": kv.create_revision,
+        "mod_revision": kv.mod_revision,
+    })
+}
+
+/// Bytes in JSON: a string when they are UTF-8, else `{"hex": "..."}`.
+pub fn bytes(data: &[u8]) -> Value {
+    match std::str::from_utf8(data) {
+        Ok(text) => Value::String(text.to_string()),
+        Err(_) => {
+            let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+            json!({ "hex": hex })
+        }
+    }
+}
+
+fn json_line(value: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(value).expect("a serde_json::Value always serializes");
+    out.push(b'\n');
+    out
+}
+
+fn line(data: &[u8]) -> Vec<u8> {
+    let mut out = data.to_vec();
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests;

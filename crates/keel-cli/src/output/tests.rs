@@ -1,0 +1,280 @@
+//! Table tests of what the commands print and how they exit.
+
+use super::*;
+use keel_types::RangeId;
+
+fn kv(key: &[u8], value: &[u8]) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        create_revision: 3,
+        mod_revision: 7,
+    }
+}
+
+fn text(report: &Report) -> String {
+    String::from_utf8(report.stdout.clone()).unwrap()
+}
+
+/// Parsed JSON, so tests do not depend on key order.
+fn parsed(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+#[test]
+fn exit_codes_follow_the_table() {
+    let failed = KvError::ConditionFailed(ConditionFailed {
+        op_index: 0,
+        key: b"k".to_vec(),
+        current: None,
+        revision: 1,
+    });
+    let cases = [
+        (failed, 1),
+        (KvError::invalid("key is empty"), 2),
+        (KvError::unavailable("no quorum"), 3),
+        (
+            KvError::Timeout {
+                message: "t".into(),
+            },
+            3,
+        ),
+        (
+            KvError::OutcomeUnknown {
+                message: "u".into(),
+            },
+            3,
+        ),
+        (KvError::fatal("disk"), 3),
+        (
+            KvError::NotLeader {
+                range_id: RangeId(1),
+                leader: None,
+            },
+            3,
+        ),
+    ];
+    for (error, expected) in cases {
+        assert_eq!(exit_code(&error), expected, "{error:?}");
+        assert_eq!(super::error(&error, Output::Text).code, expected);
+    }
+}
+
+#[test]
+fn get_prints_the_value_alone_or_json() {
+    let found = GetResult {
+        kv: Some(kv(b"hello", b"world")),
+        revision: 9,
+        served_by: 2,
+    };
+    let absent = GetResult {
+        kv: None,
+        revision: 9,
+        served_by: 2,
+    };
+    let cases = [
+        (&found, Output::Text, "world\n", "", 0),
+        (&absent, Output::Text, "", "key \"hello\" not found", 1),
+        (
+            &found,
+            Output::Json,
+            r#"{"create_revision":3,"found":true,"key":"hello","mod_revision":7,"revision":9,"served_by":2,"value":"world"}"#,
+            "",
+            0,
+        ),
+        (
+            &absent,
+            Output::Json,
+            r#"{"found":false,"key":"hello","revision":9,"served_by":2}"#,
+            "key \"hello\" not found",
+            1,
+        ),
+    ];
+    for (result, output, stdout, stderr, code) in cases {
+        let report = get(b"hello", result, output);
+        match output {
+            Output::Text => assert_eq!(text(&report), stdout),
+            Output::Json => assert_eq!(parsed(&text(&report)), parsed(stdout)),
+        }
+        assert_eq!((report.stderr.as_str(), report.code), (stderr, code));
+    }
+}
+
+#[test]
+fn get_keeps_raw_bytes_in_text_and_hex_in_json() {
+    let result = GetResult {
+        kv: Some(kv(b"k", &[0xff, 0x00])),
+        revision: 1,
+        served_by: 1,
+    };
+    assert_eq!(
+        get(b"k", &result, Output::Text).stdout,
+        vec![0xff, 0x00, b'\n']
+    );
+    let json = parsed(&text(&get(b"k", &result, Output::Json)));
+    assert_eq!(json["value"], parsed(r#"{"hex":"ff00"}"#));
+}
+
+#[test]
+fn writes_print_their_revision() {
+    let put_result = PutResult {
+        revision: 12,
+        previous: None,
+    };
+    let deleted = DeleteResult {
+        revision: 13,
+        deleted: true,
+        previous: None,
+    };
+    let absent = DeleteResult {
+        deleted: false,
+        ..deleted.clone()
+    };
+    let cases = [
+        (put(&put_result, Output::Text), "OK (revision 12)\n"),
+        (
+            put(&put_result, Output::Json),
+            "{\"revision\":12,\"succeeded\":true}\n",
+        ),
+        (
+            delete(b"k", &deleted, Output::Text),
+            "deleted (revision 13)\n",
+        ),
+        (
+            delete(b"k", &absent, Output::Text),
+            "key \"k\" was absent\n",
+        ),
+        (
+            delete(b"k", &absent, Output::Json),
+            "{\"deleted\":false,\"revision\":13}\n",
+        ),
+    ];
+    for (report, expected) in cases {
+        match expected.starts_with('{') {
+            true => assert_eq!(parsed(&text(&report)), parsed(expected)),
+            false => assert_eq!(text(&report), expected),
+        }
+        assert_eq!(report.code, 0);
+    }
+}
+
+#[test]
+fn failed_condition_names_the_current_state() {
+    let present = KvError::ConditionFailed(ConditionFailed {
+        op_index: 0,
+        key: b"k".to_vec(),
+        current: Some(kv(b"k", b"v1")),
+        revision: 8,
+    });
+    let absent = KvError::ConditionFailed(ConditionFailed {
+        op_index: 0,
+        key: b"k".to_vec(),
+        current: None,
+        revision: 8,
+    });
+    let report = error(&present, Output::Text);
+    assert_eq!(
+        report.stderr,
+        "condition failed: key \"k\" has value \"v1\" at revision 7"
+    );
+    assert!(report.stdout.is_empty());
+    let report = error(&absent, Output::Text);
+    assert_eq!(
+        report.stderr,
+        "condition failed: key \"k\" is absent (range revision 8)"
+    );
+    let report = error(&present, Output::Json);
+    let json = parsed(&text(&report));
+    assert_eq!(json["succeeded"], false);
+    assert_eq!(json["current"]["value"], "v1");
+    assert_eq!(report.code, 1);
+}
+
+#[test]
+fn scan_rows_are_tab_separated_or_json_lines() {
+    let kvs = [kv(b"a", b"1"), kv(b"b", b"2")];
+    assert_eq!(scan_rows(&kvs, Output::Text), b"a\t1\nb\t2\n");
+    let json = String::from_utf8(scan_rows(&kvs, Output::Json)).unwrap();
+    assert_eq!(json.lines().count(), 2);
+    let first = json.lines().next().unwrap();
+    let expected = r#"{"create_revision":3,"key":"a","mod_revision":7,"value":"1"}"#;
+    assert_eq!(parsed(first), parsed(expected));
+}
+
+fn node_status(node_id: u64, leader: Option<u64>) -> v1::StatusResponse {
+    v1::StatusResponse {
+        node_id,
+        addr: format!("127.0.0.1:700{node_id}"),
+        healthy: true,
+        message: String::new(),
+        ranges: vec![v1::RangeStatus {
+            range_id: 1,
+            leader_id: leader,
+            term: 2,
+            commit_index: 10,
+            applied_index: 9,
+            last_log_index: 10,
+            revision: 5,
+            role: if leader == Some(node_id) {
+                "leader"
+            } else {
+                "follower"
+            }
+            .to_string(),
+            members: vec![],
+        }],
+        version: "0.1.0".to_string(),
+    }
+}
+
+#[test]
+fn cluster_status_is_a_table_with_unreachable_rows() {
+    let rows: Vec<StatusRow> = vec![
+        ("127.0.0.1:7001".into(), Ok(node_status(1, Some(1)))),
+        (
+            "127.0.0.1:7002".into(),
+            Err(KvError::unavailable("refused")),
+        ),
+    ];
+    let report = status(&rows, Output::Text);
+    let table = text(&report);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert!(
+        lines[0].starts_with("node  addr            healthy"),
+        "{table}"
+    );
+    let cells: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        cells,
+        [
+            "1",
+            "127.0.0.1:7001",
+            "yes",
+            "leader",
+            "1",
+            "2",
+            "10",
+            "9",
+            "5"
+        ]
+    );
+    assert!(lines[2].starts_with("?     127.0.0.1:7002  unreachable: unavailable: refused"));
+    assert_eq!(report.code, 0);
+
+    let json = parsed(&text(&status(&rows, Output::Json)));
+    assert_eq!(json[0]["endpoint"], "127.0.0.1:7001");
+    assert_eq!(json[0]["ranges"][0]["leader"], 1);
+    assert_eq!(
+        json[1],
+        parsed(r#"{"endpoint":"127.0.0.1:7002","error":"unavailable: refused"}"#)
+    );
+}
+
+#[test]
+fn cluster_status_fails_when_nobody_answers() {
+    let rows: Vec<StatusRow> = vec![("a:1".into(), Err(KvError::unavailable("refused")))];
+    let report = status(&rows, Output::Text);
+    assert_eq!(report.code, 3);
+    assert_eq!(report.stderr, "error: no endpoint answered");
+}

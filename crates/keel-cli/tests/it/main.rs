@@ -1,0 +1,4 @@
+//! Integration tests of the `keel` binary.
+
+mod help;
+mod process;

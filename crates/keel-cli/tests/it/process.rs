@@ -1,0 +1,247 @@
+//! Real `keel serve` processes: acknowledged writes survive kill -9 of the leader, the
+//! re-election, and the killed node's restart and catch-up.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_client::{Client, ClientOptions, PutOptions};
+use keel_types::{Consistency, KvError, NodeId};
+use tokio::sync::Mutex;
+
+const WRITES: usize = 1_000;
+const WRITERS: usize = 16;
+const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Three `keel serve` children; killed when dropped, whatever the test did.
+struct Processes {
+    dir: tempfile::TempDir,
+    endpoints: BTreeMap<NodeId, String>,
+    children: BTreeMap<NodeId, Child>,
+}
+
+impl Processes {
+    fn start(size: u64) -> Processes {
+        let endpoints = (1..=size)
+            .map(|id| {
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                (id, listener.local_addr().unwrap().to_string())
+            })
+            .collect();
+        let mut processes = Processes {
+            dir: tempfile::tempdir().unwrap(),
+            endpoints,
+            children: BTreeMap::new(),
+        };
+        for id in 1..=size {
+            processes.spawn(id);
+        }
+        processes
+    }
+
+    fn data_dir(&self, id: NodeId) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    fn spawn(&mut self, id: NodeId) {
+        let initial_cluster: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|(id, addr)| format!("{id}={addr}"))
+            .collect();
+        let data_dir = self.data_dir(id);
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(data_dir.join("test.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .arg("serve")
+            .args(["--node-id", &id.to_string()])
+            .args(["--listen", &self.endpoints[&id]])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--initial-cluster", &initial_cluster.join(",")])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.insert(id, child);
+    }
+
+    fn kill(&mut self, id: NodeId) {
+        let mut child = self.children.remove(&id).unwrap();
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    fn client(&self, ids: &[NodeId]) -> Client {
+        let endpoints = ids.iter().map(|id| self.endpoints[id].clone()).collect();
+        Client::new(endpoints, ClientOptions::default()).unwrap()
+    }
+
+    /// Waits until the running nodes agree on a running leader.
+    async fn leader(&self) -> NodeId {
+        let client = self.client(&self.endpoints.keys().copied().collect::<Vec<_>>());
+        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+        let mut ticks = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            ticks.tick().await;
+            let mut leaders = Vec::new();
+            for id in self.children.keys() {
+                let status = client.status(&self.endpoints[id]).await.ok();
+                leaders.push(status.and_then(|s| s.ranges.first().and_then(|r| r.leader_id)));
+            }
+            if let Some(Some(leader)) = leaders.first().copied()
+                && leaders.iter().all(|other| *other == Some(leader))
+                && self.children.contains_key(&leader)
+            {
+                return leader;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{}", self.logs());
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut text = String::from("no leader in time; node logs follow\n");
+        for id in self.endpoints.keys() {
+            let log = std::fs::read_to_string(self.data_dir(*id).join("test.log"));
+            let log = log.unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            text.push_str(&format!("--- node {id}\n"));
+            for line in tail.into_iter().rev() {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        text
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in self.children.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Writes `WRITES` distinct keys from `WRITERS` tasks; returns the acknowledged ones.
+/// Writes whose outcome is unknown are left out: they may or may not exist.
+async fn write_keys(
+    client: Client,
+    kill_at: usize,
+    kill: tokio::sync::oneshot::Sender<()>,
+) -> BTreeMap<String, String> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let kill = Arc::new(Mutex::new(Some(kill)));
+    let mut tasks = Vec::new();
+    for _ in 0..WRITERS {
+        let (client, next, kill) = (client.clone(), next.clone(), kill.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= WRITES {
+                    return acknowledged;
+                }
+                if i == kill_at
+                    && let Some(kill) = kill.lock().await.take()
+                {
+                    let _ = kill.send(());
+                }
+                let (key, value) = (format!("key-{i:04}"), format!("value-{i}"));
+                match client
+                    .put(key.as_bytes(), value.as_bytes(), PutOptions::default())
+                    .await
+                {
+                    Ok(_) => acknowledged.push((key, value)),
+                    Err(KvError::OutcomeUnknown { .. } | KvError::Unavailable { .. }) => {}
+                    Err(other) => panic!("write {key}: {other}"),
+                }
+            }
+        }));
+    }
+    let mut acknowledged = BTreeMap::new();
+    for task in tasks {
+        acknowledged.extend(task.await.unwrap());
+    }
+    acknowledged
+}
+
+async fn read_all(
+    client: &Client,
+    keys: &BTreeMap<String, String>,
+    consistency: Consistency,
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    for (key, value) in keys {
+        match client.get(key.as_bytes(), consistency).await {
+            Ok(got) if got.kv.as_ref().map(|kv| kv.value.as_slice()) == Some(value.as_bytes()) => {}
+            other => missing.push(format!("{key}: {other:?}")),
+        }
+    }
+    missing
+}
+
+fn log_dir_hint(path: &Path) -> String {
+    format!("node logs are under {}", path.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acknowledged_writes_survive_kill_9_of_the_leader() {
+    let mut processes = Processes::start(3);
+    let all: Vec<NodeId> = processes.endpoints.keys().copied().collect();
+    let leader = processes.leader().await;
+    let (kill_tx, kill_rx) = tokio::sync::oneshot::channel();
+    let writer = tokio::spawn(write_keys(processes.client(&all), WRITES / 2, kill_tx));
+    kill_rx.await.unwrap();
+    processes.kill(leader);
+    let acknowledged = writer.await.unwrap();
+    assert!(
+        acknowledged.len() >= WRITES / 2,
+        "only {} writes acknowledged",
+        acknowledged.len()
+    );
+
+    let new_leader = processes.leader().await;
+    assert_ne!(new_leader, leader);
+    let survivors: Vec<NodeId> = all.iter().copied().filter(|id| *id != leader).collect();
+    let missing = read_all(
+        &processes.client(&survivors),
+        &acknowledged,
+        Consistency::Linearizable,
+    )
+    .await;
+    assert!(
+        missing.is_empty(),
+        "lost after re-election: {missing:?}; {}",
+        log_dir_hint(processes.dir.path())
+    );
+
+    processes.spawn(leader);
+    let restarted = processes.client(&[leader]);
+    let last = acknowledged.keys().next_back().unwrap().clone();
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    let mut ticks = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        ticks.tick().await;
+        let caught_up = read_all(&restarted, &acknowledged, Consistency::Follower)
+            .await
+            .is_empty();
+        if caught_up {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {leader} did not catch up on {last}; {}",
+            log_dir_hint(processes.dir.path())
+        );
+    }
+}

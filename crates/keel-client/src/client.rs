@@ -1,0 +1,345 @@
+//! The client: validates input, routes each request to the cached leader, and runs the retry
+//! policy of `retry` within the request deadline. Knows nothing of server internals.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use keel_proto::v1;
+use keel_proto::v1::cluster_client::ClusterClient;
+use keel_proto::v1::kv_client::KvClient;
+use keel_types::{BatchOp, Consistency, KvError, limits, validate};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use crate::attempt::{self, AttemptError};
+use crate::endpoints::{self, Pool};
+use crate::options::{ClientOptions, DeleteOptions, PutOptions};
+use crate::results::{self, BatchResult, DeleteResult, GetResult, PutResult, ScanResult};
+use crate::retry::{self, Decision, Target};
+
+/// A handle on a Keel cluster. Cheap to clone; clones share connections and the leader cache.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Normalized URIs of the configured endpoints; never empty.
+    endpoints: Vec<String>,
+    options: ClientOptions,
+    pool: Pool,
+    /// The URI that last served a leader-only request, or that a replica named as leader.
+    leader: Mutex<Option<String>>,
+    /// Rotation over `endpoints` when the leader is unknown or unreachable.
+    cursor: AtomicUsize,
+}
+
+/// What a request is, for routing and retrying.
+#[derive(Debug, Clone, Copy)]
+struct Kind {
+    is_write: bool,
+    /// Only the leader can serve it (every write and read but follower reads).
+    needs_leader: bool,
+}
+
+const WRITE: Kind = Kind {
+    is_write: true,
+    needs_leader: true,
+};
+
+fn read(consistency: Consistency) -> Kind {
+    Kind {
+        is_write: false,
+        needs_leader: consistency != Consistency::Follower,
+    }
+}
+
+impl Client {
+    /// A client of the cluster behind `endpoints` (`host:port` or `http://host:port`, at most
+    /// `CLIENT_ENDPOINTS_MAX`). Connects lazily, on first use, inside the caller's runtime.
+    pub fn new(endpoints: Vec<String>, options: ClientOptions) -> Result<Client, KvError> {
+        let endpoints = endpoints::normalize_all(&endpoints)?;
+        let inner = Inner {
+            endpoints,
+            pool: Pool::new(options.clone()),
+            options,
+            leader: Mutex::new(None),
+            cursor: AtomicUsize::new(0),
+        };
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
+    }
+
+    pub async fn get(&self, key: &[u8], consistency: Consistency) -> Result<GetResult, KvError> {
+        validate::check_key(key)?;
+        let request = v1::GetRequest {
+            key: key.to_vec(),
+            consistency: v1::Consistency::from(consistency).into(),
+            no_forward: true,
+        };
+        let response = self
+            .call(read(consistency), |mut kv| {
+                let request = request.clone();
+                async move { kv.get(request).await }
+            })
+            .await?;
+        results::get(response)
+    }
+
+    pub async fn put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        options: PutOptions,
+    ) -> Result<PutResult, KvError> {
+        validate::check_ops(&[BatchOp::Put {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            condition: options.condition.clone(),
+            return_previous: options.return_previous,
+        }])?;
+        let request = v1::PutRequest {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            condition: options.condition.map(Into::into),
+            return_previous: options.return_previous,
+            no_forward: true,
+        };
+        let response = self
+            .call(WRITE, |mut kv| {
+                let request = request.clone();
+                async move { kv.put(request).await }
+            })
+            .await?;
+        results::put(response)
+    }
+
+    pub async fn delete(
+        &self,
+        key: &[u8],
+        options: DeleteOptions,
+    ) -> Result<DeleteResult, KvError> {
+        validate::check_ops(&[BatchOp::Delete {
+            key: key.to_vec(),
+            condition: options.condition.clone(),
+            return_previous: options.return_previous,
+        }])?;
+        let request = v1::DeleteRequest {
+            key: key.to_vec(),
+            condition: options.condition.map(Into::into),
+            return_previous: options.return_previous,
+            no_forward: true,
+        };
+        let response = self
+            .call(WRITE, |mut kv| {
+                let request = request.clone();
+                async move { kv.delete(request).await }
+            })
+            .await?;
+        results::delete(response)
+    }
+
+    /// One page of the keys of `[start, end)` (empty `end` = to the end of the keyspace), at
+    /// most `limit` rows (0 = the default). Follow `next_start` for the next page.
+    pub async fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<ScanResult, KvError> {
+        let limit = validate::check_scan(start, end, limit)?;
+        let request = v1::ScanRequest {
+            start: start.to_vec(),
+            end: end.to_vec(),
+            limit,
+            consistency: v1::Consistency::from(consistency).into(),
+            no_forward: true,
+        };
+        let response = self
+            .call(read(consistency), |mut kv| {
+                let request = request.clone();
+                async move { kv.scan(request).await }
+            })
+            .await?;
+        results::scan(response)
+    }
+
+    /// Applies `ops` atomically at one revision, or none of them.
+    pub async fn batch(&self, ops: Vec<BatchOp>) -> Result<BatchResult, KvError> {
+        validate::check_ops(&ops)?;
+        let count = ops.len();
+        let request = v1::BatchRequest {
+            ops: ops.into_iter().map(Into::into).collect(),
+            no_forward: true,
+        };
+        let response = self
+            .call(WRITE, |mut kv| {
+                let request = request.clone();
+                async move { kv.batch(request).await }
+            })
+            .await?;
+        results::batch(response, count)
+    }
+
+    /// The cluster as the node at `endpoint` sees it. One attempt, to that node only: the
+    /// answer is about the node asked.
+    pub async fn status(&self, endpoint: &str) -> Result<v1::StatusResponse, KvError> {
+        let uri = endpoints::normalize(endpoint)?;
+        let channel = self.inner.pool.channel(&uri)?;
+        let mut cluster =
+            ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+        let timeout = self.inner.options.request_timeout;
+        let outcome = tokio::time::timeout(timeout, cluster.status(v1::StatusRequest {})).await;
+        match outcome {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(retry::final_error(
+                &locate(&uri, attempt::from_status(&status)),
+                false,
+            )),
+            Err(_) => Err(retry::final_error(&timed_out(&uri, timeout), false)),
+        }
+    }
+
+    /// Runs `send` against the leader (or the next endpoint) until it succeeds or the retry
+    /// policy gives up, within `request_timeout`.
+    async fn call<T, F, Fut>(&self, kind: Kind, mut send: F) -> Result<T, KvError>
+    where
+        F: FnMut(KvClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let timeout = self.inner.options.request_timeout;
+        let deadline = Instant::now() + timeout;
+        let mut uri = self.first_target();
+        // Endpoints that failed to connect or answer during this request; at most one per
+        // attempt.
+        let mut unreachable: Vec<String> = Vec::new();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let error = match self.attempt(&uri, kind, deadline, &mut send).await {
+                Ok(response) => {
+                    if kind.needs_leader {
+                        self.set_leader(Some(uri));
+                    }
+                    return Ok(response);
+                }
+                Err(error) => error,
+            };
+            tracing::debug!(%uri, attempt, %error, "keel request attempt failed");
+            let target = match retry::decide(&error, kind.is_write, attempt) {
+                Decision::GiveUp(error) => return Err(error),
+                Decision::Retry { target } => target,
+            };
+            self.forget_leader(&uri);
+            if !matches!(error, AttemptError::Server(_)) {
+                unreachable.push(uri);
+            }
+            let target = retry::skip_stale_hint(target, &unreachable);
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let pause = retry::backoff(&error, &target, attempt, remaining);
+            if pause >= remaining {
+                return Err(retry::deadline_passed(&error, kind.is_write, timeout));
+            }
+            tokio::time::sleep(pause).await;
+            uri = self.retarget(target, &unreachable);
+        }
+    }
+
+    /// One attempt at `uri`, bounded by the deadline (and, for reads, by the attempt budget).
+    async fn attempt<T, F, Fut>(
+        &self,
+        uri: &str,
+        kind: Kind,
+        deadline: Instant,
+        send: &mut F,
+    ) -> Result<T, AttemptError>
+    where
+        F: FnMut(KvClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let channel = self.inner.pool.channel(uri).map_err(AttemptError::Server)?;
+        let kv = KvClient::new(channel)
+            .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+        let mut budget = deadline.saturating_duration_since(Instant::now());
+        if !kind.is_write {
+            budget = budget.min(self.inner.options.read_attempt_timeout);
+        }
+        match tokio::time::timeout(budget, send(kv)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
+            Err(_) => Err(timed_out(uri, budget)),
+        }
+    }
+
+    fn first_target(&self) -> String {
+        if let Some(leader) = self.leader() {
+            return leader;
+        }
+        let endpoints = &self.inner.endpoints;
+        endpoints[self.inner.cursor.load(Ordering::Relaxed) % endpoints.len()].clone()
+    }
+
+    /// The URI of `target`. Rotation passes over endpoints that were unreachable during this
+    /// request while others remain, so attempts are not spent on a crashed node.
+    fn retarget(&self, target: Target, unreachable: &[String]) -> String {
+        if let Target::Hinted(addr) = target {
+            // `skip_stale_hint` turned unparsable hints into `Next`; this is a second guard.
+            if let Ok(uri) = endpoints::normalize(&addr.addr) {
+                self.set_leader(Some(uri.clone()));
+                return uri;
+            }
+        }
+        let endpoints = &self.inner.endpoints;
+        let mut next = String::new();
+        for _ in 0..endpoints.len() {
+            let index = self.inner.cursor.fetch_add(1, Ordering::Relaxed) + 1;
+            next = endpoints[index % endpoints.len()].clone();
+            if !unreachable.contains(&next) {
+                break;
+            }
+        }
+        next
+    }
+
+    fn leader(&self) -> Option<String> {
+        self.inner
+            .leader
+            .lock()
+            .expect("leader lock poisoned")
+            .clone()
+    }
+
+    fn set_leader(&self, uri: Option<String>) {
+        *self.inner.leader.lock().expect("leader lock poisoned") = uri;
+    }
+
+    /// After a failure at `uri`, stop sending there first if it was the cached leader.
+    fn forget_leader(&self, uri: &str) {
+        let mut leader = self.inner.leader.lock().expect("leader lock poisoned");
+        if leader.as_deref() == Some(uri) {
+            *leader = None;
+        }
+    }
+}
+
+/// Names the endpoint in client-side failures; server errors already say who answered.
+fn locate(uri: &str, error: AttemptError) -> AttemptError {
+    match error {
+        AttemptError::Server(error) => AttemptError::Server(error),
+        AttemptError::NotSent(message) => AttemptError::NotSent(format!("{uri}: {message}")),
+        AttemptError::Lost(message) => AttemptError::Lost(format!("{uri}: {message}")),
+        AttemptError::TimedOut(message) => AttemptError::TimedOut(format!("{uri}: {message}")),
+    }
+}
+
+fn timed_out(uri: &str, budget: Duration) -> AttemptError {
+    AttemptError::TimedOut(format!(
+        "{uri} did not answer within {} ms",
+        budget.as_millis()
+    ))
+}
