@@ -1,0 +1,132 @@
+//! An in-process cluster for tests: real `keel_server::Node`s with real gRPC on loopback
+//! ports, data in a temporary directory, and clients that talk to them.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use keel_client::{Client, ClientOptions};
+use keel_server::{Node, NodeConfig};
+use keel_types::NodeId;
+
+/// How long a test waits for a condition (an election, replication) before it fails.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    addrs: BTreeMap<NodeId, SocketAddr>,
+    nodes: BTreeMap<NodeId, Node>,
+}
+
+impl Cluster {
+    /// Starts `size` nodes and waits until they agree on a leader.
+    pub async fn start(size: u64) -> Cluster {
+        let addrs = (1..=size).map(|id| (id, free_addr())).collect();
+        let mut cluster = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            addrs,
+            nodes: BTreeMap::new(),
+        };
+        for id in 1..=size {
+            cluster.start_node(id).await;
+        }
+        cluster.leader().await;
+        cluster
+    }
+
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.addrs.keys().copied().collect()
+    }
+
+    pub fn endpoint(&self, id: NodeId) -> String {
+        self.addrs[&id].to_string()
+    }
+
+    /// A client that knows every node.
+    pub fn client(&self) -> Client {
+        let endpoints = self.ids().iter().map(|id| self.endpoint(*id)).collect();
+        Client::new(endpoints, ClientOptions::default()).unwrap()
+    }
+
+    /// A client that knows only node `id` (it may still follow leader hints elsewhere).
+    pub fn client_of(&self, id: NodeId) -> Client {
+        Client::new(vec![self.endpoint(id)], ClientOptions::default()).unwrap()
+    }
+
+    pub fn config(&self, id: NodeId) -> NodeConfig {
+        NodeConfig {
+            node_id: id,
+            listen: self.addrs[&id],
+            data_dir: self.dir.path().join(format!("node-{id}")),
+            initial_cluster: self
+                .addrs
+                .iter()
+                .map(|(id, addr)| (*id, addr.to_string()))
+                .collect(),
+            raft: Default::default(),
+        }
+    }
+
+    pub async fn start_node(&mut self, id: NodeId) {
+        assert!(!self.nodes.contains_key(&id), "node {id} is running");
+        let node = Node::start(self.config(id)).await.unwrap();
+        self.nodes.insert(id, node);
+    }
+
+    pub async fn stop_node(&mut self, id: NodeId) {
+        let node = self.nodes.remove(&id).expect("node is running");
+        node.shutdown().await.unwrap();
+    }
+
+    pub fn running(&self) -> Vec<NodeId> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// Waits until every running node names the same leader, and returns it.
+    pub async fn leader(&self) -> NodeId {
+        let client = self.client();
+        eventually("the running nodes agree on a leader", || async {
+            let mut leaders = Vec::new();
+            for id in self.running() {
+                let status = client.status(&self.endpoint(id)).await.ok()?;
+                leaders.push(status.ranges.first()?.leader_id?);
+            }
+            let leader = *leaders.first()?;
+            let agreed = leaders.iter().all(|other| *other == leader);
+            (agreed && self.nodes.contains_key(&leader)).then_some(leader)
+        })
+        .await
+    }
+
+    pub async fn shutdown(mut self) {
+        for id in self.running() {
+            self.stop_node(id).await;
+        }
+    }
+}
+
+/// Polls `probe` until it returns `Some`, failing the test after `WAIT_LIMIT`.
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    let mut ticks = tokio::time::interval(Duration::from_millis(25));
+    loop {
+        ticks.tick().await;
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting after {WAIT_LIMIT:?}: {what}"
+        );
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}

@@ -1,0 +1,7 @@
+//! Keel's integration tests, one binary made of modules (link time matters on two cores).
+//! In-process clusters run real gRPC servers on loopback ports; nothing here reaches past
+//! 127.0.0.1.
+
+mod cluster;
+mod deps;
+mod harness;

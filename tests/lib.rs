@@ -1,0 +1,1 @@
+//! Keel's integration tests live in `it/`; this library is empty.
