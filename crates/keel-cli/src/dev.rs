@@ -69,7 +69,7 @@ impl Plan {
 }
 
 /// What `keel dev` prints once the cluster has a leader.
-pub fn banner(plan: &Plan, leader: NodeId) -> String {
+pub fn banner(plan: &Plan, leader: NodeId, pids: &[(NodeId, u32)]) -> String {
     let endpoints = plan.endpoints().join(",");
     let flag = if endpoints == ENDPOINTS_DEFAULT {
         String::new()
@@ -80,12 +80,33 @@ pub fn banner(plan: &Plan, leader: NodeId) -> String {
         1 => "1 node".to_string(),
         count => format!("{count} nodes"),
     };
-    format!(
-        "keel dev: {nodes} up, node {leader} leads\n\
-         endpoints: {endpoints}\n\
+    let mut text = format!("keel dev: {nodes} up, node {leader} leads\n");
+    for node in &plan.nodes {
+        let pid = pids.iter().find(|(id, _)| *id == node.node_id);
+        let pid = pid.map(|(_, pid)| pid.to_string()).unwrap_or_default();
+        text.push_str(&format!(
+            "  node {}  {}  pid {pid}\n",
+            node.node_id, node.listen
+        ));
+    }
+    text.push_str(&format!(
+        "endpoints: {endpoints}\n\
          try:       keel{flag} put hello world && keel{flag} get hello\n\
          Ctrl-C stops the cluster.\n"
-    )
+    ));
+    text
+}
+
+/// The command that starts `node` again by hand, with the flags `keel dev` gave it.
+pub fn serve_command(exe: &Path, plan: &Plan, node_id: NodeId) -> Option<String> {
+    let node = plan.nodes.iter().find(|node| node.node_id == node_id)?;
+    Some(format!(
+        "{} serve --node-id {node_id} --listen {} --data-dir {} --initial-cluster {}",
+        exe.display(),
+        node.listen,
+        node.data_dir.display(),
+        plan.initial_cluster
+    ))
 }
 
 /// Runs the cluster until SIGINT/SIGTERM (then stops it and returns Ok) or until a node
@@ -146,20 +167,38 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Waits for a leader, prints the banner, then waits for a signal or a child's exit.
+    /// Waits for a leader and prints the banner, then serves until a signal. A node that exits
+    /// before the first leader stops the whole cluster; one that exits later (say, killed to
+    /// watch a failover) is reported with the command that restarts it, and the rest keep
+    /// serving until no node is left.
     async fn serve(&mut self, plan: &Plan) -> anyhow::Result<()> {
         let endpoints = plan.endpoints();
         let leader = tokio::select! {
             leader = wait_for_leader(&endpoints) => leader?,
             exit = self.exits.recv() => return Err(self.died(exit)),
         };
-        print!("{}", banner(plan, leader));
-        tokio::select! {
-            signal = shutdown_signal() => {
-                println!("keel dev: {}, stopping the cluster", signal?);
-                Ok(())
+        print!("{}", banner(plan, leader, &self.alive));
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                signal = &mut shutdown => {
+                    println!("keel dev: {}, stopping the cluster", signal?);
+                    return Ok(());
+                }
+                exit = self.exits.recv() => {
+                    let node_id = exit.as_ref().map(|(id, _)| *id);
+                    let error = self.died(exit);
+                    if self.alive.is_empty() {
+                        return Err(error.context("every node has exited"));
+                    }
+                    eprintln!("keel dev: {error}; the other nodes keep serving");
+                    let exe = std::env::current_exe()?;
+                    if let Some(command) = node_id.and_then(|id| serve_command(&exe, plan, id)) {
+                        eprintln!("keel dev: to start it again: {command}");
+                    }
+                }
             }
-            exit = self.exits.recv() => Err(self.died(exit)),
         }
     }
 
@@ -320,14 +359,30 @@ mod tests {
     }
 
     #[test]
+    fn serve_command_repeats_the_flags_of_dev() {
+        let plan = plan(3, 7001, Path::new("/d")).unwrap();
+        let command = serve_command(Path::new("/bin/keel"), &plan, 2).unwrap();
+        assert_eq!(
+            command,
+            "/bin/keel serve --node-id 2 --listen 127.0.0.1:7002 --data-dir /d/node-2 \
+             --initial-cluster 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"
+        );
+        assert_eq!(serve_command(Path::new("/bin/keel"), &plan, 4), None);
+    }
+
+    #[test]
     fn banner_names_endpoints_only_when_not_default() {
-        let default = banner(&plan(3, 7001, Path::new("/d")).unwrap(), 2);
+        let default = banner(&plan(3, 7001, Path::new("/d")).unwrap(), 2, &[(1, 41)]);
         assert!(
             default.contains("try:       keel put hello world"),
             "{default}"
         );
         assert!(default.contains("3 nodes up, node 2 leads"), "{default}");
-        let other = banner(&plan(1, 9000, Path::new("/d")).unwrap(), 1);
+        assert!(
+            default.contains("node 1  127.0.0.1:7001  pid 41"),
+            "{default}"
+        );
+        let other = banner(&plan(1, 9000, Path::new("/d")).unwrap(), 1, &[]);
         assert!(
             other.contains("keel --endpoints 127.0.0.1:9000 put hello world"),
             "{other}"

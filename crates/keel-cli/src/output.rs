@@ -157,13 +157,17 @@ fn status_table(rows: &[StatusRow]) -> Vec<u8> {
         "node", "addr", "healthy", "role", "leader", "term", "commit", "applied", "revision",
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let mut notes = String::new();
     for (endpoint, answer) in rows {
         match answer {
             Ok(status) => table.extend(status_cells(status)),
-            Err(error) => table.push(unreachable_cells(endpoint, error)),
+            Err(error) => {
+                table.push(unreachable_cells(endpoint));
+                notes.push_str(&format!("{endpoint}: {error}\n"));
+            }
         }
     }
-    align(&table).into_bytes()
+    (align(&table) + &notes).into_bytes()
 }
 
 fn status_cells(status: &v1::StatusResponse) -> Vec<Vec<String>> {
@@ -195,11 +199,11 @@ fn status_cells(status: &v1::StatusResponse) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn unreachable_cells(endpoint: &str, error: &KvError) -> Vec<String> {
+fn unreachable_cells(endpoint: &str) -> Vec<String> {
     let mut cells = vec![
         "?".to_string(),
         endpoint.to_string(),
-        format!("unreachable: {error}"),
+        "unreachable".to_string(),
     ];
     cells.extend(std::iter::repeat_n("-".to_string(), 6));
     cells

@@ -239,7 +239,7 @@ fn cluster_status_is_a_table_with_unreachable_rows() {
     let report = status(&rows, Output::Text);
     let table = text(&report);
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.len(), 4);
     assert!(
         lines[0].starts_with("node  addr            healthy"),
         "{table}"
@@ -259,7 +259,11 @@ fn cluster_status_is_a_table_with_unreachable_rows() {
             "5"
         ]
     );
-    assert!(lines[2].starts_with("?     127.0.0.1:7002  unreachable: unavailable: refused"));
+    assert!(
+        lines[2].starts_with("?     127.0.0.1:7002  unreachable  -"),
+        "{table}"
+    );
+    assert_eq!(lines[3], "127.0.0.1:7002: unavailable: refused");
     assert_eq!(report.code, 0);
 
     let json = parsed(&text(&status(&rows, Output::Json)));
