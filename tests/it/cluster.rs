@@ -11,7 +11,7 @@ use crate::harness::{Cluster, eventually};
 /// One step of the API table and what it must answer.
 enum Step {
     Get(&'static str, Option<&'static str>),
-    Put(&'static str, &'static str, Option<Condition>, Expect),
+    Put(&'static str, String, Option<Condition>, Expect),
     Delete(&'static str, Option<Condition>, Expect),
     Batch(Vec<BatchOp>, Expect),
 }
@@ -21,7 +21,7 @@ enum Expect {
     /// Applied; for a delete, whether the key existed.
     Applied(bool),
     /// Rejected with ConditionFailed showing this current value.
-    ConditionFailed(Option<&'static str>),
+    ConditionFailed(Option<String>),
     Invalid,
 }
 
@@ -40,7 +40,7 @@ fn outcome<T>(result: Result<T, KvError>, existed: impl Fn(&T) -> bool) -> Expec
         Err(KvError::ConditionFailed(failed)) => Expect::ConditionFailed(
             failed
                 .current
-                .map(|kv| String::from_utf8(kv.value).unwrap().leak() as &str),
+                .map(|kv| String::from_utf8(kv.value).unwrap()),
         ),
         Err(KvError::InvalidArgument { .. }) => Expect::Invalid,
         Err(other) => panic!("unexpected error {other}"),
@@ -63,7 +63,7 @@ async fn run(client: &Client, step: Step) {
                 return_previous: false,
             };
             let result = client.put(key.as_bytes(), value.as_bytes(), options).await;
-            assert_eq!(outcome(result, |_| true), expected, "put {key}={value}");
+            assert_eq!(outcome(result, |_| true), expected, "put {key}");
         }
         Step::Delete(key, condition, expected) => {
             let options = DeleteOptions {
@@ -88,22 +88,19 @@ async fn kv_api_table() {
     let client = cluster.client();
     let absent = || Some(Condition::Absent);
     let value = |v: &str| Some(Condition::Value(v.into()));
-    let big = "x".repeat(limits::VALUE_BYTES_MAX + 1).leak() as &str;
+    let failed = |v: Option<&str>| ConditionFailed(v.map(str::to_string));
+    let v = |v: &str| v.to_string();
+    let big = "x".repeat(limits::VALUE_BYTES_MAX + 1);
     let steps = vec![
         Get("a", None),
-        Put("a", "1", None, Applied(true)),
+        Put("a", v("1"), None, Applied(true)),
         Get("a", Some("1")),
-        Put("a", "2", value("1"), Applied(true)),
-        Put("a", "3", value("1"), ConditionFailed(Some("2"))),
-        Put("a", "3", absent(), ConditionFailed(Some("2"))),
-        Put("b", "1", absent(), Applied(true)),
-        Put(
-            "c",
-            "1",
-            Some(Condition::Revision(999)),
-            ConditionFailed(None),
-        ),
-        Delete("a", value("9"), ConditionFailed(Some("2"))),
+        Put("a", v("2"), value("1"), Applied(true)),
+        Put("a", v("3"), value("1"), failed(Some("2"))),
+        Put("a", v("3"), absent(), failed(Some("2"))),
+        Put("b", v("1"), absent(), Applied(true)),
+        Put("c", v("1"), Some(Condition::Revision(999)), failed(None)),
+        Delete("a", value("9"), failed(Some("2"))),
         Get("a", Some("2")),
         Delete("a", None, Applied(true)),
         Delete("a", None, Applied(false)),
@@ -111,7 +108,7 @@ async fn kv_api_table() {
         // A batch is all or nothing: the failing second op keeps the first from applying.
         Batch(
             vec![put("c", "1", None), put("b", "2", value("nope"))],
-            ConditionFailed(Some("1")),
+            failed(Some("1")),
         ),
         Get("c", None),
         Get("b", Some("1")),
@@ -122,9 +119,9 @@ async fn kv_api_table() {
         ),
         Get("c", Some("2")),
         // Bad input is rejected and changes nothing.
-        Put("", "1", None, Invalid),
+        Put("", v("1"), None, Invalid),
         Put("d", big, None, Invalid),
-        Put("d", "1", Some(Condition::Revision(0)), Invalid),
+        Put("d", v("1"), Some(Condition::Revision(0)), Invalid),
         Batch((0..129).map(|_| put("d", "1", None)).collect(), Invalid),
         Get("d", None),
     ];

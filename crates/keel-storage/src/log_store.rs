@@ -4,10 +4,17 @@
 //!
 //! Appends, votes, truncations and purges are executed by the store's writer thread and
 //! reported only after a durable commit. Reads run on blocking threads.
+//!
+//! openraft replicates entries as soon as `append` returns, before they are durable (its
+//! pipeline reads what was submitted), but redb shows readers only committed data. So the log
+//! keeps appended entries in memory (`PendingLog`) until the writer has committed them, and
+//! reads take entries from there first and from redb for the rest.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex};
 
 use keel_types::RangeId;
 use openraft::OptionalSend;
@@ -20,16 +27,48 @@ use crate::store::Store;
 use crate::tables::{self, RAFT_COMMITTED, RAFT_LOG, RAFT_META, RAFT_PURGED, RAFT_VOTE};
 use crate::writer::Op;
 
-/// The Raft log of one range. Cheap to clone.
+/// The Raft log of one range. Cheap to clone; clones share the pending entries.
 #[derive(Clone)]
 pub struct LogStore {
     store: Store,
     range: RangeId,
+    pending: Arc<PendingLog>,
+}
+
+/// Entries appended but not yet committed by the writer, by index. An entry leaves only once
+/// it is on disk, so every appended entry is readable from here or from redb.
+#[derive(Default)]
+struct PendingLog {
+    entries: Mutex<BTreeMap<u64, Entry>>,
+}
+
+impl PendingLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.entries.lock().expect("pending log lock poisoned")
+    }
+
+    /// Forgets the committed `ids`, unless an entry was replaced meanwhile (truncated and
+    /// appended again).
+    fn settle(&self, ids: &[LogId]) {
+        let mut entries = self.lock();
+        for id in ids {
+            if entries
+                .get(&id.index)
+                .is_some_and(|entry| entry.log_id == *id)
+            {
+                entries.remove(&id.index);
+            }
+        }
+    }
 }
 
 impl LogStore {
     pub(crate) fn new(store: Store, range: RangeId) -> LogStore {
-        LogStore { store, range }
+        LogStore {
+            store,
+            range,
+            pending: Arc::default(),
+        }
     }
 
     /// The range this log belongs to.
@@ -84,7 +123,27 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(&index) => Some(index),
             Bound::Unbounded => None,
         };
-        Ok(self.read_entries(start, end).await?)
+        if end.is_some_and(|end| end <= start) {
+            return Ok(Vec::new());
+        }
+        // Pending entries first: one that is committed and forgotten after this snapshot is
+        // on disk by then, and the disk read below stops where the pending ones start.
+        let pending: Vec<Entry> = {
+            let entries = self.pending.lock();
+            let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+            let span = (Bound::Included(start), upper);
+            entries
+                .range(span)
+                .map(|(_, entry)| entry.clone())
+                .collect()
+        };
+        let disk_end = match (pending.first(), end) {
+            (Some(first), _) => Some(first.log_id.index),
+            (None, end) => end,
+        };
+        let mut entries = self.read_entries(start, disk_end).await?;
+        entries.extend(pending);
+        Ok(entries)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -109,9 +168,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 tables::log_state(&log, &meta, range)
             })
             .await?;
+        let pending_last = self.pending.lock().values().next_back().map(|e| e.log_id);
         Ok(LogState {
             last_purged_log_id,
-            last_log_id,
+            last_log_id: pending_last.or(last_log_id),
         })
     }
 
@@ -156,19 +216,28 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             callback.io_completed(Ok(()));
             return Ok(());
         }
+        let ids: Vec<LogId> = entries.iter().map(|entry| entry.log_id).collect();
+        self.pending.lock().extend(
+            entries
+                .iter()
+                .map(|entry| (entry.log_id.index, entry.clone())),
+        );
+        let pending = self.pending.clone();
+        let settle: crate::writer::Settle = Box::new(move || pending.settle(&ids));
         let op = Op::Append {
             range: self.range,
             entries,
         };
-        self.store
-            .submit(op, crate::writer::Done::Flushed(callback))
-            .await?;
+        let done = crate::writer::Done::Flushed(callback, Some(settle));
+        self.store.submit(op, done).await?;
         Ok(())
     }
 
     /// Deletes every entry after `last_log_id` (all of them for `None`); returns after the
     /// deletion is durable.
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let first_removed = last_log_id.map_or(0, |last| last.index + 1);
+        self.pending.lock().split_off(&first_removed);
         let op = Op::TruncateAfter {
             range: self.range,
             last: last_log_id,
@@ -179,6 +248,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     /// Deletes every entry up to and including `log_id`; returns after it is durable.
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        self.pending.lock().retain(|index, _| *index > log_id.index);
         let op = Op::Purge {
             range: self.range,
             upto: log_id,

@@ -89,8 +89,9 @@ pub(crate) type Reply = oneshot::Sender<Result<Outcome, StorageError>>;
 
 /// Who to tell once the op's transaction has committed (or failed).
 pub(crate) enum Done {
-    /// openraft's log-flush callback.
-    Flushed(IoFlushed),
+    /// openraft's log-flush callback, and what to do after a successful commit before it
+    /// fires (the log store forgets entries it kept in memory until they were on disk).
+    Flushed(IoFlushed, Option<Settle>),
     Reply(Reply),
     /// Apply: each client responder gets its entry's outcome, then the caller is told.
     Applied {
@@ -98,6 +99,9 @@ pub(crate) enum Done {
         responders: Vec<Option<ApplyResponder>>,
     },
 }
+
+/// Work to do once a request's transaction has committed.
+pub(crate) type Settle = Box<dyn FnOnce() + Send>;
 
 pub(crate) struct Request {
     pub op: Op,
@@ -308,7 +312,12 @@ fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
 
 fn succeed(done: Done, outcome: Outcome) {
     match (done, outcome) {
-        (Done::Flushed(callback), _) => callback.io_completed(Ok(())),
+        (Done::Flushed(callback, settle), _) => {
+            if let Some(settle) = settle {
+                settle();
+            }
+            callback.io_completed(Ok(()))
+        }
         (Done::Reply(reply), outcome) => {
             let _ = reply.send(Ok(outcome));
         }
@@ -335,7 +344,7 @@ fn fail_all(batch: Vec<Request>, cause: &str) {
             cause: cause.to_string(),
         };
         match request.done {
-            Done::Flushed(callback) => callback.io_completed(Err(error.into())),
+            Done::Flushed(callback, _) => callback.io_completed(Err(error.into())),
             Done::Reply(reply) | Done::Applied { reply, .. } => {
                 let _ = reply.send(Err(error));
             }

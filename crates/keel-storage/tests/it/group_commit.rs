@@ -46,3 +46,42 @@ async fn applies_alone_commit_without_fsync() {
     assert_eq!(after.commits - before.commits, 1);
     assert_eq!(after.durable_commits, before.durable_commits, "{after:?}");
 }
+
+/// openraft replicates what `append` accepted before the flush callback fires; the log must
+/// return those entries even though redb has not committed them yet.
+#[tokio::test]
+async fn appended_entries_are_readable_before_their_commit() {
+    use openraft::storage::{RaftLogReader, RaftLogStorage};
+    let (_dir, store) = open_temp();
+    let mut log = store.log_store(RangeId(1));
+    super::append(&mut log, vec![blank(1, 1), blank(1, 2)])
+        .await
+        .unwrap();
+    let hold = store.hold_writer().await.unwrap();
+    let (callback, flushed) = super::flush_signal();
+    log.append(vec![blank(1, 3), blank(1, 4)], callback)
+        .await
+        .unwrap();
+    let mut reader = log.get_log_reader().await;
+    let indexes = |entries: Vec<keel_storage::raft_types::Entry>| -> Vec<u64> {
+        entries.iter().map(|entry| entry.log_id.index).collect()
+    };
+    let before = reader.try_get_log_entries(1..5).await.unwrap();
+    assert_eq!(
+        indexes(before),
+        [1, 2, 3, 4],
+        "pending entries are readable"
+    );
+    let tail = reader.try_get_log_entries(3..).await.unwrap();
+    assert_eq!(indexes(tail), [3, 4]);
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id.map(|id| id.index), Some(4));
+    drop(hold);
+    flushed.await.unwrap();
+    let after = reader.try_get_log_entries(2..5).await.unwrap();
+    assert_eq!(
+        indexes(after),
+        [2, 3, 4],
+        "committed entries read from disk"
+    );
+}
