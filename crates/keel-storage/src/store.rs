@@ -167,7 +167,8 @@ impl Store {
 
     /// Queues a write; `done` fires after its transaction commits (or fails).
     pub(crate) async fn submit(&self, op: Op, done: Done) -> Result<(), StorageError> {
-        self.send(Message::Request(Request { op, done })).await
+        self.send(Message::Request(Box::new(Request { op, done })))
+            .await
     }
 
     /// Queues a write and waits for its commit.

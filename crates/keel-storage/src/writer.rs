@@ -109,7 +109,7 @@ pub(crate) struct Request {
 }
 
 pub(crate) enum Message {
-    Request(Request),
+    Request(Box<Request>),
     /// Test seam: the writer waits until the sender is dropped, so requests pile up.
     Hold(std::sync::mpsc::Receiver<()>),
 }
@@ -190,7 +190,7 @@ impl Writer {
             let mut batch = vec![first];
             while batch.len() <= limits::STORAGE_COMMIT_BATCH_MAX {
                 match self.rx.try_recv() {
-                    Ok(Message::Request(request)) => batch.push(request),
+                    Ok(Message::Request(request)) => batch.push(*request),
                     Ok(Message::Hold(hold)) => wait_for_release(hold),
                     Err(_) => break,
                 }
@@ -215,7 +215,7 @@ impl Writer {
     fn receive(&mut self) -> Option<Request> {
         loop {
             match self.rx.blocking_recv()? {
-                Message::Request(request) => return Some(request),
+                Message::Request(request) => return Some(*request),
                 Message::Hold(hold) => wait_for_release(hold),
             }
         }
