@@ -15,7 +15,7 @@ use keel_proto::v1::{
 };
 use keel_raft::RaftGroup;
 use keel_storage::StorageError;
-use keel_types::validate::{check_key, check_ops, check_scan};
+use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
 use keel_types::{
     BatchOp, Command, CommandOutcome, KvError, NodeAddr, NodeId, OpResult, RangeId, Revision,
     limits,
@@ -244,13 +244,7 @@ fn delete_op(request: &DeleteRequest) -> Result<BatchOp, KvError> {
 }
 
 fn batch_ops(request: &BatchRequest) -> Result<Vec<BatchOp>, KvError> {
-    if request.ops.len() > limits::BATCH_OPS_MAX {
-        return Err(KvError::invalid(format!(
-            "batch has {} ops; limit is {} ops",
-            request.ops.len(),
-            limits::BATCH_OPS_MAX
-        )));
-    }
+    check_op_count(request.ops.len())?;
     request.ops.iter().cloned().map(convert::batch_op).collect()
 }
 

@@ -54,19 +54,24 @@ pub fn check_condition(key: &[u8], condition: &Condition) -> Result<(), KvError>
     }
 }
 
-/// Checks a write of one or more ops: op count, total size, and every key, value and
-/// condition.
-pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
-    if ops.is_empty() {
+/// Checks the number of ops in a write; callers decoding a batch check it before decoding.
+pub fn check_op_count(count: usize) -> Result<(), KvError> {
+    if count == 0 {
         return Err(KvError::invalid("batch is empty; it needs 1 to 128 ops"));
     }
-    if ops.len() > limits::BATCH_OPS_MAX {
+    if count > limits::BATCH_OPS_MAX {
         return Err(KvError::invalid(format!(
-            "batch has {} ops; limit is {} ops",
-            ops.len(),
+            "batch has {count} ops; limit is {} ops",
             limits::BATCH_OPS_MAX
         )));
     }
+    Ok(())
+}
+
+/// Checks a write of one or more ops: op count, total size, and every key, value and
+/// condition.
+pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
+    check_op_count(ops.len())?;
     let mut bytes = 0usize;
     for op in ops {
         check_key(op.key())?;

@@ -74,6 +74,28 @@ impl Processes {
         self.children.insert(id, child);
     }
 
+    /// Sends SIGTERM and waits for the process to exit; returns whether it exited with 0.
+    async fn terminate(&mut self, id: NodeId) -> bool {
+        let mut child = self.children.remove(&id).unwrap();
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM failed");
+        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+        let mut ticks = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            ticks.tick().await;
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.success();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {id} ignored SIGTERM"
+            );
+        }
+    }
+
     fn kill(&mut self, id: NodeId) {
         let mut child = self.children.remove(&id).unwrap();
         child.kill().unwrap(); // SIGKILL
@@ -244,4 +266,33 @@ async fn acknowledged_writes_survive_kill_9_of_the_leader() {
             log_dir_hint(processes.dir.path())
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_stops_every_node_cleanly_and_keeps_its_data() {
+    let mut processes = Processes::start(3);
+    let all: Vec<NodeId> = processes.endpoints.keys().copied().collect();
+    processes.leader().await;
+    let client = processes.client(&all);
+    let written = client
+        .put(b"kept", b"yes", PutOptions::default())
+        .await
+        .unwrap();
+    for id in &all {
+        let clean = processes.terminate(*id).await;
+        assert!(clean, "node {id} did not exit 0 on SIGTERM");
+    }
+    for id in &all {
+        processes.spawn(*id);
+    }
+    processes.leader().await;
+    let got = client
+        .get(b"kept", Consistency::Linearizable)
+        .await
+        .unwrap();
+    let kv = got.kv.expect("the write survived a clean restart");
+    assert_eq!(
+        (kv.value.as_slice(), kv.mod_revision),
+        (&b"yes"[..], written.revision)
+    );
 }
