@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions};
-use keel_server::{Node, NodeConfig};
+use keel_server::{Node, NodeConfig, RaftTimings};
 use keel_types::NodeId;
 
 /// How long a test waits for a condition (an election, replication) before it fails.
@@ -15,6 +15,7 @@ pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
 pub struct Cluster {
     dir: tempfile::TempDir,
+    timings: RaftTimings,
     addrs: BTreeMap<NodeId, SocketAddr>,
     nodes: BTreeMap<NodeId, Node>,
 }
@@ -22,9 +23,15 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `size` nodes and waits until they agree on a leader.
     pub async fn start(size: u64) -> Cluster {
+        Cluster::start_with(size, RaftTimings::default()).await
+    }
+
+    /// Starts `size` nodes with `timings` and waits until they agree on a leader.
+    pub async fn start_with(size: u64, timings: RaftTimings) -> Cluster {
         let addrs = (1..=size).map(|id| (id, free_addr())).collect();
         let mut cluster = Cluster {
             dir: tempfile::tempdir().unwrap(),
+            timings,
             addrs,
             nodes: BTreeMap::new(),
         };
@@ -64,7 +71,7 @@ impl Cluster {
                 .iter()
                 .map(|(id, addr)| (*id, addr.to_string()))
                 .collect(),
-            raft: Default::default(),
+            raft: self.timings.clone(),
         }
     }
 
@@ -81,6 +88,16 @@ impl Cluster {
 
     pub fn running(&self) -> Vec<NodeId> {
         self.nodes.keys().copied().collect()
+    }
+
+    /// Node `id`'s view of the range.
+    pub async fn range_status(&self, id: NodeId) -> keel_proto::v1::RangeStatus {
+        let status = self.client().status(&self.endpoint(id)).await.unwrap();
+        status
+            .ranges
+            .into_iter()
+            .next()
+            .expect("the node serves a range")
     }
 
     /// Waits until every running node names the same leader, and returns it.

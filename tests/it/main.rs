@@ -2,6 +2,7 @@
 //! In-process clusters run real gRPC servers on loopback ports; nothing here reaches past
 //! 127.0.0.1.
 
+mod catch_up;
 mod cluster;
 mod deps;
 mod harness;

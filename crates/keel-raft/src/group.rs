@@ -66,6 +66,10 @@ pub struct GroupStatus {
     pub commit_index: u64,
     pub applied_index: u64,
     pub last_log_index: u64,
+    /// Last log index covered by the latest snapshot (0 = none).
+    pub snapshot_index: u64,
+    /// Last log index purged from the log (0 = none).
+    pub purged_index: u64,
     pub revision: u64,
     pub role: Role,
     pub members: Vec<Member>,
@@ -300,6 +304,8 @@ impl RaftGroup {
             commit_index: metrics.cluster_committed.map_or(0, |id| id.index),
             applied_index: applied.map_or(0, |id| id.index),
             last_log_index: metrics.last_log_index.unwrap_or(0),
+            snapshot_index: metrics.snapshot.map_or(0, |id| id.index),
+            purged_index: metrics.purged.map_or(0, |id| id.index),
             revision,
             role: role(metrics.state, metrics.running_state.is_ok()),
             members,

@@ -22,6 +22,9 @@ pub struct RaftTimings {
     pub snapshot_timeout_ms: u64,
     /// A snapshot is built after this many log entries since the last one.
     pub snapshot_logs_since_last: u64,
+    /// Log entries kept behind the last snapshot, so a follower that lags by fewer entries
+    /// catches up from the log rather than from a whole snapshot.
+    pub logs_kept_after_snapshot: u64,
     /// How long a client write may wait to be committed and applied.
     pub write_timeout_ms: u64,
     /// How long a read may wait to confirm leadership and catch up.
@@ -36,6 +39,7 @@ impl Default for RaftTimings {
             election_timeout_ms_max: 2_000,
             snapshot_timeout_ms: 60_000,
             snapshot_logs_since_last: 10_000,
+            logs_kept_after_snapshot: 1_000,
             write_timeout_ms: 5_000,
             read_timeout_ms: 5_000,
         }
@@ -64,6 +68,7 @@ impl RaftTimings {
             install_snapshot_timeout: self.snapshot_timeout_ms,
             max_payload_entries: limits::RAFT_APPEND_ENTRIES_MAX,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_logs_since_last),
+            max_in_snapshot_log_to_keep: self.logs_kept_after_snapshot,
             snapshot_max_chunk_size: limits::SNAPSHOT_CHUNK_BYTES as u64,
             enable_pre_vote: Some(true),
             ..Config::default()

@@ -56,6 +56,8 @@ fn range_status(status: GroupStatus) -> RangeStatus {
         commit_index: status.commit_index,
         applied_index: status.applied_index,
         last_log_index: status.last_log_index,
+        snapshot_index: status.snapshot_index,
+        purged_index: status.purged_index,
         revision: status.revision,
         role: status.role.name().to_string(),
         members: status

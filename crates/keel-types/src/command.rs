@@ -9,9 +9,14 @@ use serde::{Deserialize, Serialize};
 use crate::ids::Revision;
 
 /// A key with its value and revisions, as stored.
+///
+/// Byte fields use `serde_bytes`: the encoding is the same as a sequence of `u8` in postcard
+/// (length, then the bytes), but it is copied at once rather than byte by byte.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     /// Revision of the write that created the key (since it was last absent).
     pub create_revision: Revision,
@@ -27,7 +32,7 @@ pub enum Condition {
     /// The key must exist with this `mod_revision`.
     Revision(Revision),
     /// The key must exist with exactly this value.
-    Value(Vec<u8>),
+    Value(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 impl Condition {
@@ -46,12 +51,15 @@ impl Condition {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BatchOp {
     Put {
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
         value: Vec<u8>,
         condition: Option<Condition>,
         return_previous: bool,
     },
     Delete {
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
         condition: Option<Condition>,
         return_previous: bool,
@@ -116,6 +124,7 @@ pub struct OpResult {
 pub struct ConditionFailed {
     /// Position of the failing op in the command (0 for a single put or delete).
     pub op_index: u32,
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     /// The key's state when the condition was checked; `None` if absent.
     pub current: Option<KeyValue>,

@@ -222,6 +222,7 @@ fn node_status(node_id: u64, leader: Option<u64>) -> v1::StatusResponse {
             }
             .to_string(),
             members: vec![],
+            ..Default::default()
         }],
         version: "0.1.0".to_string(),
     }
