@@ -44,17 +44,10 @@ async fn a_node_behind_the_purged_log_catches_up_from_a_streamed_snapshot() {
     .await;
 
     cluster.start_node(lagging).await;
-    let caught_up = cluster.client_of(lagging);
     let last_key = format!("snap-{:03}", KEYS - 1);
-    eventually("the lagging node installs the snapshot", || async {
-        let got = caught_up
-            .get(last_key.as_bytes(), Consistency::Follower)
-            .await
-            .ok()?;
-        got.kv.is_some().then_some(())
-    })
-    .await;
-    let page = caught_up
+    cluster.applied_on(lagging, last_key.as_bytes()).await;
+    let page = cluster
+        .client_of(lagging)
         .scan(b"snap-", b"snap.", 0, Consistency::Follower)
         .await
         .unwrap();
@@ -84,16 +77,8 @@ async fn a_node_catches_up_on_more_log_than_one_message_holds() {
     }
     const { assert!(ENTRIES * limits::VALUE_BYTES_MAX > limits::GRPC_MESSAGE_BYTES_MAX) };
     cluster.start_node(lagging).await;
-    let caught_up = cluster.client_of(lagging);
     let last_key = format!("big-{:02}", ENTRIES - 1);
-    eventually("the lagging node replicates every entry", || async {
-        let got = caught_up
-            .get(last_key.as_bytes(), Consistency::Follower)
-            .await
-            .ok()?;
-        got.kv.is_some().then_some(())
-    })
-    .await;
+    cluster.applied_on(lagging, last_key.as_bytes()).await;
     let status = cluster.range_status(lagging).await;
     assert_eq!(
         status.snapshot_index, 0,

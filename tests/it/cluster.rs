@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use keel_client::{Client, DeleteOptions, PutOptions};
 use keel_types::{BatchOp, Condition, Consistency, KvError, Revision, limits};
 
-use crate::harness::{Cluster, eventually};
+use crate::harness::Cluster;
 
 /// One step of the API table and what it must answer.
 enum Step {
@@ -293,16 +293,12 @@ async fn leader_failover_loses_no_acknowledged_write() {
         assert_eq!(got.kv.unwrap().value, value.as_bytes(), "{key}");
     }
     cluster.start_node(old_leader).await;
-    let rejoined = cluster.client_of(old_leader);
-    let last = format!("f{}", 149);
-    eventually("the old leader catches up", || async {
-        let got = rejoined
-            .get(last.as_bytes(), Consistency::Follower)
-            .await
-            .ok()?;
-        got.kv.is_some().then_some(())
-    })
-    .await;
+    let newest = acknowledged
+        .keys()
+        .max_by_key(|key| key[1..].parse::<u32>().unwrap());
+    cluster
+        .applied_on(old_leader, newest.unwrap().as_bytes())
+        .await;
     cluster.shutdown().await;
 }
 
@@ -315,12 +311,7 @@ async fn follower_reads_serve_local_state() {
         .await
         .unwrap();
     for id in cluster.ids() {
-        let client = cluster.client_of(id);
-        let got = eventually("a follower applies the write", || async {
-            let got = client.get(b"f", Consistency::Follower).await.ok()?;
-            got.kv.is_some().then_some(got)
-        })
-        .await;
+        let got = cluster.applied_on(id, b"f").await;
         assert_eq!(
             got.served_by, id,
             "a follower read is served where it lands"

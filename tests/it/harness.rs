@@ -6,9 +6,9 @@ use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
-use keel_client::{Client, ClientOptions};
+use keel_client::{Client, ClientOptions, GetResult};
 use keel_server::{Node, NodeConfig, RaftTimings};
-use keel_types::NodeId;
+use keel_types::{Consistency, NodeId};
 
 /// How long a test waits for a condition (an election, replication) before it fails.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
@@ -98,6 +98,16 @@ impl Cluster {
             .into_iter()
             .next()
             .expect("the node serves a range")
+    }
+
+    /// Waits until node `id` has applied some write of `key`, and returns its follower read.
+    pub async fn applied_on(&self, id: NodeId, key: &[u8]) -> GetResult {
+        let client = self.client_of(id);
+        eventually("the node applies the write", || async {
+            let got = client.get(key, Consistency::Follower).await.ok()?;
+            got.kv.is_some().then_some(got)
+        })
+        .await
     }
 
     /// Waits until every running node names the same leader, and returns it.

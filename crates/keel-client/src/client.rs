@@ -95,12 +95,7 @@ impl Client {
         value: &[u8],
         options: PutOptions,
     ) -> Result<PutResult, KvError> {
-        validate::check_ops(&[BatchOp::Put {
-            key: key.to_vec(),
-            value: value.to_vec(),
-            condition: options.condition.clone(),
-            return_previous: options.return_previous,
-        }])?;
+        validate::check_op(key, Some(value), options.condition.as_ref())?;
         let request = v1::PutRequest {
             key: key.to_vec(),
             value: value.to_vec(),
@@ -122,11 +117,7 @@ impl Client {
         key: &[u8],
         options: DeleteOptions,
     ) -> Result<DeleteResult, KvError> {
-        validate::check_ops(&[BatchOp::Delete {
-            key: key.to_vec(),
-            condition: options.condition.clone(),
-            return_previous: options.return_previous,
-        }])?;
+        validate::check_op(key, None, options.condition.as_ref())?;
         let request = v1::DeleteRequest {
             key: key.to_vec(),
             condition: options.condition.map(Into::into),

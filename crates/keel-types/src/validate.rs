@@ -68,24 +68,38 @@ pub fn check_op_count(count: usize) -> Result<(), KvError> {
     Ok(())
 }
 
+/// Checks one op: its key, its value (a put's) and its condition. A single op always fits
+/// the batch byte limit, so a lone put or delete needs only this.
+pub fn check_op(
+    key: &[u8],
+    value: Option<&[u8]>,
+    condition: Option<&Condition>,
+) -> Result<(), KvError> {
+    check_key(key)?;
+    if let Some(value) = value {
+        check_value(key, value)?;
+    }
+    match condition {
+        Some(condition) => check_condition(key, condition),
+        None => Ok(()),
+    }
+}
+
 /// Checks a write of one or more ops: op count, total size, and every key, value and
 /// condition.
 pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
     check_op_count(ops.len())?;
     let mut bytes = 0usize;
     for op in ops {
-        check_key(op.key())?;
-        if let BatchOp::Put { key, value, .. } = op {
-            check_value(key, value)?;
-            bytes += value.len();
+        let value = match op {
+            BatchOp::Put { value, .. } => Some(value.as_slice()),
+            BatchOp::Delete { .. } => None,
+        };
+        check_op(op.key(), value, op.condition())?;
+        bytes += op.key().len() + value.map_or(0, <[u8]>::len);
+        if let Some(Condition::Value(expected)) = op.condition() {
+            bytes += expected.len();
         }
-        if let Some(condition) = op.condition() {
-            check_condition(op.key(), condition)?;
-            if let Condition::Value(value) = condition {
-                bytes += value.len();
-            }
-        }
-        bytes += op.key().len();
     }
     if bytes > limits::BATCH_BYTES_MAX {
         return Err(KvError::invalid(format!(
@@ -130,6 +144,10 @@ pub fn check_scan(start: &[u8], end: &[u8], limit: u32) -> Result<u32, KvError> 
         limit => Ok(limit),
     }
 }
+
+// A lone op is within the batch byte limit whatever its sizes, as `check_op` assumes.
+const _: () =
+    assert!(limits::KEY_BYTES_MAX + 2 * limits::VALUE_BYTES_MAX <= limits::BATCH_BYTES_MAX);
 
 #[cfg(test)]
 mod tests {
