@@ -303,6 +303,28 @@ async fn leader_failover_loses_no_acknowledged_write() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_reads_are_served_by_the_leader() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    let written = cluster
+        .client()
+        .put(b"l", b"1", PutOptions::default())
+        .await
+        .unwrap();
+    // Asked through a follower, the client follows the leader hint.
+    let got = cluster
+        .client_of(follower)
+        .get(b"l", Consistency::Lease)
+        .await
+        .unwrap();
+    assert_eq!(got.served_by, leader);
+    assert_eq!(got.kv.unwrap().value, b"1");
+    assert!(got.revision >= written.revision);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn follower_reads_serve_local_state() {
     let mut cluster = Cluster::start(3).await;
     let written = cluster

@@ -248,64 +248,112 @@ fn batch_ops(request: &BatchRequest) -> Result<Vec<BatchOp>, KvError> {
     request.ops.iter().cloned().map(convert::batch_op).collect()
 }
 
+/// A request that can be forwarded to the leader once.
+trait Forwardable {
+    /// Marks the request as forwarded and returns whether it was already marked.
+    fn mark_forwarded(&mut self) -> bool;
+}
+
+macro_rules! forwardable {
+    ($($request:ty),*) => {$(
+        impl Forwardable for $request {
+            fn mark_forwarded(&mut self) -> bool {
+                std::mem::replace(&mut self.no_forward, true)
+            }
+        }
+    )*};
+}
+
+forwardable!(
+    GetRequest,
+    ScanRequest,
+    PutRequest,
+    DeleteRequest,
+    BatchRequest
+);
+
+impl KvService {
+    /// The answer to a request: what this node served, or else the request routed on
+    /// (forwarded once to the leader, or the error).
+    async fn answer<R, T, F, Fut>(
+        &self,
+        served: Result<T, KvError>,
+        mut request: R,
+        write: bool,
+        call: F,
+    ) -> Result<Response<T>, Status>
+    where
+        R: Forwardable,
+        F: FnOnce(KvClient<Channel>, R) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        match served {
+            Ok(response) => Ok(Response::new(response)),
+            Err(error) => {
+                let no_forward = request.mark_forwarded();
+                let call = |client| call(client, request);
+                self.route(error, no_forward, write, call).await
+            }
+        }
+    }
+
+    async fn serve_put(&self, request: &PutRequest) -> Result<PutResponse, KvError> {
+        let mut applied = self.local_write(vec![put_op(request)?]).await?;
+        Ok(PutResponse {
+            header: self.header(&applied.group, applied.revision),
+            previous: applied.results.remove(0).previous.map(Into::into),
+        })
+    }
+
+    async fn serve_delete(&self, request: &DeleteRequest) -> Result<DeleteResponse, KvError> {
+        let mut applied = self.local_write(vec![delete_op(request)?]).await?;
+        let result = applied.results.remove(0);
+        Ok(DeleteResponse {
+            header: self.header(&applied.group, applied.revision),
+            deleted: result.existed,
+            previous: result.previous.map(Into::into),
+        })
+    }
+
+    async fn serve_batch(&self, request: &BatchRequest) -> Result<BatchResponse, KvError> {
+        let applied = self.local_write(batch_ops(request)?).await?;
+        Ok(BatchResponse {
+            header: self.header(&applied.group, applied.revision),
+            results: applied.results.into_iter().map(op_result).collect(),
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        let mut request = request.into_inner();
+        let request = request.into_inner();
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.get(r).await };
         async move {
-            match self.local_get(&request).await {
-                Ok(response) => Ok(Response::new(response)),
-                Err(error) => {
-                    let no_forward = std::mem::replace(&mut request.no_forward, true);
-                    self.route(error, no_forward, false, |mut client| async move {
-                        client.get(request).await
-                    })
-                    .await
-                }
-            }
+            let served = self.local_get(&request).await;
+            self.answer(served, request, false, forward).await
         }
         .instrument(self.span("get"))
         .await
     }
 
     async fn scan(&self, request: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
-        let mut request = request.into_inner();
+        let request = request.into_inner();
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.scan(r).await };
         async move {
-            match self.local_scan(&request).await {
-                Ok(response) => Ok(Response::new(response)),
-                Err(error) => {
-                    let no_forward = std::mem::replace(&mut request.no_forward, true);
-                    self.route(error, no_forward, false, |mut client| async move {
-                        client.scan(request).await
-                    })
-                    .await
-                }
-            }
+            let served = self.local_scan(&request).await;
+            self.answer(served, request, false, forward).await
         }
         .instrument(self.span("scan"))
         .await
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
-        let mut request = request.into_inner();
+        let request = request.into_inner();
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
         async move {
-            let applied = match put_op(&request) {
-                Ok(op) => self.local_write(vec![op]).await,
-                Err(error) => Err(error),
-            };
-            match applied {
-                Ok(mut applied) => Ok(Response::new(PutResponse {
-                    header: self.header(&applied.group, applied.revision),
-                    previous: applied.results.remove(0).previous.map(Into::into),
-                })),
-                Err(error) => {
-                    let no_forward = std::mem::replace(&mut request.no_forward, true);
-                    self.route(error, no_forward, true, |mut client| async move {
-                        client.put(request).await
-                    })
-                    .await
-                }
-            }
+            let served = self.serve_put(&request).await;
+            self.answer(served, request, true, forward).await
         }
         .instrument(self.span("put"))
         .await
@@ -315,29 +363,11 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
-        let mut request = request.into_inner();
+        let request = request.into_inner();
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
         async move {
-            let applied = match delete_op(&request) {
-                Ok(op) => self.local_write(vec![op]).await,
-                Err(error) => Err(error),
-            };
-            match applied {
-                Ok(mut applied) => {
-                    let result = applied.results.remove(0);
-                    Ok(Response::new(DeleteResponse {
-                        header: self.header(&applied.group, applied.revision),
-                        deleted: result.existed,
-                        previous: result.previous.map(Into::into),
-                    }))
-                }
-                Err(error) => {
-                    let no_forward = std::mem::replace(&mut request.no_forward, true);
-                    self.route(error, no_forward, true, |mut client| async move {
-                        client.delete(request).await
-                    })
-                    .await
-                }
-            }
+            let served = self.serve_delete(&request).await;
+            self.answer(served, request, true, forward).await
         }
         .instrument(self.span("delete"))
         .await
@@ -347,25 +377,11 @@ impl Kv for KvService {
         &self,
         request: Request<BatchRequest>,
     ) -> Result<Response<BatchResponse>, Status> {
-        let mut request = request.into_inner();
+        let request = request.into_inner();
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
         async move {
-            let applied = match batch_ops(&request) {
-                Ok(ops) => self.local_write(ops).await,
-                Err(error) => Err(error),
-            };
-            match applied {
-                Ok(applied) => Ok(Response::new(BatchResponse {
-                    header: self.header(&applied.group, applied.revision),
-                    results: applied.results.into_iter().map(op_result).collect(),
-                })),
-                Err(error) => {
-                    let no_forward = std::mem::replace(&mut request.no_forward, true);
-                    self.route(error, no_forward, true, |mut client| async move {
-                        client.batch(request).await
-                    })
-                    .await
-                }
-            }
+            let served = self.serve_batch(&request).await;
+            self.answer(served, request, true, forward).await
         }
         .instrument(self.span("batch"))
         .await

@@ -11,8 +11,6 @@ pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
 pub const BATCH_OPS_MAX: usize = 128;
 /// Most bytes (keys + values + condition values) in one batch.
 pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
-/// Longest TTL, in milliseconds (one year).
-pub const TTL_MS_MAX: u64 = 365 * 24 * 60 * 60 * 1000;
 
 /// Rows a scan returns when the request names no limit.
 pub const SCAN_LIMIT_DEFAULT: u32 = 1_000;
