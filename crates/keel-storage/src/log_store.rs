@@ -39,11 +39,11 @@ pub struct LogStore {
 /// it is on disk, so every appended entry is readable from here or from redb.
 #[derive(Default)]
 struct PendingLog {
-    entries: Mutex<BTreeMap<u64, Entry>>,
+    entries: Mutex<BTreeMap<u64, Arc<Entry>>>,
 }
 
 impl PendingLog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Entry>>> {
         self.entries.lock().expect("pending log lock poisoned")
     }
 
@@ -134,7 +134,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             let span = (Bound::Included(start), upper);
             entries
                 .range(span)
-                .map(|(_, entry)| entry.clone())
+                .map(|(_, entry)| Entry::clone(entry))
                 .collect()
         };
         let disk_end = match (pending.first(), end) {
@@ -211,7 +211,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
+        // Shared with the writer: the pending copy costs a reference count, not a copy.
+        let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
         if entries.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
@@ -220,7 +221,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.pending.lock().extend(
             entries
                 .iter()
-                .map(|entry| (entry.log_id.index, entry.clone())),
+                .map(|entry| (entry.log_id.index, Arc::clone(entry))),
         );
         let pending = self.pending.clone();
         let settle: crate::writer::Settle = Box::new(move || pending.settle(&ids));
@@ -295,7 +296,7 @@ where
 pub(crate) fn append_entries(
     txn: &WriteTransaction,
     range: RangeId,
-    entries: &[Entry],
+    entries: &[Arc<Entry>],
 ) -> Result<(), StorageError> {
     let mut log = txn
         .open_table(RAFT_LOG)
@@ -314,7 +315,7 @@ pub(crate) fn append_entries(
             );
         }
         let key = tables::log_key(range, index);
-        let value = crate::codec::encode(entry);
+        let value = crate::codec::encode(entry.as_ref());
         log.insert(key.as_slice(), value.as_slice())
             .map_err(|e| StorageError::redb("append log", e))?;
         expected = Some(index + 1);

@@ -25,7 +25,8 @@ use crate::{apply, install, log_store};
 pub(crate) enum Op {
     Append {
         range: RangeId,
-        entries: Vec<Entry>,
+        /// Shared with the log store's pending entries until the commit.
+        entries: Vec<Arc<Entry>>,
     },
     SaveVote {
         range: RangeId,

@@ -35,6 +35,15 @@ async fn fill(sm: &mut StateMachine) {
 }
 
 /// Every row of a state machine, page by page.
+/// Builds a snapshot of `sm` now.
+async fn build(sm: &mut StateMachine) -> keel_storage::raft_types::Snapshot {
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+}
+
 async fn all_rows(sm: &StateMachine) -> Vec<KeyValue> {
     let mut rows = Vec::new();
     let mut start = Vec::new();
@@ -68,12 +77,7 @@ async fn large_snapshot_round_trip() {
     let (_dir_a, store_a) = open_temp();
     let mut sm_a = store_a.state_machine(RangeId(1));
     fill(&mut sm_a).await;
-    let snapshot = sm_a
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snapshot = build(&mut sm_a).await;
     assert!(
         snapshot.snapshot.len_bytes() > 3_000_000,
         "{}",
@@ -118,12 +122,7 @@ async fn crash_during_install_is_completed_by_installing_again() {
     let (_dir_a, store_a) = open_temp();
     let mut sm_a = store_a.state_machine(RangeId(1));
     fill(&mut sm_a).await;
-    let snapshot = sm_a
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snapshot = build(&mut sm_a).await;
 
     let dir_b = tempfile::tempdir().unwrap();
     {
@@ -177,12 +176,7 @@ async fn snapshot_with_wrong_meta_is_refused() {
     apply(&mut sm, vec![puts(1, 1, &[(b"k", b"v")])])
         .await
         .unwrap();
-    let snapshot = sm
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let snapshot = build(&mut sm).await;
     let mut wrong = snapshot.meta.clone();
     wrong.last_log_id = Some(log_id(1, 1, 2));
     let (_dir_b, store_b) = open_temp();
