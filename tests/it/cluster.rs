@@ -31,6 +31,7 @@ fn put(key: &str, value: &str, condition: Option<Condition>) -> BatchOp {
         value: value.into(),
         condition,
         return_previous: false,
+        ttl_ms: None,
     }
 }
 
@@ -61,6 +62,7 @@ async fn run(client: &Client, step: Step) {
             let options = PutOptions {
                 condition,
                 return_previous: false,
+                ..PutOptions::default()
             };
             let result = client.put(key.as_bytes(), value.as_bytes(), options).await;
             assert_eq!(outcome(result, |_| true), expected, "put {key}");
@@ -142,6 +144,7 @@ async fn revision_cas_follows_the_current_revision() {
     let options = PutOptions {
         condition: stale,
         return_previous: false,
+        ..PutOptions::default()
     };
     let rejected = client.put(b"k", b"3", options).await.unwrap_err();
     let KvError::ConditionFailed(failed) = rejected else {
@@ -155,6 +158,7 @@ async fn revision_cas_follows_the_current_revision() {
     let options = PutOptions {
         condition: Some(Condition::Revision(second.revision)),
         return_previous: true,
+        ..PutOptions::default()
     };
     let third = client.put(b"k", b"3", options).await.unwrap();
     assert_eq!(third.previous.unwrap().value, b"2");

@@ -4,11 +4,14 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keel_client::{Client, ClientOptions, GetResult};
-use keel_server::{Node, NodeConfig, RaftTimings};
-use keel_types::{Consistency, NodeId};
+use keel_proto::v1::kv_client::KvClient;
+use keel_server::{Faults, KvSettings, Node, NodeConfig, RaftTimings};
+use keel_types::{Consistency, ManualClock, NodeId};
+use tonic::transport::Channel;
 
 /// How long a test waits for a condition (an election, replication) before it fails.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
@@ -18,6 +21,10 @@ pub struct Cluster {
     timings: RaftTimings,
     addrs: BTreeMap<NodeId, SocketAddr>,
     nodes: BTreeMap<NodeId, Node>,
+    /// Each node's wall clock (TTLs, sessions); they move only when a test moves them.
+    clocks: BTreeMap<NodeId, Arc<ManualClock>>,
+    kv: KvSettings,
+    faults: Faults,
 }
 
 impl Cluster {
@@ -28,12 +35,31 @@ impl Cluster {
 
     /// Starts `size` nodes with `timings` and waits until they agree on a leader.
     pub async fn start_with(size: u64, timings: RaftTimings) -> Cluster {
+        Cluster::start_configured(size, timings, KvSettings::default(), Faults::default()).await
+    }
+
+    /// Starts `size` nodes with every setting given and waits until they agree on a leader.
+    pub async fn start_configured(
+        size: u64,
+        timings: RaftTimings,
+        kv: KvSettings,
+        faults: Faults,
+    ) -> Cluster {
         let addrs = (1..=size).map(|id| (id, free_addr())).collect();
+        let start_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
         let mut cluster = Cluster {
             dir: tempfile::tempdir().unwrap(),
             timings,
             addrs,
             nodes: BTreeMap::new(),
+            clocks: (1..=size)
+                .map(|id| (id, ManualClock::new(start_ms)))
+                .collect(),
+            kv,
+            faults,
         };
         for id in 1..=size {
             cluster.start_node(id).await;
@@ -56,6 +82,14 @@ impl Cluster {
         Client::new(endpoints, ClientOptions::default()).unwrap()
     }
 
+    /// A raw gRPC client of node `id`'s Kv service, for tests that control every field of a
+    /// request (request ids, retries).
+    pub async fn kv(&self, id: NodeId) -> KvClient<Channel> {
+        KvClient::connect(format!("http://{}", self.endpoint(id)))
+            .await
+            .unwrap()
+    }
+
     /// A client that knows only node `id` (it may still follow leader hints elsewhere).
     pub fn client_of(&self, id: NodeId) -> Client {
         Client::new(vec![self.endpoint(id)], ClientOptions::default()).unwrap()
@@ -72,6 +106,16 @@ impl Cluster {
                 .map(|(id, addr)| (*id, addr.to_string()))
                 .collect(),
             raft: self.timings.clone(),
+            kv: self.kv,
+            clock: self.clocks[&id].clone(),
+            faults: self.faults,
+        }
+    }
+
+    /// Moves every node's wall clock forward by `ms`.
+    pub fn advance_clocks_ms(&self, ms: u64) {
+        for clock in self.clocks.values() {
+            clock.advance_ms(ms);
         }
     }
 

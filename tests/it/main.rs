@@ -5,4 +5,6 @@
 mod catch_up;
 mod cluster;
 mod deps;
+mod exactly_once;
 mod harness;
+mod ttl;

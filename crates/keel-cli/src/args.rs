@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use keel_types::{Condition, Consistency, limits};
 
+use crate::duration;
 use crate::output::Output;
 
 pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
@@ -16,8 +17,9 @@ pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
     name = "keel",
     version,
     about = "Keel: a strongly consistent, Raft-replicated key-value store.",
-    after_help = "Exit codes: 0 ok; 1 key not found (get) or condition failed (cas); \
-                  2 usage error or invalid argument; 3 unavailable, timed out, outcome unknown or fatal."
+    after_help = "Exit codes: 0 ok; 1 key not found (get), condition failed (cas), not a counter or \
+                  overflow (incr); 2 usage error or invalid argument; 3 unavailable, overloaded, \
+                  timed out, outcome unknown (or request id expired while retrying) or fatal."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -43,7 +45,8 @@ pub struct Global {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// Budget of one request, retries included, in milliseconds.
+    /// Budget of one request, retries included, in milliseconds. Writes are retried within
+    /// it under one request id, so they are applied at most once.
     #[arg(long, global = true, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: u64,
 }
@@ -55,8 +58,14 @@ pub enum Command {
     /// Run a local cluster of child `keel serve` processes until Ctrl-C.
     Dev(DevArgs),
     /// Write a key.
-    Put { key: OsString, value: OsString },
-    /// Read a key; text output is the value alone (raw bytes) and a newline.
+    Put {
+        key: OsString,
+        value: OsString,
+        #[command(flatten)]
+        ttl: TtlArg,
+    },
+    /// Read a key; text output is the value alone (raw bytes) and a newline, and the time
+    /// left on stderr when the key has a TTL.
     Get {
         key: OsString,
         /// How the read is made consistent.
@@ -67,6 +76,16 @@ pub enum Command {
     Del { key: OsString },
     /// Write a key only if a condition holds (compare-and-set).
     Cas(CasArgs),
+    /// Add DELTA to the signed 64-bit decimal integer stored under KEY (absent = 0) and print
+    /// the new value. Applied exactly once, also when retried.
+    #[command(after_help = "A negative DELTA may be written directly or after --: \
+                            `keel incr n -5`, `keel incr n -- -5`.")]
+    Incr {
+        key: OsString,
+        /// Amount to add; negative to subtract.
+        #[arg(default_value_t = 1, allow_negative_numbers = true)]
+        delta: i64,
+    },
     /// List keys of [START, END) in key order: `key<TAB>value` lines.
     Scan {
         /// First key (inclusive); empty or absent = the start of the keyspace.
@@ -119,6 +138,17 @@ pub struct CasArgs {
     /// The key must currently be absent.
     #[arg(long, group = "expect")]
     pub expect_absent: bool,
+    #[command(flatten)]
+    pub ttl: TtlArg,
+}
+
+/// `--ttl` of the writes that take one.
+#[derive(Debug, Args)]
+pub struct TtlArg {
+    /// Time to live: a whole number and a unit (500ms, 30s, 5m, 2h, 1d), 1 ms to 1 year.
+    /// Without it the key has no TTL, and a TTL it had is cleared.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+    pub ttl: Option<i64>,
 }
 
 impl CasArgs {
@@ -209,11 +239,70 @@ mod tests {
     }
 
     #[test]
+    fn incr_takes_an_optional_possibly_negative_delta() {
+        use clap::error::ErrorKind;
+        let check = |args: &[&str], expected: Result<i64, ErrorKind>| {
+            let got = match parse(args).map(|cli| cli.command) {
+                Ok(Command::Incr { key, delta }) => {
+                    assert_eq!(bytes(&key), b"n");
+                    Ok(delta)
+                }
+                Ok(other) => panic!("parsed as {other:?}"),
+                Err(error) => Err(error.kind()),
+            };
+            assert_eq!(got, expected, "{args:?}");
+        };
+        check(&["incr", "n"], Ok(1));
+        check(&["incr", "n", "7"], Ok(7));
+        check(&["incr", "n", "-5"], Ok(-5));
+        check(&["incr", "n", "--", "-5"], Ok(-5));
+        check(&["incr", "n", "-5", "--output", "json"], Ok(-5));
+        check(&["incr", "n", "-9223372036854775808"], Ok(i64::MIN));
+        let invalid = Err(ErrorKind::ValueValidation);
+        check(&["incr", "n", "9223372036854775808"], invalid);
+        check(&["incr", "n", "x"], invalid);
+        check(&["incr", "n", "1.5"], invalid);
+        check(&["incr"], Err(ErrorKind::MissingRequiredArgument));
+    }
+
+    #[test]
+    fn put_and_cas_take_a_ttl_with_a_unit() {
+        let ttl = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Put { ttl, .. }) => Ok(ttl.ttl),
+            Ok(Command::Cas(cas)) => Ok(cas.ttl.ttl),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(error) => Err(error.to_string()),
+        };
+        let parses = |args: &[&str], expected: Option<i64>| {
+            assert_eq!(ttl(args), Ok(expected), "{args:?}");
+        };
+        let refuses = |args: &[&str], expected: &str| {
+            let message = ttl(args).unwrap_err();
+            assert!(message.contains(expected), "{args:?}: {message}");
+        };
+        parses(&["put", "k", "v"], None);
+        parses(&["put", "k", "v", "--ttl", "30s"], Some(30_000));
+        parses(&["put", "k", "v", "--ttl=500ms"], Some(500));
+        parses(&["put", "--ttl", "1d", "k", "v"], Some(86_400_000));
+        parses(
+            &["cas", "k", "v", "--expect-absent", "--ttl", "5m"],
+            Some(300_000),
+        );
+        // Zero and negative parse; the limit check refuses them with its own message.
+        parses(&["put", "k", "v", "--ttl", "0s"], Some(0));
+        parses(&["put", "k", "v", "--ttl", "-5s"], Some(-5_000));
+        refuses(&["put", "k", "v", "--ttl", "30"], "has no unit");
+        refuses(&["put", "k", "v", "--ttl", "soon"], "is not a duration");
+    }
+
+    #[test]
     fn usage_errors_exit_with_two() {
         for args in [
             &["get"][..],
             &["scan", "--limit", "0"],
             &["dev", "--nodes", "0"],
+            &["put", "k", "v", "--ttl", "30"],
+            &["incr", "n", "one"],
             &["nope"],
         ] {
             assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");

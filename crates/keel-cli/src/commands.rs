@@ -5,9 +5,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions, DeleteOptions, PutOptions};
-use keel_types::{Consistency, KvError, limits, validate::show_key};
+use keel_types::{Consistency, KvError, limits, validate};
 
-use crate::args::{ClusterCommand, Command, Global, bytes};
+use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
 use crate::output::{self, Output, Report, StatusRow, code};
 
 /// Runs one client command, prints its output, and returns the exit code.
@@ -29,24 +29,44 @@ pub fn print(report: &Report) -> u8 {
     report.code
 }
 
+/// `--timeout-ms` bounds reads and writes alike; a write attempt gets at most half of it, so
+/// that a write whose first attempt hangs is sent once more (with the same request id).
 fn options(global: &Global) -> ClientOptions {
     let timeout = Duration::from_millis(global.timeout_ms);
     let defaults = ClientOptions::default();
     ClientOptions {
         request_timeout: timeout,
         read_attempt_timeout: defaults.read_attempt_timeout.min(timeout),
+        write_deadline: timeout,
+        write_attempt_timeout: defaults.write_attempt_timeout.min(timeout / 2),
         connect_timeout: defaults.connect_timeout.min(timeout),
+        ..defaults
     }
+}
+
+/// The TTL of `--ttl`, checked against the limits before anything is sent, with the
+/// message the cluster would give.
+fn ttl(key: &[u8], arg: &TtlArg) -> Result<Option<Duration>, KvError> {
+    arg.ttl
+        .map(|ttl_ms| validate::check_ttl_ms(key, ttl_ms).map(Duration::from_millis))
+        .transpose()
 }
 
 async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
     let client = Client::new(global.endpoints.clone(), options(global))?;
     let out = global.output;
     match command {
-        Command::Put { key, value } => {
-            let result = client
-                .put(&bytes(&key), &bytes(&value), PutOptions::default())
-                .await?;
+        Command::Put {
+            key,
+            value,
+            ttl: arg,
+        } => {
+            let key = bytes(&key);
+            let options = PutOptions {
+                ttl: ttl(&key, &arg)?,
+                ..PutOptions::default()
+            };
+            let result = client.put(&key, &bytes(&value), options).await?;
             Ok(output::put(&result, out))
         }
         Command::Get { key, consistency } => {
@@ -60,14 +80,19 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             Ok(output::delete(&key, &result, out))
         }
         Command::Cas(cas) => {
+            let key = bytes(&cas.key);
             let options = PutOptions {
                 condition: Some(cas.condition()),
                 return_previous: false,
+                ttl: ttl(&key, &cas.ttl)?,
             };
-            let result = client
-                .put(&bytes(&cas.key), &bytes(&cas.new), options)
-                .await?;
+            let result = client.put(&key, &bytes(&cas.new), options).await?;
             Ok(output::put(&result, out))
+        }
+        Command::Incr { key, delta } => {
+            let key = bytes(&key);
+            let result = client.increment(&key, delta).await?;
+            Ok(output::increment(&key, &result, out))
         }
         Command::Scan {
             start,
@@ -115,15 +140,15 @@ async fn scan(
         if next <= start {
             return Err(KvError::fatal(format!(
                 "scan made no progress: next page starts at {}, not after {}",
-                show_key(&next),
-                show_key(&start)
+                validate::show_key(&next),
+                validate::show_key(&start)
             )));
         }
         if remaining == 0 {
             let last = page.kvs.last().map_or(&next, |kv| &kv.key);
             let stderr = format!(
                 "more keys follow {}; raise --limit to see them",
-                show_key(last)
+                validate::show_key(last)
             );
             return Ok(Report {
                 stderr,

@@ -311,6 +311,7 @@ async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<NodeId> {
         request_timeout: Duration::from_millis(500),
         read_attempt_timeout: Duration::from_millis(500),
         connect_timeout: Duration::from_millis(200),
+        ..ClientOptions::default()
     };
     let client = Client::new(endpoints.to_vec(), options)?;
     let deadline = Instant::now() + LEADER_WAIT;

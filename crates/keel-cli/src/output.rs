@@ -1,19 +1,23 @@
 //! What the client commands print and which exit code they end with, as pure functions of
 //! their results. Knows nothing of the network or of clap.
 
-use keel_client::{DeleteResult, GetResult, PutResult};
+use keel_client::{DeleteResult, GetResult, IncrementResult, PutResult};
 use keel_proto::v1;
 use keel_types::{ConditionFailed, KeyValue, KvError, validate::show_key};
 use serde_json::{Value, json};
 
+use crate::duration;
+
 /// Exit codes of the `keel` binary.
 pub mod code {
     pub const OK: u8 = 0;
-    /// `get` found no key; `cas` found its condition false.
+    /// The request failed on the key's state: `get` found no key, `cas` found its condition
+    /// false, `incr` found no counter or would overflow.
     pub const NOT_FOUND_OR_FAILED: u8 = 1;
     /// Bad usage or an argument the cluster refused.
     pub const USAGE: u8 = 2;
-    /// Unavailable, timed out, outcome unknown, or a node stopped.
+    /// Unavailable, overloaded, timed out, outcome unknown (also a request id that expired
+    /// while being retried: it may have been applied once), or a node stopped.
     pub const UNAVAILABLE: u8 = 3;
 }
 
@@ -43,12 +47,16 @@ impl Report {
 
 pub fn exit_code(error: &KvError) -> u8 {
     match error {
-        KvError::ConditionFailed(_) => code::NOT_FOUND_OR_FAILED,
+        KvError::ConditionFailed(_) | KvError::NotACounter { .. } | KvError::Overflow { .. } => {
+            code::NOT_FOUND_OR_FAILED
+        }
         KvError::InvalidArgument { .. } => code::USAGE,
         KvError::NotLeader { .. }
         | KvError::Unavailable { .. }
+        | KvError::Overloaded { .. }
         | KvError::Timeout { .. }
         | KvError::OutcomeUnknown { .. }
+        | KvError::RequestIdExpired { .. }
         | KvError::Fatal { .. } => code::UNAVAILABLE,
     }
 }
@@ -70,9 +78,19 @@ pub fn error(error: &KvError, output: Output) -> Report {
     }
 }
 
+/// A read: the value alone in text (the remaining TTL, if any, on stderr), or one JSON
+/// object.
 pub fn get(key: &[u8], result: &GetResult, output: Output) -> Report {
+    let ttl_ms = result
+        .ttl_remaining
+        .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
     let mut report = match (&result.kv, output) {
-        (Some(kv), Output::Text) => Report::ok(line(&kv.value)),
+        (Some(kv), Output::Text) => Report {
+            stderr: ttl_ms.map_or_else(String::new, |ms| {
+                format!("key {} expires in {}", show_key(key), duration::show_ms(ms))
+            }),
+            ..Report::ok(line(&kv.value))
+        },
         (None, Output::Text) => Report::default(),
         (kv, Output::Json) => {
             let mut value = json!({
@@ -85,6 +103,7 @@ pub fn get(key: &[u8], result: &GetResult, output: Output) -> Report {
                 value["value"] = bytes(&kv.value);
                 value["create_revision"] = json!(kv.create_revision);
                 value["mod_revision"] = json!(kv.mod_revision);
+                value["ttl_remaining_ms"] = json!(ttl_ms);
             }
             Report::ok(json_line(&value))
         }
@@ -101,6 +120,18 @@ pub fn put(result: &PutResult, output: Output) -> Report {
     Report::ok(match output {
         Output::Text => line(format!("OK (revision {})", result.revision).as_bytes()),
         Output::Json => json_line(&json!({ "succeeded": true, "revision": result.revision })),
+    })
+}
+
+/// An increment: the new value alone in text.
+pub fn increment(key: &[u8], result: &IncrementResult, output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text => line(result.value.to_string().as_bytes()),
+        Output::Json => json_line(&json!({
+            "key": bytes(key),
+            "value": result.value,
+            "revision": result.revision,
+        })),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The client: validates input, routes each request to the cached leader, and runs the retry
-//! policy of `retry` within the request deadline. Knows nothing of server internals.
+//! policy of `retry` within the request deadline (reads here, writes in `write`). Knows
+//! nothing of server internals.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,15 +10,20 @@ use std::time::Duration;
 use keel_proto::v1;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{BatchOp, Consistency, KvError, limits, validate};
+use keel_types::{BatchOp, Consistency, KvError, SharedClock, limits, validate};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::attempt::{self, AttemptError};
 use crate::endpoints::{self, Pool};
-use crate::options::{ClientOptions, DeleteOptions, PutOptions};
-use crate::results::{self, BatchResult, DeleteResult, GetResult, PutResult, ScanResult};
+use crate::options::{self, ClientOptions, DeleteOptions, PutOptions};
+use crate::results::{
+    self, BatchResult, DeleteResult, GetResult, IncrementResult, PutResult, ScanResult,
+};
 use crate::retry::{self, Decision, Target};
+use crate::session::{MonotonicClock, Sessions};
+
+mod write;
 
 /// A handle on a Keel cluster. Cheap to clone; clones share connections and the leader cache.
 #[derive(Clone)]
@@ -34,6 +40,8 @@ struct Inner {
     leader: Mutex<Option<String>>,
     /// Rotation over `endpoints` when the leader is unknown or unreachable.
     cursor: AtomicUsize,
+    /// The client session and the request ids of writes in flight.
+    sessions: Arc<Sessions>,
 }
 
 /// What a request is, for routing and retrying.
@@ -60,10 +68,21 @@ impl Client {
     /// A client of the cluster behind `endpoints` (`host:port` or `http://host:port`, at most
     /// `CLIENT_ENDPOINTS_MAX`). Connects lazily, on first use, inside the caller's runtime.
     pub fn new(endpoints: Vec<String>, options: ClientOptions) -> Result<Client, KvError> {
+        Client::with_clock(endpoints, options, MonotonicClock::shared())
+    }
+
+    /// Like `new`, with the ages of client sessions (`session_max_age`) measured by `clock`
+    /// instead of a monotonic clock of the host: tests move it by hand.
+    pub fn with_clock(
+        endpoints: Vec<String>,
+        options: ClientOptions,
+        clock: SharedClock,
+    ) -> Result<Client, KvError> {
         let endpoints = endpoints::normalize_all(&endpoints)?;
         let inner = Inner {
             endpoints,
             pool: Pool::new(options.clone()),
+            sessions: Sessions::new(clock, options.session_max_age),
             options,
             leader: Mutex::new(None),
             cursor: AtomicUsize::new(0),
@@ -80,8 +99,9 @@ impl Client {
             consistency: v1::Consistency::from(consistency).into(),
             no_forward: true,
         };
+        let timeout = self.inner.options.request_timeout;
         let response = self
-            .call(read(consistency), |mut kv| {
+            .call(read(consistency), timeout, |mut kv| {
                 let request = request.clone();
                 async move { kv.get(request).await }
             })
@@ -89,6 +109,8 @@ impl Client {
         results::get(response)
     }
 
+    /// Writes `value` under `key`, with a condition, a TTL or the previous state as
+    /// `options` ask. Retried with one request id until answered (see the crate's docs).
     pub async fn put(
         &self,
         key: &[u8],
@@ -96,16 +118,25 @@ impl Client {
         options: PutOptions,
     ) -> Result<PutResult, KvError> {
         validate::check_op(key, Some(value), options.condition.as_ref())?;
+        let ttl_ms = match options.ttl.map(options::ttl_ms) {
+            Some(ttl_ms) => Some(validate::check_ttl_ms(key, ttl_ms).map(|_| ttl_ms)?),
+            None => None,
+        };
         let request = v1::PutRequest {
             key: key.to_vec(),
             value: value.to_vec(),
             condition: options.condition.map(Into::into),
             return_previous: options.return_previous,
             no_forward: true,
+            ttl_ms,
+            request_id: None,
         };
         let response = self
-            .call(WRITE, |mut kv| {
-                let request = request.clone();
+            .write(|mut kv, id| {
+                let request = v1::PutRequest {
+                    request_id: Some(id.into()),
+                    ..request.clone()
+                };
                 async move { kv.put(request).await }
             })
             .await?;
@@ -123,14 +154,42 @@ impl Client {
             condition: options.condition.map(Into::into),
             return_previous: options.return_previous,
             no_forward: true,
+            request_id: None,
         };
         let response = self
-            .call(WRITE, |mut kv| {
-                let request = request.clone();
+            .write(|mut kv, id| {
+                let request = v1::DeleteRequest {
+                    request_id: Some(id.into()),
+                    ..request.clone()
+                };
                 async move { kv.delete(request).await }
             })
             .await?;
         results::delete(response)
+    }
+
+    /// Adds `delta` (negative to subtract) to the signed 64-bit decimal integer stored under
+    /// `key` (absent = 0) and returns the new value. Applied exactly once however often it is
+    /// retried; a value that is not such an integer fails with `NotACounter`, a sum out of
+    /// range with `Overflow`. The key keeps its TTL.
+    pub async fn increment(&self, key: &[u8], delta: i64) -> Result<IncrementResult, KvError> {
+        validate::check_op(key, None, None)?;
+        let request = v1::IncrementRequest {
+            key: key.to_vec(),
+            delta,
+            request_id: None,
+            no_forward: true,
+        };
+        let response = self
+            .write(|mut kv, id| {
+                let request = v1::IncrementRequest {
+                    request_id: Some(id.into()),
+                    ..request.clone()
+                };
+                async move { kv.increment(request).await }
+            })
+            .await?;
+        results::increment(response)
     }
 
     /// One page of the keys of `[start, end)` (empty `end` = to the end of the keyspace), at
@@ -150,8 +209,9 @@ impl Client {
             consistency: v1::Consistency::from(consistency).into(),
             no_forward: true,
         };
+        let timeout = self.inner.options.request_timeout;
         let response = self
-            .call(read(consistency), |mut kv| {
+            .call(read(consistency), timeout, |mut kv| {
                 let request = request.clone();
                 async move { kv.scan(request).await }
             })
@@ -159,17 +219,21 @@ impl Client {
         results::scan(response)
     }
 
-    /// Applies `ops` atomically at one revision, or none of them.
+    /// Applies `ops` (puts, deletes, increments) atomically at one revision, or none of them.
     pub async fn batch(&self, ops: Vec<BatchOp>) -> Result<BatchResult, KvError> {
         validate::check_ops(&ops)?;
         let count = ops.len();
         let request = v1::BatchRequest {
             ops: ops.into_iter().map(Into::into).collect(),
             no_forward: true,
+            request_id: None,
         };
         let response = self
-            .call(WRITE, |mut kv| {
-                let request = request.clone();
+            .write(|mut kv, id| {
+                let request = v1::BatchRequest {
+                    request_id: Some(id.into()),
+                    ..request.clone()
+                };
                 async move { kv.batch(request).await }
             })
             .await?;
@@ -187,22 +251,26 @@ impl Client {
         let outcome = tokio::time::timeout(timeout, cluster.status(v1::StatusRequest {})).await;
         match outcome {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(retry::final_error(
-                &locate(&uri, attempt::from_status(&status)),
-                false,
-            )),
-            Err(_) => Err(retry::final_error(&timed_out(&uri, timeout), false)),
+            Ok(Err(status)) => Err(retry::final_error(&locate(
+                &uri,
+                attempt::from_status(&status),
+            ))),
+            Err(_) => Err(retry::final_error(&timed_out(&uri, timeout))),
         }
     }
 
-    /// Runs `send` against the leader (or the next endpoint) until it succeeds or the retry
-    /// policy gives up, within `request_timeout`.
-    async fn call<T, F, Fut>(&self, kind: Kind, mut send: F) -> Result<T, KvError>
+    /// Runs the read `send` against the leader (or the next endpoint) until it succeeds or
+    /// the retry policy gives up, within `timeout`.
+    async fn call<T, F, Fut>(
+        &self,
+        kind: Kind,
+        timeout: Duration,
+        mut send: F,
+    ) -> Result<T, KvError>
     where
         F: FnMut(KvClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let timeout = self.inner.options.request_timeout;
         let deadline = Instant::now() + timeout;
         let mut uri = self.first_target();
         // Endpoints that failed to connect or answer during this request; at most one per
@@ -221,22 +289,19 @@ impl Client {
                 Err(error) => error,
             };
             tracing::debug!(%uri, attempt, %error, "keel request attempt failed");
-            let target = match retry::decide(&error, kind.is_write, attempt) {
+            let target = match retry::decide_read(&error, attempt) {
                 Decision::GiveUp(error) => return Err(error),
                 Decision::Retry { target } => target,
             };
-            self.forget_leader(&uri);
-            if !matches!(error, AttemptError::Server(_)) {
-                unreachable.push(uri);
-            }
+            self.note_failure(&uri, &error, &target, &mut unreachable);
             let target = retry::skip_stale_hint(target, &unreachable);
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let pause = retry::backoff(&error, &target, attempt, remaining);
+            let pause = retry::read_backoff(&error, &target, attempt, remaining);
             if pause >= remaining {
-                return Err(retry::deadline_passed(&error, kind.is_write, timeout));
+                return Err(retry::read_deadline_passed(&error, timeout));
             }
             tokio::time::sleep(pause).await;
-            uri = self.retarget(target, &unreachable);
+            uri = self.retarget(target, uri, &unreachable);
         }
     }
 
@@ -256,10 +321,14 @@ impl Client {
         let kv = KvClient::new(channel)
             .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-        let mut budget = deadline.saturating_duration_since(Instant::now());
-        if !kind.is_write {
-            budget = budget.min(self.inner.options.read_attempt_timeout);
-        }
+        let options = &self.inner.options;
+        let attempt_timeout = match kind.is_write {
+            true => options.write_attempt_timeout,
+            false => options.read_attempt_timeout,
+        };
+        let budget = deadline
+            .saturating_duration_since(Instant::now())
+            .min(attempt_timeout);
         match tokio::time::timeout(budget, send(kv)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
@@ -275,15 +344,40 @@ impl Client {
         endpoints[self.inner.cursor.load(Ordering::Relaxed) % endpoints.len()].clone()
     }
 
-    /// The URI of `target`. Rotation passes over endpoints that were unreachable during this
-    /// request while others remain, so attempts are not spent on a crashed node.
-    fn retarget(&self, target: Target, unreachable: &[String]) -> String {
-        if let Target::Hinted(addr) = target {
-            // `skip_stale_hint` turned unparsable hints into `Next`; this is a second guard.
-            if let Ok(uri) = endpoints::normalize(&addr.addr) {
-                self.set_leader(Some(uri.clone()));
-                return uri;
+    /// After a failed attempt at `uri` that will be retried: stop sending there first unless
+    /// it is to be asked again, and remember it if it could not be reached or did not answer.
+    /// A lost answer does not make a node unreachable: it may be the leader, and a
+    /// follower's hint must lead back to it (a crashed node shows as unreachable at the
+    /// next connection attempt).
+    fn note_failure(
+        &self,
+        uri: &str,
+        error: &AttemptError,
+        target: &Target,
+        unreachable: &mut Vec<String>,
+    ) {
+        if *target != Target::Same {
+            self.forget_leader(uri);
+        }
+        if matches!(error, AttemptError::NotSent(_) | AttemptError::TimedOut(_)) {
+            unreachable.push(uri.to_string());
+        }
+    }
+
+    /// The URI of `target`, `current` being the last one tried. Rotation passes over
+    /// endpoints that were unreachable during this request while others remain, so attempts
+    /// are not spent on a crashed node.
+    fn retarget(&self, target: Target, current: String, unreachable: &[String]) -> String {
+        match target {
+            Target::Same => return current,
+            Target::Hinted(addr) => {
+                // `skip_stale_hint` turned unparsable hints into `Next`; this is a second guard.
+                if let Ok(uri) = endpoints::normalize(&addr.addr) {
+                    self.set_leader(Some(uri.clone()));
+                    return uri;
+                }
             }
+            Target::Next => {}
         }
         let endpoints = &self.inner.endpoints;
         let mut next = String::new();

@@ -1,6 +1,8 @@
 //! What the client's requests return, and their conversion from wire responses. Knows nothing
 //! of endpoints or retries.
 
+use std::time::Duration;
+
 use keel_proto::v1;
 use keel_types::{KeyValue, KvError, NodeId, OpResult, Revision};
 
@@ -9,6 +11,9 @@ use keel_types::{KeyValue, KvError, NodeId, OpResult, Revision};
 pub struct GetResult {
     /// `None` when the key is absent.
     pub kv: Option<KeyValue>,
+    /// Time the key has left, by the serving replica's clock when it read it; `None` when the
+    /// key has no TTL (or is absent). `kv.expires_at_ms` is always `None` on the client.
+    pub ttl_remaining: Option<Duration>,
     /// The range's applied revision the read reflects.
     pub revision: Revision,
     /// The node that served the read.
@@ -21,6 +26,8 @@ pub struct PutResult {
     pub revision: Revision,
     /// The key's state before the put, when asked for and present.
     pub previous: Option<KeyValue>,
+    /// The write had been applied by an earlier attempt; this is that attempt's answer.
+    pub replayed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +38,20 @@ pub struct DeleteResult {
     pub deleted: bool,
     /// The key's state before the delete, when asked for and present.
     pub previous: Option<KeyValue>,
+    /// The write had been applied by an earlier attempt; this is that attempt's answer.
+    pub replayed: bool,
+}
+
+/// An applied increment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncrementResult {
+    /// The key's value after the increment.
+    pub value: i64,
+    /// The revision of the write.
+    pub revision: Revision,
+    /// The increment had been applied by an earlier attempt; this is that attempt's answer
+    /// (it was applied once).
+    pub replayed: bool,
 }
 
 /// One page of a scan.
@@ -47,8 +68,10 @@ pub struct ScanResult {
 pub struct BatchResult {
     /// The revision all ops were applied at.
     pub revision: Revision,
-    /// One result per op, in request order.
+    /// One result per op, in request order; an increment's has its new value in `counter`.
     pub results: Vec<OpResult>,
+    /// The batch had been applied by an earlier attempt; this is that attempt's answer.
+    pub replayed: bool,
 }
 
 /// The header every successful response must carry. A response without one breaks the
@@ -67,8 +90,14 @@ fn header(
 
 pub(crate) fn get(response: v1::GetResponse) -> Result<GetResult, KvError> {
     let header = header(response.header, false)?;
+    let ttl_remaining = response
+        .kv
+        .as_ref()
+        .and_then(|kv| kv.ttl_remaining_ms)
+        .map(Duration::from_millis);
     Ok(GetResult {
         kv: response.kv.map(Into::into),
+        ttl_remaining,
         revision: header.revision,
         served_by: header.served_by,
     })
@@ -79,6 +108,7 @@ pub(crate) fn put(response: v1::PutResponse) -> Result<PutResult, KvError> {
     Ok(PutResult {
         revision: header.revision,
         previous: response.previous.map(Into::into),
+        replayed: header.replayed,
     })
 }
 
@@ -88,6 +118,16 @@ pub(crate) fn delete(response: v1::DeleteResponse) -> Result<DeleteResult, KvErr
         revision: header.revision,
         deleted: response.deleted,
         previous: response.previous.map(Into::into),
+        replayed: header.replayed,
+    })
+}
+
+pub(crate) fn increment(response: v1::IncrementResponse) -> Result<IncrementResult, KvError> {
+    let header = header(response.header, true)?;
+    Ok(IncrementResult {
+        value: response.value,
+        revision: header.revision,
+        replayed: header.replayed,
     })
 }
 
@@ -116,10 +156,22 @@ pub(crate) fn batch(response: v1::BatchResponse, ops: usize) -> Result<BatchResu
         .map(|result| OpResult {
             previous: result.previous.map(Into::into),
             existed: result.existed,
+            counter: result.counter,
         })
         .collect();
     Ok(BatchResult {
         revision: header.revision,
         results,
+        replayed: header.replayed,
     })
+}
+
+/// The session a server opened: (`client_id`, `client_started_ms`).
+pub(crate) fn session(response: v1::OpenSessionResponse) -> Result<(u64, u64), KvError> {
+    if response.client_id == 0 {
+        return Err(KvError::fatal(
+            "the server opened a client session with id 0; ids are non-zero",
+        ));
+    }
+    Ok((response.client_id, response.client_started_ms))
 }

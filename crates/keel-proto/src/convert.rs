@@ -1,31 +1,86 @@
 //! Conversions between wire messages and `keel-types`. Malformed messages (a condition with
-//! no kind, a batch op with no op) become `KvError::InvalidArgument`.
+//! no kind, a batch op with no op) become `KvError::InvalidArgument`, as do TTLs and request
+//! ids outside their limits.
+//!
+//! On the wire a key's TTL is the time it has left (`ttl_remaining_ms`), by the clock of the
+//! replica that served it; inside Keel it is an absolute expiry (`KeyValue::expires_at_ms`).
+//! Only the serving side can turn one into the other, so `key_value` takes its clock
+//! reading, and a `KeyValue` decoded from the wire has no expiry (read the remaining TTL from
+//! the wire message itself).
 
-use keel_types::{BatchOp, Condition, ConditionFailed, Consistency, KeyValue, KvError, NodeAddr};
+use keel_types::{
+    BatchOp, Condition, ConditionFailed, Consistency, KeyValue, KvError, NodeAddr, RequestId,
+    validate,
+};
 
 use crate::v1;
 use crate::v1::error_detail::Kind;
 
-impl From<KeyValue> for v1::KeyValue {
-    fn from(kv: KeyValue) -> Self {
-        v1::KeyValue {
-            key: kv.key,
-            value: kv.value,
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-        }
+/// `kv` as sent to a client by a replica whose clock reads `now_ms`.
+pub fn key_value(kv: KeyValue, now_ms: u64) -> v1::KeyValue {
+    v1::KeyValue {
+        ttl_remaining_ms: kv
+            .expires_at_ms
+            .map(|expires| expires.saturating_sub(now_ms).max(1)),
+        key: kv.key,
+        value: kv.value,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
     }
 }
 
 impl From<v1::KeyValue> for KeyValue {
+    /// Without the expiry: see the module's documentation.
     fn from(kv: v1::KeyValue) -> Self {
         KeyValue {
             key: kv.key,
             value: kv.value,
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
+            expires_at_ms: None,
         }
     }
+}
+
+impl From<RequestId> for v1::RequestId {
+    fn from(id: RequestId) -> Self {
+        v1::RequestId {
+            client_id: id.client_id,
+            client_started_ms: id.client_started_ms,
+            sequence: id.sequence,
+            completed_below: id.completed_below,
+        }
+    }
+}
+
+/// A wire request id as a `RequestId`. Sequences start at 1, and `completed_below` may not
+/// pass the request itself.
+pub fn request_id(id: Option<v1::RequestId>) -> Result<Option<RequestId>, KvError> {
+    let Some(id) = id else { return Ok(None) };
+    if id.sequence == 0 {
+        return Err(KvError::invalid(
+            "request id has sequence 0; sequences start at 1",
+        ));
+    }
+    if id.completed_below > id.sequence {
+        return Err(KvError::invalid(format!(
+            "request id has completed_below {} past its own sequence {}",
+            id.completed_below, id.sequence
+        )));
+    }
+    Ok(Some(RequestId {
+        client_id: id.client_id,
+        client_started_ms: id.client_started_ms,
+        sequence: id.sequence,
+        completed_below: id.completed_below,
+    }))
+}
+
+/// A wire TTL as milliseconds; checked against `limits::TTL_MS_MAX`.
+pub fn ttl_ms(key: &[u8], ttl_ms: Option<i64>) -> Result<Option<u64>, KvError> {
+    ttl_ms
+        .map(|ttl| validate::check_ttl_ms(key, ttl))
+        .transpose()
 }
 
 impl From<Condition> for v1::Condition {
@@ -86,6 +141,7 @@ impl From<v1::PutRequest> for v1::BatchPut {
             value: put.value,
             condition: put.condition,
             return_previous: put.return_previous,
+            ttl_ms: put.ttl_ms,
         }
     }
 }
@@ -94,6 +150,7 @@ impl From<v1::PutRequest> for v1::BatchPut {
 pub fn batch_op(op: v1::BatchOp) -> Result<BatchOp, KvError> {
     match op.op {
         Some(v1::batch_op::Op::Put(put)) => Ok(BatchOp::Put {
+            ttl_ms: ttl_ms(&put.key, put.ttl_ms)?,
             key: put.key,
             value: put.value,
             condition: condition(put.condition)?,
@@ -104,7 +161,13 @@ pub fn batch_op(op: v1::BatchOp) -> Result<BatchOp, KvError> {
             condition: condition(delete.condition)?,
             return_previous: delete.return_previous,
         }),
-        None => Err(KvError::invalid("batch op has no op; set put or delete")),
+        Some(v1::batch_op::Op::Increment(increment)) => Ok(BatchOp::Increment {
+            key: increment.key,
+            delta: increment.delta,
+        }),
+        None => Err(KvError::invalid(
+            "batch op has no op; set put, delete or increment",
+        )),
     }
 }
 
@@ -116,11 +179,13 @@ impl From<BatchOp> for v1::BatchOp {
                 value,
                 condition,
                 return_previous,
+                ttl_ms,
             } => v1::batch_op::Op::Put(v1::BatchPut {
                 key,
                 value,
                 condition: condition.map(Into::into),
                 return_previous,
+                ttl_ms: ttl_ms.map(|ttl| i64::try_from(ttl).unwrap_or(i64::MAX)),
             }),
             BatchOp::Delete {
                 key,
@@ -131,6 +196,9 @@ impl From<BatchOp> for v1::BatchOp {
                 condition: condition.map(Into::into),
                 return_previous,
             }),
+            BatchOp::Increment { key, delta } => {
+                v1::batch_op::Op::Increment(v1::BatchIncrement { key, delta })
+            }
         };
         v1::BatchOp { op: Some(op) }
     }
@@ -150,7 +218,10 @@ impl From<&KvError> for v1::ErrorDetail {
             KvError::ConditionFailed(failed) => Kind::ConditionFailed(v1::ConditionFailed {
                 op_index: failed.op_index,
                 key: failed.key,
-                current: failed.current.map(Into::into),
+                current: failed.current.map(|kv| v1::KeyValue {
+                    ttl_remaining_ms: None,
+                    ..key_value(kv, 0)
+                }),
                 revision: failed.revision,
             }),
             KvError::Unavailable { message } => Kind::Unavailable(v1::Unavailable { message }),
@@ -159,6 +230,24 @@ impl From<&KvError> for v1::ErrorDetail {
                 Kind::OutcomeUnknown(v1::OutcomeUnknown { message })
             }
             KvError::Fatal { message } => Kind::Fatal(v1::Fatal { message }),
+            KvError::RequestIdExpired {
+                client_id,
+                sequence,
+            } => Kind::RequestIdExpired(v1::RequestIdExpired {
+                client_id,
+                sequence,
+            }),
+            KvError::NotACounter { key } => Kind::NotACounter(v1::NotACounter { key }),
+            KvError::Overflow {
+                key,
+                current,
+                delta,
+            } => Kind::Overflow(v1::Overflow {
+                key,
+                current,
+                delta,
+            }),
+            KvError::Overloaded { message } => Kind::Overloaded(v1::Overloaded { message }),
         };
         v1::ErrorDetail { kind: Some(kind) }
     }
@@ -182,6 +271,17 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
         Kind::Timeout(e) => KvError::Timeout { message: e.message },
         Kind::OutcomeUnknown(e) => KvError::OutcomeUnknown { message: e.message },
         Kind::Fatal(e) => KvError::Fatal { message: e.message },
+        Kind::RequestIdExpired(e) => KvError::RequestIdExpired {
+            client_id: e.client_id,
+            sequence: e.sequence,
+        },
+        Kind::NotACounter(e) => KvError::NotACounter { key: e.key },
+        Kind::Overflow(e) => KvError::Overflow {
+            key: e.key,
+            current: e.current,
+            delta: e.delta,
+        },
+        Kind::Overloaded(e) => KvError::Overloaded { message: e.message },
     };
     Some(error)
 }
@@ -211,6 +311,7 @@ mod tests {
                     value: b"v".to_vec(),
                     create_revision: 2,
                     mod_revision: 5,
+                    expires_at_ms: None,
                 }),
                 revision: 9,
             }),
@@ -222,6 +323,19 @@ mod tests {
                 message: "lost".into(),
             },
             KvError::fatal("disk"),
+            KvError::RequestIdExpired {
+                client_id: 7,
+                sequence: 3,
+            },
+            KvError::NotACounter { key: b"n".to_vec() },
+            KvError::Overflow {
+                key: b"n".to_vec(),
+                current: i64::MAX,
+                delta: 1,
+            },
+            KvError::Overloaded {
+                message: "sessions".into(),
+            },
         ];
         for error in errors {
             assert_eq!(kv_error(v1::ErrorDetail::from(&error)), Some(error));
@@ -242,5 +356,39 @@ mod tests {
             consistency(42),
             Err(KvError::InvalidArgument { .. })
         ));
+        let id = |sequence, completed_below| v1::RequestId {
+            client_id: 1,
+            client_started_ms: 2,
+            sequence,
+            completed_below,
+        };
+        assert!(request_id(Some(id(0, 0))).is_err());
+        assert!(request_id(Some(id(3, 4))).is_err());
+        assert_eq!(request_id(Some(id(3, 3))).unwrap().unwrap().sequence, 3);
+        assert!(ttl_ms(b"k", Some(-1)).is_err());
+        assert_eq!(ttl_ms(b"k", None), Ok(None));
+    }
+
+    #[test]
+    fn remaining_ttl_is_counted_by_the_serving_clock() {
+        let kv = KeyValue {
+            key: b"k".to_vec(),
+            value: Vec::new(),
+            create_revision: 1,
+            mod_revision: 1,
+            expires_at_ms: Some(10_000),
+        };
+        assert_eq!(key_value(kv.clone(), 4_000).ttl_remaining_ms, Some(6_000));
+        assert_eq!(
+            key_value(
+                KeyValue {
+                    expires_at_ms: None,
+                    ..kv
+                },
+                4_000
+            )
+            .ttl_remaining_ms,
+            None
+        );
     }
 }

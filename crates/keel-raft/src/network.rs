@@ -167,9 +167,20 @@ fn append_deadline(openraft_ttl: Duration, bytes: usize) -> Duration {
 fn entry_bytes(entry: &Entry) -> usize {
     const FRAMING_BYTES: usize = 64;
     match &entry.payload {
+        EntryPayload::Normal(Command::Mutate(mutation)) => {
+            let carried: usize = mutation.ops.iter().map(op_bytes).sum();
+            carried + FRAMING_BYTES * (mutation.ops.len() + 2)
+        }
         EntryPayload::Normal(Command::Write { ops }) => {
-            let carried: usize = ops.iter().map(op_bytes).sum();
+            let carried: usize = ops
+                .iter()
+                .map(|op| op_bytes(&BatchOp::from(op.clone())))
+                .sum();
             carried + FRAMING_BYTES * (ops.len() + 1)
+        }
+        EntryPayload::Normal(Command::Cleanup(cleanup)) => {
+            let keys: usize = cleanup.keys.iter().map(|key| key.key.len()).sum();
+            keys + FRAMING_BYTES * (cleanup.keys.len() + cleanup.sessions.len() + 1)
         }
         EntryPayload::Blank => FRAMING_BYTES,
         EntryPayload::Membership(membership) => {
@@ -186,7 +197,7 @@ fn op_bytes(op: &BatchOp) -> usize {
     };
     let value = match op {
         BatchOp::Put { value, .. } => value.len(),
-        BatchOp::Delete { .. } => 0,
+        BatchOp::Delete { .. } | BatchOp::Increment { .. } => 0,
     };
     op.key().len() + value + condition
 }
@@ -274,6 +285,7 @@ impl<T: Transport> openraft::network::RaftNetworkV2<TypeConfig> for GroupNetwork
 #[cfg(test)]
 mod tests {
     use keel_storage::raft_types::LogId;
+    use keel_types::Mutation;
     use openraft::entry::RaftEntry;
 
     use super::*;
@@ -294,15 +306,21 @@ mod tests {
             value: vec![0; value_bytes],
             condition: Some(Condition::Value(vec![0; 10])),
             return_previous: false,
+            ttl_ms: None,
         };
-        Entry::new_normal(log_id(index), Command::Write { ops: vec![op] })
+        let mutation = Mutation {
+            request: None,
+            now_ms: 0,
+            ops: vec![op],
+        };
+        Entry::new_normal(log_id(index), Command::Mutate(mutation))
     }
 
     #[test]
     fn appends_are_cut_to_the_byte_budget() {
         let one_mib: Vec<Entry> = (1..=10).map(|i| entry(i, MIB)).collect();
         let per_entry = entry_bytes(&one_mib[0]);
-        assert_eq!(per_entry, MIB + 1 + 10 + 2 * 64);
+        assert_eq!(per_entry, MIB + 1 + 10 + 3 * 64);
         let cases: Vec<(Vec<Entry>, usize, usize)> = vec![
             (Vec::new(), 8 * MIB, 0),
             (one_mib.clone(), 8 * MIB, 7),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use keel_proto::v1::cluster_server::Cluster;
 use keel_proto::v1::{Member, RangeStatus, StatusRequest, StatusResponse};
 use keel_raft::GroupStatus;
+use keel_storage::RangeCounts;
 use tonic::{Request, Response, Status};
 
 use crate::shared::Shared;
@@ -29,9 +30,15 @@ impl Cluster for ClusterService {
         let (mut healthy, mut message) = self.shared.health.summary();
         let mut ranges = Vec::new();
         for group in self.shared.groups.all() {
-            match group.status().await {
-                Ok(status) => ranges.push(range_status(status)),
-                Err(error) => {
+            let counts = group.state_machine().counts().await;
+            let status = group.status().await;
+            match (status, counts) {
+                (Ok(status), Ok(counts)) => ranges.push(range_status(status, counts)),
+                (_, Err(error)) => {
+                    healthy = false;
+                    message = error.to_string();
+                }
+                (Err(error), _) => {
                     healthy = false;
                     message = error.to_string();
                 }
@@ -48,8 +55,11 @@ impl Cluster for ClusterService {
     }
 }
 
-fn range_status(status: GroupStatus) -> RangeStatus {
+fn range_status(status: GroupStatus, counts: RangeCounts) -> RangeStatus {
     RangeStatus {
+        keys_with_ttl: counts.keys_with_ttl,
+        client_sessions: counts.sessions,
+        request_records: counts.requests,
         range_id: status.range.0,
         leader_id: status.leader,
         term: status.term,

@@ -6,12 +6,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use keel_raft::RaftTimings;
-use keel_types::{NodeId, limits};
+use keel_types::{NodeId, SharedClock, SystemClock, limits};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::faults::Faults;
+
 /// A node's settings, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: NodeId,
     /// Where the gRPC server listens; also the address peers and clients use.
@@ -20,7 +22,38 @@ pub struct NodeConfig {
     /// Node id -> "host:port" of every node of the first cluster.
     pub initial_cluster: BTreeMap<NodeId, String>,
     pub raft: RaftTimings,
+    pub kv: KvSettings,
+    /// Wall-clock time for TTL stamps, TTL visibility and session starts (a seam: tests
+    /// give each node a clock they control).
+    pub clock: SharedClock,
+    /// Test-only faults; refused unless built with the `fault-injection` feature.
+    pub faults: Faults,
 }
+
+/// Settings of the key-value state a node keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvSettings {
+    /// How long an idle client session and its request records are kept: a retry within it
+    /// is answered from the record, a retry after it gets `RequestIdExpired`.
+    pub dedup_window_ms: u64,
+    /// How often a leader looks for expired keys and idle sessions to remove.
+    pub cleanup_interval_ms: u64,
+}
+
+impl Default for KvSettings {
+    fn default() -> Self {
+        KvSettings {
+            dedup_window_ms: 10 * 60 * 1000,
+            cleanup_interval_ms: 1_000,
+        }
+    }
+}
+
+/// Shortest dedup window a node accepts: a client must be able to retry within it.
+const DEDUP_WINDOW_MS_MIN: u64 = 1_000;
+/// Bounds of the cleanup interval.
+const CLEANUP_INTERVAL_MS_MIN: u64 = 10;
+const CLEANUP_INTERVAL_MS_MAX: u64 = 60_000;
 
 /// `keel serve` flags. `--config keel.toml` reads the same keys from a file (snake_case);
 /// flags given on the command line win over the file.
@@ -52,6 +85,15 @@ pub struct ServeArgs {
     /// Upper bound of the randomized election timeout.
     #[arg(long)]
     pub election_timeout_ms_max: Option<u64>,
+    /// How long an idle client session and its request records are kept (default 600000,
+    /// 10 minutes): retries within it are answered from the record, never applied twice.
+    #[arg(long)]
+    pub dedup_window_ms: Option<u64>,
+    /// Test-only: drop the response of this percentage of Kv mutations after applying them,
+    /// as a lossy network would.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true)]
+    pub fault_response_loss_percent: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -83,6 +125,17 @@ pub enum ConfigError {
     ListenMismatch { listen: SocketAddr, cluster: String },
     #[error("invalid raft timings: {0}")]
     Timings(String),
+    #[error(
+        "dedup window is {0} ms; it must be {DEDUP_WINDOW_MS_MIN} ms to {max} ms (1 day)",
+        max = limits::DEDUP_WINDOW_MS_MAX
+    )]
+    DedupWindow(u64),
+    #[error(
+        "cleanup interval is {0} ms; it must be {CLEANUP_INTERVAL_MS_MIN} to {CLEANUP_INTERVAL_MS_MAX} ms"
+    )]
+    CleanupInterval(u64),
+    #[error("{0}")]
+    Faults(String),
 }
 
 impl ServeArgs {
@@ -101,6 +154,11 @@ impl ServeArgs {
             election_timeout_ms_max: self
                 .election_timeout_ms_max
                 .or(file.election_timeout_ms_max),
+            dedup_window_ms: self.dedup_window_ms.or(file.dedup_window_ms),
+            #[cfg(feature = "fault-injection")]
+            fault_response_loss_percent: self
+                .fault_response_loss_percent
+                .or(file.fault_response_loss_percent),
         }
     }
 }
@@ -120,6 +178,7 @@ impl NodeConfig {
         raft.election_timeout_ms_max = args
             .election_timeout_ms_max
             .unwrap_or(raft.election_timeout_ms_max);
+        let faults = faults_from(&args);
         let cluster = args
             .initial_cluster
             .ok_or(ConfigError::Missing("initial_cluster", "initial-cluster"))?;
@@ -135,6 +194,14 @@ impl NodeConfig {
                 .ok_or(ConfigError::Missing("data_dir", "data-dir"))?,
             initial_cluster: parse_initial_cluster(&cluster)?,
             raft,
+            kv: KvSettings {
+                dedup_window_ms: args
+                    .dedup_window_ms
+                    .unwrap_or(KvSettings::default().dedup_window_ms),
+                ..KvSettings::default()
+            },
+            clock: SystemClock::shared(),
+            faults,
         };
         config.validate()?;
         Ok(config)
@@ -168,7 +235,15 @@ impl NodeConfig {
         self.raft
             .openraft_config()
             .map_err(|e| ConfigError::Timings(e.to_string()))?;
-        Ok(())
+        let window = self.kv.dedup_window_ms;
+        if !(DEDUP_WINDOW_MS_MIN..=limits::DEDUP_WINDOW_MS_MAX).contains(&window) {
+            return Err(ConfigError::DedupWindow(window));
+        }
+        let interval = self.kv.cleanup_interval_ms;
+        if !(CLEANUP_INTERVAL_MS_MIN..=CLEANUP_INTERVAL_MS_MAX).contains(&interval) {
+            return Err(ConfigError::CleanupInterval(interval));
+        }
+        self.faults.validate().map_err(ConfigError::Faults)
     }
 
     /// The node that initializes the cluster on first start: the smallest id.
@@ -185,6 +260,18 @@ impl NodeConfig {
     pub fn snapshot_dir(&self) -> PathBuf {
         self.data_dir.join("snapshots")
     }
+}
+
+#[cfg(feature = "fault-injection")]
+fn faults_from(args: &ServeArgs) -> Faults {
+    Faults {
+        response_loss_percent: args.fault_response_loss_percent.unwrap_or(0),
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn faults_from(_args: &ServeArgs) -> Faults {
+    Faults::default()
 }
 
 /// Parses "1=127.0.0.1:7001,2=127.0.0.1:7002".

@@ -1,7 +1,9 @@
 //! The `keel.v1.Kv` service: validates every request, serves it on this node's replica when
 //! it can (writes and consistent reads on the leader, follower reads anywhere) and otherwise
 //! forwards it once to the leader or answers `NotLeader`. Errors leave through `status.rs`.
-//! Knows nothing of openraft types: groups speak `KvError`.
+//! The leader stamps its clock into every mutation it proposes (TTLs count from there), and
+//! reads hide keys expired by this node's clock. Knows nothing of openraft types: groups
+//! speak `KvError`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,14 +13,15 @@ use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
-    GetResponse, PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse,
+    GetResponse, IncrementRequest, IncrementResponse, OpenSessionRequest, OpenSessionResponse,
+    PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse,
 };
 use keel_raft::RaftGroup;
 use keel_storage::StorageError;
 use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
 use keel_types::{
-    BatchOp, Command, CommandOutcome, KvError, NodeAddr, NodeId, OpResult, RangeId, Revision,
-    limits,
+    BatchOp, Command, CommandOutcome, KvError, Mutation, NodeAddr, NodeId, OpResult, RangeId,
+    RequestId, Revision, limits,
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -36,6 +39,8 @@ struct Applied {
     group: Arc<RaftGroup>,
     revision: Revision,
     results: Vec<OpResult>,
+    /// The request had been applied before; this is its first outcome.
+    replayed: bool,
 }
 
 impl KvService {
@@ -58,6 +63,15 @@ impl KvService {
             served_by: self.shared.node_id,
             range_id: group.range().0,
             term: group.term(),
+            replayed: false,
+        })
+    }
+
+    fn write_header(&self, applied: &Applied) -> Option<ResponseHeader> {
+        let header = self.header(&applied.group, applied.revision)?;
+        Some(ResponseHeader {
+            replayed: applied.replayed,
+            ..header
         })
     }
 
@@ -76,14 +90,15 @@ impl KvService {
         let consistency = convert::consistency(request.consistency)?;
         let group = self.shared.group(RangeId::FIRST)?;
         group.read_barrier(consistency).await?;
+        let now_ms = self.shared.clock.now_ms();
         let (kv, revision) = group
             .state_machine()
-            .get(&request.key)
+            .get(&request.key, now_ms)
             .await
             .map_err(|e| self.storage_failed(e))?;
         Ok(GetResponse {
             header: self.header(&group, revision),
-            kv: kv.map(Into::into),
+            kv: kv.map(|kv| convert::key_value(kv, now_ms)),
         })
     }
 
@@ -93,26 +108,45 @@ impl KvService {
         let consistency = convert::consistency(request.consistency)?;
         let group = self.shared.group(RangeId::FIRST)?;
         group.read_barrier(consistency).await?;
+        let now_ms = self.shared.clock.now_ms();
         let page = group
             .state_machine()
-            .scan(&request.start, &request.end, limit)
+            .scan(&request.start, &request.end, limit, now_ms)
             .await
             .map_err(|e| self.storage_failed(e))?;
         Ok(ScanResponse {
             header: self.header(&group, page.revision),
-            kvs: page.kvs.into_iter().map(Into::into).collect(),
+            kvs: page
+                .kvs
+                .into_iter()
+                .map(|kv| convert::key_value(kv, now_ms))
+                .collect(),
             more: page.next_start.is_some(),
             next_start: page.next_start.unwrap_or_default(),
         })
     }
 
-    /// Validates and proposes `ops` on this node's replica, which must lead.
-    async fn local_write(&self, ops: Vec<BatchOp>) -> Result<Applied, KvError> {
+    /// Validates `ops` and proposes them, stamped with this node's clock, on this node's
+    /// replica, which must lead.
+    async fn local_write(
+        &self,
+        ops: Vec<BatchOp>,
+        request: Option<RequestId>,
+    ) -> Result<Applied, KvError> {
         self.shared.health.check()?;
         check_ops(&ops)?;
         let op_count = ops.len();
         let group = self.shared.group(RangeId::FIRST)?;
-        match group.write(Command::Write { ops }).await? {
+        let mutation = Mutation {
+            request,
+            now_ms: self.shared.clock.now_ms(),
+            ops,
+        };
+        let (outcome, replayed) = match group.write(Command::Mutate(mutation)).await? {
+            CommandOutcome::Replayed(first) => (*first, true),
+            outcome => (outcome, false),
+        };
+        match outcome {
             CommandOutcome::Applied { revision, results } => {
                 assert_eq!(
                     results.len(),
@@ -123,13 +157,26 @@ impl KvService {
                     group,
                     revision,
                     results,
+                    replayed,
                 })
             }
             CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
-            CommandOutcome::Internal => Err(KvError::OutcomeUnknown {
-                message: "write was applied as an internal entry".to_string(),
-            }),
+            CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+            CommandOutcome::Internal | CommandOutcome::Replayed(_) => {
+                Err(KvError::OutcomeUnknown {
+                    message: "write was applied as an internal entry".to_string(),
+                })
+            }
         }
+    }
+
+    /// A mutation's answer as it leaves the node; with a response-loss fault configured,
+    /// some answers are lost after the mutation was applied.
+    fn deliver<T>(&self, answer: Result<Response<T>, Status>) -> Result<Response<T>, Status> {
+        if self.shared.faults.drop_response() {
+            return Err(Status::unknown("fault injection: response dropped"));
+        }
+        answer
     }
 
     /// What to do when serving here failed: forward a `NotLeader` to the known leader (once),
@@ -232,6 +279,7 @@ fn put_op(request: &PutRequest) -> Result<BatchOp, KvError> {
         value: request.value.clone(),
         condition: convert::condition(request.condition.clone())?,
         return_previous: request.return_previous,
+        ttl_ms: convert::ttl_ms(&request.key, request.ttl_ms)?,
     })
 }
 
@@ -269,7 +317,8 @@ forwardable!(
     ScanRequest,
     PutRequest,
     DeleteRequest,
-    BatchRequest
+    BatchRequest,
+    IncrementRequest
 );
 
 impl KvService {
@@ -298,28 +347,63 @@ impl KvService {
     }
 
     async fn serve_put(&self, request: &PutRequest) -> Result<PutResponse, KvError> {
-        let mut applied = self.local_write(vec![put_op(request)?]).await?;
+        let id = convert::request_id(request.request_id)?;
+        let mut applied = self.local_write(vec![put_op(request)?], id).await?;
+        let now_ms = self.shared.clock.now_ms();
         Ok(PutResponse {
-            header: self.header(&applied.group, applied.revision),
-            previous: applied.results.remove(0).previous.map(Into::into),
+            header: self.write_header(&applied),
+            previous: applied
+                .results
+                .remove(0)
+                .previous
+                .map(|kv| convert::key_value(kv, now_ms)),
         })
     }
 
     async fn serve_delete(&self, request: &DeleteRequest) -> Result<DeleteResponse, KvError> {
-        let mut applied = self.local_write(vec![delete_op(request)?]).await?;
+        let id = convert::request_id(request.request_id)?;
+        let mut applied = self.local_write(vec![delete_op(request)?], id).await?;
         let result = applied.results.remove(0);
+        let now_ms = self.shared.clock.now_ms();
         Ok(DeleteResponse {
-            header: self.header(&applied.group, applied.revision),
+            header: self.write_header(&applied),
             deleted: result.existed,
-            previous: result.previous.map(Into::into),
+            previous: result.previous.map(|kv| convert::key_value(kv, now_ms)),
         })
     }
 
     async fn serve_batch(&self, request: &BatchRequest) -> Result<BatchResponse, KvError> {
-        let applied = self.local_write(batch_ops(request)?).await?;
+        let id = convert::request_id(request.request_id)?;
+        let applied = self.local_write(batch_ops(request)?, id).await?;
+        let now_ms = self.shared.clock.now_ms();
         Ok(BatchResponse {
-            header: self.header(&applied.group, applied.revision),
-            results: applied.results.into_iter().map(op_result).collect(),
+            header: self.write_header(&applied),
+            results: applied
+                .results
+                .into_iter()
+                .map(|result| op_result(result, now_ms))
+                .collect(),
+        })
+    }
+
+    async fn serve_increment(
+        &self,
+        request: &IncrementRequest,
+    ) -> Result<IncrementResponse, KvError> {
+        let id = convert::request_id(request.request_id)?;
+        let op = BatchOp::Increment {
+            key: request.key.clone(),
+            delta: request.delta,
+        };
+        let mut applied = self.local_write(vec![op], id).await?;
+        let value = applied
+            .results
+            .remove(0)
+            .counter
+            .expect("an applied increment reports its new value");
+        Ok(IncrementResponse {
+            header: self.write_header(&applied),
+            value,
         })
     }
 }
@@ -353,7 +437,7 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
         async move {
             let served = self.serve_put(&request).await;
-            self.answer(served, request, true, forward).await
+            self.deliver(self.answer(served, request, true, forward).await)
         }
         .instrument(self.span("put"))
         .await
@@ -367,7 +451,7 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
         async move {
             let served = self.serve_delete(&request).await;
-            self.answer(served, request, true, forward).await
+            self.deliver(self.answer(served, request, true, forward).await)
         }
         .instrument(self.span("delete"))
         .await
@@ -381,16 +465,50 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
         async move {
             let served = self.serve_batch(&request).await;
-            self.answer(served, request, true, forward).await
+            self.deliver(self.answer(served, request, true, forward).await)
         }
         .instrument(self.span("batch"))
         .await
     }
+
+    async fn increment(
+        &self,
+        request: Request<IncrementRequest>,
+    ) -> Result<Response<IncrementResponse>, Status> {
+        let request = request.into_inner();
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.increment(r).await };
+        async move {
+            let served = self.serve_increment(&request).await;
+            self.deliver(self.answer(served, request, true, forward).await)
+        }
+        .instrument(self.span("increment"))
+        .await
+    }
+
+    /// Answered by any node from its own clock; nothing is written. The id is random: two
+    /// clients share one with probability about n²/2⁶⁵.
+    async fn open_session(
+        &self,
+        _request: Request<OpenSessionRequest>,
+    ) -> Result<Response<OpenSessionResponse>, Status> {
+        self.shared.health.check().map_err(|e| to_status(&e))?;
+        let client_id = loop {
+            let id = rand::random::<u64>();
+            if id != 0 {
+                break id;
+            }
+        };
+        Ok(Response::new(OpenSessionResponse {
+            client_id,
+            client_started_ms: self.shared.clock.now_ms(),
+        }))
+    }
 }
 
-fn op_result(result: OpResult) -> BatchOpResult {
+fn op_result(result: OpResult, now_ms: u64) -> BatchOpResult {
     BatchOpResult {
         existed: result.existed,
-        previous: result.previous.map(Into::into),
+        previous: result.previous.map(|kv| convert::key_value(kv, now_ms)),
+        counter: result.counter,
     }
 }

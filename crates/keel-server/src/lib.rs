@@ -3,8 +3,10 @@
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
+mod cleanup;
 mod cluster_service;
 mod config;
+mod faults;
 mod health;
 mod kv_service;
 mod node;
@@ -15,7 +17,8 @@ mod shared;
 pub mod status;
 mod transport;
 
-pub use config::{ConfigError, NodeConfig, ServeArgs, parse_initial_cluster};
+pub use config::{ConfigError, KvSettings, NodeConfig, ServeArgs, parse_initial_cluster};
+pub use faults::Faults;
 pub use keel_raft::RaftTimings;
 pub use node::Node;
 pub use run::run;

@@ -1,6 +1,6 @@
 //! A running node: opens the store, starts the node's Raft groups, serves Kv, Cluster and Raft
-//! over gRPC, initializes the cluster on first start, watches its own health, and shuts down
-//! in order. Knows nothing of request semantics (see `kv_service`).
+//! over gRPC, initializes the cluster on first start, watches its own health, runs the
+//! cleanup of expired keys and idle sessions, and shuts down in order. Knows nothing of request semantics (see `kv_service`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,6 +21,7 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::cleanup;
 use crate::cluster_service::ClusterService;
 use crate::config::NodeConfig;
 use crate::health::Health;
@@ -43,6 +44,7 @@ pub struct Node {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     stop_server: oneshot::Sender<()>,
     watcher: JoinHandle<()>,
+    cleaner: JoinHandle<()>,
 }
 
 impl Node {
@@ -78,11 +80,15 @@ impl Node {
             peers,
             health: Health::new(store),
             timings: config.raft.clone(),
+            kv: config.kv,
+            clock: config.clock.clone(),
+            faults: config.faults,
         });
         let (stop_server, stopped) = oneshot::channel();
         let server =
             tokio::spawn(serve(shared.clone(), listener, stopped).instrument(span.clone()));
         let watcher = tokio::spawn(watch_health(shared.clone()).instrument(span.clone()));
+        let cleaner = tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone()));
         let node = Node {
             node_id,
             addr,
@@ -90,6 +96,7 @@ impl Node {
             server,
             stop_server,
             watcher,
+            cleaner,
         };
         if let Err(error) = bootstrap(&config, has_state, &group).instrument(span).await {
             drop(group);
@@ -144,6 +151,7 @@ impl Node {
             }
         }
         self.watcher.abort();
+        self.cleaner.abort();
         self.shared.groups.shutdown().await;
         let store = self.shared.store.clone();
         tokio::task::spawn_blocking(move || store.shutdown())

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use keel_raft::{Groups, RaftGroup, RaftTimings};
 use keel_storage::Store;
-use keel_types::{KvError, NodeId, RangeId};
+use keel_types::{KvError, NodeId, RangeId, SharedClock};
 
+use crate::config::KvSettings;
+use crate::faults::Faults;
 use crate::health::Health;
 use crate::peers::Peers;
 
@@ -20,6 +22,9 @@ pub(crate) struct Shared {
     pub peers: Arc<Peers>,
     pub health: Health,
     pub timings: RaftTimings,
+    pub kv: KvSettings,
+    pub clock: SharedClock,
+    pub faults: Faults,
 }
 
 impl Shared {

@@ -11,6 +11,10 @@
 //! | Timeout           | DEADLINE_EXCEEDED   | a read ran out of time; reads may be retried       |
 //! | OutcomeUnknown    | UNKNOWN             | a write may or may not have been applied           |
 //! | Fatal             | INTERNAL            | this node stopped serving; go to another node      |
+//! | RequestIdExpired  | FAILED_PRECONDITION | the retry's record is gone; it was not applied now |
+//! | NotACounter       | FAILED_PRECONDITION | increment of a non-integer value; nothing applied  |
+//! | Overflow          | FAILED_PRECONDITION | increment leaves i64; nothing applied              |
+//! | Overloaded        | RESOURCE_EXHAUSTED  | a kept-state limit; nothing applied; retry later   |
 //!
 //! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
 //! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
@@ -31,6 +35,10 @@ pub fn code(error: &KvError) -> Code {
         KvError::Timeout { .. } => Code::DeadlineExceeded,
         KvError::OutcomeUnknown { .. } => Code::Unknown,
         KvError::Fatal { .. } => Code::Internal,
+        KvError::RequestIdExpired { .. }
+        | KvError::NotACounter { .. }
+        | KvError::Overflow { .. } => Code::FailedPrecondition,
+        KvError::Overloaded { .. } => Code::ResourceExhausted,
     }
 }
 
@@ -108,6 +116,31 @@ mod tests {
             Code::Unknown,
         );
         check(KvError::fatal("disk"), Code::Internal);
+        check(
+            KvError::RequestIdExpired {
+                client_id: 9,
+                sequence: 4,
+            },
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::NotACounter { key: b"n".to_vec() },
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::Overflow {
+                key: b"n".to_vec(),
+                current: i64::MAX,
+                delta: 1,
+            },
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::Overloaded {
+                message: "sessions".into(),
+            },
+            Code::ResourceExhausted,
+        );
     }
 
     #[test]

@@ -1,26 +1,36 @@
-//! Applying committed log entries to a range's state machine: the pure decision
-//! (`plan_write`: conditions, revisions, results) and the redb step that executes it with the
-//! applied log id, membership and revision in the same transaction. Knows nothing about
-//! threads, async or snapshots.
+//! Applying committed log entries to a range's state machine: the pure decision about a
+//! write (`plan_write`: expiry, conditions, increments, revisions, results), the exactly-once
+//! bookkeeping around it (`session` decides, this module stores), cleanups of expired keys
+//! and idle sessions, and the redb step that executes all of it with the applied log id,
+//! membership, revision and clock in the same transaction. Knows nothing about threads,
+//! async or snapshots.
+//!
+//! Every command runs at the range clock `max(clock_ms, command now_ms)` (a legacy
+//! `Command::Write` at `clock_ms`), so time never goes back and every replica judges expiry
+//! the same way. A key whose expiry is at or before that clock is absent for every purpose.
 
 use std::collections::BTreeMap;
 
 use keel_types::{
-    BatchOp, Command, CommandOutcome, ConditionFailed, KeyValue, OpResult, RangeId, Revision,
+    BatchOp, Cleanup, Command, CommandOutcome, ConditionFailed, KeyValue, Mutation, OpResult,
+    RangeId, Rejection, Revision, parse_counter,
 };
 use openraft::EntryPayload;
 use openraft::StoredMembership;
-use redb::{ReadableTable, WriteTransaction};
+use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::error::StorageError;
 use crate::raft_types::Entry;
-use crate::tables::{self, KV, SM_META};
+use crate::session::{self, RangeSessions, RequestPlan, SessionLimits, Verdict};
+use crate::tables::{self, Bytes, KV, KeySpan, REQUESTS, SESSIONS, SM_META, Session, SmState, TTL};
 
-/// What a `Command::Write` does to the data, decided before anything is written.
+/// What a mutation's ops do to the data, decided before anything is written.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum WritePlan {
     /// A condition failed: write nothing, consume no revision.
     Failed(ConditionFailed),
+    /// An increment was refused: write nothing, consume no revision.
+    Rejected(Rejection),
     /// Write `writes` (`None` = delete) at `revision`.
     Apply {
         revision: Revision,
@@ -29,11 +39,14 @@ pub(crate) enum WritePlan {
     },
 }
 
-/// Decides a write of `ops` against a range at `revision`. Ops are taken in order and each
-/// condition sees the effects of the ops before it; `lookup` reads the stored state of a key.
+/// Decides a write of `ops` against a range at `revision` and clock `clock_ms`. Ops are taken
+/// in order and each sees the effects of the ops before it; the first failing condition or
+/// refused increment decides the whole write. `lookup` reads the stored state of a key; a
+/// key expired at `clock_ms` counts as absent.
 pub(crate) fn plan_write(
     ops: &[BatchOp],
     revision: Revision,
+    clock_ms: u64,
     mut lookup: impl FnMut(&[u8]) -> Result<Option<KeyValue>, StorageError>,
 ) -> Result<WritePlan, StorageError> {
     let next = revision + 1;
@@ -44,29 +57,30 @@ pub(crate) fn plan_write(
         let current = match writes.get(key) {
             Some(pending) => pending.clone(),
             None => lookup(key)?,
-        };
+        }
+        .filter(|kv| !kv.is_expired(clock_ms));
+        let op_index = u32::try_from(op_index).expect("op count fits in u32");
         if let Some(condition) = op.condition()
             && !condition.holds(current.as_ref())
         {
             return Ok(WritePlan::Failed(ConditionFailed {
-                op_index: u32::try_from(op_index).expect("op count fits in u32"),
+                op_index,
                 key: key.to_vec(),
                 current,
                 revision,
             }));
         }
-        let after = match op {
-            BatchOp::Put { value, .. } => Some(KeyValue {
-                key: key.to_vec(),
-                value: value.clone(),
-                create_revision: current.as_ref().map_or(next, |kv| kv.create_revision),
-                mod_revision: next,
-            }),
-            BatchOp::Delete { .. } => None,
+        let (after, counter) = match op_after(op, op_index, current.as_ref(), next, clock_ms) {
+            Ok(after) => after,
+            Err(rejection) => return Ok(WritePlan::Rejected(rejection)),
         };
         let existed = current.is_some();
         let previous = if op.return_previous() { current } else { None };
-        results.push(OpResult { previous, existed });
+        results.push(OpResult {
+            previous,
+            existed,
+            counter,
+        });
         writes.insert(key.to_vec(), after);
     }
     Ok(WritePlan::Apply {
@@ -76,19 +90,89 @@ pub(crate) fn plan_write(
     })
 }
 
-/// Applies `entries` to `range` inside `txn` and records the last applied log id, the last
-/// membership and the revision in the same transaction. Returns one outcome per entry.
+/// The key's state after `op` (`None` = absent) and, for an increment, the new counter.
+fn op_after(
+    op: &BatchOp,
+    op_index: u32,
+    current: Option<&KeyValue>,
+    next: Revision,
+    clock_ms: u64,
+) -> Result<(Option<KeyValue>, Option<i64>), Rejection> {
+    let create_revision = current.map_or(next, |kv| kv.create_revision);
+    let stored = |value: Vec<u8>, expires_at_ms| KeyValue {
+        key: op.key().to_vec(),
+        value,
+        create_revision,
+        mod_revision: next,
+        expires_at_ms,
+    };
+    match op {
+        BatchOp::Put { value, ttl_ms, .. } => {
+            let expires_at_ms = ttl_ms.map(|ttl| clock_ms.saturating_add(ttl));
+            Ok((Some(stored(value.clone(), expires_at_ms)), None))
+        }
+        BatchOp::Delete { .. } => Ok((None, None)),
+        BatchOp::Increment { key, delta } => {
+            let current_value = match current {
+                None => 0,
+                Some(kv) => parse_counter(&kv.value).ok_or_else(|| Rejection::NotACounter {
+                    op_index,
+                    key: key.clone(),
+                })?,
+            };
+            let sum = current_value
+                .checked_add(*delta)
+                .ok_or_else(|| Rejection::Overflow {
+                    op_index,
+                    key: key.clone(),
+                    current: current_value,
+                    delta: *delta,
+                })?;
+            let expires_at_ms = current.and_then(|kv| kv.expires_at_ms);
+            Ok((
+                Some(stored(sum.to_string().into_bytes(), expires_at_ms)),
+                Some(sum),
+            ))
+        }
+    }
+}
+
+/// The tables an apply writes, open in its transaction.
+struct Tables<'txn> {
+    kv: Table<'txn, Bytes, Bytes>,
+    ttl: Table<'txn, Bytes, Bytes>,
+    sessions: Table<'txn, Bytes, Bytes>,
+    requests: Table<'txn, Bytes, Bytes>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StorageError> {
+        let open = |table, name| {
+            txn.open_table(table)
+                .map_err(|e| StorageError::redb(name, e))
+        };
+        Ok(Tables {
+            kv: open(KV, "open kv")?,
+            ttl: open(TTL, "open ttl")?,
+            sessions: open(SESSIONS, "open sessions")?,
+            requests: open(REQUESTS, "open requests")?,
+        })
+    }
+}
+
+/// Applies `entries` to `range` (owning `span`) inside `txn` and records the last applied
+/// log id, the last membership, the revision, the clock and the session state in the same
+/// transaction. Returns one outcome per entry.
 pub(crate) fn apply_entries(
     txn: &WriteTransaction,
     range: RangeId,
+    span: &KeySpan,
     entries: &[Entry],
 ) -> Result<Vec<CommandOutcome>, StorageError> {
     let mut sm_meta = txn
         .open_table(SM_META)
         .map_err(|e| StorageError::redb("open sm_meta", e))?;
-    let mut kv = txn
-        .open_table(KV)
-        .map_err(|e| StorageError::redb("open kv", e))?;
+    let mut tables = Tables::open(txn)?;
     let mut state = tables::read_sm_state(&sm_meta, range)?;
     assert!(
         state.installing.is_none(),
@@ -103,8 +187,15 @@ pub(crate) fn apply_entries(
                 CommandOutcome::Internal
             }
             EntryPayload::Normal(Command::Write { ops }) => {
-                let plan = plan_write(ops, state.revision, |key| read_kv(&kv, key))?;
-                execute_plan(&mut kv, &mut state.revision, plan)?
+                let ops: Vec<BatchOp> = ops.iter().cloned().map(BatchOp::from).collect();
+                let clock_ms = state.clock_ms;
+                apply_ops(&mut tables, &mut state, &ops, clock_ms)?
+            }
+            EntryPayload::Normal(Command::Mutate(mutation)) => {
+                apply_mutation(&mut tables, &mut state, range, mutation)?
+            }
+            EntryPayload::Normal(Command::Cleanup(cleanup)) => {
+                apply_cleanup(&mut tables, &mut state, range, span, cleanup)?
             }
         };
         state.applied = Some(entry.log_id);
@@ -114,13 +205,92 @@ pub(crate) fn apply_entries(
     Ok(outcomes)
 }
 
-fn execute_plan(
-    kv: &mut redb::Table<tables::Bytes, tables::Bytes>,
-    revision: &mut Revision,
-    plan: WritePlan,
+/// A client's mutation: deduplicated by its request id, if it has one (see `session`).
+fn apply_mutation(
+    tables: &mut Tables,
+    state: &mut SmState,
+    range: RangeId,
+    mutation: &Mutation,
 ) -> Result<CommandOutcome, StorageError> {
-    let (new_revision, results, writes) = match plan {
+    let clock_ms = state.advance_clock(mutation.now_ms);
+    let Some(id) = &mutation.request else {
+        return apply_ops(tables, state, &mutation.ops, clock_ms);
+    };
+    let stored = tables::read_session(&tables.sessions, range, id.client_id)?;
+    let facts = RangeSessions {
+        session_horizon_ms: state.session_horizon_ms,
+        sessions: state.sessions,
+    };
+    let plan = session::plan_request(
+        id,
+        clock_ms,
+        stored,
+        facts,
+        SessionLimits::default(),
+        |sequences| tables::count_requests(&tables.requests, range, id.client_id, sequences),
+    )?;
+    store_session(tables, state, range, id.client_id, stored, &plan)?;
+    match plan.verdict {
+        Verdict::Reject(rejection) => Ok(CommandOutcome::Rejected(rejection)),
+        Verdict::Replay => {
+            let outcome = tables::read_request(&tables.requests, range, id.client_id, id.sequence)?
+                .expect("a request counted as recorded has a record");
+            Ok(CommandOutcome::Replayed(Box::new(outcome)))
+        }
+        Verdict::Apply => {
+            let outcome = apply_ops(tables, state, &mutation.ops, clock_ms)?;
+            tables::write_request(
+                &mut tables.requests,
+                range,
+                id.client_id,
+                id.sequence,
+                &outcome,
+            )?;
+            Ok(outcome)
+        }
+    }
+}
+
+/// Writes what a request plan decided about the session: dropped records, the session row
+/// and the range's counts. The record an `Apply` stores is counted here already.
+fn store_session(
+    tables: &mut Tables,
+    state: &mut SmState,
+    range: RangeId,
+    client_id: u64,
+    stored: Option<Session>,
+    plan: &RequestPlan,
+) -> Result<(), StorageError> {
+    let Some(session) = &plan.session else {
+        return Ok(());
+    };
+    if let Some(below) = plan.prune_below {
+        tables::remove_requests(&mut tables.requests, range, client_id, 0..=below - 1)?;
+    }
+    tables::write_session(&mut tables.sessions, range, client_id, session)?;
+    let before = stored.map_or(0, |stored| stored.records);
+    state.requests = (state.requests + session.records)
+        .checked_sub(before)
+        .expect("the range's request count covers its sessions' records");
+    if stored.is_none() {
+        state.sessions += 1;
+    }
+    Ok(())
+}
+
+/// Plans and executes `ops` at `clock_ms`.
+fn apply_ops(
+    tables: &mut Tables,
+    state: &mut SmState,
+    ops: &[BatchOp],
+    clock_ms: u64,
+) -> Result<CommandOutcome, StorageError> {
+    let plan = plan_write(ops, state.revision, clock_ms, |key| {
+        read_kv(&tables.kv, key)
+    })?;
+    let (revision, results, writes) = match plan {
         WritePlan::Failed(failed) => return Ok(CommandOutcome::ConditionFailed(failed)),
+        WritePlan::Rejected(rejection) => return Ok(CommandOutcome::Rejected(rejection)),
         WritePlan::Apply {
             revision,
             results,
@@ -128,17 +298,68 @@ fn execute_plan(
         } => (revision, results, writes),
     };
     for (key, after) in writes {
-        let written = match after {
-            Some(value) => kv.insert(key.as_slice(), tables::encode_kv(&value).as_slice()),
-            None => kv.remove(key.as_slice()),
-        };
-        written.map_err(|e| StorageError::redb("write kv", e))?;
+        tables::write_kv(
+            &mut tables.kv,
+            &mut tables.ttl,
+            &mut state.keys_with_ttl,
+            &key,
+            after.as_ref(),
+        )?;
     }
-    *revision = new_revision;
-    Ok(CommandOutcome::Applied {
-        revision: new_revision,
-        results,
-    })
+    state.revision = revision;
+    Ok(CommandOutcome::Applied { revision, results })
+}
+
+/// Removes the listed keys that are still stored with the listed expiry and expired at the
+/// clock, and the listed sessions that are still idle; raises the session horizon past every
+/// dropped session. Uses no revision.
+fn apply_cleanup(
+    tables: &mut Tables,
+    state: &mut SmState,
+    range: RangeId,
+    span: &KeySpan,
+    cleanup: &Cleanup,
+) -> Result<CommandOutcome, StorageError> {
+    let clock_ms = state.advance_clock(cleanup.now_ms);
+    for expired in &cleanup.keys {
+        if !span.contains(&expired.key) || expired.expires_at_ms > clock_ms {
+            continue;
+        }
+        let stored = tables
+            .kv
+            .get(expired.key.as_slice())
+            .map_err(|e| StorageError::redb("read kv", e))?
+            .map(|value| tables::decode_kv_expiry(value.value()))
+            .transpose()?
+            .flatten();
+        if stored == Some(expired.expires_at_ms) {
+            let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
+            tables::write_kv(kv, ttl, &mut state.keys_with_ttl, &expired.key, None)?;
+        }
+    }
+    for &client_id in &cleanup.sessions {
+        let Some(session) = tables::read_session(&tables.sessions, range, client_id)? else {
+            continue;
+        };
+        if session.last_active_ms >= cleanup.sessions_idle_before_ms {
+            continue;
+        }
+        tables::remove_requests(&mut tables.requests, range, client_id, 0..=u64::MAX)?;
+        tables
+            .sessions
+            .remove(tables::session_key(range, client_id).as_slice())
+            .map_err(|e| StorageError::redb("remove session", e))?;
+        state.sessions = state
+            .sessions
+            .checked_sub(1)
+            .expect("the range's session count covers its sessions");
+        state.requests = state
+            .requests
+            .checked_sub(session.records)
+            .expect("the range's request count covers its sessions' records");
+        state.session_horizon_ms = state.session_horizon_ms.max(session.last_active_ms);
+    }
+    Ok(CommandOutcome::Internal)
 }
 
 pub(crate) fn read_kv<R>(kv: &R, key: &[u8]) -> Result<Option<KeyValue>, StorageError>
@@ -156,12 +377,26 @@ mod tests {
 
     use super::*;
 
+    /// The clock every plan runs at.
+    const NOW: u64 = 1_000;
+
     fn put(key: &str, value: &str, condition: Option<Condition>) -> BatchOp {
         BatchOp::Put {
             key: key.as_bytes().to_vec(),
             value: value.as_bytes().to_vec(),
             condition,
             return_previous: true,
+            ttl_ms: None,
+        }
+    }
+
+    fn put_ttl(key: &str, value: &str, ttl_ms: u64) -> BatchOp {
+        BatchOp::Put {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            condition: None,
+            return_previous: true,
+            ttl_ms: Some(ttl_ms),
         }
     }
 
@@ -173,22 +408,57 @@ mod tests {
         }
     }
 
+    fn increment(key: &str, delta: i64) -> BatchOp {
+        BatchOp::Increment {
+            key: key.as_bytes().to_vec(),
+            delta,
+        }
+    }
+
     fn kv(key: &str, value: &str, create_revision: Revision, mod_revision: Revision) -> KeyValue {
         KeyValue {
             key: key.as_bytes().to_vec(),
             value: value.as_bytes().to_vec(),
             create_revision,
             mod_revision,
+            expires_at_ms: None,
         }
     }
 
-    /// Plans `ops` against a store holding `a=old` (created at 2, modified at 4) at revision 5.
-    /// Either the writes a plan makes or the index of the op whose condition fails.
-    type Expected = Result<Vec<(&'static str, Option<KeyValue>)>, u32>;
+    fn expiring(kv: KeyValue, expires_at_ms: u64) -> KeyValue {
+        KeyValue {
+            expires_at_ms: Some(expires_at_ms),
+            ..kv
+        }
+    }
+
+    /// The store every plan reads at revision 5: `a=old` (created at 2, modified at 4),
+    /// `t` expired exactly at `NOW`, counter `n=41` expiring later, `max` at `i64::MAX`, and
+    /// `x=abc`, which is not a counter.
+    fn stored(key: &[u8]) -> Option<KeyValue> {
+        let max = i64::MAX.to_string();
+        let rows = [
+            kv("a", "old", 2, 4),
+            expiring(kv("t", "gone", 1, 3), NOW),
+            expiring(kv("n", "41", 1, 2), 5_000),
+            kv("max", &max, 1, 1),
+            kv("x", "abc", 1, 1),
+        ];
+        rows.into_iter().find(|kv| kv.key == key)
+    }
+
+    /// Why a plan writes nothing.
+    #[derive(Debug)]
+    enum Refused {
+        Condition(u32),
+        Rejected(Rejection),
+    }
+
+    /// Either the writes a plan makes or why it writes nothing.
+    type Expected = Result<Vec<(&'static str, Option<KeyValue>)>, Refused>;
 
     fn check(ops: Vec<BatchOp>, expected: Expected) {
-        let stored = kv("a", "old", 2, 4);
-        let plan = plan_write(&ops, 5, |key| Ok((key == b"a").then(|| stored.clone()))).unwrap();
+        let plan = plan_write(&ops, 5, NOW, |key| Ok(stored(key))).unwrap();
         match (plan, expected) {
             (
                 WritePlan::Apply {
@@ -203,9 +473,12 @@ mod tests {
                     .collect();
                 assert_eq!(writes, expected, "{ops:?}");
             }
-            (WritePlan::Failed(failed), Err(op_index)) => {
+            (WritePlan::Failed(failed), Err(Refused::Condition(op_index))) => {
                 assert_eq!(failed.op_index, op_index, "{ops:?}");
                 assert_eq!(failed.revision, 5, "{ops:?}");
+            }
+            (WritePlan::Rejected(rejection), Err(Refused::Rejected(expected))) => {
+                assert_eq!(rejection, expected, "{ops:?}");
             }
             (plan, expected) => panic!("{ops:?}: planned {plan:?}, expected {expected:?}"),
         }
@@ -214,6 +487,7 @@ mod tests {
     #[test]
     fn write_plans() {
         use Condition::{Absent, Revision as AtRevision, Value};
+        let failed = |op_index| Err(Refused::Condition(op_index));
         let cases: Vec<(Vec<BatchOp>, Expected)> = vec![
             // A new key is created at the new revision; an existing key keeps its create_revision.
             (
@@ -227,7 +501,7 @@ mod tests {
             (vec![delete("a", None)], Ok(vec![("a", None)])),
             (vec![delete("zz", None)], Ok(vec![("zz", None)])),
             // Conditions on stored state.
-            (vec![put("a", "1", Some(Absent))], Err(0)),
+            (vec![put("a", "1", Some(Absent))], failed(0)),
             (
                 vec![put("b", "1", Some(Absent))],
                 Ok(vec![("b", Some(kv("b", "1", 6, 6)))]),
@@ -236,12 +510,12 @@ mod tests {
                 vec![put("a", "1", Some(AtRevision(4)))],
                 Ok(vec![("a", Some(kv("a", "1", 2, 6)))]),
             ),
-            (vec![put("a", "1", Some(AtRevision(3)))], Err(0)),
+            (vec![put("a", "1", Some(AtRevision(3)))], failed(0)),
             (
                 vec![delete("a", Some(Value(b"old".to_vec())))],
                 Ok(vec![("a", None)]),
             ),
-            (vec![delete("a", Some(Value(b"new".to_vec())))], Err(0)),
+            (vec![delete("a", Some(Value(b"new".to_vec())))], failed(0)),
             // Each condition sees the ops before it.
             (
                 vec![delete("a", None), put("a", "2", Some(Absent))],
@@ -254,11 +528,109 @@ mod tests {
             // A failing later op fails the whole batch.
             (
                 vec![put("b", "1", None), put("a", "2", Some(Absent))],
-                Err(1),
+                failed(1),
             ),
             (
                 vec![delete("a", None), delete("a", Some(Value(b"old".to_vec())))],
-                Err(1),
+                failed(1),
+            ),
+        ];
+        for (ops, expected) in cases {
+            check(ops, expected);
+        }
+    }
+
+    #[test]
+    fn expiry_plans() {
+        use Condition::{Absent, Revision as AtRevision};
+        let cases: Vec<(Vec<BatchOp>, Expected)> = vec![
+            // Expired at exactly the clock: absent, so created anew at the new revision.
+            (
+                vec![put("t", "new", Some(Absent))],
+                Ok(vec![("t", Some(kv("t", "new", 6, 6)))]),
+            ),
+            (
+                vec![put("t", "new", Some(AtRevision(3)))],
+                Err(Refused::Condition(0)),
+            ),
+            // A TTL counts from the clock; a put without one clears it.
+            (
+                vec![put_ttl("b", "1", 250)],
+                Ok(vec![("b", Some(expiring(kv("b", "1", 6, 6), 1_250)))]),
+            ),
+            (
+                vec![put("n", "1", Some(Condition::Revision(2)))],
+                Ok(vec![("n", Some(kv("n", "1", 1, 6)))]),
+            ),
+            (
+                vec![put_ttl("a", "1", 10)],
+                Ok(vec![("a", Some(expiring(kv("a", "1", 2, 6), 1_010)))]),
+            ),
+            // The shortest TTL still makes a live key for the ops after it.
+            (
+                vec![put_ttl("b", "1", 1), put("b", "2", Some(Absent))],
+                Err(Refused::Condition(1)),
+            ),
+        ];
+        for (ops, expected) in cases {
+            check(ops, expected);
+        }
+    }
+
+    #[test]
+    fn increment_plans() {
+        let rejected = |rejection| Err(Refused::Rejected(rejection));
+        let not_a_counter = |op_index, key: &str| {
+            rejected(Rejection::NotACounter {
+                op_index,
+                key: key.as_bytes().to_vec(),
+            })
+        };
+        let cases: Vec<(Vec<BatchOp>, Expected)> = vec![
+            // Absent (or expired) counts as 0 and gets no TTL.
+            (
+                vec![increment("c", 5)],
+                Ok(vec![("c", Some(kv("c", "5", 6, 6)))]),
+            ),
+            (
+                vec![increment("t", -2)],
+                Ok(vec![("t", Some(kv("t", "-2", 6, 6)))]),
+            ),
+            // A live counter keeps its TTL and create_revision.
+            (
+                vec![increment("n", 1)],
+                Ok(vec![("n", Some(expiring(kv("n", "42", 1, 6), 5_000)))]),
+            ),
+            (
+                vec![increment("n", 1), increment("n", 1)],
+                Ok(vec![("n", Some(expiring(kv("n", "43", 1, 6), 5_000)))]),
+            ),
+            (vec![increment("x", 1)], not_a_counter(0, "x")),
+            (
+                vec![put("b", "1", None), increment("a", 1)],
+                not_a_counter(1, "a"),
+            ),
+            (
+                vec![increment("max", 1)],
+                rejected(Rejection::Overflow {
+                    op_index: 0,
+                    key: b"max".to_vec(),
+                    current: i64::MAX,
+                    delta: 1,
+                }),
+            ),
+            (
+                vec![increment("max", i64::MIN)],
+                Ok(vec![("max", Some(kv("max", "-1", 1, 6)))]),
+            ),
+            // The first failure in op order wins.
+            (
+                vec![increment("x", 1), put("a", "1", Some(Condition::Absent))],
+                not_a_counter(0, "x"),
+            ),
+            (
+                vec![put("a", "1", Some(Condition::Absent)), increment("x", 1)],
+                Err(Refused::Condition(0)),
             ),
         ];
         for (ops, expected) in cases {
@@ -268,26 +640,29 @@ mod tests {
 
     #[test]
     fn results_report_previous_state_per_op() {
-        let stored = kv("a", "old", 2, 4);
-        let ops = vec![put("a", "1", None), delete("a", None), delete("a", None)];
-        let plan = plan_write(&ops, 5, |key| Ok((key == b"a").then(|| stored.clone()))).unwrap();
+        let ops = vec![
+            put("a", "1", None),
+            delete("a", None),
+            delete("a", None),
+            delete("t", None),
+            increment("n", 2),
+        ];
+        let plan = plan_write(&ops, 5, NOW, |key| Ok(stored(key))).unwrap();
         let WritePlan::Apply { results, .. } = plan else {
             panic!("expected an applied plan")
         };
-        assert_eq!(
-            results[0],
-            OpResult {
-                previous: Some(stored.clone()),
-                existed: true
-            }
-        );
-        assert_eq!(results[1].previous, Some(kv("a", "1", 2, 6)));
-        assert_eq!(
-            results[2],
-            OpResult {
-                previous: None,
-                existed: false
-            }
-        );
+        let result = |previous, existed, counter| OpResult {
+            previous,
+            existed,
+            counter,
+        };
+        let expected = vec![
+            result(stored(b"a"), true, None),
+            result(Some(kv("a", "1", 2, 6)), true, None),
+            result(None, false, None),
+            result(None, false, None),
+            result(None, true, Some(43)),
+        ];
+        assert_eq!(results, expected);
     }
 }

@@ -1,13 +1,21 @@
 //! Versioned encodings of everything persisted: one format-version byte, then a postcard
 //! body. Knows nothing about tables, files or openraft's traits.
+//!
+//! Format history (every version stays readable):
+//! - 1: the first release.
+//! - 2: `kv` values carry an expiry (`tables`); snapshot files gained record kinds for the
+//!   range's clock, client sessions, request records and rows with an expiry (`snapshot`).
+//!   Every other record has the same shape in both versions, and `decode` reads either.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::StorageError;
 
-/// The format version this build writes. Every version up to it must stay readable.
-pub(crate) const FORMAT_VERSION: u8 = 1;
+/// The format version this build writes.
+pub(crate) const FORMAT_VERSION: u8 = 2;
+/// The oldest format version this build reads.
+pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 
 /// `FORMAT_VERSION` followed by the postcard encoding of `value`.
 pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
@@ -15,12 +23,21 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_extend(value, bytes).expect("postcard encoding into a Vec cannot fail")
 }
 
-/// Decodes a record written by `encode`; `what` names it in errors.
+/// Decodes a record written by `encode` by any readable version. Only for records whose
+/// shape is the same in every readable version; `what` names it in errors.
 pub(crate) fn decode<T: DeserializeOwned>(
     what: &'static str,
     bytes: &[u8],
 ) -> Result<T, StorageError> {
-    let body = body_of(what, bytes)?;
+    let (_, body) = split_version(what, bytes)?;
+    decode_body(what, body)
+}
+
+/// Decodes a body (after the version byte) that must hold exactly one `T`.
+pub(crate) fn decode_body<T: DeserializeOwned>(
+    what: &'static str,
+    body: &[u8],
+) -> Result<T, StorageError> {
     let (value, rest) =
         postcard::take_from_bytes(body).map_err(|e| StorageError::corrupt(what, e))?;
     if !rest.is_empty() {
@@ -40,19 +57,25 @@ pub(crate) fn encode_with_tail<T: Serialize>(header: &T, tail: &[u8]) -> Vec<u8>
     bytes
 }
 
-/// Decodes a record written by `encode_with_tail`: the header and the raw tail.
-pub(crate) fn decode_with_tail<'a, T: DeserializeOwned>(
+/// Decodes the header of a body written by `encode_with_tail`; returns it and the raw tail.
+pub(crate) fn decode_body_with_tail<'a, T: DeserializeOwned>(
     what: &'static str,
-    bytes: &'a [u8],
+    body: &'a [u8],
 ) -> Result<(T, &'a [u8]), StorageError> {
-    let body = body_of(what, bytes)?;
     postcard::take_from_bytes(body).map_err(|e| StorageError::corrupt(what, e))
 }
 
-fn body_of<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a [u8], StorageError> {
+/// The format version of a record and its body; an error for a version this build does not
+/// read.
+pub(crate) fn split_version<'a>(
+    what: &'static str,
+    bytes: &'a [u8],
+) -> Result<(u8, &'a [u8]), StorageError> {
     match bytes.split_first() {
         None => Err(StorageError::corrupt(what, "empty record")),
-        Some((&version, body)) if version == FORMAT_VERSION => Ok(body),
+        Some((&version, body)) if (FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) => {
+            Ok((version, body))
+        }
         Some((&version, _)) => Err(StorageError::UnknownVersion {
             what,
             version,
@@ -72,13 +95,20 @@ mod tests {
         let value: (u64, String) = decode("pair", &bytes).unwrap();
         assert_eq!(value, (7, "seven".to_string()));
 
-        let mut future = bytes.clone();
-        future[0] = FORMAT_VERSION + 1;
-        let error = decode::<(u64, String)>("pair", &future).unwrap_err();
-        assert!(
-            matches!(error, StorageError::UnknownVersion { version: 2, .. }),
-            "{error}"
-        );
+        let mut older = bytes.clone();
+        older[0] = FORMAT_VERSION_MIN;
+        let value: (u64, String) = decode("pair", &older).unwrap();
+        assert_eq!(value.0, 7, "records of one shape decode from every version");
+
+        for version in [0, FORMAT_VERSION + 1] {
+            let mut unknown = bytes.clone();
+            unknown[0] = version;
+            let error = decode::<(u64, String)>("pair", &unknown).unwrap_err();
+            assert!(
+                matches!(error, StorageError::UnknownVersion { version: v, .. } if v == version),
+                "{error}"
+            );
+        }
 
         assert!(matches!(
             decode::<u64>("empty", &[]),
@@ -95,7 +125,9 @@ mod tests {
     #[test]
     fn tail_is_kept_verbatim() {
         let bytes = encode_with_tail(&(3u64, 4u64), b"value bytes");
-        let (header, tail): ((u64, u64), &[u8]) = decode_with_tail("kv", &bytes).unwrap();
+        let (version, body) = split_version("kv", &bytes).unwrap();
+        assert_eq!(version, FORMAT_VERSION);
+        let (header, tail): ((u64, u64), &[u8]) = decode_body_with_tail("kv", body).unwrap();
         assert_eq!(header, (3, 4));
         assert_eq!(tail, b"value bytes");
     }

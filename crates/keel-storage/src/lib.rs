@@ -4,6 +4,11 @@
 //! One [`Store`] is one redb file shared by many ranges, with one writer thread that group
 //! commits (see `writer`). Each range gets a [`LogStore`] (openraft's `RaftLogStorage`) and a
 //! [`StateMachine`] (openraft's `RaftStateMachine`, snapshots as [`SnapshotFile`]s).
+//!
+//! The state machine also keeps each range's exactly-once state (client sessions and the
+//! first outcome of each request, `session`), key expiry (a TTL index) and a range clock that
+//! only moves forward with the times leaders stamp into commands; it never reads a clock of
+//! its own.
 
 mod apply;
 mod codec;
@@ -11,6 +16,7 @@ mod error;
 mod install;
 mod log_store;
 pub mod raft_types;
+mod session;
 mod snapshot;
 mod state_machine;
 mod store;
@@ -20,7 +26,7 @@ mod writer;
 pub use error::StorageError;
 pub use log_store::LogStore;
 pub use snapshot::{IncomingSnapshot, SnapshotBuilder, SnapshotFile};
-pub use state_machine::{ScanPage, StateMachine};
+pub use state_machine::{RangeCounts, ScanPage, StateMachine};
 pub use store::Store;
 #[doc(hidden)]
 pub use store::WriterHold;

@@ -3,8 +3,12 @@
 //! Knows nothing about gRPC or how chunks travel.
 //!
 //! A snapshot file is a sequence of records, each a big-endian `u32` length followed by a
-//! versioned record (`codec`): one `Header` (applied log id, membership, revision), then one
-//! `Row` per key, then `End` with the row count, so a truncated file is detected. Files are
+//! versioned record (`codec`): one `Header` (applied log id, membership, revision), then
+//! (format 2) one `Clock` (the range clock and session horizon), one `Session` per client
+//! session and one `Request` per request record of the range, then one `Row` per key (an
+//! `ExpiringRow` for a key with an expiry, expired or not), then `End` with the number of
+//! records between header and end, so a truncated file is detected. A format-1 file has only
+//! header, rows and end, and installs with clock and horizon 0 and no sessions. Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
 //!
@@ -16,9 +20,9 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use keel_types::{KeyValue, RangeId, Revision, limits};
+use keel_types::{CommandOutcome, KeyValue, RangeId, Revision, limits};
 use openraft::storage::RaftSnapshotBuilder;
-use redb::{Database, ReadableDatabase};
+use redb::{Database, ReadTransaction, ReadableDatabase};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -26,12 +30,14 @@ use crate::codec::{decode, encode};
 use crate::error::StorageError;
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::store::Store;
-use crate::tables::{self, KV, KeySpan, SM_META};
+use crate::tables::{self, KV, KeySpan, REQUESTS, SESSIONS, SM_META, Session};
 
 /// Buffer size of snapshot readers and writers.
 const SNAPSHOT_BUFFER_BYTES: usize = 64 * 1024;
-/// Largest record accepted when reading: a row of the largest key and value, plus framing.
-const RECORD_BYTES_MAX: usize = limits::KEY_BYTES_MAX + limits::VALUE_BYTES_MAX + 64 * 1024;
+/// Largest record accepted when reading: a request record whose outcome holds a previous
+/// value for every op of a full batch (rows are smaller), plus framing.
+const RECORD_BYTES_MAX: usize =
+    limits::BATCH_OPS_MAX * (limits::KEY_BYTES_MAX + limits::VALUE_BYTES_MAX + 1024) + 64 * 1024;
 
 /// A complete snapshot file on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,11 +151,76 @@ impl SnapshotHeader {
     }
 }
 
+/// A `kv` row in a snapshot file, in the shape format 1 wrote (its expiry, if any, goes in
+/// `Record::ExpiringRow`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SnapshotRow {
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub value: Vec<u8>,
+    pub create_revision: Revision,
+    pub mod_revision: Revision,
+}
+
+impl SnapshotRow {
+    pub fn into_key_value(self, expires_at_ms: Option<u64>) -> KeyValue {
+        KeyValue {
+            key: self.key,
+            value: self.value,
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            expires_at_ms,
+        }
+    }
+}
+
+/// One record of a snapshot file. Variants are only ever appended, so files of every format
+/// decode.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum Record {
     Header(SnapshotHeader),
-    Row(KeyValue),
-    End { rows: u64 },
+    Row(SnapshotRow),
+    /// `records` counts every record between the header and this one (in format 1, the rows).
+    End {
+        records: u64,
+    },
+    /// Format 2: the range's clock and session horizon (`tables::SmState`).
+    Clock {
+        clock_ms: u64,
+        session_horizon_ms: u64,
+    },
+    /// Format 2: a row with an expiry.
+    ExpiringRow {
+        row: SnapshotRow,
+        expires_at_ms: u64,
+    },
+    /// Format 2: a client session of the range.
+    Session {
+        client_id: u64,
+        session: Session,
+    },
+    /// Format 2: a request record of the range.
+    Request {
+        client_id: u64,
+        sequence: u64,
+        outcome: CommandOutcome,
+    },
+}
+
+impl Record {
+    fn row(kv: KeyValue) -> Record {
+        let row = SnapshotRow {
+            key: kv.key,
+            value: kv.value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+        };
+        match kv.expires_at_ms {
+            None => Record::Row(row),
+            Some(expires_at_ms) => Record::ExpiringRow { row, expires_at_ms },
+        }
+    }
 }
 
 /// Reads a snapshot file record by record through a fixed-size buffer.
@@ -185,6 +256,11 @@ impl SnapshotReader {
         }
     }
 
+    /// Bytes of the record `next` returned last.
+    pub fn last_record_bytes(&self) -> usize {
+        self.record.len()
+    }
+
     pub async fn next(&mut self) -> Result<Record, StorageError> {
         let mut length = [0u8; 4];
         self.read_exact_into(&mut length).await?;
@@ -215,12 +291,58 @@ impl SnapshotReader {
     }
 }
 
-/// Writes `record` with its length prefix.
-fn write_record(out: &mut impl Write, record: &Record) -> io::Result<()> {
-    let body = encode(record);
-    let length = u32::try_from(body.len()).map_err(io::Error::other)?;
-    out.write_all(&length.to_be_bytes())?;
-    out.write_all(&body)
+/// A snapshot file being written, counting its records after the header.
+struct SnapshotOut {
+    out: BufWriter<std::fs::File>,
+    temp: PathBuf,
+    records: u64,
+}
+
+impl SnapshotOut {
+    fn create(temp: PathBuf) -> Result<SnapshotOut, StorageError> {
+        let file = std::fs::File::create(&temp).map_err(|e| StorageError::io(&temp, e))?;
+        Ok(SnapshotOut {
+            out: BufWriter::with_capacity(SNAPSHOT_BUFFER_BYTES, file),
+            temp,
+            records: 0,
+        })
+    }
+
+    /// Writes `record` with its length prefix.
+    fn write(&mut self, record: &Record) -> Result<(), StorageError> {
+        let body = encode(record);
+        let length = u32::try_from(body.len()).map_err(|e| self.error(io::Error::other(e)))?;
+        self.out
+            .write_all(&length.to_be_bytes())
+            .and_then(|()| self.out.write_all(&body))
+            .map_err(|e| self.error(e))?;
+        if !matches!(record, Record::Header(_)) {
+            self.records += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes the `End` record, fsyncs the file and returns its path and length.
+    fn finish(mut self) -> Result<(PathBuf, u64), StorageError> {
+        self.write(&Record::End {
+            records: self.records,
+        })?;
+        let file = self.out.into_inner().map_err(|e| {
+            let error = e.into_error();
+            StorageError::io(&self.temp, error)
+        })?;
+        file.sync_all()
+            .map_err(|e| StorageError::io(&self.temp, e))?;
+        let len_bytes = file
+            .metadata()
+            .map_err(|e| StorageError::io(&self.temp, e))?
+            .len();
+        Ok((self.temp, len_bytes))
+    }
+
+    fn error(&self, error: io::Error) -> StorageError {
+        StorageError::io(&self.temp, error)
+    }
 }
 
 /// Writes a snapshot of `range` (rows of `span`) from one read transaction into a new file,
@@ -237,9 +359,6 @@ pub(crate) fn build(
     let sm_meta = txn
         .open_table(SM_META)
         .map_err(|e| StorageError::redb("open sm_meta", e))?;
-    let kv = txn
-        .open_table(KV)
-        .map_err(|e| StorageError::redb("open kv", e))?;
     let state = tables::read_sm_state(&sm_meta, range)?;
     if state.installing.is_some() {
         return Err(StorageError::SnapshotInstalling { range });
@@ -250,27 +369,82 @@ pub(crate) fn build(
         revision: state.revision,
     };
     let temp = dir.join(format!("r{}-build-{}.tmp", range.0, nonce()));
-    let io_error = |e| StorageError::io(&temp, e);
-    let file = std::fs::File::create(&temp).map_err(io_error)?;
-    let mut out = BufWriter::with_capacity(SNAPSHOT_BUFFER_BYTES, file);
-    write_record(&mut out, &Record::Header(header.clone())).map_err(io_error)?;
-    let mut rows = 0u64;
+    let mut out = SnapshotOut::create(temp)?;
+    out.write(&Record::Header(header.clone()))?;
+    out.write(&Record::Clock {
+        clock_ms: state.clock_ms,
+        session_horizon_ms: state.session_horizon_ms,
+    })?;
+    write_sessions(&txn, range, &mut out)?;
+    write_rows(&txn, span, &mut out)?;
+    let (temp, len_bytes) = out.finish()?;
+    let path = publish(dir, range, &temp, header.last_log_id.as_ref())?;
+    Ok((header.meta(), SnapshotFile { path, len_bytes }))
+}
+
+/// Writes the range's sessions, then its request records.
+fn write_sessions(
+    txn: &ReadTransaction,
+    range: RangeId,
+    out: &mut SnapshotOut,
+) -> Result<(), StorageError> {
+    let sessions = txn
+        .open_table(SESSIONS)
+        .map_err(|e| StorageError::redb("open sessions", e))?;
+    let (start, end) = (
+        tables::session_key(range, 0),
+        tables::session_key(range, u64::MAX),
+    );
+    for row in sessions
+        .range(start.as_slice()..=end.as_slice())
+        .map_err(|e| StorageError::redb("read sessions", e))?
+    {
+        let (key, value) = row.map_err(|e| StorageError::redb("read sessions", e))?;
+        let client_id = tables::session_key_client(key.value());
+        let session = decode("session", value.value())?;
+        out.write(&Record::Session { client_id, session })?;
+    }
+    let requests = txn
+        .open_table(REQUESTS)
+        .map_err(|e| StorageError::redb("open requests", e))?;
+    let (start, end) = (
+        tables::request_key(range, 0, 0),
+        tables::request_key(range, u64::MAX, u64::MAX),
+    );
+    for row in requests
+        .range(start.as_slice()..=end.as_slice())
+        .map_err(|e| StorageError::redb("read request records", e))?
+    {
+        let (key, value) = row.map_err(|e| StorageError::redb("read request records", e))?;
+        let (client_id, sequence) = tables::request_key_parts(key.value());
+        let outcome = decode("request record", value.value())?;
+        out.write(&Record::Request {
+            client_id,
+            sequence,
+            outcome,
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes the rows of `span`, expired ones included: replicas keep them until a cleanup.
+fn write_rows(
+    txn: &ReadTransaction,
+    span: &KeySpan,
+    out: &mut SnapshotOut,
+) -> Result<(), StorageError> {
+    let kv = txn
+        .open_table(KV)
+        .map_err(|e| StorageError::redb("open kv", e))?;
     for row in kv
         .range::<&[u8]>(span.bounds())
         .map_err(|e| StorageError::redb("read kv", e))?
     {
         let (key, value) = row.map_err(|e| StorageError::redb("read kv", e))?;
         let kv = tables::decode_kv(key.value(), value.value())?;
-        write_record(&mut out, &Record::Row(kv)).map_err(io_error)?;
-        rows += 1;
+        out.write(&Record::row(kv))?;
     }
-    write_record(&mut out, &Record::End { rows }).map_err(io_error)?;
-    let file = out.into_inner().map_err(|e| io_error(e.into_error()))?;
-    file.sync_all().map_err(io_error)?;
-    let len_bytes = file.metadata().map_err(io_error)?.len();
-    drop(file);
-    let path = publish(dir, range, &temp, header.last_log_id.as_ref())?;
-    Ok((header.meta(), SnapshotFile { path, len_bytes }))
+    Ok(())
 }
 
 /// Renames a complete temporary file to a snapshot name, fsyncs the directory and deletes

@@ -1,26 +1,29 @@
 //! `StateMachine`: one range's key-value data as openraft's `RaftStateMachine`, plus the
-//! reads the server serves from it. Knows nothing about gRPC, routing or the network.
+//! reads the server serves from it and the read-only planning of cleanups. Knows nothing
+//! about gRPC, routing or the network, and reads no clock: callers pass the time.
 //!
 //! Applies run on the writer thread, in the same transaction as the applied log id,
-//! membership and revision (`Durability::None`: log and data share the file, so a crash
-//! rolls both back together). Reads run redb read transactions on blocking threads.
+//! membership, revision and clock (`Durability::None`: log and data share the file, so a
+//! crash rolls both back together). Reads run redb read transactions on blocking threads and
+//! hide keys expired at `max(now_ms, the range clock)`.
 
 use std::io;
 
 use futures::{Stream, StreamExt};
-use keel_types::{KeyValue, RangeId, Revision, limits};
+use keel_types::{Cleanup, ExpiredKey, KeyValue, RangeId, Revision, limits};
 use openraft::OptionalSend;
 use openraft::storage::RaftStateMachine;
 use redb::{ReadTransaction, ReadableTable};
 use tokio::sync::oneshot;
 
+use crate::codec::decode;
 use crate::error::StorageError;
 use crate::raft_types::{
     EntryResponder, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::snapshot::{self, SnapshotBuilder, SnapshotFile};
 use crate::store::Store;
-use crate::tables::{self, KV, KeySpan, SM_META, SmState};
+use crate::tables::{self, KV, KeySpan, SESSIONS, SM_META, Session, SmState, TTL};
 use crate::writer::{Done, Op};
 use crate::{apply, install};
 
@@ -30,8 +33,20 @@ pub struct ScanPage {
     pub kvs: Vec<KeyValue>,
     /// The range's applied revision the page was read at.
     pub revision: Revision,
-    /// `Some(key)`: more rows remain; the next page starts at `key`.
+    /// `Some(key)`: more rows remain; the next page starts at `key`. A page that skipped
+    /// many expired rows may end early, even with no rows, and still have a next page.
     pub next_start: Option<Vec<u8>>,
+}
+
+/// How much exactly-once and TTL state a range keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeCounts {
+    /// Client sessions.
+    pub sessions: u64,
+    /// Request records of those sessions.
+    pub requests: u64,
+    /// Keys with an expiry, expired ones not yet cleaned up included.
+    pub keys_with_ttl: u64,
 }
 
 /// The state machine of one range. Cheap to clone.
@@ -52,8 +67,13 @@ impl StateMachine {
         self.range
     }
 
-    /// The key and the range's applied revision, read in one consistent read transaction.
-    pub async fn get(&self, key: &[u8]) -> Result<(Option<KeyValue>, Revision), StorageError> {
+    /// The key (absent if expired at `max(now_ms, range clock)`) and the range's applied
+    /// revision, read in one consistent read transaction.
+    pub async fn get(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<(Option<KeyValue>, Revision), StorageError> {
         let (range, span, key) = (self.range, self.span.clone(), key.to_vec());
         self.store
             .read(move |txn| {
@@ -64,19 +84,24 @@ impl StateMachine {
                 let kv = txn
                     .open_table(KV)
                     .map_err(|e| StorageError::redb("open kv", e))?;
-                Ok((apply::read_kv(&kv, &key)?, state.revision))
+                let now_ms = now_ms.max(state.clock_ms);
+                let found = apply::read_kv(&kv, &key)?.filter(|kv| !kv.is_expired(now_ms));
+                Ok((found, state.revision))
             })
             .await
     }
 
-    /// Keys of `[start, end)` (empty `end` = unbounded) inside the range, in key order: at
-    /// most `limit` rows (0 means `SCAN_LIMIT_DEFAULT`; capped at `SCAN_LIMIT_MAX`) and about
-    /// `SCAN_PAGE_BYTES_MAX` bytes (a page always holds at least one row).
+    /// Keys of `[start, end)` (empty `end` = unbounded) inside the range that are not
+    /// expired at `max(now_ms, range clock)`, in key order: at most `limit` rows (0 means
+    /// `SCAN_LIMIT_DEFAULT`; capped at `SCAN_LIMIT_MAX`) and about `SCAN_PAGE_BYTES_MAX`
+    /// bytes (a page holds at least one row unless it skipped expired rows only). A page
+    /// examines at most `limits::SCAN_EXAMINED_PER_LIMIT_ROW` rows per row of its limit.
     pub async fn scan(
         &self,
         start: &[u8],
         end: &[u8],
         limit: u32,
+        now_ms: u64,
     ) -> Result<ScanPage, StorageError> {
         let limit = match limit {
             0 => limits::SCAN_LIMIT_DEFAULT,
@@ -90,9 +115,58 @@ impl StateMachine {
                 let kv = txn
                     .open_table(KV)
                     .map_err(|e| StorageError::redb("open kv", e))?;
-                scan_page(&kv, span.clamp(&start, &end), limit, state.revision)
+                let page = PageLimits {
+                    rows: limit,
+                    now_ms: now_ms.max(state.clock_ms),
+                };
+                scan_page(&kv, span.clamp(&start, &end), page, state.revision)
             })
             .await
+    }
+
+    /// What a leader should propose to clean up now (read-only): up to `CLEANUP_KEYS_MAX`
+    /// keys of the range expired at `max(now_ms, range clock)`, earliest expiry first, and up
+    /// to `CLEANUP_SESSIONS_MAX` sessions idle since before `sessions_idle_before_ms`. The
+    /// result carries `now_ms` as given. Applying it checks every item again.
+    pub async fn plan_cleanup(
+        &self,
+        now_ms: u64,
+        sessions_idle_before_ms: u64,
+    ) -> Result<Cleanup, StorageError> {
+        let (range, span) = (self.range, self.span.clone());
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                let ttl = txn
+                    .open_table(TTL)
+                    .map_err(|e| StorageError::redb("open ttl", e))?;
+                let keys = expired_keys(&ttl, &span, now_ms.max(state.clock_ms))?;
+                let sessions = txn
+                    .open_table(SESSIONS)
+                    .map_err(|e| StorageError::redb("open sessions", e))?;
+                let sessions = idle_sessions(&sessions, range, sessions_idle_before_ms)?;
+                Ok(Cleanup {
+                    now_ms,
+                    keys,
+                    sessions,
+                    sessions_idle_before_ms,
+                })
+            })
+            .await
+    }
+
+    /// How many sessions, request records and keys with a TTL the range keeps.
+    pub async fn counts(&self) -> Result<RangeCounts, StorageError> {
+        let range = self.range;
+        let state = self
+            .store
+            .read(move |txn| readable_state(txn, range))
+            .await?;
+        Ok(RangeCounts {
+            sessions: state.sessions,
+            requests: state.requests,
+            keys_with_ttl: state.keys_with_ttl,
+        })
     }
 
     /// The applied revision and applied log id; `(0, None)` while a snapshot install is
@@ -136,6 +210,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let (reply, applied) = oneshot::channel();
         let op = Op::Apply {
             range: self.range,
+            span: self.span.clone(),
             entries,
         };
         self.store
@@ -184,10 +259,17 @@ fn readable_state(txn: &ReadTransaction, range: RangeId) -> Result<SmState, Stor
     }
 }
 
+/// What ends a scan page besides its bounds.
+struct PageLimits {
+    rows: usize,
+    /// Rows expired at this instant are skipped.
+    now_ms: u64,
+}
+
 fn scan_page<R>(
     kv: &R,
     bounds: (std::ops::Bound<&[u8]>, std::ops::Bound<&[u8]>),
-    limit: usize,
+    page: PageLimits,
     revision: Revision,
 ) -> Result<ScanPage, StorageError>
 where
@@ -196,24 +278,36 @@ where
     let mut rows = kv
         .range::<&[u8]>(bounds)
         .map_err(|e| StorageError::redb("scan kv", e))?;
+    let examined_max = page
+        .rows
+        .saturating_mul(limits::SCAN_EXAMINED_PER_LIMIT_ROW);
     let mut kvs: Vec<KeyValue> = Vec::new();
     let mut bytes = 0usize;
+    let mut examined = 0usize;
+    // The last key this page has taken or skipped: the next page starts after it.
+    let mut last_key: Option<Vec<u8>> = None;
     let more = loop {
         let Some(row) = rows.next() else { break false };
-        if kvs.len() == limit {
+        if kvs.len() == page.rows || examined == examined_max {
             break true;
         }
         let (key, value) = row.map_err(|e| StorageError::redb("scan kv", e))?;
+        if tables::decode_kv_expiry(value.value())?.is_some_and(|at| at <= page.now_ms) {
+            examined += 1;
+            last_key = Some(key.value().to_vec());
+            continue;
+        }
         let row_bytes = key.value().len() + value.value().len();
         if !kvs.is_empty() && bytes + row_bytes > limits::SCAN_PAGE_BYTES_MAX {
             break true;
         }
+        examined += 1;
         bytes += row_bytes;
         kvs.push(tables::decode_kv(key.value(), value.value())?);
+        last_key = None;
     };
-    let next_start = match kvs.last() {
-        Some(last) if more => {
-            let mut next = last.key.clone();
+    let next_start = match last_key.or_else(|| kvs.last().map(|kv| kv.key.clone())) {
+        Some(mut next) if more => {
             next.push(0);
             Some(next)
         }
@@ -226,6 +320,68 @@ where
     })
 }
 
+/// Keys of `span` in the TTL index expired at `now_ms`, earliest expiry first; at most
+/// `CLEANUP_KEYS_MAX`, after examining at most `limits::CLEANUP_EXAMINED_PER_KEY` index rows per key.
+fn expired_keys<R>(ttl: &R, span: &KeySpan, now_ms: u64) -> Result<Vec<ExpiredKey>, StorageError>
+where
+    R: ReadableTable<tables::Bytes, tables::Bytes>,
+{
+    let examined_max = limits::CLEANUP_KEYS_MAX * limits::CLEANUP_EXAMINED_PER_KEY;
+    let mut keys = Vec::new();
+    let rows = ttl
+        .range::<&[u8]>(..)
+        .map_err(|e| StorageError::redb("read ttl index", e))?;
+    for row in rows.take(examined_max) {
+        let (row, _) = row.map_err(|e| StorageError::redb("read ttl index", e))?;
+        let (expires_at_ms, key) = tables::ttl_key_parts(row.value());
+        if expires_at_ms > now_ms || keys.len() == limits::CLEANUP_KEYS_MAX {
+            break;
+        }
+        if span.contains(key) {
+            keys.push(ExpiredKey {
+                key: key.to_vec(),
+                expires_at_ms,
+            });
+        }
+    }
+    Ok(keys)
+}
+
+/// Client ids of the range's sessions last active before `idle_before_ms`; at most
+/// `CLEANUP_SESSIONS_MAX`, in client-id order.
+fn idle_sessions<R>(
+    sessions: &R,
+    range: RangeId,
+    idle_before_ms: u64,
+) -> Result<Vec<u64>, StorageError>
+where
+    R: ReadableTable<tables::Bytes, tables::Bytes>,
+{
+    let (start, end) = (
+        tables::session_key(range, 0),
+        tables::session_key(range, u64::MAX),
+    );
+    let rows = sessions
+        .range(start.as_slice()..=end.as_slice())
+        .map_err(|e| StorageError::redb("read sessions", e))?;
+    let mut idle = Vec::new();
+    for row in rows {
+        let (key, value) = row.map_err(|e| StorageError::redb("read sessions", e))?;
+        let session: Session = decode("session", value.value())?;
+        if session.last_active_ms < idle_before_ms {
+            idle.push(tables::session_key_client(key.value()));
+            if idle.len() == limits::CLEANUP_SESSIONS_MAX {
+                break;
+            }
+        }
+    }
+    Ok(idle)
+}
+
 #[cfg(test)]
 #[path = "state_machine_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "exactly_once_tests.rs"]
+mod exactly_once_tests;

@@ -1,33 +1,71 @@
 //! Apply semantics through the real writer and redb: outcomes, revisions, atomicity, and
-//! scan paging.
+//! scan paging. The helpers here are shared with `exactly_once_tests`.
 
-use keel_types::{BatchOp, Command, CommandOutcome, Condition, KeyValue, RangeId, Revision};
+use keel_types::{
+    BatchOp, Command, CommandOutcome, Condition, KeyValue, Mutation, RangeId, Revision,
+};
 use openraft::entry::RaftEntry;
 
 use crate::raft_types::{Entry, TypeConfig};
 use crate::store::Store;
+use crate::tables::KeySpan;
 use crate::writer::{Op, Outcome};
 
-fn open() -> (tempfile::TempDir, Store) {
+pub(super) fn open() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("keel.redb"), &dir.path().join("snapshots")).unwrap();
     (dir, store)
 }
 
-fn put(key: &str, value: &str, condition: Option<Condition>) -> BatchOp {
+pub(super) fn put(key: &str, value: &str, condition: Option<Condition>) -> BatchOp {
     BatchOp::Put {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
         condition,
         return_previous: false,
+        ttl_ms: None,
     }
 }
 
-fn delete(key: &str, condition: Option<Condition>) -> BatchOp {
+pub(super) fn delete(key: &str, condition: Option<Condition>) -> BatchOp {
     BatchOp::Delete {
         key: key.as_bytes().to_vec(),
         condition,
         return_previous: false,
+    }
+}
+
+/// A mutation without a request id at time 0 (so at the range's clock).
+pub(super) fn mutate(ops: Vec<BatchOp>) -> Command {
+    Command::Mutate(Mutation {
+        request: None,
+        now_ms: 0,
+        ops,
+    })
+}
+
+/// Applies one command per item to range 1 at consecutive log indexes; returns the outcomes.
+pub(super) async fn apply_commands(
+    store: &Store,
+    first_index: u64,
+    commands: Vec<Command>,
+) -> Vec<CommandOutcome> {
+    let entries: Vec<Entry> = commands
+        .into_iter()
+        .enumerate()
+        .map(|(offset, command)| {
+            let log_id = openraft::testing::log_id::<TypeConfig>(1, 1, first_index + offset as u64);
+            Entry::new_normal(log_id, command)
+        })
+        .collect();
+    let op = Op::Apply {
+        range: RangeId(1),
+        span: KeySpan::default(),
+        entries,
+    };
+    match store.call(op).await.unwrap() {
+        Outcome::Applied(outcomes) => outcomes,
+        _ => panic!("apply yields outcomes"),
     }
 }
 
@@ -37,29 +75,15 @@ async fn apply_writes(
     first_index: u64,
     writes: Vec<Vec<BatchOp>>,
 ) -> Vec<CommandOutcome> {
-    let entries: Vec<Entry> = writes
-        .into_iter()
-        .enumerate()
-        .map(|(offset, ops)| {
-            let log_id = openraft::testing::log_id::<TypeConfig>(1, 1, first_index + offset as u64);
-            Entry::new_normal(log_id, Command::Write { ops })
-        })
-        .collect();
-    let op = Op::Apply {
-        range: RangeId(1),
-        entries,
-    };
-    match store.call(op).await.unwrap() {
-        Outcome::Applied(outcomes) => outcomes,
-        _ => panic!("apply yields outcomes"),
-    }
+    let commands = writes.into_iter().map(mutate).collect();
+    apply_commands(store, first_index, commands).await
 }
 
 /// `(key, value, create_revision, mod_revision)` of every row, and the range revision.
 async fn contents(store: &Store) -> (Vec<(String, String, Revision, Revision)>, Revision) {
     let page = store
         .state_machine(RangeId(1))
-        .scan(b"", b"", 0)
+        .scan(b"", b"", 0, 0)
         .await
         .unwrap();
     let rows = page
@@ -171,6 +195,7 @@ async fn revisions_grow_by_one_per_applied_write_only() {
     let blank = Entry::new_blank(openraft::testing::log_id::<TypeConfig>(1, 1, 1));
     let op = Op::Apply {
         range: RangeId(1),
+        span: KeySpan::default(),
         entries: vec![blank],
     };
     assert!(
@@ -219,26 +244,26 @@ async fn scan_pages_by_limit_and_bounds() {
         page.kvs.iter().map(|kv| kv.key.clone()).collect()
     };
 
-    let page = sm.scan(b"", b"", 2).await.unwrap();
+    let page = sm.scan(b"", b"", 2, 0).await.unwrap();
     assert_eq!(keys(&page), vec![b"a".to_vec(), b"b".to_vec()]);
     assert_eq!(page.next_start, Some(b"b\0".to_vec()));
-    let page = sm.scan(b"b\0", b"", 2).await.unwrap();
+    let page = sm.scan(b"b\0", b"", 2, 0).await.unwrap();
     assert_eq!(keys(&page), vec![b"c".to_vec(), b"d".to_vec()]);
-    let page = sm.scan(b"d\0", b"", 2).await.unwrap();
+    let page = sm.scan(b"d\0", b"", 2, 0).await.unwrap();
     assert_eq!((keys(&page), page.next_start), (vec![b"e".to_vec()], None));
     // Exactly `limit` rows left: no next page.
-    let page = sm.scan(b"d", b"", 2).await.unwrap();
+    let page = sm.scan(b"d", b"", 2, 0).await.unwrap();
     assert_eq!(page.next_start, None);
     // End is exclusive.
-    let page = sm.scan(b"b", b"d", 10).await.unwrap();
+    let page = sm.scan(b"b", b"d", 10, 0).await.unwrap();
     assert_eq!(
         (keys(&page), page.next_start),
         (vec![b"b".to_vec(), b"c".to_vec()], None)
     );
     assert_eq!(page.revision, 1);
     assert_eq!(
-        sm.get(b"c").await.unwrap().0.map(|kv| kv.mod_revision),
+        sm.get(b"c", 0).await.unwrap().0.map(|kv| kv.mod_revision),
         Some(1)
     );
-    assert_eq!(sm.get(b"zz").await.unwrap(), (None, 1));
+    assert_eq!(sm.get(b"zz", 0).await.unwrap(), (None, 1));
 }

@@ -6,19 +6,31 @@
 //! |-------------|---------------------------------------|----------------------------------------|
 //! | `raft_log`  | range id (u64 BE) + log index (u64 BE) | openraft entry                         |
 //! | `raft_meta` | range id (u64 BE) + kind (u8)          | vote / committed log id / purged log id |
-//! | `sm_meta`   | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker |
-//! | `kv`        | user key                              | create and mod revision, then the raw value |
+//! | `sm_meta`   | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records and keys with a TTL |
+//! | `kv`        | user key                              | create and mod revision, expiry (format 2), then the raw value |
+//! | `ttl`       | expiry ms (u64 BE) + user key          | empty                                  |
+//! | `sessions`  | range id (u64 BE) + client id (u64 BE) | `Session`                              |
+//! | `requests`  | range id (u64 BE) + client id (u64 BE) + sequence (u64 BE) | the request's first `CommandOutcome` |
 //!
 //! Ranges have disjoint key spans, so all ranges of a file share the one `kv` table and a
-//! split changes metadata only. Every value starts with a format-version byte (`codec`).
+//! split changes metadata only; `ttl` is shared the same way (filter it by span). Every value
+//! starts with a format-version byte (`codec`), except `ttl` rows, which have no value: the
+//! index holds a row `(e, key)` exactly when `kv` holds `key` with expiry `e`, and is kept in
+//! step by every write of `kv`.
+//!
+//! `sessions` and `requests` hold the exactly-once state of each range (`session`): a
+//! session's `records` counts its rows in `requests`, and the range's `sm_meta` counts its
+//! sessions and request records, so limits and metrics need no table scans.
 
 use std::ops::Bound;
 
-use keel_types::{KeyValue, RangeId, Revision};
+use std::ops::RangeInclusive;
+
+use keel_types::{CommandOutcome, KeyValue, RangeId, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{decode, decode_with_tail, encode, encode_with_tail};
+use crate::codec::{decode, decode_body_with_tail, encode, encode_with_tail, split_version};
 use crate::error::StorageError;
 use crate::raft_types::{Entry, LogId, StoredMembership};
 
@@ -28,6 +40,9 @@ pub(crate) const RAFT_LOG: TableDefinition<Bytes, Bytes> = TableDefinition::new(
 pub(crate) const RAFT_META: TableDefinition<Bytes, Bytes> = TableDefinition::new("raft_meta");
 pub(crate) const SM_META: TableDefinition<Bytes, Bytes> = TableDefinition::new("sm_meta");
 pub(crate) const KV: TableDefinition<Bytes, Bytes> = TableDefinition::new("kv");
+pub(crate) const TTL: TableDefinition<Bytes, Bytes> = TableDefinition::new("ttl");
+pub(crate) const SESSIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("sessions");
+pub(crate) const REQUESTS: TableDefinition<Bytes, Bytes> = TableDefinition::new("requests");
 
 /// Kinds of `raft_meta` rows.
 pub(crate) const RAFT_VOTE: u8 = 1;
@@ -39,6 +54,11 @@ pub(crate) const SM_APPLIED: u8 = 1;
 pub(crate) const SM_MEMBERSHIP: u8 = 2;
 pub(crate) const SM_REVISION: u8 = 3;
 pub(crate) const SM_INSTALLING: u8 = 4;
+pub(crate) const SM_CLOCK: u8 = 5;
+pub(crate) const SM_SESSION_HORIZON: u8 = 6;
+pub(crate) const SM_SESSIONS: u8 = 7;
+pub(crate) const SM_REQUESTS: u8 = 8;
+pub(crate) const SM_KEYS_WITH_TTL: u8 = 9;
 
 /// Key of one log entry: range id then index, both big-endian, so keys sort by range then
 /// index.
@@ -67,6 +87,51 @@ pub(crate) fn meta_key(range: RangeId, kind: u8) -> [u8; 9] {
     key[..8].copy_from_slice(&range.0.to_be_bytes());
     key[8] = kind;
     key
+}
+
+/// Key of a client session: range id then client id.
+pub(crate) fn session_key(range: RangeId, client_id: u64) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&range.0.to_be_bytes());
+    key[8..].copy_from_slice(&client_id.to_be_bytes());
+    key
+}
+
+/// Key of a request record: range id, client id, then sequence, so a session's records sort
+/// together by sequence.
+pub(crate) fn request_key(range: RangeId, client_id: u64, sequence: u64) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(&session_key(range, client_id));
+    key[16..].copy_from_slice(&sequence.to_be_bytes());
+    key
+}
+
+/// `(client id, sequence)` of a `requests` key.
+pub(crate) fn request_key_parts(key: &[u8]) -> (u64, u64) {
+    let client: [u8; 8] = key[8..16].try_into().expect("requests keys are 24 bytes");
+    let sequence: [u8; 8] = key[16..24].try_into().expect("requests keys are 24 bytes");
+    (u64::from_be_bytes(client), u64::from_be_bytes(sequence))
+}
+
+/// The client id of a `sessions` key.
+pub(crate) fn session_key_client(key: &[u8]) -> u64 {
+    let client: [u8; 8] = key[8..16].try_into().expect("sessions keys are 16 bytes");
+    u64::from_be_bytes(client)
+}
+
+/// Key of a TTL-index row: the expiry, then the user key, so rows sort by expiry.
+pub(crate) fn ttl_key(expires_at_ms: u64, key: &[u8]) -> Vec<u8> {
+    let mut row = Vec::with_capacity(8 + key.len());
+    row.extend_from_slice(&expires_at_ms.to_be_bytes());
+    row.extend_from_slice(key);
+    row
+}
+
+/// `(expiry, user key)` of a TTL-index row.
+pub(crate) fn ttl_key_parts(row: &[u8]) -> (u64, &[u8]) {
+    let (head, key) = row.split_at(8);
+    let head: [u8; 8] = head.try_into().expect("ttl keys start with a u64");
+    (u64::from_be_bytes(head), key)
 }
 
 /// The half-open user-key span `[start, end)` a range owns; `end = None` is unbounded.
@@ -112,6 +177,39 @@ pub(crate) struct SmState {
     pub revision: Revision,
     /// Set while a snapshot install is under way (see `state_machine`): the data is partial.
     pub installing: Option<InstallMarker>,
+    /// The newest command time applied (`Mutation::now_ms`, `Cleanup::now_ms`); never goes
+    /// back. Expiry and sessions are judged by it.
+    pub clock_ms: u64,
+    /// Sessions that started at or before this instant are gone or were never admitted: a
+    /// request of such a session without a session record is refused (`session`).
+    pub session_horizon_ms: u64,
+    /// Rows of this range in `sessions`.
+    pub sessions: u64,
+    /// Rows of this range in `requests`.
+    pub requests: u64,
+    /// Keys written by this range that have an expiry (rows of this range in `ttl`).
+    pub keys_with_ttl: u64,
+}
+
+impl SmState {
+    /// Moves the clock to `now_ms` if that is later, and returns it.
+    pub fn advance_clock(&mut self, now_ms: u64) -> u64 {
+        self.clock_ms = self.clock_ms.max(now_ms);
+        self.clock_ms
+    }
+}
+
+/// One client session of a range (`session` decides with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Session {
+    /// `RequestId::client_started_ms` of the client.
+    pub started_ms: u64,
+    /// Range clock of the newest request of this session.
+    pub last_active_ms: u64,
+    /// Requests below this sequence have no record and are refused.
+    pub completed_below: u64,
+    /// Rows of this session in `requests`.
+    pub records: u64,
 }
 
 /// Written before a snapshot install deletes anything; cleared by the commit that finishes it.
@@ -120,9 +218,17 @@ pub(crate) struct InstallMarker {
     pub snapshot_last_log_id: Option<LogId>,
 }
 
-/// Header of a `kv` value; the raw user value follows it.
+/// Header of a `kv` value of format 2; the raw user value follows it.
 #[derive(Serialize, Deserialize)]
 struct KvHeader {
+    create_revision: Revision,
+    mod_revision: Revision,
+    expires_at_ms: Option<u64>,
+}
+
+/// Header of a `kv` value of format 1: no expiry.
+#[derive(Serialize, Deserialize)]
+struct KvHeaderV1 {
     create_revision: Revision,
     mod_revision: Revision,
 }
@@ -131,18 +237,41 @@ pub(crate) fn encode_kv(kv: &KeyValue) -> Vec<u8> {
     let header = KvHeader {
         create_revision: kv.create_revision,
         mod_revision: kv.mod_revision,
+        expires_at_ms: kv.expires_at_ms,
     };
     encode_with_tail(&header, &kv.value)
 }
 
 pub(crate) fn decode_kv(key: &[u8], bytes: &[u8]) -> Result<KeyValue, StorageError> {
-    let (header, value): (KvHeader, &[u8]) = decode_with_tail("kv value", bytes)?;
+    let (header, value) = decode_kv_header(bytes)?;
     Ok(KeyValue {
         key: key.to_vec(),
         value: value.to_vec(),
         create_revision: header.create_revision,
         mod_revision: header.mod_revision,
+        expires_at_ms: header.expires_at_ms,
     })
+}
+
+/// The expiry of a stored `kv` value, without copying the value.
+pub(crate) fn decode_kv_expiry(bytes: &[u8]) -> Result<Option<u64>, StorageError> {
+    Ok(decode_kv_header(bytes)?.0.expires_at_ms)
+}
+
+fn decode_kv_header(bytes: &[u8]) -> Result<(KvHeader, &[u8]), StorageError> {
+    const WHAT: &str = "kv value";
+    match split_version(WHAT, bytes)? {
+        (1, body) => {
+            let (v1, value): (KvHeaderV1, &[u8]) = decode_body_with_tail(WHAT, body)?;
+            let header = KvHeader {
+                create_revision: v1.create_revision,
+                mod_revision: v1.mod_revision,
+                expires_at_ms: None,
+            };
+            Ok((header, value))
+        }
+        (_, body) => decode_body_with_tail(WHAT, body),
+    }
 }
 
 /// Reads and decodes one metadata row.
@@ -249,10 +378,17 @@ where
         membership: read_meta(sm_meta, range, SM_MEMBERSHIP, "membership")?.unwrap_or_default(),
         revision: read_meta(sm_meta, range, SM_REVISION, "revision")?.unwrap_or(0),
         installing: read_meta(sm_meta, range, SM_INSTALLING, "install marker")?,
+        clock_ms: read_meta(sm_meta, range, SM_CLOCK, "clock")?.unwrap_or(0),
+        session_horizon_ms: read_meta(sm_meta, range, SM_SESSION_HORIZON, "session horizon")?
+            .unwrap_or(0),
+        sessions: read_meta(sm_meta, range, SM_SESSIONS, "session count")?.unwrap_or(0),
+        requests: read_meta(sm_meta, range, SM_REQUESTS, "request count")?.unwrap_or(0),
+        keys_with_ttl: read_meta(sm_meta, range, SM_KEYS_WITH_TTL, "TTL key count")?.unwrap_or(0),
     })
 }
 
-/// Writes applied log id, membership and revision (not the install marker).
+/// Writes applied log id, membership, revision, clock, session horizon and counts (not the
+/// install marker).
 pub(crate) fn write_sm_state(
     sm_meta: &mut Table<Bytes, Bytes>,
     range: RangeId,
@@ -263,7 +399,157 @@ pub(crate) fn write_sm_state(
         None => remove_meta(sm_meta, range, SM_APPLIED)?,
     }
     write_meta(sm_meta, range, SM_MEMBERSHIP, &state.membership)?;
-    write_meta(sm_meta, range, SM_REVISION, &state.revision)
+    write_meta(sm_meta, range, SM_REVISION, &state.revision)?;
+    write_meta(sm_meta, range, SM_CLOCK, &state.clock_ms)?;
+    write_meta(
+        sm_meta,
+        range,
+        SM_SESSION_HORIZON,
+        &state.session_horizon_ms,
+    )?;
+    write_meta(sm_meta, range, SM_SESSIONS, &state.sessions)?;
+    write_meta(sm_meta, range, SM_REQUESTS, &state.requests)?;
+    write_meta(sm_meta, range, SM_KEYS_WITH_TTL, &state.keys_with_ttl)
+}
+
+/// A range's session of `client_id`, if it has one.
+pub(crate) fn read_session<R>(
+    sessions: &R,
+    range: RangeId,
+    client_id: u64,
+) -> Result<Option<Session>, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let key = session_key(range, client_id);
+    let row = sessions
+        .get(key.as_slice())
+        .map_err(|e| StorageError::redb("read session", e))?;
+    row.map(|value| decode("session", value.value()))
+        .transpose()
+}
+
+pub(crate) fn write_session(
+    sessions: &mut Table<Bytes, Bytes>,
+    range: RangeId,
+    client_id: u64,
+    session: &Session,
+) -> Result<(), StorageError> {
+    let key = session_key(range, client_id);
+    sessions
+        .insert(key.as_slice(), encode(session).as_slice())
+        .map_err(|e| StorageError::redb("write session", e))?;
+    Ok(())
+}
+
+/// The stored outcome of a request, if it has a record.
+pub(crate) fn read_request<R>(
+    requests: &R,
+    range: RangeId,
+    client_id: u64,
+    sequence: u64,
+) -> Result<Option<CommandOutcome>, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let key = request_key(range, client_id, sequence);
+    let row = requests
+        .get(key.as_slice())
+        .map_err(|e| StorageError::redb("read request record", e))?;
+    row.map(|value| decode("request record", value.value()))
+        .transpose()
+}
+
+pub(crate) fn write_request(
+    requests: &mut Table<Bytes, Bytes>,
+    range: RangeId,
+    client_id: u64,
+    sequence: u64,
+    outcome: &CommandOutcome,
+) -> Result<(), StorageError> {
+    let key = request_key(range, client_id, sequence);
+    requests
+        .insert(key.as_slice(), encode(outcome).as_slice())
+        .map_err(|e| StorageError::redb("write request record", e))?;
+    Ok(())
+}
+
+/// Records of one session with a sequence in `sequences`.
+pub(crate) fn count_requests<R>(
+    requests: &R,
+    range: RangeId,
+    client_id: u64,
+    sequences: RangeInclusive<u64>,
+) -> Result<u64, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let start = request_key(range, client_id, *sequences.start());
+    let end = request_key(range, client_id, *sequences.end());
+    let rows = requests
+        .range(start.as_slice()..=end.as_slice())
+        .map_err(|e| StorageError::redb("read request records", e))?;
+    let mut count = 0;
+    for row in rows {
+        row.map_err(|e| StorageError::redb("read request records", e))?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// Deletes the records of one session with a sequence in `sequences`.
+pub(crate) fn remove_requests(
+    requests: &mut Table<Bytes, Bytes>,
+    range: RangeId,
+    client_id: u64,
+    sequences: RangeInclusive<u64>,
+) -> Result<(), StorageError> {
+    let start = request_key(range, client_id, *sequences.start());
+    let end = request_key(range, client_id, *sequences.end());
+    requests
+        .retain_in(start.as_slice()..=end.as_slice(), |_, _| false)
+        .map_err(|e| StorageError::redb("remove request records", e))
+}
+
+/// Writes a `kv` row (or removes it, for `None`) and keeps the TTL index and the range's
+/// count of keys with a TTL in step with the expiry it replaces.
+pub(crate) fn write_kv(
+    kv: &mut Table<Bytes, Bytes>,
+    ttl: &mut Table<Bytes, Bytes>,
+    keys_with_ttl: &mut u64,
+    key: &[u8],
+    after: Option<&KeyValue>,
+) -> Result<(), StorageError> {
+    let before = match after {
+        Some(value) => kv.insert(key, encode_kv(value).as_slice()),
+        None => kv.remove(key),
+    }
+    .map_err(|e| StorageError::redb("write kv", e))?
+    .map(|old| decode_kv_expiry(old.value()))
+    .transpose()?
+    .flatten();
+    let after = after.and_then(|value| value.expires_at_ms);
+    if before == after {
+        return Ok(());
+    }
+    if let Some(expires_at_ms) = before {
+        let removed = ttl
+            .remove(ttl_key(expires_at_ms, key).as_slice())
+            .map_err(|e| StorageError::redb("write ttl index", e))?;
+        assert!(
+            removed.is_some(),
+            "a kv row with an expiry has a ttl index row"
+        );
+        *keys_with_ttl = keys_with_ttl
+            .checked_sub(1)
+            .expect("the count of keys with a TTL covers every ttl index row");
+    }
+    if let Some(expires_at_ms) = after {
+        ttl.insert(ttl_key(expires_at_ms, key).as_slice(), [].as_slice())
+            .map_err(|e| StorageError::redb("write ttl index", e))?;
+        *keys_with_ttl += 1;
+    }
+    Ok(())
 }
 
 /// Distinct range ids with at least one row in a Raft table, found by skipping from one
@@ -313,8 +599,10 @@ mod tests {
             value: b"v".to_vec(),
             create_revision: 1,
             mod_revision: 2,
+            expires_at_ms: Some(7),
         };
         let mut bytes = encode_kv(&kv);
+        assert_eq!(decode_kv_expiry(&bytes).unwrap(), Some(7));
         assert_eq!(decode_kv(b"k", &bytes).unwrap(), kv);
         bytes[0] = 9;
         let error = decode_kv(b"k", &bytes).unwrap_err();
@@ -322,6 +610,37 @@ mod tests {
             matches!(error, StorageError::UnknownVersion { version: 9, .. }),
             "{error}"
         );
+    }
+
+    #[test]
+    fn values_of_format_1_have_no_expiry() {
+        let mut bytes = vec![1u8];
+        bytes = postcard::to_extend(&(3u64, 5u64), bytes).unwrap();
+        bytes.extend_from_slice(b"old");
+        let kv = decode_kv(b"k", &bytes).unwrap();
+        assert_eq!(
+            (kv.value.as_slice(), kv.create_revision, kv.mod_revision),
+            (&b"old"[..], 3, 5)
+        );
+        assert_eq!(kv.expires_at_ms, None);
+        assert_eq!(decode_kv_expiry(&bytes).unwrap(), None);
+    }
+
+    #[test]
+    fn exactly_once_and_ttl_keys_sort_as_scanned() {
+        let ttl = [ttl_key(5, b"z"), ttl_key(6, b"a"), ttl_key(256, b"")];
+        assert!(ttl.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(ttl_key_parts(&ttl[1]), (6, &b"a"[..]));
+        let requests = [
+            request_key(RangeId(1), 9, u64::MAX),
+            request_key(RangeId(1), 10, 0),
+            request_key(RangeId(1), 10, 256),
+            request_key(RangeId(2), 0, 0),
+        ];
+        assert!(requests.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(request_key_parts(&requests[2]), (10, 256));
+        assert_eq!(session_key_client(&session_key(RangeId(3), 77)), 77);
+        assert_eq!(&requests[2][..16], session_key(RangeId(1), 10).as_slice());
     }
 
     #[test]

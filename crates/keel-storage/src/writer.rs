@@ -12,11 +12,12 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use keel_types::{CommandOutcome, KeyValue, RangeId, limits};
+use keel_types::{CommandOutcome, RangeId, limits};
 use redb::{Database, Durability, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::StorageError;
+use crate::install::InstallBatch;
 use crate::raft_types::{ApplyResponder, Entry, IoFlushed, LogId, Vote};
 use crate::tables::{InstallMarker, KeySpan, SmState};
 use crate::{apply, install, log_store};
@@ -46,6 +47,8 @@ pub(crate) enum Op {
     },
     Apply {
         range: RangeId,
+        /// The range's key span: a cleanup removes no key outside it.
+        span: KeySpan,
         entries: Vec<Entry>,
     },
     InstallBegin {
@@ -53,10 +56,12 @@ pub(crate) enum Op {
         marker: InstallMarker,
     },
     InstallClear {
+        range: RangeId,
         span: KeySpan,
     },
-    InstallRows {
-        rows: Vec<KeyValue>,
+    InstallRecords {
+        range: RangeId,
+        batch: InstallBatch,
     },
     InstallFinish {
         range: RangeId,
@@ -73,7 +78,7 @@ impl Op {
             Op::Apply { .. }
                 | Op::SaveCommitted { .. }
                 | Op::InstallClear { .. }
-                | Op::InstallRows { .. }
+                | Op::InstallRecords { .. }
         )
     }
 }
@@ -301,12 +306,14 @@ fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
             done(log_store::truncate_after(txn, *range, last.as_ref()))
         }
         Op::Purge { range, upto } => done(log_store::purge(txn, *range, upto)),
-        Op::Apply { range, entries } => {
-            apply::apply_entries(txn, *range, entries).map(Outcome::Applied)
-        }
+        Op::Apply {
+            range,
+            span,
+            entries,
+        } => apply::apply_entries(txn, *range, span, entries).map(Outcome::Applied),
         Op::InstallBegin { range, marker } => done(install::begin(txn, *range, marker)),
-        Op::InstallClear { span, .. } => install::clear(txn, span).map(Outcome::More),
-        Op::InstallRows { rows, .. } => done(install::insert_rows(txn, rows)),
+        Op::InstallClear { range, span } => install::clear(txn, *range, span).map(Outcome::More),
+        Op::InstallRecords { range, batch } => done(install::insert_records(txn, *range, batch)),
         Op::InstallFinish { range, state } => done(install::finish(txn, *range, state)),
     }
 }

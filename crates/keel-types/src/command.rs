@@ -22,6 +22,16 @@ pub struct KeyValue {
     pub create_revision: Revision,
     /// Revision of the last write to the key.
     pub mod_revision: Revision,
+    /// When the key expires (Unix milliseconds, on the clock of the leader that wrote it);
+    /// `None` = no TTL. A key is invisible to every read from this instant on.
+    pub expires_at_ms: Option<u64>,
+}
+
+impl KeyValue {
+    /// Whether the key is expired at `now_ms`.
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms.is_some_and(|expires| expires <= now_ms)
+    }
 }
 
 /// A precondition on one key, checked when the command is applied.
@@ -57,6 +67,9 @@ pub enum BatchOp {
         value: Vec<u8>,
         condition: Option<Condition>,
         return_previous: bool,
+        /// Time to live, from the instant the leader stamped into the command
+        /// (`Mutation::now_ms`); `None` = no TTL (a put without a TTL clears the key's TTL).
+        ttl_ms: Option<u64>,
     },
     Delete {
         #[serde(with = "serde_bytes")]
@@ -64,12 +77,23 @@ pub enum BatchOp {
         condition: Option<Condition>,
         return_previous: bool,
     },
+    /// Adds `delta` to the key's value read as a signed 64-bit decimal integer (an absent or
+    /// expired key counts as 0) and stores the sum as decimal text. Keeps the key's TTL.
+    /// A value that is not such an integer, or a sum that overflows, rejects the whole
+    /// command (`Rejection::NotACounter`, `Rejection::Overflow`).
+    Increment {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        delta: i64,
+    },
 }
 
 impl BatchOp {
     pub fn key(&self) -> &[u8] {
         match self {
-            BatchOp::Put { key, .. } | BatchOp::Delete { key, .. } => key,
+            BatchOp::Put { key, .. }
+            | BatchOp::Delete { key, .. }
+            | BatchOp::Increment { key, .. } => key,
         }
     }
 
@@ -78,6 +102,7 @@ impl BatchOp {
             BatchOp::Put { condition, .. } | BatchOp::Delete { condition, .. } => {
                 condition.as_ref()
             }
+            BatchOp::Increment { .. } => None,
         }
     }
 
@@ -89,23 +114,150 @@ impl BatchOp {
             | BatchOp::Delete {
                 return_previous, ..
             } => *return_previous,
+            BatchOp::Increment { .. } => false,
         }
     }
 }
 
+/// Identifies one mutating request of one client, so that a retry of an applied request is
+/// answered from the record of its first application instead of being applied again.
+///
+/// A client first opens a session (`client_id`, `client_started_ms`, both issued by a
+/// server), then numbers its requests from 1. A retry reuses the id of its first attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RequestId {
+    pub client_id: u64,
+    /// When a server opened the client's session (Unix milliseconds, that server's clock).
+    pub client_started_ms: u64,
+    /// The request's number within the session, from 1.
+    pub sequence: u64,
+    /// Every request of this session numbered below this has been answered to the client or
+    /// abandoned by it: its record may be dropped, and a late copy of it is refused with
+    /// `RequestIdExpired`.
+    pub completed_below: u64,
+}
+
+/// A client's mutation as the leader proposes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mutation {
+    /// `None`: the request is applied without deduplication (a client that sends no id).
+    pub request: Option<RequestId>,
+    /// The leader's clock when it proposed the command (Unix milliseconds). Replicas apply
+    /// with `max(now_ms, the newest now_ms applied before)`, so time never goes back and a
+    /// TTL counts from the same instant on every replica.
+    pub now_ms: u64,
+    /// Applied atomically at one new revision, in order: each op sees the ops before it. If
+    /// any condition fails or any op is rejected, nothing is applied.
+    pub ops: Vec<BatchOp>,
+}
+
+/// A key the leader found expired, as it saw it when proposing its removal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpiredKey {
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    pub expires_at_ms: u64,
+}
+
+/// Leader-proposed removal of expired keys and idle client sessions. Applying it checks
+/// every item again: a key is removed only if it still has that expiry and it has passed;
+/// a session only if it has been idle since before `sessions_idle_before_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cleanup {
+    /// The leader's clock when it proposed the cleanup (see `Mutation::now_ms`).
+    pub now_ms: u64,
+    /// At most `limits::CLEANUP_KEYS_MAX`.
+    pub keys: Vec<ExpiredKey>,
+    /// Client ids of sessions to drop; at most `limits::CLEANUP_SESSIONS_MAX`.
+    pub sessions: Vec<u64>,
+    pub sessions_idle_before_ms: u64,
+}
+
+impl Cleanup {
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.sessions.is_empty()
+    }
+}
+
 /// What a leader proposes to a range's Raft log.
+///
+/// Variants are only ever appended: log entries written by older releases must decode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// Writes applied atomically at one new revision, in order: each op's condition sees the
-    /// effects of the ops before it. If any condition fails, nothing is applied.
-    /// A single put or delete is a write of one op.
-    Write { ops: Vec<BatchOp> },
+    /// A write of format 1 (before request ids and TTLs); still applied from old logs, never
+    /// proposed. Applied like a `Mutation` without a request id, at the replica's last clock.
+    Write { ops: Vec<legacy::BatchOpV1> },
+    /// A client's mutation.
+    Mutate(Mutation),
+    /// Removal of expired keys and idle sessions.
+    Cleanup(Cleanup),
 }
 
 impl std::fmt::Display for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Command::Write { ops } => write!(f, "write({} ops)", ops.len()),
+            Command::Write { ops } => write!(f, "write-v1({} ops)", ops.len()),
+            Command::Mutate(mutation) => write!(f, "mutate({} ops)", mutation.ops.len()),
+            Command::Cleanup(cleanup) => write!(
+                f,
+                "cleanup({} keys, {} sessions)",
+                cleanup.keys.len(),
+                cleanup.sessions.len()
+            ),
+        }
+    }
+}
+
+/// Encodings of earlier formats, kept so old log entries still decode.
+pub mod legacy {
+    use serde::{Deserialize, Serialize};
+
+    use super::{BatchOp, Condition};
+
+    /// `BatchOp` of format 1: no TTL, no increment.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum BatchOpV1 {
+        Put {
+            #[serde(with = "serde_bytes")]
+            key: Vec<u8>,
+            #[serde(with = "serde_bytes")]
+            value: Vec<u8>,
+            condition: Option<Condition>,
+            return_previous: bool,
+        },
+        Delete {
+            #[serde(with = "serde_bytes")]
+            key: Vec<u8>,
+            condition: Option<Condition>,
+            return_previous: bool,
+        },
+    }
+
+    impl From<BatchOpV1> for BatchOp {
+        fn from(op: BatchOpV1) -> BatchOp {
+            match op {
+                BatchOpV1::Put {
+                    key,
+                    value,
+                    condition,
+                    return_previous,
+                } => BatchOp::Put {
+                    key,
+                    value,
+                    condition,
+                    return_previous,
+                    ttl_ms: None,
+                },
+                BatchOpV1::Delete {
+                    key,
+                    condition,
+                    return_previous,
+                } => BatchOp::Delete {
+                    key,
+                    condition,
+                    return_previous,
+                },
+            }
         }
     }
 }
@@ -117,6 +269,8 @@ pub struct OpResult {
     pub previous: Option<KeyValue>,
     /// Whether the key existed before the op (for a delete: whether it deleted something).
     pub existed: bool,
+    /// For an increment: the key's value after it.
+    pub counter: Option<i64>,
 }
 
 /// Why a conditional write was not applied.
@@ -132,6 +286,35 @@ pub struct ConditionFailed {
     pub revision: Revision,
 }
 
+/// Why a mutation was refused when it was applied. Nothing was applied and no revision was
+/// used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rejection {
+    /// The request's record is gone: it is older than the session's `completed_below`, or
+    /// its session was dropped after being idle for the dedup window. It may have been
+    /// applied once; it is never applied again.
+    RequestIdExpired { client_id: u64, sequence: u64 },
+    /// An increment found a value that is not a signed 64-bit decimal integer.
+    NotACounter {
+        op_index: u32,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
+    /// An increment would leave the signed 64-bit range.
+    Overflow {
+        op_index: u32,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        current: i64,
+        delta: i64,
+    },
+    /// The client has `limit` requests with records kept already (too many in flight, or it
+    /// does not advance `completed_below`).
+    TooManyInFlight { client_id: u64, limit: u64 },
+    /// The range keeps `limit` client sessions already.
+    TooManySessions { limit: u64 },
+}
+
 /// What applying one log entry produced. Every replica computes the same outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CommandOutcome {
@@ -142,8 +325,13 @@ pub enum CommandOutcome {
     },
     /// A condition failed; nothing was applied and no revision was used.
     ConditionFailed(ConditionFailed),
-    /// The entry was not a client command (a blank or membership entry).
+    /// The entry was not a client command (a blank or membership entry, or a cleanup).
     Internal,
+    /// The mutation was refused; nothing was applied.
+    Rejected(Rejection),
+    /// The request had been applied before: this is the outcome of its first application
+    /// (never itself `Replayed`), and nothing was applied now.
+    Replayed(Box<CommandOutcome>),
 }
 
 /// How a read is made consistent.
@@ -160,9 +348,41 @@ pub enum Consistency {
     Follower,
 }
 
+/// Reads a stored value as a counter: a signed 64-bit decimal integer (ASCII, an optional
+/// leading `-`, no spaces). `None` if it is not one.
+pub fn parse_counter(value: &[u8]) -> Option<i64> {
+    std::str::from_utf8(value)
+        .ok()?
+        .parse::<i64>()
+        .ok()
+        .filter(|_| {
+            // `parse` accepts a leading `+`; a stored counter never has one.
+            value.first() != Some(&b'+')
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_parse_only_plain_decimal() {
+        let cases: Vec<(&[u8], Option<i64>)> = vec![
+            (b"0", Some(0)),
+            (b"-17", Some(-17)),
+            (b"9223372036854775807", Some(i64::MAX)),
+            (b"-9223372036854775808", Some(i64::MIN)),
+            (b"9223372036854775808", None),
+            (b"+1", None),
+            (b" 1", None),
+            (b"", None),
+            (b"1.0", None),
+            (b"\xff", None),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(parse_counter(value), expected, "{value:?}");
+        }
+    }
 
     fn kv(value: &[u8], mod_revision: Revision) -> KeyValue {
         KeyValue {
@@ -170,6 +390,7 @@ mod tests {
             value: value.to_vec(),
             create_revision: 1,
             mod_revision,
+            expires_at_ms: None,
         }
     }
 

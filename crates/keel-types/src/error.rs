@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use crate::command::ConditionFailed;
+use crate::command::{ConditionFailed, Rejection};
 use crate::ids::{NodeAddr, NodeId, RangeId};
 
 /// The errors of the key-value API. Retry-elsewhere errors (`NotLeader`, `Unavailable`) are
@@ -42,6 +42,66 @@ pub enum KvError {
     /// The node has stopped serving (storage failure). Go to another node.
     #[error("node stopped: {message}")]
     Fatal { message: String },
+
+    /// The request id's record is gone (the session was idle past the dedup window, or the
+    /// client had already marked the request completed). The request may have been applied
+    /// once; it was not applied now. Do not retry it under a new id unless you know it was
+    /// never applied.
+    #[error(
+        "request id expired: client {client_id:#x} sequence {sequence} is past its dedup record; it may have been applied once and was not applied again"
+    )]
+    RequestIdExpired { client_id: u64, sequence: u64 },
+
+    /// An increment found a value that is not a signed 64-bit decimal integer; nothing was
+    /// applied.
+    #[error("value of key {} is not a signed 64-bit decimal integer", crate::validate::show_key(.key))]
+    NotACounter { key: Vec<u8> },
+
+    /// An increment would leave the signed 64-bit range; nothing was applied.
+    #[error("incrementing key {} ({current}) by {delta} overflows a signed 64-bit integer", crate::validate::show_key(.key))]
+    Overflow {
+        key: Vec<u8>,
+        current: i64,
+        delta: i64,
+    },
+
+    /// A limit on kept state was reached (client sessions, requests in flight); nothing was
+    /// applied. Retry later or with fewer requests in flight.
+    #[error("overloaded: {message}")]
+    Overloaded { message: String },
+}
+
+impl From<Rejection> for KvError {
+    fn from(rejection: Rejection) -> KvError {
+        match rejection {
+            Rejection::RequestIdExpired {
+                client_id,
+                sequence,
+            } => KvError::RequestIdExpired {
+                client_id,
+                sequence,
+            },
+            Rejection::NotACounter { key, .. } => KvError::NotACounter { key },
+            Rejection::Overflow {
+                key,
+                current,
+                delta,
+                ..
+            } => KvError::Overflow {
+                key,
+                current,
+                delta,
+            },
+            Rejection::TooManyInFlight { client_id, limit } => KvError::Overloaded {
+                message: format!(
+                    "client {client_id:#x} has {limit} requests with kept records; limit is {limit}"
+                ),
+            },
+            Rejection::TooManySessions { limit } => KvError::Overloaded {
+                message: format!("the range keeps {limit} client sessions; limit is {limit}"),
+            },
+        }
+    }
 }
 
 fn leader_hint(leader: &Option<(NodeId, NodeAddr)>) -> String {

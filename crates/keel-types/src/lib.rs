@@ -3,14 +3,17 @@
 //! This crate does no I/O and knows nothing of openraft, redb, tonic or the network. Every
 //! other Keel crate speaks in these types.
 
+pub mod clock;
 pub mod command;
 pub mod error;
 pub mod ids;
 pub mod limits;
 pub mod validate;
 
+pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use command::{
-    BatchOp, Command, CommandOutcome, Condition, ConditionFailed, Consistency, KeyValue, OpResult,
+    BatchOp, Cleanup, Command, CommandOutcome, Condition, ConditionFailed, Consistency, ExpiredKey,
+    KeyValue, Mutation, OpResult, Rejection, RequestId, parse_counter,
 };
 pub use error::KvError;
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};

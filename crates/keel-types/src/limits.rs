@@ -12,10 +12,34 @@ pub const BATCH_OPS_MAX: usize = 128;
 /// Most bytes (keys + values + condition values) in one batch.
 pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Longest TTL a key may be given: one year. TTLs must be at least 1 ms.
+pub const TTL_MS_MAX: u64 = 365 * 24 * 60 * 60 * 1000;
+
+/// Longest dedup window a node may be configured with (how long an idle client session and
+/// its request records are kept): one day.
+pub const DEDUP_WINDOW_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+/// Client sessions one range keeps. A request that would open one more is refused with
+/// `Overloaded` until idle sessions are dropped. A session costs about 40 bytes of disk.
+pub const SESSIONS_PER_RANGE_MAX: u64 = 100_000;
+/// Request records one client session keeps: the requests it has in flight that are not yet
+/// below its `completed_below`. More are refused with `Overloaded`.
+pub const REQUESTS_PER_SESSION_MAX: u64 = 1_024;
+/// Expired keys one cleanup command removes.
+pub const CLEANUP_KEYS_MAX: usize = 256;
+/// Idle client sessions one cleanup command drops (with their records).
+pub const CLEANUP_SESSIONS_MAX: usize = 256;
+/// TTL-index rows a leader examines per key it may put in one cleanup: the index is shared
+/// by the ranges of a file, and other ranges' expired keys are skipped.
+pub const CLEANUP_EXAMINED_PER_KEY: usize = 4;
+
 /// Rows a scan returns when the request names no limit.
 pub const SCAN_LIMIT_DEFAULT: u32 = 1_000;
 /// Most rows one scan page may return.
 pub const SCAN_LIMIT_MAX: u32 = 10_000;
+/// Rows a scan page may examine per row of its limit: expired rows are skipped without being
+/// counted, and this bounds the work of skipping them (a page may then come back short, even
+/// empty, with a `next_start`).
+pub const SCAN_EXAMINED_PER_LIMIT_ROW: usize = 4;
 /// Most bytes (keys + values) one scan page may return; a page stops early at this size.
 pub const SCAN_PAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
 
@@ -46,6 +70,10 @@ pub const WRITE_LEASE_RENEWALS_MAX: u32 = 2;
 pub const FORWARD_HOPS_MAX: u32 = 1;
 /// Attempts the client makes for one read before it gives up.
 pub const CLIENT_READ_ATTEMPTS_MAX: u32 = 8;
+/// Attempts the client makes for one write before it gives up, whatever its deadline: at the
+/// client's write backoff a 30 s deadline allows about 35 attempts; a chain of leader hints
+/// can use more, quickly.
+pub const CLIENT_WRITE_ATTEMPTS_MAX: u32 = 64;
 /// Endpoints a client may be given.
 pub const CLIENT_ENDPOINTS_MAX: usize = 64;
 /// Nodes in the initial cluster.

@@ -54,6 +54,27 @@ pub fn check_condition(key: &[u8], condition: &Condition) -> Result<(), KvError>
     }
 }
 
+/// Checks a TTL as a client gives it (signed, as in the gRPC API) and returns it: at least
+/// 1 ms and at most `TTL_MS_MAX`.
+pub fn check_ttl_ms(key: &[u8], ttl_ms: i64) -> Result<u64, KvError> {
+    match u64::try_from(ttl_ms) {
+        Ok(ttl_ms) if (1..=limits::TTL_MS_MAX).contains(&ttl_ms) => Ok(ttl_ms),
+        Ok(0) => Err(KvError::invalid(format!(
+            "TTL is 0 ms; it must be 1 ms to 1 year, or unset for no TTL (key {})",
+            show_key(key)
+        ))),
+        Ok(ttl_ms) => Err(KvError::invalid(format!(
+            "TTL is {ttl_ms} ms; limit is {} ms (1 year) (key {})",
+            limits::TTL_MS_MAX,
+            show_key(key)
+        ))),
+        Err(_) => Err(KvError::invalid(format!(
+            "TTL is negative ({ttl_ms} ms); it must be 1 ms to 1 year (key {})",
+            show_key(key)
+        ))),
+    }
+}
+
 /// Checks the number of ops in a write; callers decoding a batch check it before decoding.
 pub fn check_op_count(count: usize) -> Result<(), KvError> {
     if count == 0 {
@@ -92,8 +113,13 @@ pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
     let mut bytes = 0usize;
     for op in ops {
         let value = match op {
-            BatchOp::Put { value, .. } => Some(value.as_slice()),
-            BatchOp::Delete { .. } => None,
+            BatchOp::Put { value, ttl_ms, .. } => {
+                if let Some(ttl_ms) = *ttl_ms {
+                    check_ttl_ms(op.key(), i64::try_from(ttl_ms).unwrap_or(i64::MAX))?;
+                }
+                Some(value.as_slice())
+            }
+            BatchOp::Delete { .. } | BatchOp::Increment { .. } => None,
         };
         check_op(op.key(), value, op.condition())?;
         bytes += op.key().len() + value.map_or(0, <[u8]>::len);
@@ -159,6 +185,7 @@ mod tests {
             value: vec![b'x'; value],
             condition: None,
             return_previous: false,
+            ttl_ms: None,
         }
     }
 
@@ -215,6 +242,38 @@ mod tests {
         for (ops, expected) in cases {
             check(check_ops(&ops), expected);
         }
+    }
+
+    #[test]
+    fn ttls_are_checked_against_limits() {
+        assert_eq!(check_ttl_ms(b"k", 1), Ok(1));
+        assert_eq!(
+            check_ttl_ms(b"k", limits::TTL_MS_MAX as i64),
+            Ok(limits::TTL_MS_MAX)
+        );
+        let rejected = [
+            (0, "TTL is 0 ms"),
+            (-5, "TTL is negative"),
+            (limits::TTL_MS_MAX as i64 + 1, "(1 year)"),
+        ];
+        for (ttl_ms, text) in rejected {
+            check(check_ttl_ms(b"k", ttl_ms).map(|_| ()), Some(text));
+        }
+        let with_ttl = |ttl_ms| BatchOp::Put {
+            key: b"k".to_vec(),
+            value: Vec::new(),
+            condition: None,
+            return_previous: false,
+            ttl_ms: Some(ttl_ms),
+        };
+        check(check_ops(&[with_ttl(0)]), Some("TTL is 0 ms"));
+        check(check_ops(&[with_ttl(u64::MAX)]), Some("(1 year)"));
+        check(check_ops(&[with_ttl(30_000)]), None);
+        let increment = BatchOp::Increment {
+            key: Vec::new(),
+            delta: 1,
+        };
+        check(check_ops(&[increment]), Some("key is empty"));
     }
 
     #[test]

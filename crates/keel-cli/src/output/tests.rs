@@ -1,5 +1,7 @@
 //! Table tests of what the commands print and how they exit.
 
+use std::time::Duration;
+
 use super::*;
 use keel_types::RangeId;
 
@@ -9,6 +11,7 @@ fn kv(key: &[u8], value: &[u8]) -> KeyValue {
         value: value.to_vec(),
         create_revision: 3,
         mod_revision: 7,
+        expires_at_ms: None,
     }
 }
 
@@ -53,6 +56,28 @@ fn exit_codes_follow_the_table() {
             },
             3,
         ),
+        (KvError::NotACounter { key: b"n".to_vec() }, 1),
+        (
+            KvError::Overflow {
+                key: b"n".to_vec(),
+                current: i64::MAX,
+                delta: 1,
+            },
+            1,
+        ),
+        (
+            KvError::RequestIdExpired {
+                client_id: 1,
+                sequence: 2,
+            },
+            3,
+        ),
+        (
+            KvError::Overloaded {
+                message: "sessions".into(),
+            },
+            3,
+        ),
     ];
     for (error, expected) in cases {
         assert_eq!(exit_code(&error), expected, "{error:?}");
@@ -64,11 +89,13 @@ fn exit_codes_follow_the_table() {
 fn get_prints_the_value_alone_or_json() {
     let found = GetResult {
         kv: Some(kv(b"hello", b"world")),
+        ttl_remaining: None,
         revision: 9,
         served_by: 2,
     };
     let absent = GetResult {
         kv: None,
+        ttl_remaining: None,
         revision: 9,
         served_by: 2,
     };
@@ -78,7 +105,7 @@ fn get_prints_the_value_alone_or_json() {
         (
             &found,
             Output::Json,
-            r#"{"create_revision":3,"found":true,"key":"hello","mod_revision":7,"revision":9,"served_by":2,"value":"world"}"#,
+            r#"{"create_revision":3,"found":true,"key":"hello","mod_revision":7,"revision":9,"served_by":2,"value":"world","ttl_remaining_ms":null}"#,
             "",
             0,
         ),
@@ -101,9 +128,27 @@ fn get_prints_the_value_alone_or_json() {
 }
 
 #[test]
+fn get_shows_the_remaining_ttl_on_stderr_or_in_json() {
+    let result = GetResult {
+        kv: Some(kv(b"k", b"v")),
+        ttl_remaining: Some(Duration::from_millis(90_500)),
+        revision: 1,
+        served_by: 1,
+    };
+    let report = get(b"k", &result, Output::Text);
+    assert_eq!(text(&report), "v\n", "stdout stays the value alone");
+    assert_eq!(report.stderr, "key \"k\" expires in 1m30s");
+    assert_eq!(report.code, 0);
+    let report = get(b"k", &result, Output::Json);
+    assert_eq!(parsed(&text(&report))["ttl_remaining_ms"], 90_500);
+    assert!(report.stderr.is_empty());
+}
+
+#[test]
 fn get_keeps_raw_bytes_in_text_and_hex_in_json() {
     let result = GetResult {
         kv: Some(kv(b"k", &[0xff, 0x00])),
+        ttl_remaining: None,
         revision: 1,
         served_by: 1,
     };
@@ -120,11 +165,18 @@ fn writes_print_their_revision() {
     let put_result = PutResult {
         revision: 12,
         previous: None,
+        replayed: false,
     };
     let deleted = DeleteResult {
         revision: 13,
         deleted: true,
         previous: None,
+        replayed: false,
+    };
+    let incremented = IncrementResult {
+        value: -4,
+        revision: 14,
+        replayed: true,
     };
     let absent = DeleteResult {
         deleted: false,
@@ -147,6 +199,11 @@ fn writes_print_their_revision() {
         (
             delete(b"k", &absent, Output::Json),
             "{\"deleted\":false,\"revision\":13}\n",
+        ),
+        (increment(b"n", &incremented, Output::Text), "-4\n"),
+        (
+            increment(b"n", &incremented, Output::Json),
+            "{\"key\":\"n\",\"value\":-4,\"revision\":14}\n",
         ),
     ];
     for (report, expected) in cases {

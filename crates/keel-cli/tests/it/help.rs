@@ -15,7 +15,7 @@ fn help_lists_every_command() {
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
     for command in [
-        "serve", "dev", "put", "get", "del", "cas", "scan", "cluster",
+        "serve", "dev", "put", "get", "del", "cas", "incr", "scan", "cluster",
     ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
@@ -37,4 +37,39 @@ fn invalid_key_exits_with_two_before_connecting() {
         stderr.starts_with("error: invalid argument: key is empty"),
         "{stderr}"
     );
+}
+
+#[test]
+fn ttls_without_a_unit_or_out_of_limits_exit_with_two_before_connecting() {
+    let cases = [
+        (&["put", "k", "v", "--ttl", "30"][..], "has no unit"),
+        (
+            &["put", "k", "v", "--ttl", "0s"],
+            "error: invalid argument: TTL is 0 ms",
+        ),
+        (
+            &["put", "k", "v", "--ttl", "-5s"],
+            "error: invalid argument: TTL is negative",
+        ),
+        (
+            &["cas", "k", "v", "--expect-absent", "--ttl", "400d"],
+            "limit is 31536000000 ms (1 year)",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut all = vec!["--endpoints", "127.0.0.1:1"];
+        all.extend_from_slice(args);
+        let output = keel(&all);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn incr_help_shows_how_to_pass_a_negative_delta() {
+    let output = keel(&["incr", "--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("keel incr n -- -5"), "{help}");
 }

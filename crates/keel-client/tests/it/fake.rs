@@ -1,7 +1,9 @@
-//! A scripted, in-process Kv server: answers each call with the next scripted reply (or
-//! success once the script is empty) and records which listener got which call.
+//! A scripted, in-process Kv server: answers each call with the next scripted reply (or the
+//! fallback reply once the script is empty; success by default), records which listener got
+//! which call and which request ids writes carried, and applies writes at most once per
+//! request id, as a Keel server does. Knows nothing of Raft or storage.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -9,21 +11,66 @@ use keel_proto::v1;
 use keel_proto::v1::kv_server::{Kv, KvServer};
 use keel_types::KvError;
 use prost::Message;
+use tokio::sync::{Notify, watch};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request, Response, Status};
 
+/// The key whose reads report a TTL, so tests can see `ttl_remaining`.
+pub const TTL_KEY: &[u8] = b"has-ttl";
+/// The TTL reads of `TTL_KEY` report.
+pub const TTL_REMAINING_MS: u64 = 1_500;
+
 /// What the fake does with one call.
+#[derive(Clone)]
 pub enum Reply {
+    /// Answers with this error, as a Keel server would (with an `ErrorDetail`).
     Error(KvError),
     /// Never answers.
     Hang,
+    /// Answers `Unknown` without an `ErrorDetail`, having applied nothing.
+    Unknown,
+    /// Applies the write, then answers `Unknown` without an `ErrorDetail`: the response was
+    /// lost on the way.
+    Lose,
+    /// Waits until the notify fires, then answers normally.
+    Gate(Arc<Notify>),
+}
+
+/// One write as the fake received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub method: &'static str,
+    pub request_id: Option<v1::RequestId>,
+    pub ttl_ms: Option<i64>,
 }
 
 pub struct Fake {
     node_id: u64,
     replies: Mutex<VecDeque<Reply>>,
+    fallback: Mutex<Option<Reply>>,
     /// (method, port of the listener that took the call), in arrival order.
     calls: Mutex<Vec<(&'static str, u16)>>,
+    writes: Mutex<Vec<Write>>,
+    /// How many writes have arrived, for tests to wait on.
+    arrived: watch::Sender<usize>,
+    sessions_opened: Mutex<u64>,
+    store: Mutex<Store>,
+}
+
+/// What the fake has applied.
+#[derive(Default)]
+struct Store {
+    revision: u64,
+    counter: i64,
+    /// The answer of every applied write that had a request id, by (client, sequence).
+    records: HashMap<(u64, u64), Applied>,
+}
+
+#[derive(Clone)]
+struct Applied {
+    revision: u64,
+    /// Per op: the counter after it, for increments.
+    counters: Vec<Option<i64>>,
 }
 
 impl Fake {
@@ -31,7 +78,12 @@ impl Fake {
         Arc::new(Fake {
             node_id,
             replies: Mutex::new(replies.into()),
+            fallback: Mutex::new(None),
             calls: Mutex::new(Vec::new()),
+            writes: Mutex::new(Vec::new()),
+            arrived: watch::channel(0).0,
+            sessions_opened: Mutex::new(0),
+            store: Mutex::new(Store::default()),
         })
     }
 
@@ -40,8 +92,38 @@ impl Fake {
         self.replies.lock().unwrap().push_back(reply);
     }
 
+    /// The reply once the script is empty (instead of success).
+    pub fn set_fallback(&self, reply: Reply) {
+        *self.fallback.lock().unwrap() = Some(reply);
+    }
+
     pub fn calls(&self) -> Vec<(&'static str, u16)> {
         self.calls.lock().unwrap().clone()
+    }
+
+    pub fn writes(&self) -> Vec<Write> {
+        self.writes.lock().unwrap().clone()
+    }
+
+    /// The request ids writes carried, in arrival order.
+    pub fn request_ids(&self) -> Vec<v1::RequestId> {
+        let writes = self.writes();
+        writes.into_iter().map(|w| w.request_id.unwrap()).collect()
+    }
+
+    pub fn sessions_opened(&self) -> u64 {
+        *self.sessions_opened.lock().unwrap()
+    }
+
+    /// The counter every increment adds to (one counter for all keys).
+    pub fn counter(&self) -> i64 {
+        self.store.lock().unwrap().counter
+    }
+
+    /// Waits until `count` writes have arrived.
+    pub async fn writes_arrived(&self, count: usize) {
+        let mut arrived = self.arrived.subscribe();
+        arrived.wait_for(|n| *n >= count).await.unwrap();
     }
 
     /// Serves the fake on a new loopback port; returns its address.
@@ -57,29 +139,104 @@ impl Fake {
         addr
     }
 
-    async fn answer<T, R>(
+    fn next_reply(&self) -> Option<Reply> {
+        let scripted = self.replies.lock().unwrap().pop_front();
+        scripted.or_else(|| self.fallback.lock().unwrap().clone())
+    }
+
+    fn record<R>(&self, method: &'static str, request: &Request<R>) {
+        let port = request.local_addr().map(|addr| addr.port()).unwrap_or(0);
+        self.calls.lock().unwrap().push((method, port));
+    }
+
+    /// A read: the scripted reply, or `ok`.
+    async fn read<T, R>(
         &self,
         method: &'static str,
         request: &Request<R>,
         ok: T,
     ) -> Result<Response<T>, Status> {
-        let port = request.local_addr().map(|addr| addr.port()).unwrap_or(0);
-        self.calls.lock().unwrap().push((method, port));
-        let reply = self.replies.lock().unwrap().pop_front();
-        match reply {
-            None => Ok(Response::new(ok)),
-            Some(Reply::Error(error)) => Err(status(&error)),
-            Some(Reply::Hang) => std::future::pending().await,
+        self.record(method, request);
+        match self.next_reply() {
+            None | Some(Reply::Lose) => Ok(Response::new(ok)),
+            Some(Reply::Gate(gate)) => {
+                gate.notified().await;
+                Ok(Response::new(ok))
+            }
+            Some(reply) => Err(refuse(reply).await),
         }
     }
 
-    fn header(&self, revision: u64) -> Option<v1::ResponseHeader> {
+    /// A write of ops whose increments add `deltas` (`None` for puts and deletes): applied
+    /// at most once per request id; returns what was applied and whether it is a replay.
+    async fn write<R>(
+        &self,
+        request: &Request<R>,
+        write: Write,
+        deltas: Vec<Option<i64>>,
+    ) -> Result<(Applied, bool), Status> {
+        self.record(write.method, request);
+        let id = write
+            .request_id
+            .as_ref()
+            .map(|id| (id.client_id, id.sequence));
+        self.writes.lock().unwrap().push(write);
+        self.arrived.send_modify(|n| *n += 1);
+        match self.next_reply() {
+            None => Ok(self.apply(id, &deltas)),
+            Some(Reply::Gate(gate)) => {
+                gate.notified().await;
+                Ok(self.apply(id, &deltas))
+            }
+            Some(Reply::Lose) => {
+                self.apply(id, &deltas);
+                Err(Status::new(Code::Unknown, "response lost"))
+            }
+            Some(reply) => Err(refuse(reply).await),
+        }
+    }
+
+    fn apply(&self, id: Option<(u64, u64)>, deltas: &[Option<i64>]) -> (Applied, bool) {
+        let mut store = self.store.lock().unwrap();
+        if let Some(applied) = id.and_then(|id| store.records.get(&id)) {
+            return (applied.clone(), true);
+        }
+        store.revision += 1;
+        let mut counters = Vec::new();
+        for delta in deltas {
+            counters.push(delta.map(|delta| {
+                store.counter += delta;
+                store.counter
+            }));
+        }
+        let applied = Applied {
+            revision: store.revision,
+            counters,
+        };
+        if let Some(id) = id {
+            store.records.insert(id, applied.clone());
+        }
+        (applied, false)
+    }
+
+    fn header(&self, revision: u64, replayed: bool) -> Option<v1::ResponseHeader> {
         Some(v1::ResponseHeader {
             revision,
             served_by: self.node_id,
             range_id: 1,
             term: 1,
+            replayed,
         })
+    }
+}
+
+/// The failing replies.
+async fn refuse(reply: Reply) -> Status {
+    match reply {
+        Reply::Error(error) => status(&error),
+        Reply::Unknown => Status::new(Code::Unknown, "no detail"),
+        Reply::Hang => std::future::pending().await,
+        Reply::Lose | Reply::Gate(_) => unreachable!("answered by the caller"),
     }
 }
 
@@ -87,8 +244,13 @@ impl Fake {
 pub fn status(error: &KvError) -> Status {
     let code = match error {
         KvError::InvalidArgument { .. } => Code::InvalidArgument,
-        KvError::NotLeader { .. } | KvError::ConditionFailed(_) => Code::FailedPrecondition,
+        KvError::NotLeader { .. }
+        | KvError::ConditionFailed(_)
+        | KvError::RequestIdExpired { .. }
+        | KvError::NotACounter { .. }
+        | KvError::Overflow { .. } => Code::FailedPrecondition,
         KvError::Unavailable { .. } => Code::Unavailable,
+        KvError::Overloaded { .. } => Code::ResourceExhausted,
         KvError::Timeout { .. } => Code::DeadlineExceeded,
         KvError::OutcomeUnknown { .. } => Code::Unknown,
         KvError::Fatal { .. } => Code::Internal,
@@ -105,40 +267,52 @@ impl Kv for Service {
         &self,
         request: Request<v1::GetRequest>,
     ) -> Result<Response<v1::GetResponse>, Status> {
+        let key = request.get_ref().key.clone();
         let kv = v1::KeyValue {
-            key: request.get_ref().key.clone(),
+            ttl_remaining_ms: (key == TTL_KEY).then_some(TTL_REMAINING_MS),
+            key,
             value: b"value".to_vec(),
             create_revision: 3,
             mod_revision: 4,
         };
         let response = v1::GetResponse {
-            header: self.0.header(9),
+            header: self.0.header(9, false),
             kv: Some(kv),
         };
-        self.0.answer("get", &request, response).await
+        self.0.read("get", &request, response).await
     }
 
     async fn put(
         &self,
         request: Request<v1::PutRequest>,
     ) -> Result<Response<v1::PutResponse>, Status> {
-        let response = v1::PutResponse {
-            header: self.0.header(10),
-            previous: None,
+        let write = Write {
+            method: "put",
+            request_id: request.get_ref().request_id,
+            ttl_ms: request.get_ref().ttl_ms,
         };
-        self.0.answer("put", &request, response).await
+        let (applied, replayed) = self.0.write(&request, write, vec![None]).await?;
+        Ok(Response::new(v1::PutResponse {
+            header: self.0.header(applied.revision, replayed),
+            previous: None,
+        }))
     }
 
     async fn delete(
         &self,
         request: Request<v1::DeleteRequest>,
     ) -> Result<Response<v1::DeleteResponse>, Status> {
-        let response = v1::DeleteResponse {
-            header: self.0.header(11),
+        let write = Write {
+            method: "delete",
+            request_id: request.get_ref().request_id,
+            ttl_ms: None,
+        };
+        let (applied, replayed) = self.0.write(&request, write, vec![None]).await?;
+        Ok(Response::new(v1::DeleteResponse {
+            header: self.0.header(applied.revision, replayed),
             deleted: true,
             previous: None,
-        };
-        self.0.answer("delete", &request, response).await
+        }))
     }
 
     async fn scan(
@@ -146,23 +320,79 @@ impl Kv for Service {
         request: Request<v1::ScanRequest>,
     ) -> Result<Response<v1::ScanResponse>, Status> {
         let response = v1::ScanResponse {
-            header: self.0.header(9),
+            header: self.0.header(9, false),
             kvs: Vec::new(),
             more: false,
             next_start: Vec::new(),
         };
-        self.0.answer("scan", &request, response).await
+        self.0.read("scan", &request, response).await
     }
 
     async fn batch(
         &self,
         request: Request<v1::BatchRequest>,
     ) -> Result<Response<v1::BatchResponse>, Status> {
-        let results = vec![v1::BatchOpResult::default(); request.get_ref().ops.len()];
-        let response = v1::BatchResponse {
-            header: self.0.header(12),
-            results,
+        let deltas = request.get_ref().ops.iter().map(increment_delta).collect();
+        let write = Write {
+            method: "batch",
+            request_id: request.get_ref().request_id,
+            ttl_ms: request.get_ref().ops.iter().find_map(put_ttl_ms),
         };
-        self.0.answer("batch", &request, response).await
+        let (applied, replayed) = self.0.write(&request, write, deltas).await?;
+        let results = applied
+            .counters
+            .iter()
+            .map(|counter| v1::BatchOpResult {
+                counter: *counter,
+                ..Default::default()
+            })
+            .collect();
+        Ok(Response::new(v1::BatchResponse {
+            header: self.0.header(applied.revision, replayed),
+            results,
+        }))
+    }
+
+    async fn increment(
+        &self,
+        request: Request<v1::IncrementRequest>,
+    ) -> Result<Response<v1::IncrementResponse>, Status> {
+        let write = Write {
+            method: "increment",
+            request_id: request.get_ref().request_id,
+            ttl_ms: None,
+        };
+        let delta = request.get_ref().delta;
+        let (applied, replayed) = self.0.write(&request, write, vec![Some(delta)]).await?;
+        Ok(Response::new(v1::IncrementResponse {
+            header: self.0.header(applied.revision, replayed),
+            value: applied.counters[0].unwrap(),
+        }))
+    }
+
+    async fn open_session(
+        &self,
+        _request: Request<v1::OpenSessionRequest>,
+    ) -> Result<Response<v1::OpenSessionResponse>, Status> {
+        let mut opened = self.0.sessions_opened.lock().unwrap();
+        *opened += 1;
+        Ok(Response::new(v1::OpenSessionResponse {
+            client_id: *opened,
+            client_started_ms: 1_000 * *opened,
+        }))
+    }
+}
+
+fn increment_delta(op: &v1::BatchOp) -> Option<i64> {
+    match &op.op {
+        Some(v1::batch_op::Op::Increment(increment)) => Some(increment.delta),
+        _ => None,
+    }
+}
+
+fn put_ttl_ms(op: &v1::BatchOp) -> Option<i64> {
+    match &op.op {
+        Some(v1::batch_op::Op::Put(put)) => put.ttl_ms,
+        _ => None,
     }
 }

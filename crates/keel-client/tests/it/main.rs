@@ -2,3 +2,4 @@
 
 mod fake;
 mod routing;
+mod writes;

@@ -4,21 +4,24 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_types::{BatchOp, Command, CommandOutcome, Consistency, KvError, NodeId};
+use keel_types::{BatchOp, Command, CommandOutcome, Consistency, KvError, Mutation, NodeId};
 
 use crate::loopback::{Loopback, TestNode};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
 fn put(key: &str, value: &str) -> Command {
-    Command::Write {
+    Command::Mutate(Mutation {
+        request: None,
+        now_ms: 0,
         ops: vec![BatchOp::Put {
             key: key.as_bytes().to_vec(),
             value: value.as_bytes().to_vec(),
             condition: None,
             return_previous: false,
+            ttl_ms: None,
         }],
-    }
+    })
 }
 
 async fn cluster(size: u64) -> (Arc<Loopback>, Vec<TestNode>) {
@@ -47,7 +50,7 @@ async fn revision_on(node: &TestNode, key: &str) -> u64 {
     let (kv, _) = node
         .group()
         .state_machine()
-        .get(key.as_bytes())
+        .get(key.as_bytes(), 0)
         .await
         .unwrap();
     kv.map_or(0, |kv| kv.mod_revision)

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{Consistency, GetRequest, PutRequest, StatusRequest, StatusResponse};
-use keel_server::{Node, NodeConfig, RaftTimings, status};
-use keel_types::{KvError, NodeId};
+use keel_server::{Faults, KvSettings, Node, NodeConfig, RaftTimings, status};
+use keel_types::{KvError, NodeId, SystemClock};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
@@ -121,6 +121,9 @@ fn config(id: NodeId, cluster: &BTreeMap<NodeId, String>, dir: &tempfile::TempDi
             election_timeout_ms_max: 600,
             ..RaftTimings::default()
         },
+        kv: KvSettings::default(),
+        clock: SystemClock::shared(),
+        faults: Faults::default(),
     }
 }
 
@@ -139,6 +142,8 @@ fn put(key: &[u8], value: &[u8], no_forward: bool) -> PutRequest {
         condition: None,
         return_previous: false,
         no_forward,
+        ttl_ms: None,
+        request_id: None,
     }
 }
 

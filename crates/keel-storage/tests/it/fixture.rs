@@ -1,21 +1,39 @@
-//! Format fixture: `tests/fixtures/v1/` holds a store file (`keel.redb.fixture`) and a
-//! snapshot written by format version 1. Every later build must read them. `write_v1` made them once; it is kept (and
-//! checked against the same expectations) so the fixture can be understood and, for a new
-//! format version, a `v2` written next to it. Set `KEEL_WRITE_FIXTURES=1` to rewrite the v1
-//! files (only ever needed if they are lost).
+//! Format fixtures: `tests/fixtures/v{N}/` holds a store file (`keel.redb.fixture`) and a
+//! snapshot written by format version N. Every later build must read them all.
+//!
+//! `write_v1` made the v1 files with a format-1 build; it is kept (and checked against the
+//! same expectations, now written in the current format) so the fixture can be understood.
+//! `write_v2` made the v2 files (exactly-once sessions, request records, TTL keys, the range
+//! clock). Set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current format, v2 (only
+//! ever needed if they are lost); older formats cannot be written by this build.
 
 use std::path::{Path, PathBuf};
 
 use keel_storage::raft_types::{Membership, Vote};
-use keel_storage::{StateMachine, Store};
-use keel_types::{BatchOp, Command, Condition, RangeId};
+use keel_storage::{RangeCounts, StateMachine, Store};
+use keel_types::command::legacy::BatchOpV1;
+use keel_types::{BatchOp, Command, Condition, ExpiredKey, Mutation, RangeId, RequestId};
 use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogReader, RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 
-use super::{append, apply, blank, log_id, open_in, puts};
+use super::{append, apply, blank, log_id, open_in};
 
-fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
+fn fixture_dir(version: u8) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/v{version}"))
+}
+
+/// A format-1 entry writing `key=value` for every pair.
+fn puts_v1(term: u64, index: u64, pairs: &[(&[u8], &[u8])]) -> Entry {
+    let ops = pairs
+        .iter()
+        .map(|(key, value)| BatchOpV1::Put {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            condition: None,
+            return_previous: false,
+        })
+        .collect();
+    Entry::new_normal(log_id(term, 1, index), Command::Write { ops })
 }
 
 /// The store file's name in the fixture directory: the repository ignores `*.redb`.
@@ -33,7 +51,7 @@ async fn write_v1(dir: &Path) {
     let delete_a = Entry::new_normal(
         log_id(2, 1, 4),
         Command::Write {
-            ops: vec![BatchOp::Delete {
+            ops: vec![BatchOpV1::Delete {
                 key: b"a".to_vec(),
                 condition: Some(Condition::Revision(1)),
                 return_previous: false,
@@ -43,8 +61,8 @@ async fn write_v1(dir: &Path) {
     let entries = vec![
         blank(1, 0),
         Entry::new_membership(log_id(1, 1, 1), membership()),
-        puts(1, 2, &[(b"a", b"1"), (b"b", b"2")]),
-        puts(2, 3, &[(b"b", b"3")]),
+        puts_v1(1, 2, &[(b"a", b"1"), (b"b", b"2")]),
+        puts_v1(2, 3, &[(b"b", b"3")]),
         delete_a,
     ];
     append(&mut log, entries.clone()).await.unwrap();
@@ -83,7 +101,7 @@ async fn check_v1(store: &Store) {
     let entries = log.try_get_log_entries(0..10).await.unwrap();
     let indexes: Vec<u64> = entries.iter().map(|entry| entry.log_id.index).collect();
     assert_eq!(indexes, vec![2, 3, 4]);
-    assert_eq!(entries[1], puts(2, 3, &[(b"b", b"3")]));
+    assert_eq!(entries[1], puts_v1(2, 3, &[(b"b", b"3")]));
     let mut other = store.log_store(RangeId(2));
     assert_eq!(other.read_vote().await.unwrap(), Some(Vote::new(5, 2)));
 
@@ -113,7 +131,7 @@ async fn check_v1_data(sm: &mut StateMachine) {
     assert_eq!(applied, Some(log_id(2, 1, 4)));
     assert_eq!(stored_membership.log_id(), &Some(log_id(1, 1, 1)));
     assert_eq!(sm.applied().await.unwrap(), (3, Some(log_id(2, 1, 4))));
-    let page = sm.scan(b"", b"", 0).await.unwrap();
+    let page = sm.scan(b"", b"", 0, 0).await.unwrap();
     let rows: Vec<(&[u8], &[u8], u64, u64)> = page
         .kvs
         .iter()
@@ -134,11 +152,10 @@ async fn check_v1_data(sm: &mut StateMachine) {
     assert_eq!(page.revision, 3);
 }
 
-/// Copies the committed fixture into a temporary directory (opening may repair or update
-/// the file) and reads it back.
-#[tokio::test]
-async fn v1_fixture_reads_back() {
-    let source = fixture_dir();
+/// Copies the committed fixture of `version` into a temporary directory (opening may repair
+/// or update the file) and opens it.
+fn open_fixture(version: u8) -> (tempfile::TempDir, Store) {
+    let source = fixture_dir(version);
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&source, dir.path());
     std::fs::rename(
@@ -147,6 +164,12 @@ async fn v1_fixture_reads_back() {
     )
     .unwrap();
     let store = open_in(dir.path());
+    (dir, store)
+}
+
+#[tokio::test]
+async fn v1_fixture_reads_back() {
+    let (_dir, store) = open_fixture(1);
     check_v1(&store).await;
 }
 
@@ -154,14 +177,168 @@ async fn v1_fixture_reads_back() {
 async fn v1_fixture_writer_matches_expectations() {
     let dir = tempfile::tempdir().unwrap();
     write_v1(dir.path()).await;
+    let store = open_in(dir.path());
+    check_v1(&store).await;
+}
+
+/// The client of the v2 fixture's session.
+const CLIENT: u64 = 0xfeed;
+
+fn request(term: u64, index: u64, sequence: u64, now_ms: u64, ops: Vec<BatchOp>) -> Entry {
+    let mutation = Mutation {
+        request: Some(RequestId {
+            client_id: CLIENT,
+            client_started_ms: 1_000,
+            sequence,
+            completed_below: 1,
+        }),
+        now_ms,
+        ops,
+    };
+    Entry::new_normal(log_id(term, 1, index), Command::Mutate(mutation))
+}
+
+fn put(key: &[u8], value: &[u8], ttl_ms: Option<u64>) -> BatchOp {
+    BatchOp::Put {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        condition: None,
+        return_previous: false,
+        ttl_ms,
+    }
+}
+
+/// The entries of range 1 in the v2 fixture: at clock 1_000 a request puts `short` (expires
+/// at 1_500), `long` (expires at 11_000) and `plain`; at clock 2_000 a second request
+/// increments `n`, so `short` is expired at the range clock.
+fn v2_entries() -> Vec<Entry> {
+    vec![
+        blank(1, 0),
+        Entry::new_membership(log_id(1, 1, 1), membership()),
+        request(
+            1,
+            2,
+            1,
+            1_000,
+            vec![
+                put(b"short", b"s", Some(500)),
+                put(b"long", b"l", Some(10_000)),
+                put(b"plain", b"p", None),
+            ],
+        ),
+        request(
+            1,
+            3,
+            2,
+            2_000,
+            vec![BatchOp::Increment {
+                key: b"n".to_vec(),
+                delta: 5,
+            }],
+        ),
+    ]
+}
+
+/// Writes the v2 fixture: range 1 with a vote, a committed log id, applied data with a
+/// session, two request records, TTL keys and a snapshot.
+async fn write_v2(dir: &Path) {
+    let store = open_in(dir);
+    let mut log = store.log_store(RangeId(1));
+    let entries = v2_entries();
+    append(&mut log, entries.clone()).await.unwrap();
+    log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+    log.save_committed(Some(log_id(1, 1, 3))).await.unwrap();
+    let mut sm = store.state_machine(RangeId(1));
+    apply(&mut sm, entries).await.unwrap();
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    store.shutdown();
+}
+
+/// What every build must read from the v2 fixture.
+async fn check_v2(store: &Store) {
+    let mut log = store.log_store(RangeId(1));
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 1, 3)));
+    let entries = log.try_get_log_entries(0..10).await.unwrap();
+    assert_eq!(entries, v2_entries());
+    let mut sm = store.state_machine(RangeId(1));
+    let snapshot = sm
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("v2 snapshot");
+    assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 1, 3)));
+
+    // The v2 snapshot installs into a fresh store with the same state.
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = open_in(fresh_dir.path());
+    let mut fresh_sm = fresh.state_machine(RangeId(1));
+    fresh_sm
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    check_v2_data(&mut fresh_sm).await;
+    check_v2_data(&mut sm).await;
+}
+
+/// Checks the v2 state, then replays request 1 (at log index 4).
+async fn check_v2_data(sm: &mut StateMachine) {
+    assert_eq!(sm.applied().await.unwrap(), (2, Some(log_id(1, 1, 3))));
+    assert_eq!(
+        sm.get(b"short", 0).await.unwrap().0,
+        None,
+        "expired at the range clock"
+    );
+    let long = sm.get(b"long", 0).await.unwrap().0.expect("long is live");
+    assert_eq!(
+        (long.value.as_slice(), long.expires_at_ms),
+        (&b"l"[..], Some(11_000))
+    );
+    assert_eq!(sm.get(b"long", 11_000).await.unwrap().0, None);
+    let n = sm.get(b"n", 0).await.unwrap().0.expect("n was incremented");
+    assert_eq!((n.value.as_slice(), n.expires_at_ms), (&b"5"[..], None));
+    let counts = RangeCounts {
+        sessions: 1,
+        requests: 2,
+        keys_with_ttl: 2,
+    };
+    assert_eq!(sm.counts().await.unwrap(), counts);
+    let cleanup = sm.plan_cleanup(0, 0).await.unwrap();
+    let short = ExpiredKey {
+        key: b"short".to_vec(),
+        expires_at_ms: 1_500,
+    };
+    assert_eq!((cleanup.keys, cleanup.sessions), (vec![short], vec![]));
+
+    // A retry of request 1 with other ops is answered from its record: nothing changes.
+    let retry = request(1, 4, 1, 3_000, vec![put(b"plain", b"changed", None)]);
+    apply(sm, vec![retry]).await.unwrap();
+    assert_eq!(sm.applied().await.unwrap(), (2, Some(log_id(1, 1, 4))));
+    let plain = sm.get(b"plain", 0).await.unwrap().0.unwrap();
+    assert_eq!(plain.value, b"p", "a replay applies nothing");
+}
+
+#[tokio::test]
+async fn v2_fixture_reads_back() {
+    let (_dir, store) = open_fixture(2);
+    check_v2(&store).await;
+}
+
+#[tokio::test]
+async fn v2_fixture_writer_matches_expectations() {
+    let dir = tempfile::tempdir().unwrap();
+    write_v2(dir.path()).await;
     if std::env::var_os("KEEL_WRITE_FIXTURES").is_some() {
-        let target = fixture_dir();
+        let target = fixture_dir(2);
         let _ = std::fs::remove_dir_all(&target);
         copy_dir(dir.path(), &target);
         std::fs::rename(target.join("keel.redb"), target.join(FIXTURE_STORE_FILE)).unwrap();
     }
     let store = open_in(dir.path());
-    check_v1(&store).await;
+    check_v2(&store).await;
 }
 
 fn copy_dir(source: &Path, target: &Path) {

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use keel_storage::Store;
 use keel_storage::raft_types::{Entry, LogId, TypeConfig};
-use keel_types::{BatchOp, Command, NodeId};
+use keel_types::{BatchOp, Command, Mutation, NodeId};
 use openraft::entry::RaftEntry;
 use tempfile::TempDir;
 
@@ -36,7 +36,8 @@ pub fn blank(term: u64, index: u64) -> Entry {
     openraft::testing::blank_ent::<TypeConfig>(term, 1, index)
 }
 
-/// A normal entry writing `key=value` for every pair.
+/// A normal entry writing `key=value` for every pair (a mutation without request id, at
+/// time 0).
 pub fn puts(term: u64, index: u64, pairs: &[(&[u8], &[u8])]) -> Entry {
     let ops = pairs
         .iter()
@@ -45,9 +46,15 @@ pub fn puts(term: u64, index: u64, pairs: &[(&[u8], &[u8])]) -> Entry {
             value: value.to_vec(),
             condition: None,
             return_previous: false,
+            ttl_ms: None,
         })
         .collect();
-    Entry::new_normal(log_id(term, 1, index), Command::Write { ops })
+    let mutation = Mutation {
+        request: None,
+        now_ms: 0,
+        ops,
+    };
+    Entry::new_normal(log_id(term, 1, index), Command::Mutate(mutation))
 }
 
 /// A log-flush callback and the future that resolves when it fires.

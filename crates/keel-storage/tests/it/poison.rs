@@ -34,7 +34,7 @@ async fn failed_commit_poisons_every_later_request() {
             .is_err()
     );
     assert!(matches!(
-        sm.get(b"k").await,
+        sm.get(b"k", 0).await,
         Err(StorageError::Poisoned { .. })
     ));
     assert!(sm.applied_state().await.is_err());

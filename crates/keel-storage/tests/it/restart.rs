@@ -42,7 +42,7 @@ async fn log_vote_and_applied_data_survive_reopen() {
 
     let mut sm = store.state_machine(RangeId(1));
     assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(3, 1, 2)));
-    let (kv, revision) = sm.get(b"b").await.unwrap();
+    let (kv, revision) = sm.get(b"b", 0).await.unwrap();
     assert_eq!(revision, 2);
     let kv = kv.expect("b survives");
     assert_eq!(
@@ -56,7 +56,11 @@ async fn log_vote_and_applied_data_survive_reopen() {
 async fn calls_after_shutdown_fail_with_closed() {
     let (_dir, store) = super::open_temp();
     store.shutdown();
-    let error = store.state_machine(RangeId(1)).get(b"k").await.unwrap_err();
+    let error = store
+        .state_machine(RangeId(1))
+        .get(b"k", 0)
+        .await
+        .unwrap_err();
     assert!(
         matches!(error, keel_storage::StorageError::Closed),
         "{error}"

@@ -48,7 +48,10 @@ async fn all_rows(sm: &StateMachine) -> Vec<KeyValue> {
     let mut rows = Vec::new();
     let mut start = Vec::new();
     loop {
-        let page = sm.scan(&start, &[], limits::SCAN_LIMIT_MAX).await.unwrap();
+        let page = sm
+            .scan(&start, &[], limits::SCAN_LIMIT_MAX, 0)
+            .await
+            .unwrap();
         rows.extend(page.kvs);
         match page.next_start {
             Some(next) => start = next,
@@ -146,7 +149,7 @@ async fn crash_during_install_is_completed_by_installing_again() {
         "a half-installed range reports nothing applied"
     );
     assert_eq!(membership, Default::default());
-    let error = sm_b.get(b"key-00000001").await.unwrap_err();
+    let error = sm_b.get(b"key-00000001", 0).await.unwrap_err();
     assert!(
         matches!(error, keel_storage::StorageError::SnapshotInstalling { .. }),
         "{error}"

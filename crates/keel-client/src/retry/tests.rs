@@ -1,0 +1,323 @@
+//! Table tests of the retry policy.
+
+use super::*;
+use keel_types::{ConditionFailed, RangeId};
+
+#[derive(Debug, PartialEq)]
+enum Want {
+    Hinted,
+    Next,
+    Same,
+    Renew,
+    Gives(&'static str),
+}
+
+fn kind(error: &KvError) -> &'static str {
+    match error {
+        KvError::InvalidArgument { .. } => "invalid",
+        KvError::NotLeader { .. } => "not leader",
+        KvError::ConditionFailed(_) => "condition failed",
+        KvError::Unavailable { .. } => "unavailable",
+        KvError::Timeout { .. } => "timeout",
+        KvError::OutcomeUnknown { .. } => "outcome unknown",
+        KvError::Fatal { .. } => "fatal",
+        KvError::RequestIdExpired { .. } => "expired",
+        KvError::NotACounter { .. } => "not a counter",
+        KvError::Overflow { .. } => "overflow",
+        KvError::Overloaded { .. } => "overloaded",
+    }
+}
+
+fn want_target(target: &Target) -> Want {
+    match target {
+        Target::Hinted(_) => Want::Hinted,
+        Target::Next => Want::Next,
+        Target::Same => Want::Same,
+    }
+}
+
+fn server(error: KvError) -> AttemptError {
+    AttemptError::Server(error)
+}
+
+fn not_leader(addr: Option<&str>) -> AttemptError {
+    server(KvError::NotLeader {
+        range_id: RangeId(1),
+        leader: addr.map(|addr| (2, NodeAddr::new(addr))),
+    })
+}
+
+fn hinted() -> AttemptError {
+    not_leader(Some("127.0.0.1:7002"))
+}
+
+fn lost() -> AttemptError {
+    AttemptError::Lost("reset".into())
+}
+
+fn timed_out() -> AttemptError {
+    AttemptError::TimedOut("5 s".into())
+}
+
+fn refused() -> AttemptError {
+    AttemptError::NotSent("refused".into())
+}
+
+fn timeout() -> AttemptError {
+    server(KvError::Timeout {
+        message: "t".into(),
+    })
+}
+
+fn unknown() -> AttemptError {
+    server(KvError::OutcomeUnknown {
+        message: "u".into(),
+    })
+}
+
+fn expired() -> AttemptError {
+    server(KvError::RequestIdExpired {
+        client_id: 7,
+        sequence: 3,
+    })
+}
+
+fn overloaded() -> AttemptError {
+    server(KvError::Overloaded {
+        message: "sessions".into(),
+    })
+}
+
+fn failed() -> AttemptError {
+    server(KvError::ConditionFailed(ConditionFailed {
+        op_index: 0,
+        key: b"k".to_vec(),
+        current: None,
+        revision: 3,
+    }))
+}
+
+fn not_a_counter() -> AttemptError {
+    server(KvError::NotACounter { key: b"n".to_vec() })
+}
+
+fn overflow() -> AttemptError {
+    server(KvError::Overflow {
+        key: b"n".to_vec(),
+        current: i64::MAX,
+        delta: 1,
+    })
+}
+
+#[test]
+fn reads_retry_everything_but_final_answers_within_their_attempts() {
+    let max = limits::CLIENT_READ_ATTEMPTS_MAX;
+    use Want::*;
+    let cases: Vec<(AttemptError, u32, Want)> = vec![
+        (hinted(), 1, Hinted),
+        (not_leader(Some("")), 1, Next),
+        (not_leader(None), 1, Next),
+        (server(KvError::unavailable("no quorum")), 1, Next),
+        (refused(), 1, Next),
+        (lost(), 1, Next),
+        (timed_out(), 1, Next),
+        (timeout(), 1, Next),
+        (server(KvError::fatal("disk")), 1, Next),
+        (overloaded(), 1, Same),
+        (
+            server(KvError::invalid("key is empty")),
+            1,
+            Gives("invalid"),
+        ),
+        (hinted(), max - 1, Hinted),
+        (hinted(), max, Gives("unavailable")),
+        (refused(), max, Gives("unavailable")),
+        (timed_out(), max, Gives("timeout")),
+        (lost(), max, Gives("unavailable")),
+        (overloaded(), max, Gives("overloaded")),
+    ];
+    for (error, attempt, want) in cases {
+        let got = match decide_read(&error, attempt) {
+            Decision::Retry { target } => want_target(&target),
+            Decision::GiveUp(error) => Gives(kind(&error)),
+        };
+        assert_eq!(got, want, "{error:?} attempt={attempt}");
+    }
+}
+
+/// Runs `decide_write` for attempt `attempts` from `progress`; returns the decision and
+/// whether the write may have been applied afterwards.
+fn write(error: &AttemptError, mut progress: WriteProgress) -> (Want, bool) {
+    let got = match decide_write(error, &mut progress) {
+        WriteDecision::Retry { target } => want_target(&target),
+        WriteDecision::Renew => Want::Renew,
+        WriteDecision::GiveUp(error) => Want::Gives(kind(&error)),
+    };
+    (got, progress.maybe_applied)
+}
+
+#[test]
+fn writes_retry_with_the_same_id_unless_the_answer_is_final() {
+    let first = WriteProgress {
+        attempts: 1,
+        ..WriteProgress::default()
+    };
+    use Want::*;
+    let cases: Vec<(AttemptError, Want, bool)> = vec![
+        // Not applied: retry, nothing learned.
+        (hinted(), Hinted, false),
+        (not_leader(None), Next, false),
+        (server(KvError::unavailable("no quorum")), Next, false),
+        (refused(), Next, false),
+        (overloaded(), Same, false),
+        // Maybe applied: retry elsewhere, and remember it may have been applied.
+        (lost(), Next, true),
+        (timed_out(), Next, true),
+        (timeout(), Next, true),
+        (unknown(), Next, true),
+        (server(KvError::fatal("disk")), Next, true),
+        // Final answers are returned as they are.
+        (
+            server(KvError::invalid("key is empty")),
+            Gives("invalid"),
+            false,
+        ),
+        (failed(), Gives("condition failed"), false),
+        (not_a_counter(), Gives("not a counter"), false),
+        (overflow(), Gives("overflow"), false),
+        // An expired id before anything may have been applied: a new session, once.
+        (expired(), Renew, false),
+    ];
+    for (error, want, maybe_applied) in cases {
+        assert_eq!(write(&error, first), (want, maybe_applied), "{error:?}");
+    }
+}
+
+#[test]
+fn an_expired_id_is_renewed_once_and_never_after_a_maybe_applied_attempt() {
+    let after_lost = WriteProgress {
+        attempts: 2,
+        maybe_applied: true,
+        renewed: false,
+    };
+    let after_renew = WriteProgress {
+        attempts: 2,
+        maybe_applied: false,
+        renewed: true,
+    };
+    let after_refused = WriteProgress {
+        attempts: 3,
+        ..WriteProgress::default()
+    };
+    assert_eq!(write(&expired(), after_lost).0, Want::Gives("expired"));
+    assert_eq!(write(&expired(), after_renew).0, Want::Gives("expired"));
+    assert_eq!(write(&expired(), after_refused).0, Want::Renew);
+}
+
+#[test]
+fn writes_give_up_after_their_attempts_saying_whether_they_may_have_been_applied() {
+    let spent = WriteProgress {
+        attempts: limits::CLIENT_WRITE_ATTEMPTS_MAX,
+        ..WriteProgress::default()
+    };
+    let spent_unknown = WriteProgress {
+        maybe_applied: true,
+        ..spent
+    };
+    assert_eq!(write(&hinted(), spent).0, Want::Gives("unavailable"));
+    assert_eq!(write(&overloaded(), spent).0, Want::Gives("overloaded"));
+    assert_eq!(
+        write(&refused(), spent_unknown).0,
+        Want::Gives("outcome unknown")
+    );
+    assert_eq!(write(&lost(), spent).0, Want::Gives("outcome unknown"));
+
+    let cases = [
+        (refused(), spent, "unavailable"),
+        (overloaded(), spent, "overloaded"),
+        (refused(), spent_unknown, "outcome unknown"),
+        (timed_out(), spent_unknown, "outcome unknown"),
+    ];
+    for (error, progress, want) in cases {
+        let error = write_gave_up(&error, &progress, "30000 ms");
+        assert_eq!(kind(&error), want, "{error:?}");
+        assert!(error.to_string().contains("30000 ms"), "{error}");
+    }
+}
+
+#[test]
+fn read_deadline_says_timeout_or_unavailable() {
+    let second = Duration::from_secs(1);
+    assert!(matches!(
+        read_deadline_passed(&refused(), second),
+        KvError::Unavailable { .. }
+    ));
+    assert!(matches!(
+        read_deadline_passed(&timed_out(), second),
+        KvError::Timeout { .. }
+    ));
+}
+
+#[test]
+fn read_backoff_is_bounded_and_skipped_for_hints() {
+    let hint = Target::Hinted(NodeAddr::new("a:1"));
+    let refused = refused();
+    let leaderless = not_leader(None);
+    let second = Duration::from_secs(1);
+    let ms = Duration::from_millis;
+    let cases = [
+        (&leaderless, &hint, 3, 5 * second, Duration::ZERO),
+        (&refused, &Target::Next, 1, 5 * second, ms(50)),
+        (&refused, &Target::Next, 2, 5 * second, ms(100)),
+        (&refused, &Target::Next, 40, 5 * second, second),
+        // 4.2 s left, 6 attempts left: 7 shares.
+        (&leaderless, &Target::Next, 2, ms(4_200), ms(600)),
+        (&leaderless, &Target::Next, 2, ms(60_000), second),
+        (&leaderless, &Target::Next, 7, ms(50), ms(100)),
+    ];
+    for (error, target, attempt, remaining, expected) in cases {
+        assert_eq!(
+            read_backoff(error, target, attempt, remaining),
+            expected,
+            "{error:?} {target:?} {attempt} {remaining:?}"
+        );
+    }
+}
+
+#[test]
+fn write_backoff_doubles_to_a_cap_with_jitter_in_the_upper_half() {
+    let hint = Target::Hinted(NodeAddr::new("a:1"));
+    let ms = Duration::from_millis;
+    let cases = [
+        (&hint, 3, 0.5, Duration::ZERO),
+        (&Target::Next, 1, 0.0, ms(25)),
+        (&Target::Next, 1, 1.0, ms(50)),
+        (&Target::Next, 2, 0.0, ms(50)),
+        (&Target::Same, 3, 1.0, ms(200)),
+        (&Target::Next, 5, 1.0, ms(800)),
+        (&Target::Next, 6, 0.0, ms(500)),
+        (&Target::Next, 6, 1.0, ms(1_000)),
+        (&Target::Next, 200, 1.0, ms(1_000)),
+        // Out-of-range jitter is clamped.
+        (&Target::Next, 1, 7.0, ms(50)),
+        (&Target::Next, 1, -1.0, ms(25)),
+    ];
+    for (target, attempt, jitter, expected) in cases {
+        assert_eq!(
+            write_backoff(target, attempt, jitter),
+            expected,
+            "{target:?} {attempt} {jitter}"
+        );
+    }
+}
+
+#[test]
+fn hints_naming_unreachable_endpoints_are_skipped() {
+    let hint = || Target::Hinted(NodeAddr::new("127.0.0.1:7001"));
+    let dead = vec!["http://127.0.0.1:7001".to_string()];
+    assert_eq!(skip_stale_hint(hint(), &dead), Target::Next);
+    assert_eq!(skip_stale_hint(hint(), &[]), hint());
+    let garbage = Target::Hinted(NodeAddr::new("not an address"));
+    assert_eq!(skip_stale_hint(garbage, &[]), Target::Next);
+    assert_eq!(skip_stale_hint(Target::Same, &dead), Target::Same);
+}

@@ -1,0 +1,56 @@
+//! The leader's cleanup loop: every `cleanup_interval_ms`, each group this node leads looks
+//! for keys whose TTL has passed and client sessions idle longer than the dedup window, and
+//! proposes their removal through Raft in bounded batches. Expired keys are already hidden
+//! from reads; this only reclaims their space. Knows nothing of gRPC.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_raft::RaftGroup;
+use keel_types::{Command, KvError};
+use tracing::debug;
+
+use crate::shared::Shared;
+
+/// Runs until the node shuts down (the task is aborted then).
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let interval = Duration::from_millis(shared.kv.cleanup_interval_ms);
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if shared.health.check().is_err() {
+            continue;
+        }
+        for group in shared.groups.all() {
+            if group.leader().map(|(id, _)| id) != Some(shared.node_id) {
+                continue;
+            }
+            if let Err(error) = clean(&shared, &group).await {
+                debug!(range = %group.range(), %error, "cleanup round failed; retrying next round");
+            }
+        }
+    }
+}
+
+/// One cleanup round of one group: plan from a read of the state machine, then propose.
+/// Applying the cleanup checks every item again, so a plan that went stale is harmless.
+async fn clean(shared: &Shared, group: &RaftGroup) -> Result<(), KvError> {
+    let now_ms = shared.clock.now_ms();
+    let idle_before_ms = now_ms.saturating_sub(shared.kv.dedup_window_ms);
+    let cleanup = group
+        .state_machine()
+        .plan_cleanup(now_ms, idle_before_ms)
+        .await
+        .map_err(|e| KvError::fatal(e.to_string()))?;
+    if cleanup.is_empty() {
+        return Ok(());
+    }
+    debug!(
+        range = %group.range(),
+        keys = cleanup.keys.len(),
+        sessions = cleanup.sessions.len(),
+        "proposing cleanup"
+    );
+    group.write(Command::Cleanup(cleanup)).await.map(|_| ())
+}
