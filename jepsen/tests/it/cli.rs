@@ -1,0 +1,148 @@
+//! `keel-jepsen check DIR` end to end: checker choice, results.json, report.html and exit
+//! codes (0 valid, 1 invalid, 2 unknown, 3 usage or I/O error).
+
+use std::path::Path;
+use std::process::Command;
+
+use keel_jepsen::check::{Results, RunDir};
+use keel_jepsen::checker::Verdict;
+use keel_jepsen::history::write_json_lines;
+use keel_jepsen::report;
+use keel_jepsen::synth::{self, Shape, Workload};
+
+const RUN_SPEC: &str = r#"{"workload":"register","nemesis":["partition"],"nodes":3,"seed":1,"time_limit_s":60,"rate_hz":100}"#;
+const FAULTS: &str = r#"{"fault":"partition","target":"n1|n2,n3","start":1000000,"stop":4000000}"#;
+
+fn fixture(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(relative);
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// A run directory with these files (name, contents).
+fn run_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, contents) in files {
+        std::fs::write(dir.path().join(name), contents).unwrap();
+    }
+    dir
+}
+
+/// Runs the binary; returns its exit code and the results.json it wrote, if any.
+fn keel_jepsen(dir: &Path, extra: &[&str]) -> (i32, Option<Results>) {
+    let output = Command::new(env!("CARGO_BIN_EXE_keel-jepsen"))
+        .arg("check")
+        .arg(dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    let results = std::fs::read_to_string(dir.join("results.json"))
+        .ok()
+        .map(|text| serde_json::from_str(&text).unwrap());
+    (output.status.code().unwrap(), results)
+}
+
+fn check(files: &[(&str, &str)], extra: &[&str], code: i32, checkers: &[(&str, Verdict)]) {
+    let dir = run_dir(files);
+    let (actual, results) = keel_jepsen(dir.path(), extra);
+    assert_eq!(actual, code, "{files:?} {extra:?}");
+    let Some(results) = results else {
+        assert!(checkers.is_empty(), "no results.json for {files:?}");
+        return;
+    };
+    let verdicts: Vec<(&str, Verdict)> = results
+        .checkers
+        .iter()
+        .map(|(name, result)| (name.as_str(), result.result))
+        .collect();
+    assert_eq!(verdicts, checkers);
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert_self_contained(&html);
+}
+
+fn assert_self_contained(html: &str) {
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+    for banned in ["<script", "src=", "href=", "@import", "url(", "@font-face"] {
+        assert!(!html.contains(banned), "report.html contains {banned}");
+    }
+}
+
+#[test]
+fn check_command_exit_codes_and_files() {
+    use Verdict::{Invalid, Unknown, Valid};
+    let good: &'static str = fixture("register/good-sequential.jsonl").leak();
+    let stale: &'static str = fixture("register/bad-stale-read.jsonl").leak();
+    let counter: &'static str = fixture("counter/good-basic.jsonl").leak();
+    let spec = ("run.json", RUN_SPEC);
+    let faults = ("faults.jsonl", FAULTS);
+    let history = |text: &'static str| ("history.jsonl", text);
+    let both = [("coverage", Valid), ("register", Valid)];
+    check(&[spec, faults, history(good)], &[], 0, &both);
+    let bad = [("coverage", Valid), ("register", Invalid)];
+    check(&[spec, faults, history(stale)], &[], 1, &bad);
+    let uncovered = [("coverage", Invalid), ("register", Valid)];
+    check(&[spec, history(good)], &[], 1, &uncovered);
+    let limited = ["--key-ops-max", "2"];
+    check(
+        &[spec, faults, history(good)],
+        &limited,
+        2,
+        &[("coverage", Valid), ("register", Unknown)],
+    );
+    let forced = ["--checker", "counter"];
+    check(&[history(counter)], &forced, 0, &[("counter", Valid)]);
+    check(&[history(good)], &[], 3, &[]);
+    check(&[spec, faults], &[], 3, &[]);
+    check(&[spec, faults, history("{not json")], &[], 3, &[]);
+    check(&[spec, history(good)], &["--checker", "nonsense"], 3, &[]);
+    let counter_spec = RUN_SPEC.replace("register", "fencing");
+    check(&[("run.json", &counter_spec), history(good)], &[], 3, &[]);
+}
+
+#[test]
+fn help_exits_zero_and_a_missing_dir_three() {
+    let help = Command::new(env!("CARGO_BIN_EXE_keel-jepsen"))
+        .args(["check", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let missing = Path::new("/nonexistent/keel-jepsen-run");
+    assert_eq!(keel_jepsen(missing, &[]).0, 3);
+}
+
+#[test]
+fn report_of_a_hundred_thousand_ops_stays_small_and_says_it_is_bucketed() {
+    let shape = Shape {
+        ops: 100_000,
+        keys: 2_000,
+        clients: 100,
+        sequential: false,
+        info_per_mille: 5,
+        seed: 4,
+    };
+    let history = synth::history(Workload::Register, &shape);
+    let dir = tempfile::tempdir().unwrap();
+    write_json_lines(&dir.path().join("history.jsonl"), &history).unwrap();
+    let run = RunDir {
+        history: Some(history),
+        faults: vec![serde_json::from_str(FAULTS).unwrap()],
+        spec: Some(serde_json::from_str(RUN_SPEC).unwrap()),
+    };
+    let results = Results {
+        valid: Verdict::Valid,
+        checkers: Default::default(),
+    };
+    let html = report::render(&run, &results);
+    assert_self_contained(&html);
+    assert!(html.len() < 4 << 20, "report is {} bytes", html.len());
+    assert!(
+        html.contains("buckets of"),
+        "the timeline says it is bucketed"
+    );
+    assert!(
+        html.contains("of 100000 ops drawn"),
+        "the latency plot says it samples"
+    );
+    assert!(html.contains("100 clients share 64 lanes"));
+}

@@ -1,0 +1,241 @@
+//! Every checker on every hand-written fixture under `jepsen/fixtures/<checker>/`: `good-*`
+//! must be valid, `bad-*` invalid, and the details must name the culprit.
+
+use std::path::{Path, PathBuf};
+
+use clap::ValueEnum;
+use keel_jepsen::check;
+use keel_jepsen::checker::{Budget, CheckerName, Input, Outcome, Verdict};
+use keel_jepsen::history::read_history;
+
+use Verdict::{Invalid, Unknown, Valid};
+
+/// (fixture under fixtures/, verdict, text the compact details JSON must contain).
+const CASES: &[(&str, Verdict, &str)] = &[
+    ("register/good-sequential.jsonl", Valid, "all 1 keys"),
+    (
+        "register/good-concurrent-writes-either-order.jsonl",
+        Valid,
+        "all 2 keys",
+    ),
+    (
+        "register/good-read-concurrent-with-write.jsonl",
+        Valid,
+        "linearizable",
+    ),
+    (
+        "register/good-indeterminate-write-explains-read.jsonl",
+        Valid,
+        "linearizable",
+    ),
+    (
+        "register/good-indeterminate-write-never-applied.jsonl",
+        Valid,
+        "linearizable",
+    ),
+    (
+        "register/good-failed-and-indeterminate-reads-ignored.jsonl",
+        Valid,
+        "linearizable",
+    ),
+    ("register/bad-stale-read.jsonl", Invalid, r#""record":3"#),
+    (
+        "register/bad-lost-acknowledged-write.jsonl",
+        Invalid,
+        r#"returned null"#,
+    ),
+    (
+        "register/bad-failed-write-visible.jsonl",
+        Invalid,
+        r#"returned \"v2\""#,
+    ),
+    (
+        "register/bad-cas-confirmed-against-wrong-value.jsonl",
+        Invalid,
+        "cas on",
+    ),
+    (
+        "register/bad-read-from-the-future.jsonl",
+        Invalid,
+        r#""record":1"#,
+    ),
+    (
+        "register/bad-concurrent-writes-seen-in-both-orders.jsonl",
+        Invalid,
+        r#""record":4"#,
+    ),
+    (
+        "register/bad-unobserved-indeterminate-write-hides-nothing.jsonl",
+        Invalid,
+        "returned null",
+    ),
+    ("append/good-basic.jsonl", Valid, "all 2 keys consistent"),
+    (
+        "append/good-concurrent-appends-either-order.jsonl",
+        Valid,
+        "consistent",
+    ),
+    (
+        "append/bad-duplicated-append.jsonl",
+        Invalid,
+        "appears twice",
+    ),
+    (
+        "append/bad-lost-acknowledged-append.jsonl",
+        Invalid,
+        "the read lacks it",
+    ),
+    (
+        "append/bad-reads-disagree-on-order.jsonl",
+        Invalid,
+        "disagree at position 0",
+    ),
+    (
+        "append/bad-phantom-value.jsonl",
+        Invalid,
+        "9 was never appended",
+    ),
+    (
+        "append/bad-failed-append-visible.jsonl",
+        Invalid,
+        "its append failed",
+    ),
+    ("append/bad-stale-read.jsonl", Invalid, "stale read"),
+    (
+        "append/bad-order-against-real-time.jsonl",
+        Invalid,
+        "is read nowhere",
+    ),
+    ("counter/good-basic.jsonl", Valid, "within bounds"),
+    (
+        "counter/good-indeterminate-increment.jsonl",
+        Valid,
+        "within bounds",
+    ),
+    (
+        "counter/good-read-concurrent-with-increment.jsonl",
+        Valid,
+        "within bounds",
+    ),
+    (
+        "counter/bad-double-applied-retry.jsonl",
+        Invalid,
+        "outside [3, 3] (over-count)",
+    ),
+    (
+        "counter/bad-lost-increment.jsonl",
+        Invalid,
+        "outside [2, 2] (under-count)",
+    ),
+    (
+        "counter/bad-failed-increment-applied.jsonl",
+        Invalid,
+        "outside [1, 1]",
+    ),
+    (
+        "counter/bad-read-goes-backwards.jsonl",
+        Invalid,
+        "after an earlier read",
+    ),
+    (
+        "coverage/good-all-healed",
+        Valid,
+        "all 2 requested fault kinds",
+    ),
+    ("coverage/good-nothing-requested", Valid, "all 0 requested"),
+    (
+        "coverage/bad-fault-never-happened",
+        Invalid,
+        r#"fault \"kill\" never happened"#,
+    ),
+    ("coverage/bad-fault-never-healed", Invalid, "never healed"),
+];
+
+/// A checker given a history of another workload must not pass it.
+const FOREIGN: &[(CheckerName, &str)] = &[
+    (CheckerName::Register, "append/good-basic.jsonl"),
+    (CheckerName::Register, "counter/good-basic.jsonl"),
+    (CheckerName::Append, "register/good-sequential.jsonl"),
+    (CheckerName::Counter, "append/good-basic.jsonl"),
+];
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Runs `checker` on the fixture (a history file, or a run directory for coverage).
+fn run(checker: CheckerName, fixture: &str) -> Outcome {
+    let path = fixtures_dir().join(fixture);
+    if checker == CheckerName::Coverage {
+        let run = check::load(&path).unwrap();
+        let input = Input {
+            history: &[],
+            faults: &run.faults,
+            spec: run.spec.as_ref(),
+        };
+        return checker.run(input, &Budget::default());
+    }
+    let history = read_history(&path).unwrap();
+    let input = Input {
+        history: &history,
+        faults: &[],
+        spec: None,
+    };
+    checker.run(input, &Budget::default())
+}
+
+fn check(fixture: &str, expected: Verdict, needle: &str) {
+    let name = fixture.split('/').next().unwrap();
+    let checker = CheckerName::from_str(name, false).unwrap();
+    let outcome = run(checker, fixture);
+    let details = serde_json::to_string(&outcome.details).unwrap();
+    assert_eq!(outcome.result, expected, "{fixture}: {details}");
+    assert!(
+        details.contains(needle),
+        "{fixture}: {needle:?} not in {details}"
+    );
+}
+
+#[test]
+fn every_fixture_gets_its_verdict() {
+    for (fixture, expected, needle) in CASES {
+        check(fixture, *expected, needle);
+    }
+}
+
+#[test]
+fn every_fixture_on_disk_is_in_the_table() {
+    let mut on_disk = Vec::new();
+    for checker in std::fs::read_dir(fixtures_dir()).unwrap() {
+        let checker = checker.unwrap();
+        for fixture in std::fs::read_dir(checker.path()).unwrap() {
+            let fixture = fixture.unwrap().file_name().into_string().unwrap();
+            on_disk.push(format!(
+                "{}/{fixture}",
+                checker.file_name().to_str().unwrap()
+            ));
+        }
+    }
+    on_disk.sort();
+    let mut listed: Vec<String> = CASES.iter().map(|c| c.0.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+    let good = CASES
+        .iter()
+        .filter(|c| c.0.contains("/good-"))
+        .all(|c| c.1 == Valid);
+    let bad = CASES
+        .iter()
+        .filter(|c| c.0.contains("/bad-"))
+        .all(|c| c.1 == Invalid);
+    assert!(good && bad, "good-* fixtures are valid and bad-* invalid");
+}
+
+#[test]
+fn a_checker_never_passes_another_workloads_history() {
+    for (checker, fixture) in FOREIGN {
+        let outcome = run(*checker, fixture);
+        assert_eq!(outcome.result, Unknown, "{checker:?} on {fixture}");
+        assert!(outcome.summary().contains("does not model"), "{outcome:?}");
+    }
+}
