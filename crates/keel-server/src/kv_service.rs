@@ -25,7 +25,7 @@ use keel_types::{
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument, debug, info_span};
+use tracing::{Instrument, debug, info, info_span};
 
 use crate::shared::Shared;
 use crate::status::{kv_error, never_sent, to_status};
@@ -174,6 +174,7 @@ impl KvService {
     /// some answers are lost after the mutation was applied.
     fn deliver<T>(&self, answer: Result<Response<T>, Status>) -> Result<Response<T>, Status> {
         if self.shared.faults.drop_response() {
+            info!("fault injection: dropping the response of a served mutation");
             return Err(Status::unknown("fault injection: response dropped"));
         }
         answer
