@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "../../proto/keel/v1/kv.proto",
         "../../proto/keel/v1/cluster.proto",
         "../../proto/keel/raft/v1/raft.proto",
+        "../../proto/keel/test/v1/faults.proto",
     ];
     tonic_prost_build::configure().compile_with_config(config, &protos, &["../../proto"])?;
     for proto in protos {

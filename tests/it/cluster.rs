@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use keel_client::{Client, DeleteOptions, PutOptions};
-use keel_types::{BatchOp, Condition, Consistency, KvError, Revision, limits};
+use keel_types::{BatchOp, Condition, Consistency, KvError, RangeId, Revision, limits};
 
-use crate::harness::Cluster;
+use crate::harness::{Cluster, eventually};
 
 /// One step of the API table and what it must answer.
 enum Step {
@@ -400,5 +400,33 @@ async fn restart_recovers_from_disk() {
         .await
         .unwrap();
     assert!(after.revision > last, "revision went back after restart");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_moves_to_the_named_voter_through_any_node() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    let target = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    let other = cluster
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader && *id != target)
+        .unwrap();
+    // Asked through a follower that is not the target: it forwards to the leader.
+    let client = cluster.client_of(other);
+    client
+        .transfer_leader(RangeId::FIRST, target)
+        .await
+        .unwrap();
+    eventually("the named voter leads", || async {
+        (cluster.leader().await == target).then_some(())
+    })
+    .await;
+    let refused = client.transfer_leader(RangeId::FIRST, 99).await;
+    assert!(
+        matches!(refused, Err(KvError::InvalidArgument { .. })),
+        "{refused:?}"
+    );
     cluster.shutdown().await;
 }

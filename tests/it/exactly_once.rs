@@ -159,6 +159,7 @@ async fn a_retry_storm_through_lost_responses_counts_exactly() {
     const INCREMENTS_PER_CLIENT: usize = 25;
     let faults = Faults {
         response_loss_percent: 30,
+        ..Faults::default()
     };
     let cluster =
         Cluster::start_configured(3, RaftTimings::default(), KvSettings::default(), faults).await;

@@ -3,6 +3,8 @@
 //! the leader's cleanup removes expired keys, and bad TTLs are refused without a write.
 //! Every node's wall clock is a manual clock that moves only when the test moves it.
 
+use keel_proto::test::v1::SetClockOffsetRequest;
+use keel_proto::test::v1::faults_client::FaultsClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{self, GetRequest, PutRequest, ScanRequest};
 use keel_server::status;
@@ -187,5 +189,47 @@ async fn cleanup_removes_expired_keys_and_bad_ttls_change_nothing() {
         no_forward: false,
     };
     assert!(kv.get(request).await.unwrap().into_inner().kv.is_some());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_offset_fault_moves_one_nodes_view_of_expiry() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader().await;
+    write(
+        &mut cluster.kv(leader).await,
+        put("k", Some(TTL_MS as i64), false),
+    )
+    .await
+    .unwrap();
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    eventually("the follower applies the put", || async {
+        read(&cluster, follower, "k", Consistency::Follower).await
+    })
+    .await;
+
+    let endpoint = format!("http://{}", cluster.endpoint(follower));
+    let mut faults = FaultsClient::connect(endpoint).await.unwrap();
+    let ahead = SetClockOffsetRequest {
+        offset_ms: TTL_MS as i64,
+    };
+    faults.set_clock_offset(ahead).await.unwrap();
+    assert_eq!(
+        read(&cluster, follower, "k", Consistency::Follower).await,
+        None
+    );
+    assert_eq!(
+        read(&cluster, leader, "k", Consistency::Linearizable).await,
+        Some(TTL_MS)
+    );
+
+    faults
+        .set_clock_offset(SetClockOffsetRequest { offset_ms: 0 })
+        .await
+        .unwrap();
+    assert_eq!(
+        read(&cluster, follower, "k", Consistency::Follower).await,
+        Some(TTL_MS)
+    );
     cluster.shutdown().await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use keel_proto::v1;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{BatchOp, Consistency, KvError, SharedClock, limits, validate};
+use keel_types::{BatchOp, Consistency, KvError, NodeId, RangeId, SharedClock, limits, validate};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -243,13 +243,49 @@ impl Client {
     /// The cluster as the node at `endpoint` sees it. One attempt, to that node only: the
     /// answer is about the node asked.
     pub async fn status(&self, endpoint: &str) -> Result<v1::StatusResponse, KvError> {
+        self.cluster_call(endpoint, |mut cluster| async move {
+            cluster.status(v1::StatusRequest {}).await
+        })
+        .await
+    }
+
+    /// Asks the leader of `range` to hand leadership to its voter `node`. Any node accepts
+    /// the request and forwards it to the leader; the endpoints are tried in turn, one
+    /// attempt each. Returns once the hand-over has started.
+    pub async fn transfer_leader(&self, range: RangeId, node: NodeId) -> Result<(), KvError> {
+        let request = v1::TransferLeaderRequest {
+            range_id: range.0,
+            node_id: node,
+            no_forward: false,
+        };
+        let mut last = KvError::unavailable("the client has no endpoints");
+        for endpoint in &self.inner.endpoints {
+            let answer = self
+                .cluster_call(endpoint, |mut cluster| async move {
+                    cluster.transfer_leader(request).await
+                })
+                .await;
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(error @ KvError::InvalidArgument { .. }) => return Err(error),
+                Err(error) => last = error,
+            }
+        }
+        Err(last)
+    }
+
+    /// One call of the Cluster service at `endpoint`, within the request timeout.
+    async fn cluster_call<T, F, Fut>(&self, endpoint: &str, call: F) -> Result<T, KvError>
+    where
+        F: FnOnce(ClusterClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let uri = endpoints::normalize(endpoint)?;
         let channel = self.inner.pool.channel(&uri)?;
-        let mut cluster =
+        let cluster =
             ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
         let timeout = self.inner.options.request_timeout;
-        let outcome = tokio::time::timeout(timeout, cluster.status(v1::StatusRequest {})).await;
-        match outcome {
+        match tokio::time::timeout(timeout, call(cluster)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(retry::final_error(&locate(
                 &uri,

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -190,6 +191,7 @@ impl State {
 pub(crate) struct MonotonicClock {
     origin_ms: u64,
     origin: Instant,
+    offset_ms: AtomicI64,
 }
 
 impl MonotonicClock {
@@ -200,6 +202,7 @@ impl MonotonicClock {
         Arc::new(MonotonicClock {
             origin_ms,
             origin: Instant::now(),
+            offset_ms: AtomicI64::new(0),
         })
     }
 }
@@ -207,7 +210,12 @@ impl MonotonicClock {
 impl Clock for MonotonicClock {
     fn now_ms(&self) -> u64 {
         let elapsed = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.origin_ms.saturating_add(elapsed)
+        let now_ms = self.origin_ms.saturating_add(elapsed);
+        now_ms.saturating_add_signed(self.offset_ms.load(Ordering::SeqCst))
+    }
+
+    fn set_offset_ms(&self, offset_ms: i64) {
+        self.offset_ms.store(offset_ms, Ordering::SeqCst);
     }
 }
 

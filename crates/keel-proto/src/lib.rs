@@ -1,4 +1,4 @@
-//! Keel's generated gRPC code (`keel.v1`, `keel.raft.v1`) and conversions between the wire
+//! Keel's generated gRPC code (`keel.v1`, `keel.raft.v1`, `keel.test.v1`) and conversions between the wire
 //! types and `keel-types`. Knows nothing of servers, storage or Raft internals.
 
 pub mod convert;
@@ -11,4 +11,11 @@ pub mod v1 {
 /// Raft traffic between nodes.
 pub mod raft {
     tonic::include_proto!("keel.raft.v1");
+}
+
+/// Test-only fault control (served only by builds with the `fault-injection` feature).
+pub mod test {
+    pub mod v1 {
+        tonic::include_proto!("keel.test.v1");
+    }
 }

@@ -1,15 +1,22 @@
-//! The `keel.v1.Cluster` service: this node's view of itself and of each range it hosts.
-//! Knows nothing of Kv request handling.
+//! The `keel.v1.Cluster` service: this node's view of itself and of each range it hosts, and
+//! leader transfer (forwarded once to the range's leader). Knows nothing of Kv request
+//! handling.
 
 use std::sync::Arc;
 
+use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::cluster_server::Cluster;
-use keel_proto::v1::{Member, RangeStatus, StatusRequest, StatusResponse};
+use keel_proto::v1::{
+    Member, RangeStatus, StatusRequest, StatusResponse, TransferLeaderRequest,
+    TransferLeaderResponse,
+};
 use keel_raft::GroupStatus;
 use keel_storage::RangeCounts;
+use keel_types::{KvError, RangeId};
 use tonic::{Request, Response, Status};
 
 use crate::shared::Shared;
+use crate::status::to_status;
 
 pub(crate) struct ClusterService {
     shared: Arc<Shared>,
@@ -21,8 +28,61 @@ impl ClusterService {
     }
 }
 
+impl ClusterService {
+    /// Sends a transfer the caller marked `no_forward` to the leader's Cluster service.
+    async fn forward_transfer(
+        &self,
+        error: KvError,
+        request: TransferLeaderRequest,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let KvError::NotLeader {
+            leader: Some((leader_id, leader_addr)),
+            ..
+        } = error
+        else {
+            return Err(to_status(&error));
+        };
+        let unreachable = |message: String| {
+            to_status(&KvError::unavailable(format!(
+                "leader node {leader_id}: {message}"
+            )))
+        };
+        let channel = self
+            .shared
+            .peers
+            .channel(leader_id, &leader_addr.addr)
+            .map_err(|e| unreachable(e.to_string()))?;
+        let deadline = self.shared.forward_deadline(false);
+        let mut leader = ClusterClient::new(channel);
+        match tokio::time::timeout(deadline, leader.transfer_leader(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(unreachable(format!("no answer within {deadline:?}"))),
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl Cluster for ClusterService {
+    async fn transfer_leader(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let mut request = request.into_inner();
+        self.shared.health.check().map_err(|e| to_status(&e))?;
+        let group = self
+            .shared
+            .group(RangeId(request.range_id))
+            .map_err(|e| to_status(&e))?;
+        match group.transfer_leader(request.node_id).await {
+            Ok(()) => Ok(Response::new(TransferLeaderResponse {})),
+            Err(error) if request.no_forward => Err(to_status(&error)),
+            Err(error) => {
+                request.no_forward = true;
+                self.forward_transfer(error, request).await
+            }
+        }
+    }
+
     async fn status(
         &self,
         _request: Request<StatusRequest>,

@@ -94,6 +94,17 @@ pub struct ServeArgs {
     #[cfg(feature = "fault-injection")]
     #[arg(long, hide = true)]
     pub fault_response_loss_percent: Option<u32>,
+    /// Test-only: keep storage writes in memory until synced, so kill -9 loses unsynced
+    /// writes as a power loss would.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true)]
+    #[serde(default)]
+    pub fault_lose_unsynced_writes: bool,
+    /// Test-only: break one guarantee on purpose (stale-read, ack-before-fsync,
+    /// double-apply), to show the Jepsen-style checkers catch it.
+    #[cfg(feature = "planted-bugs")]
+    #[arg(long, hide = true)]
+    pub planted_bug: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -159,6 +170,11 @@ impl ServeArgs {
             fault_response_loss_percent: self
                 .fault_response_loss_percent
                 .or(file.fault_response_loss_percent),
+            #[cfg(feature = "fault-injection")]
+            fault_lose_unsynced_writes: self.fault_lose_unsynced_writes
+                || file.fault_lose_unsynced_writes,
+            #[cfg(feature = "planted-bugs")]
+            planted_bug: self.planted_bug.or(file.planted_bug),
         }
     }
 }
@@ -266,6 +282,7 @@ impl NodeConfig {
 fn faults_from(args: &ServeArgs) -> Faults {
     Faults {
         response_loss_percent: args.fault_response_loss_percent.unwrap_or(0),
+        lose_unsynced_writes: args.fault_lose_unsynced_writes,
     }
 }
 

@@ -1,7 +1,8 @@
-//! Test-only faults a node can be told to inject. The settings exist in every build so that
-//! configurations read the same; injecting them needs the `fault-injection` cargo feature,
-//! and a node built without it refuses a configuration that asks for any. Knows nothing of
-//! request semantics beyond "this RPC mutates".
+//! Test-only faults a node can be told to inject, and the `keel.test.v1.Faults` service that
+//! controls them at run time. The settings exist in every build so that configurations read
+//! the same; injecting them needs the `fault-injection` cargo feature, and a node built
+//! without it refuses a configuration that asks for any and does not serve the service.
+//! Knows nothing of request semantics beyond "this RPC mutates".
 
 /// Faults a node injects; all off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -9,6 +10,9 @@ pub struct Faults {
     /// Percentage (0–100) of Kv mutations whose response is dropped after the mutation was
     /// applied; the client sees an error without a Keel detail (an unknown outcome).
     pub response_loss_percent: u32,
+    /// Keep storage writes in memory until they are synced, so that killing the process
+    /// loses what was not synced, as a power loss would.
+    pub lose_unsynced_writes: bool,
 }
 
 impl Faults {
@@ -34,5 +38,41 @@ impl Faults {
     /// Whether to drop the response of the mutation just served.
     pub(crate) fn drop_response(&self) -> bool {
         self.response_loss_percent > 0 && rand::random_range(0..100) < self.response_loss_percent
+    }
+}
+
+/// `keel.test.v1.Faults`: run-time control of this node's faults.
+#[cfg(feature = "fault-injection")]
+pub(crate) mod service {
+    use std::sync::Arc;
+
+    use keel_proto::test::v1::faults_server::Faults;
+    use keel_proto::test::v1::{SetClockOffsetRequest, SetClockOffsetResponse};
+    use tonic::{Request, Response, Status};
+    use tracing::info;
+
+    use crate::shared::Shared;
+
+    pub(crate) struct FaultsService {
+        shared: Arc<Shared>,
+    }
+
+    impl FaultsService {
+        pub fn new(shared: Arc<Shared>) -> FaultsService {
+            FaultsService { shared }
+        }
+    }
+
+    #[tonic::async_trait]
+    impl Faults for FaultsService {
+        async fn set_clock_offset(
+            &self,
+            request: Request<SetClockOffsetRequest>,
+        ) -> Result<Response<SetClockOffsetResponse>, Status> {
+            let offset_ms = request.into_inner().offset_ms;
+            info!(offset_ms, "fault injection: clock offset set");
+            self.shared.clock.set_offset_ms(offset_ms);
+            Ok(Response::new(SetClockOffsetResponse {}))
+        }
     }
 }

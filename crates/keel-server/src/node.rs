@@ -12,7 +12,7 @@ use keel_proto::raft::raft_server::RaftServer;
 use keel_proto::v1::cluster_server::ClusterServer;
 use keel_proto::v1::kv_server::KvServer;
 use keel_raft::{Groups, RaftGroup};
-use keel_storage::Store;
+use keel_storage::{Store, StoreOptions};
 use keel_types::{NodeAddr, NodeId, RangeId, limits};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -65,7 +65,8 @@ impl Node {
         let addr = listener.local_addr()?;
         let span = info_span!("node", node_id);
         let (store, has_state) = open_store(&config).instrument(span.clone()).await?;
-        let peers = Arc::new(Peers::default());
+        let source = Some(config.listen.ip()).filter(|ip| !ip.is_unspecified());
+        let peers = Arc::new(Peers::new(source));
         let transport = Arc::new(GrpcTransport::new(peers.clone()));
         let groups = Groups::new();
         let group = RaftGroup::start(node_id, RangeId::FIRST, &store, &config.raft, transport)
@@ -167,10 +168,13 @@ impl Node {
 async fn open_store(config: &NodeConfig) -> anyhow::Result<(Store, bool)> {
     let path = config.store_path();
     let snapshot_dir = config.snapshot_dir();
+    let options = StoreOptions {
+        lose_unsynced_writes: config.faults.lose_unsynced_writes,
+    };
     tokio::task::spawn_blocking(move || -> anyhow::Result<(Store, bool)> {
         std::fs::create_dir_all(&snapshot_dir)
             .with_context(|| format!("creating {}", snapshot_dir.display()))?;
-        let store = Store::open(&path, &snapshot_dir)
+        let store = Store::open_with(&path, &snapshot_dir, options)
             .with_context(|| format!("opening {}", path.display()))?;
         let has_state = store.ranges()?.contains(&RangeId::FIRST);
         Ok((store, has_state))
@@ -219,10 +223,15 @@ async fn serve(
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder()
+    let router = Server::builder()
         .add_service(kv)
         .add_service(cluster)
-        .add_service(raft)
+        .add_service(raft);
+    #[cfg(feature = "fault-injection")]
+    let router = router.add_service(keel_proto::test::v1::faults_server::FaultsServer::new(
+        crate::faults::service::FaultsService::new(shared.clone()),
+    ));
+    router
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         })

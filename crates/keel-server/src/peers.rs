@@ -2,6 +2,7 @@
 //! transport and by request forwarding. Knows nothing of Raft or the Kv semantics.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,9 +18,20 @@ const KEEPALIVE_INTERVAL_MS: u64 = 10_000;
 pub(crate) struct Peers {
     /// Node id -> (address, channel). At most one entry per cluster node.
     channels: Mutex<HashMap<NodeId, (String, Channel)>>,
+    /// The address outgoing connections come from: the node's own listen IP when it names
+    /// one, so a peer (or a firewall rule, as the Jepsen harness uses) sees who is calling.
+    source: Option<IpAddr>,
 }
 
 impl Peers {
+    /// Peers reached from `source` (`None`: the OS picks).
+    pub fn new(source: Option<IpAddr>) -> Peers {
+        Peers {
+            channels: Mutex::default(),
+            source,
+        }
+    }
+
     /// The channel to `node` at `addr` ("host:port" or "http://host:port"). A channel is
     /// replaced when the node's address changes. Connecting happens on first use.
     pub fn channel(&self, node: NodeId, addr: &str) -> Result<Channel, tonic::transport::Error> {
@@ -29,7 +41,7 @@ impl Peers {
         {
             return Ok(channel.clone());
         }
-        let channel = endpoint(addr)?.connect_lazy();
+        let channel = endpoint(addr)?.local_address(self.source).connect_lazy();
         channels.insert(node, (addr.to_string(), channel.clone()));
         Ok(channel)
     }

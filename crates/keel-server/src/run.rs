@@ -11,6 +11,10 @@ use crate::node::Node;
 /// error, so the process exits non-zero).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = NodeConfig::from_args(&args)?;
+    #[cfg(feature = "planted-bugs")]
+    if let Some(name) = &args.planted_bug {
+        plant(name)?;
+    }
     let node = Node::start(config).await?;
     let outcome = tokio::select! {
         signal = shutdown_signal() => signal.map(|name| info!(signal = name, "shutting down")),
@@ -28,6 +32,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         (Err(error), Ok(())) | (Ok(()), Err(error)) => Err(error),
         (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+/// Plants the bug `name` in this process (test-only; see `keel_types::planted`).
+#[cfg(feature = "planted-bugs")]
+fn plant(name: &str) -> anyhow::Result<()> {
+    use keel_types::planted::{self, PlantedBug};
+    let names: Vec<&str> = PlantedBug::ALL.iter().map(|bug| bug.name()).collect();
+    let bug = PlantedBug::from_name(name).ok_or_else(|| {
+        anyhow::anyhow!("unknown planted bug {name:?}; known: {}", names.join(", "))
+    })?;
+    planted::plant(bug).map_err(anyhow::Error::msg)?;
+    tracing::warn!(
+        bug = name,
+        "planted bug active: this node breaks a guarantee on purpose"
+    );
+    Ok(())
 }
 
 /// Waits for SIGTERM or SIGINT and names it.

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use keel_types::planted::{self, PlantedBug};
 use keel_types::{
     BatchOp, Cleanup, Command, CommandOutcome, ConditionFailed, KeyValue, Mutation, OpResult,
     RangeId, Rejection, Revision, parse_counter,
@@ -230,7 +231,12 @@ fn apply_mutation(
         |sequences| tables::count_requests(&tables.requests, range, id.client_id, sequences),
     )?;
     store_session(tables, state, range, id.client_id, stored, &plan)?;
-    match plan.verdict {
+    let verdict = match plan.verdict {
+        // The planted bug applies a retried request again instead of replaying its record.
+        Verdict::Replay if planted::active(PlantedBug::DoubleApply) => Verdict::Apply,
+        verdict => verdict,
+    };
+    match verdict {
         Verdict::Reject(rejection) => Ok(CommandOutcome::Rejected(rejection)),
         Verdict::Replay => {
             let outcome = tables::read_request(&tables.requests, range, id.client_id, id.sequence)?

@@ -15,6 +15,8 @@ mod codec;
 mod error;
 mod install;
 mod log_store;
+#[cfg(feature = "fault-injection")]
+pub mod lossy;
 pub mod raft_types;
 mod session;
 mod snapshot;
@@ -27,7 +29,7 @@ pub use error::StorageError;
 pub use log_store::LogStore;
 pub use snapshot::{IncomingSnapshot, SnapshotBuilder, SnapshotFile};
 pub use state_machine::{RangeCounts, ScanPage, StateMachine};
-pub use store::Store;
 #[doc(hidden)]
 pub use store::WriterHold;
+pub use store::{Store, StoreOptions};
 pub use writer::StoreStats;

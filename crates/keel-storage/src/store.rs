@@ -40,9 +40,18 @@ impl Store {
     /// Opens (or creates) the store file at `path` and starts its writer thread. Snapshots
     /// live in `snapshot_dir`; unfinished snapshot files left there by a crash are deleted.
     pub fn open(path: &Path, snapshot_dir: &Path) -> Result<Store, StorageError> {
+        Store::open_with(path, snapshot_dir, StoreOptions::default())
+    }
+
+    /// Opens the store with `options` (test-only faults).
+    pub fn open_with(
+        path: &Path,
+        snapshot_dir: &Path,
+        options: StoreOptions,
+    ) -> Result<Store, StorageError> {
         std::fs::create_dir_all(snapshot_dir).map_err(|e| StorageError::io(snapshot_dir, e))?;
         snapshot::remove_unfinished(snapshot_dir)?;
-        let db = Database::create(path).map_err(|e| StorageError::redb("open", e))?;
+        let db = open_database(path, options)?;
         create_tables(&db)?;
         let db = Arc::new(db);
         let shared = Arc::new(Shared::default());
@@ -240,6 +249,44 @@ impl Store {
 #[doc(hidden)]
 pub struct WriterHold {
     _release: std::sync::mpsc::Sender<()>,
+}
+
+/// How a store opens its file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Test-only (feature `fault-injection`): keep writes in memory until redb syncs, so a
+    /// killed process loses what it had not synced, as after a power loss (`lossy`).
+    pub lose_unsynced_writes: bool,
+}
+
+fn open_database(path: &Path, options: StoreOptions) -> Result<Database, StorageError> {
+    if options.lose_unsynced_writes {
+        return open_lossy(path);
+    }
+    Database::create(path).map_err(|e| StorageError::redb("open", e))
+}
+
+#[cfg(feature = "fault-injection")]
+fn open_lossy(path: &Path) -> Result<Database, StorageError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| StorageError::io(path, e))?;
+    let backend = crate::lossy::LossyBackend::new(file).map_err(|e| StorageError::io(path, e))?;
+    Database::builder()
+        .create_with_backend(backend)
+        .map_err(|e| StorageError::redb("open", e))
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn open_lossy(path: &Path) -> Result<Database, StorageError> {
+    Err(StorageError::io(
+        path,
+        std::io::Error::other("losing unsynced writes needs the `fault-injection` feature"),
+    ))
 }
 
 fn create_tables(db: &Database) -> Result<(), StorageError> {

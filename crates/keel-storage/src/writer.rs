@@ -12,6 +12,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use keel_types::planted::{self, PlantedBug};
 use keel_types::{CommandOutcome, RangeId, limits};
 use redb::{Database, Durability, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
@@ -267,6 +268,8 @@ impl Writer {
             .db
             .begin_write()
             .map_err(|e| StorageError::redb("begin write", e))?;
+        // The planted bug acknowledges appends, votes and purges without making them durable.
+        let durable = durable && !planted::active(PlantedBug::AckBeforeFsync);
         let durability = if durable {
             Durability::Immediate
         } else {

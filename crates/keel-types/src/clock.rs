@@ -10,6 +10,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Wall-clock time in Unix milliseconds.
 pub trait Clock: Debug + Send + Sync {
     fn now_ms(&self) -> u64;
+
+    /// Test hook (fault injection): from now on read `offset_ms` away from the clock's base
+    /// (negative = behind). Replaces any earlier offset.
+    fn set_offset_ms(&self, offset_ms: i64);
 }
 
 /// A shared clock.
@@ -26,11 +30,6 @@ impl SystemClock {
     pub fn shared() -> Arc<SystemClock> {
         Arc::new(SystemClock::default())
     }
-
-    /// Shifts this clock by `offset_ms` from the host's (negative = behind).
-    pub fn set_offset_ms(&self, offset_ms: i64) {
-        self.offset_ms.store(offset_ms, Ordering::SeqCst);
-    }
 }
 
 impl Clock for SystemClock {
@@ -42,18 +41,24 @@ impl Clock for SystemClock {
             });
         host.saturating_add_signed(self.offset_ms.load(Ordering::SeqCst))
     }
+
+    fn set_offset_ms(&self, offset_ms: i64) {
+        self.offset_ms.store(offset_ms, Ordering::SeqCst);
+    }
 }
 
 /// A clock that moves only when told to. For tests.
 #[derive(Debug)]
 pub struct ManualClock {
     now_ms: AtomicU64,
+    offset_ms: AtomicI64,
 }
 
 impl ManualClock {
     pub fn new(now_ms: u64) -> Arc<ManualClock> {
         Arc::new(ManualClock {
             now_ms: AtomicU64::new(now_ms),
+            offset_ms: AtomicI64::new(0),
         })
     }
 
@@ -68,7 +73,12 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
-        self.now_ms.load(Ordering::SeqCst)
+        let now_ms = self.now_ms.load(Ordering::SeqCst);
+        now_ms.saturating_add_signed(self.offset_ms.load(Ordering::SeqCst))
+    }
+
+    fn set_offset_ms(&self, offset_ms: i64) {
+        self.offset_ms.store(offset_ms, Ordering::SeqCst);
     }
 }
 
@@ -77,7 +87,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn offsets_shift_the_system_clock_and_manual_clocks_move_when_told() {
+    fn offsets_shift_clocks_and_manual_clocks_move_when_told() {
         let clock = SystemClock::default();
         let before = clock.now_ms();
         clock.set_offset_ms(-60_000);
@@ -90,5 +100,7 @@ mod tests {
         assert_eq!(manual.now_ms(), 1_500);
         manual.set_ms(10);
         assert_eq!(manual.now_ms(), 10);
+        manual.set_offset_ms(-4);
+        assert_eq!(manual.now_ms(), 6);
     }
 }

@@ -8,6 +8,7 @@ pub mod command;
 pub mod error;
 pub mod ids;
 pub mod limits;
+pub mod planted;
 pub mod validate;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
