@@ -1,7 +1,8 @@
-//! Keel's Jepsen-style harness as a library: the history and fault-log formats, the checkers,
-//! the check of a run directory and its report. Knows nothing about Keel's servers, storage or
-//! Raft: a history is all it sees (the runner, added later, will talk to a cluster only
-//! through keel-client).
+//! Keel's Jepsen-style harness as a library: the runner (`run`: real `keel serve` processes,
+//! faults, workloads), the history and fault-log formats, the checkers, the check of a run
+//! directory and its report. Knows nothing about Keel's servers, storage or Raft: the runner
+//! talks to a cluster only through keel-client and process command lines, and the checkers
+//! see nothing but a history.
 
 pub mod check;
 pub mod checker;
@@ -9,5 +10,6 @@ pub mod fault;
 pub mod history;
 pub mod limits;
 pub mod report;
+pub mod run;
 pub mod spec;
 pub mod synth;

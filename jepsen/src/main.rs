@@ -1,7 +1,9 @@
-//! The `keel-jepsen` binary: command-line parsing and exit codes. `check DIR` checks a run
-//! directory; the runner (`run`) comes later. Knows nothing about how checkers work.
+//! The `keel-jepsen` binary: command-line parsing and exit codes. `run` makes a run directory
+//! against real `keel serve` processes and then checks it; `check DIR` checks one. Knows
+//! nothing about how checkers work or how faults are made.
 //!
-//! Exit codes: 0 valid, 1 invalid, 2 unknown, 3 usage or I/O error.
+//! Exit codes: 0 valid, 1 invalid, 2 unknown, 3 usage or I/O error (for `run` also: the
+//! cluster could not be started or the run could not be completed).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +13,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use keel_jepsen::check::{self, REPORT_FILE, RESULTS_FILE};
 use keel_jepsen::checker::{Budget, CheckerName};
+use keel_jepsen::run::plan::FaultKind;
+use keel_jepsen::run::workload::WorkloadKind;
+use keel_jepsen::run::{self, RunConfig};
 use keel_jepsen::{limits, report};
 
 /// Exit code for a usage or I/O error (clap's own would be 2, which means `unknown` here).
@@ -25,8 +30,50 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a workload against real `keel serve` processes under faults, then check it.
+    Run(RunArgs),
     /// Check DIR/history.jsonl (+ faults.jsonl, run.json); write results.json and report.html.
     Check(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// register, append or counter.
+    #[arg(long)]
+    workload: WorkloadKind,
+    /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock.
+    #[arg(long, value_delimiter = ',')]
+    nemesis: Vec<FaultKind>,
+    /// Nodes of the cluster.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Seconds of workload (faults stop then; heal, recovery and final reads follow).
+    #[arg(long, default_value_t = 60)]
+    time_limit: u64,
+    /// Ops per second, all clients together.
+    #[arg(long, default_value_t = 100)]
+    rate: u32,
+    /// Clients running ops at once.
+    #[arg(long, default_value_t = 5)]
+    concurrency: usize,
+    /// Seed of every random choice (faults, keys, ops): the same seed, the same fault plan.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The run directory (made if missing; its files are replaced).
+    #[arg(long)]
+    out: PathBuf,
+    /// The keel binary (a release build with the fault-injection and planted-bugs features).
+    #[arg(long, default_value = "target/release/keel")]
+    keel: PathBuf,
+    /// Start every node with `--planted-bug NAME` (stale-read, ack-before-fsync, double-apply).
+    #[arg(long, value_name = "NAME")]
+    planted_bug: Option<String>,
+    /// Drop this percentage of mutation answers after applying them (more client retries).
+    #[arg(long, default_value_t = 0)]
+    response_loss_percent: u32,
+    /// Use the TCP proxy even when a network namespace is possible.
+    #[arg(long)]
+    no_netns: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -59,14 +106,51 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let Command::Check(args) = cli.command;
-    match check_dir(&args) {
+    let outcome = match cli.command {
+        Command::Check(args) => check_dir(&args),
+        Command::Run(args) => run_and_check(args),
+    };
+    match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("keel-jepsen: {error:#}");
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// Runs `run`, then the checkers of its workload on its directory.
+fn run_and_check(args: RunArgs) -> anyhow::Result<u8> {
+    let config = RunConfig {
+        workload: args.workload,
+        nemesis: args.nemesis,
+        nodes: args.nodes,
+        time_limit_s: args.time_limit,
+        rate_hz: args.rate,
+        concurrency: args.concurrency,
+        seed: args.seed,
+        out: args.out.clone(),
+        keel: args.keel,
+        planted_bug: args.planted_bug,
+        response_loss_percent: args.response_loss_percent,
+        no_netns: args.no_netns,
+    };
+    let summary = run::run_blocking(&config)?;
+    println!(
+        "run: {} ops, {} faults in {:.1} s ({:?})",
+        summary.ops,
+        summary.faults,
+        summary.elapsed.as_secs_f64(),
+        summary.isolation
+    );
+    check_dir(&CheckArgs {
+        dir: args.out,
+        checkers: Vec::new(),
+        key_ops_max: limits::REGISTER_KEY_OPS_MAX,
+        key_time_budget_ms: limits::REGISTER_KEY_TIME_BUDGET_MS,
+        total_time_budget_ms: limits::REGISTER_TOTAL_TIME_BUDGET_MS,
+        memo_entries_max: limits::REGISTER_KEY_MEMO_ENTRIES_MAX,
+    })
 }
 
 /// Runs `check DIR`, prints one line per checker and returns the verdict's exit code.

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The full matrix of the Jepsen-style harness (issue 6): every workload under every fault
+# alone and all faults together (each must be valid), then every planted bug with the workload
+# and faults that must catch it (each must be invalid). Prints a table of verdicts and run
+# times; exits non-zero if any row is not what it should be.
+#
+#   jepsen/matrix.sh                        # 60 s per run (about 1.5 h in all)
+#   TIME_LIMIT=30 SEED=7 jepsen/matrix.sh   # shorter runs, another seed
+#   KEEL_JEPSEN_OUT=DIR jepsen/matrix.sh    # keep the run directories there
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# Where cargo puts release binaries (CARGO_TARGET_DIR when set).
+bin=${CARGO_TARGET_DIR:-target}/release
+
+time_limit=${TIME_LIMIT:-60}
+seed=${SEED:-1}
+out=${KEEL_JEPSEN_OUT:-$(mktemp -d /tmp/keel-jepsen-matrix.XXXXXX)}
+mkdir -p "$out"
+
+cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs || exit 3
+cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
+
+workloads=(register append counter)
+faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
+# planted bug | workload | faults | extra flags
+planted=(
+    "stale-read|register|partition|"
+    "ack-before-fsync|register|kill-all|"
+    "double-apply|counter|partition|--response-loss-percent 5"
+)
+
+verdict() { case $1 in 0) echo valid ;; 1) echo invalid ;; 2) echo unknown ;; *) echo "error($1)" ;; esac; }
+failures=0
+table=$(printf '%-9s %-52s %-17s %-8s %-10s %6s\n' workload faults planted-bug expected verdict seconds)
+
+# row WORKLOAD FAULTS BUG EXPECTED EXTRA...
+row() {
+    local workload=$1 nemesis=$2 bug=$3 expected=$4
+    shift 4
+    local name="$workload-${nemesis//,/+}${bug:+-$bug}"
+    local start=$SECONDS
+    local flags=(--workload "$workload" --nemesis "$nemesis" --time-limit "$time_limit" --seed "$seed")
+    [ -n "$bug" ] && flags+=(--planted-bug "$bug")
+    "$bin/keel-jepsen" run --keel "$bin/keel" --out "$out/$name" "${flags[@]}" "$@" \
+        >"$out/$name.log" 2>&1
+    local got
+    got=$(verdict $?)
+    local line
+    line=$(printf '%-9s %-52s %-17s %-8s %-10s %6d' "$workload" "$nemesis" "${bug:--}" "$expected" "$got" $((SECONDS - start)))
+    echo "$line"
+    table+=$'\n'"$line"
+    [ "$got" = "$expected" ] || failures=$((failures + 1))
+}
+
+for workload in "${workloads[@]}"; do
+    for nemesis in "${faults[@]}"; do
+        row "$workload" "$nemesis" "" valid
+    done
+done
+for entry in "${planted[@]}"; do
+    IFS='|' read -r bug workload nemesis extra <<<"$entry"
+    # shellcheck disable=SC2086 # extra flags are words
+    row "$workload" "$nemesis" "$bug" invalid $extra
+done
+
+echo
+echo "$table"
+echo "runs in $out"
+if [ "$failures" -ne 0 ]; then
+    echo "keel-jepsen matrix: $failures row(s) not as expected" >&2
+    exit 1
+fi
+echo "keel-jepsen matrix: ok"

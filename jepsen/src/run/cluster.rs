@@ -1,0 +1,194 @@
+//! The `keel serve` processes of a run: start, kill -9, restart with the same data, pause
+//! and resume, and kill everything when dropped. Each node's output goes to `nK/keel.log`
+//! in the run directory, its data to `nK/data`. Knows nothing of faults' schedule, networks
+//! or workloads; it sees the cluster only as processes and command-line flags.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+
+use crate::run::net::NodeAddress;
+
+/// Lines of a node's log shown when it fails to start.
+pub const LOG_TAIL_LINES: usize = 20;
+
+/// One node: how to start it and its process when running.
+#[derive(Debug)]
+struct Node {
+    id: u64,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    binary: PathBuf,
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// Plans the nodes (`extra` flags go to every `keel serve`) without starting them.
+    pub fn new(binary: &Path, addresses: &[NodeAddress], dir: &Path, extra: &[String]) -> Cluster {
+        let initial_cluster = addresses
+            .iter()
+            .enumerate()
+            .map(|(index, address)| format!("{}={}", index + 1, address.cluster))
+            .collect::<Vec<_>>()
+            .join(",");
+        let nodes = addresses
+            .iter()
+            .enumerate()
+            .map(|(index, address)| {
+                let node_dir = dir.join(node_name(index));
+                let mut args: Vec<String> = vec![
+                    "serve".into(),
+                    "--node-id".into(),
+                    (index + 1).to_string(),
+                    "--listen".into(),
+                    address.listen.to_string(),
+                    "--data-dir".into(),
+                    node_dir.join("data").display().to_string(),
+                    "--initial-cluster".into(),
+                    initial_cluster.clone(),
+                ];
+                args.extend(extra.iter().cloned());
+                Node {
+                    id: index as u64 + 1,
+                    args,
+                    log: node_dir.join("keel.log"),
+                    child: None,
+                }
+            })
+            .collect();
+        Cluster {
+            binary: binary.to_path_buf(),
+            nodes,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Starts every node that is not running.
+    pub fn start_all(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].child.is_none() {
+                self.start(index)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts node `index` (again) with its flags and data.
+    pub fn start(&mut self, index: usize) -> anyhow::Result<()> {
+        let node = &mut self.nodes[index];
+        assert!(node.child.is_none(), "node {} is already running", node.id);
+        let log_dir = node.log.parent().expect("a log path has a parent");
+        std::fs::create_dir_all(log_dir)
+            .with_context(|| format!("creating {}", log_dir.display()))?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .with_context(|| format!("opening {}", node.log.display()))?;
+        let mut command = Command::new(&self.binary);
+        command
+            .args(&node.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        // SAFETY: the closure only calls prctl, which is async-signal-safe. It makes the
+        // kernel kill the node if the runner dies, even by SIGKILL, so no node outlives a run.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {} for node {}", self.binary.display(), node.id))?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    /// kill -9 of node `index`; waits until it is gone.
+    pub async fn kill(&mut self, index: usize) -> anyhow::Result<()> {
+        let node = &mut self.nodes[index];
+        let Some(mut child) = node.child.take() else {
+            return Ok(());
+        };
+        child.start_kill().ok();
+        child
+            .wait()
+            .await
+            .with_context(|| format!("waiting for node {} to die", node.id))?;
+        Ok(())
+    }
+
+    /// SIGSTOP (`pause`) or SIGCONT (`!pause`) to node `index`, if it runs.
+    pub fn pause(&mut self, index: usize, pause: bool) -> anyhow::Result<()> {
+        let signal = if pause { libc::SIGSTOP } else { libc::SIGCONT };
+        let Some(pid) = self.nodes[index].child.as_ref().and_then(Child::id) else {
+            return Ok(());
+        };
+        // SAFETY: kill(2) with a pid of our own child and a valid signal number.
+        if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
+            bail!(
+                "signal {signal} to node {}: {}",
+                self.nodes[index].id,
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(())
+    }
+
+    /// Nodes (index, status) that exited on their own since the last look; they are marked
+    /// stopped so `start_all` starts them again.
+    pub fn exited(&mut self) -> Vec<(usize, ExitStatus)> {
+        let mut exited = Vec::new();
+        for (index, node) in self.nodes.iter_mut().enumerate() {
+            let status = node
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = status {
+                node.child = None;
+                exited.push((index, status));
+            }
+        }
+        exited
+    }
+
+    /// The last lines of node `index`'s log, for error messages.
+    pub fn log_tail(&self, index: usize) -> String {
+        let path = &self.nodes[index].log;
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+        format!("{} (last lines):\n{tail}", path.display())
+    }
+
+    /// kill -9 of every node, waiting for each.
+    pub async fn kill_all(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.nodes.len() {
+            self.kill(index).await?;
+        }
+        Ok(())
+    }
+}
+
+/// `n1`, `n2`, ...: how nodes are named in faults.jsonl and in the run directory.
+pub fn node_name(index: usize) -> String {
+    format!("n{}", index + 1)
+}

@@ -1,0 +1,370 @@
+//! `keel-jepsen run`: starts a cluster of real `keel serve` processes (in a network namespace
+//! of its own when root, else behind the runner's proxies), runs a workload's clients and the
+//! nemesis side by side, heals, waits, reads every key, and leaves history.jsonl,
+//! faults.jsonl and run.json in the run directory for `check`. Talks to the cluster only
+//! through keel-client and the processes' command lines; knows nothing of how checkers work.
+
+pub mod clock;
+pub mod cluster;
+pub mod listeners;
+pub mod nemesis;
+pub mod net;
+pub mod netns;
+pub mod outcome;
+pub mod plan;
+pub mod proxy;
+pub mod recorder;
+pub mod rng;
+pub mod workload;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use keel_client::{Client, ClientOptions};
+use keel_types::Consistency;
+use serde_json::json;
+
+use crate::check::{FAULTS_FILE, HISTORY_FILE, RUN_SPEC_FILE};
+use crate::limits;
+use crate::run::clock::RunClock;
+use crate::run::cluster::Cluster;
+use crate::run::nemesis::Nemesis;
+use crate::run::net::{Network, NodeAddress};
+use crate::run::netns::Namespace;
+use crate::run::plan::FaultKind;
+use crate::run::recorder::Recorder;
+use crate::run::workload::{ClientPlan, Workload, WorkloadKind};
+
+/// How long a fresh cluster may take to serve its first linearizable read.
+pub const READY_WAIT: Duration = Duration::from_secs(30);
+/// Pause between two readiness probes.
+pub const READY_POLL: Duration = Duration::from_millis(200);
+/// Quiet time after healing, before the final reads.
+pub const RECOVERY_WAIT: Duration = Duration::from_secs(5);
+/// Ops per second the clients may be asked for, all together.
+pub const RATE_HZ_MAX: u32 = 10_000;
+/// Longest run.
+pub const TIME_LIMIT_S_MAX: u64 = 24 * 3600;
+/// Clients at most.
+pub const CONCURRENCY_MAX: usize = 256;
+/// Nodes at most (loopback aliases 127.0.0.11 to 127.0.0.(10+n)).
+pub const NODES_MAX: usize = 9;
+
+/// Where partitions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// A network namespace with iptables (root).
+    Namespace,
+    /// The runner's TCP proxies (no root needed).
+    Proxy,
+}
+
+/// What `keel-jepsen run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub workload: WorkloadKind,
+    pub nemesis: Vec<FaultKind>,
+    pub nodes: usize,
+    pub time_limit_s: u64,
+    pub rate_hz: u32,
+    pub concurrency: usize,
+    pub seed: u64,
+    pub out: PathBuf,
+    pub keel: PathBuf,
+    pub planted_bug: Option<String>,
+    /// `keel serve --fault-response-loss-percent`: answers of mutations dropped after
+    /// applying them, so clients retry more (0 = flag not passed).
+    pub response_loss_percent: u32,
+    /// Never use a namespace, even as root.
+    pub no_netns: bool,
+}
+
+/// What the runner says about a finished run.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub isolation: Isolation,
+    pub ops: u64,
+    pub faults: usize,
+    pub elapsed: Duration,
+}
+
+/// Runs the whole thing on this thread: picks the isolation, makes and enters the namespace
+/// when it can (before any other thread starts, so all of them are inside), runs the cluster
+/// and the clients on a fresh runtime, and removes the namespace whatever happened,
+/// including on SIGINT/SIGTERM.
+pub fn run_blocking(config: &RunConfig) -> anyhow::Result<RunSummary> {
+    validate(config)?;
+    let started = Instant::now();
+    let isolation = match (config.no_netns, netns::unavailable()) {
+        (true, _) => Isolation::Proxy,
+        (false, Some(reason)) => {
+            eprintln!(
+                "keel-jepsen: no network namespace ({reason}); partitions through the TCP proxy"
+            );
+            Isolation::Proxy
+        }
+        (false, None) => Isolation::Namespace,
+    };
+    let namespace = match isolation {
+        Isolation::Namespace => {
+            let aliases: Vec<_> = (0..config.nodes).map(net::alias).collect();
+            let namespace = Namespace::create(&aliases)?;
+            namespace.enter()?;
+            Some(namespace)
+        }
+        Isolation::Proxy => None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            outcome = run(config, isolation) => outcome,
+            signal = interrupted() => Err(anyhow::anyhow!("interrupted by {signal}; the cluster was stopped")),
+        }
+    });
+    // Dropping the runtime kills the nodes (kill_on_drop) before the namespace goes.
+    drop(runtime);
+    drop(namespace);
+    let (ops, faults) = outcome?;
+    Ok(RunSummary {
+        isolation,
+        ops,
+        faults,
+        elapsed: started.elapsed(),
+    })
+}
+
+fn validate(config: &RunConfig) -> anyhow::Result<()> {
+    if !(1..=NODES_MAX).contains(&config.nodes) {
+        bail!("--nodes is {}; it must be 1 to {NODES_MAX}", config.nodes);
+    }
+    if !(1..=TIME_LIMIT_S_MAX).contains(&config.time_limit_s) {
+        bail!(
+            "--time-limit is {} s; it must be 1 to {TIME_LIMIT_S_MAX} s",
+            config.time_limit_s
+        );
+    }
+    if !(1..=RATE_HZ_MAX).contains(&config.rate_hz) {
+        bail!(
+            "--rate is {} ops/s; it must be 1 to {RATE_HZ_MAX}",
+            config.rate_hz
+        );
+    }
+    if !(1..=CONCURRENCY_MAX).contains(&config.concurrency) {
+        bail!(
+            "--concurrency is {}; it must be 1 to {CONCURRENCY_MAX}",
+            config.concurrency
+        );
+    }
+    if config.response_loss_percent > 100 {
+        bail!(
+            "--response-loss-percent is {}; it must be 0 to 100",
+            config.response_loss_percent
+        );
+    }
+    if !config.keel.is_file() {
+        bail!(
+            "no keel binary at {}; build it with\n  cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs\nor name one with --keel PATH",
+            config.keel.display()
+        );
+    }
+    Ok(())
+}
+
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+/// The run itself; returns (ops recorded, faults recorded).
+async fn run(config: &RunConfig, isolation: Isolation) -> anyhow::Result<(u64, usize)> {
+    std::fs::create_dir_all(&config.out)
+        .with_context(|| format!("creating {}", config.out.display()))?;
+    write_run_spec(config, isolation)?;
+    let (network, addresses) = match isolation {
+        Isolation::Namespace => net::in_namespace(config.nodes),
+        Isolation::Proxy => net::proxied(config.nodes)
+            .await
+            .context("starting the proxies")?,
+    };
+    let endpoints: Vec<String> = addresses
+        .iter()
+        .map(|address| address.cluster.to_string())
+        .collect();
+    let mut cluster = Cluster::new(&config.keel, &addresses, &config.out, &serve_flags(config));
+    cluster.start_all()?;
+    wait_ready(&mut cluster, &endpoints).await?;
+    eprintln!(
+        "keel-jepsen: {} nodes up ({}); {} for {} s",
+        config.nodes,
+        network.describe(),
+        config.workload.as_str(),
+        config.time_limit_s
+    );
+    drive(config, cluster, network, &addresses, endpoints).await
+}
+
+/// Clients and nemesis side by side until the time limit, then heal, wait, final reads.
+async fn drive(
+    config: &RunConfig,
+    cluster: Cluster,
+    network: Network,
+    addresses: &[NodeAddress],
+    endpoints: Vec<String>,
+) -> anyhow::Result<(u64, usize)> {
+    let history = Arc::new(Recorder::create(
+        &config.out.join(HISTORY_FILE),
+        limits::HISTORY_OPS_MAX,
+    )?);
+    let faults = Recorder::create(&config.out.join(FAULTS_FILE), limits::FAULT_EVENTS_MAX)?;
+    let clock = RunClock::start();
+    let mut nemesis = Nemesis::new(cluster, network, endpoints.clone(), clock, faults)?;
+    let end = Duration::from_secs(config.time_limit_s);
+    let schedule = plan::plan(
+        config.seed,
+        &config.nemesis,
+        addresses.len(),
+        end.as_millis() as u64,
+    );
+    let workload = Arc::new(Workload::new(config.workload));
+    let client_plan = ClientPlan {
+        concurrency: config.concurrency,
+        rate_hz: config.rate_hz,
+        end,
+        ops_max: ops_max(config),
+        seed: config.seed,
+    };
+    let clients = workload::run_clients(
+        workload.clone(),
+        &endpoints,
+        &client_plan,
+        clock,
+        history.clone(),
+    );
+    let (ops, faulted) = tokio::join!(clients, nemesis.run(&schedule, end));
+    faulted?;
+    let mut ops = ops?;
+    nemesis.heal_all().await?;
+    tokio::time::sleep(RECOVERY_WAIT).await;
+    ops += workload::final_reads(
+        &workload,
+        &endpoints,
+        config.concurrency as u64 * 1_000_000,
+        clock,
+        &history,
+    )
+    .await?;
+    for (index, status) in nemesis.cluster.exited() {
+        eprintln!(
+            "keel-jepsen: warning: node {} exited on its own ({status}); {}",
+            cluster::node_name(index),
+            nemesis.cluster.log_tail(index)
+        );
+    }
+    let faults = nemesis.finish().await?;
+    history.finish().map_err(anyhow::Error::msg)?;
+    Ok((ops, faults))
+}
+
+/// Ops of all clients together: twice what the rate asks for over the time limit, within the
+/// history limit.
+fn ops_max(config: &RunConfig) -> u64 {
+    let asked = u64::from(config.rate_hz) * config.time_limit_s * 2;
+    asked.min(limits::HISTORY_OPS_MAX as u64 / 2)
+}
+
+/// Flags every `keel serve` of the run gets beyond its address and data.
+fn serve_flags(config: &RunConfig) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(bug) = &config.planted_bug {
+        flags.extend(["--planted-bug".to_string(), bug.clone()]);
+    }
+    if config.response_loss_percent > 0 {
+        flags.extend([
+            "--fault-response-loss-percent".to_string(),
+            config.response_loss_percent.to_string(),
+        ]);
+    }
+    flags
+}
+
+/// Waits until a linearizable read succeeds; fails early if a node exits.
+async fn wait_ready(cluster: &mut Cluster, endpoints: &[String]) -> anyhow::Result<()> {
+    let options = ClientOptions {
+        request_timeout: READY_POLL * 5,
+        read_attempt_timeout: READY_POLL * 5,
+        ..ClientOptions::default()
+    };
+    let client = Client::new(endpoints.to_vec(), options)?;
+    let deadline = tokio::time::Instant::now() + READY_WAIT;
+    loop {
+        if let Some((index, status)) = cluster.exited().into_iter().next() {
+            bail!(
+                "node {} exited at start ({status}); {}",
+                cluster::node_name(index),
+                cluster.log_tail(index)
+            );
+        }
+        let probe = client
+            .get(b"keel-jepsen-ready", Consistency::Linearizable)
+            .await;
+        if probe.is_ok() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "the cluster did not serve a linearizable read within {} s (last error: {}); {}",
+                READY_WAIT.as_secs(),
+                probe.err().map(|e| e.to_string()).unwrap_or_default(),
+                cluster.log_tail(0)
+            );
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+}
+
+fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()> {
+    let spec = json!({
+        "workload": config.workload.as_str(),
+        "nemesis": config.nemesis.iter().map(|kind| kind.as_str()).collect::<Vec<_>>(),
+        "nodes": config.nodes,
+        "seed": config.seed,
+        "time_limit_s": config.time_limit_s,
+        "rate_hz": config.rate_hz,
+        "concurrency": config.concurrency,
+        "planted_bug": config.planted_bug,
+        "response_loss_percent": config.response_loss_percent,
+        "keel": config.keel.display().to_string(),
+        "keel_version": keel_version(&config.keel),
+        "runner_version": env!("CARGO_PKG_VERSION"),
+        "isolation": match isolation {
+            Isolation::Namespace => "netns",
+            Isolation::Proxy => "proxy",
+        },
+    });
+    let path = config.out.join(RUN_SPEC_FILE);
+    let text = serde_json::to_string_pretty(&spec).expect("run.json always serializes");
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `keel --version`, or null when it cannot be asked.
+fn keel_version(binary: &Path) -> Option<String> {
+    let output = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}

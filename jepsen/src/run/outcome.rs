@@ -1,0 +1,45 @@
+//! The client error contract of DESIGN §7 as one table: what a keel-client error means for
+//! the `ok` field of a history record. Knows nothing of workloads or files.
+
+use keel_types::KvError;
+
+use crate::history::Status;
+
+/// The outcome of a write that returned `error`: `Fail` when the client knows it was not
+/// applied, `Info` (indeterminate) otherwise.
+///
+/// keel-client returns `NotLeader`, `Unavailable` and `Overloaded` only when no attempt of the
+/// write can have been applied (otherwise it answers `OutcomeUnknown`); `ConditionFailed`,
+/// `InvalidArgument`, `NotACounter` and `Overflow` are the server's final word that nothing
+/// was applied. `RequestIdExpired` says the write may have been applied once under its old
+/// id, so it is indeterminate, as are timeouts, lost answers and a stopped node.
+pub fn write_status(error: &KvError) -> Status {
+    match error {
+        KvError::InvalidArgument { .. }
+        | KvError::ConditionFailed(_)
+        | KvError::NotLeader { .. }
+        | KvError::Unavailable { .. }
+        | KvError::Overloaded { .. }
+        | KvError::NotACounter { .. }
+        | KvError::Overflow { .. } => Status::Fail,
+        KvError::OutcomeUnknown { .. }
+        | KvError::Timeout { .. }
+        | KvError::Fatal { .. }
+        | KvError::RequestIdExpired { .. } => Status::Info,
+    }
+}
+
+/// The outcome of a read that returned `error`: always `Fail`, since a read changes nothing
+/// (DESIGN §7: reads that error are `fail`).
+pub fn read_status(_error: &KvError) -> Status {
+    Status::Fail
+}
+
+/// The `ok` field of a record with this status.
+pub fn ok_field(status: Status) -> Option<bool> {
+    match status {
+        Status::Ok => Some(true),
+        Status::Fail => Some(false),
+        Status::Info => None,
+    }
+}

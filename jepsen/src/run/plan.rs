@@ -1,0 +1,257 @@
+//! The nemesis schedule as a pure function of the seed: which fault happens when, for how
+//! long, against whom. "Decide in pure code, act in the runtime": `nemesis.rs` carries the
+//! plan out. Knows nothing of processes, networks or clients; the leader is named as a role
+//! (`Who::Leader`) and found when the fault starts.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::run::rng::Rng;
+
+/// Time with no fault at the start of a run, so the cluster elects a leader and the clients
+/// warm up.
+pub const WARMUP_MS: u64 = 3_000;
+/// How long one fault lasts, drawn in this range.
+pub const HOLD_MS_MIN: u64 = 2_000;
+pub const HOLD_MS_MAX: u64 = 5_000;
+/// Quiet time between two faults, drawn in this range.
+pub const GAP_MS_MIN: u64 = 1_000;
+pub const GAP_MS_MAX: u64 = 3_000;
+/// A fault shorter than this is not started (it would end before it acted).
+pub const HOLD_MS_SHORTEST: u64 = 1_000;
+/// Faults in one plan, whatever the time limit.
+pub const FAULTS_MAX: usize = 10_000;
+/// The clock fault shifts a node's clock by this much, either way.
+pub const CLOCK_OFFSET_MS: i64 = 2_000;
+/// Chance (per mille) that `kill` and `clock` hit the leader rather than a random node.
+pub const LEADER_PER_MILLE: u64 = 500;
+
+/// A fault kind, as named on the command line, in run.json and in faults.jsonl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    Partition,
+    Kill,
+    KillAll,
+    Pause,
+    LeaderTransfer,
+    Clock,
+}
+
+/// A node by role or by index (0-based; node id = index + 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    Leader,
+    Node(usize),
+}
+
+/// Which nodes a partition separates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionShape {
+    /// The leader alone against the rest.
+    IsolateLeader,
+    /// These nodes (about half) against the rest.
+    Halves(Vec<usize>),
+    /// This node alone against the rest.
+    OneNode(usize),
+}
+
+/// What a fault does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultAction {
+    Partition(PartitionShape),
+    /// kill -9, then restart with the same data at the end of the hold.
+    Kill(Who),
+    /// kill -9 of every node, then restart them all: loses what was acknowledged unsynced.
+    KillAll,
+    /// SIGSTOP, then SIGCONT.
+    Pause(Who),
+    /// Ask the leader to hand over to the `nth` other node (modulo their number).
+    LeaderTransfer {
+        nth: usize,
+    },
+    /// Shift a node's clock (TTL and session time, never the host's), then back to 0.
+    Clock {
+        node: Who,
+        offset_ms: i64,
+    },
+}
+
+/// One fault of the plan; times in ms since the run began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFault {
+    pub start_ms: u64,
+    pub hold_ms: u64,
+    pub action: FaultAction,
+}
+
+/// Plans faults of `kinds` for a cluster of `nodes` from `WARMUP_MS` until `time_limit_ms`:
+/// kinds take turns (from a seeded first one, so every requested kind comes early), holds
+/// and gaps are drawn from the seed, and every fault ends by the time limit.
+pub fn plan(seed: u64, kinds: &[FaultKind], nodes: usize, time_limit_ms: u64) -> Vec<PlannedFault> {
+    let mut kinds = kinds.to_vec();
+    kinds.sort();
+    kinds.dedup();
+    if kinds.is_empty() || nodes == 0 {
+        return Vec::new();
+    }
+    let mut rng = Rng::new(seed).fork(u64::from_le_bytes(*b"nemesis\0"));
+    rng.shuffle(&mut kinds);
+    let mut shapes = ShapeRotation::new(&mut rng);
+    let mut faults = Vec::new();
+    let mut start_ms = WARMUP_MS;
+    while faults.len() < FAULTS_MAX {
+        let hold_ms = rng
+            .between(HOLD_MS_MIN, HOLD_MS_MAX)
+            .min(time_limit_ms.saturating_sub(start_ms));
+        if hold_ms < HOLD_MS_SHORTEST {
+            break;
+        }
+        let kind = kinds[faults.len() % kinds.len()];
+        let action = choose_action(kind, nodes, &mut rng, &mut shapes);
+        faults.push(PlannedFault {
+            start_ms,
+            hold_ms,
+            action,
+        });
+        start_ms += hold_ms + rng.between(GAP_MS_MIN, GAP_MS_MAX);
+    }
+    faults
+}
+
+/// Partitions rotate among the three shapes, from a seeded first one.
+struct ShapeRotation {
+    next: u64,
+}
+
+impl ShapeRotation {
+    fn new(rng: &mut Rng) -> ShapeRotation {
+        ShapeRotation { next: rng.below(3) }
+    }
+
+    fn take(&mut self, nodes: usize, rng: &mut Rng) -> PartitionShape {
+        let turn = self.next % 3;
+        self.next += 1;
+        match turn {
+            0 => PartitionShape::IsolateLeader,
+            1 => {
+                let mut order: Vec<usize> = (0..nodes).collect();
+                rng.shuffle(&mut order);
+                let mut side: Vec<usize> = order[..nodes / 2].to_vec();
+                side.sort();
+                PartitionShape::Halves(side)
+            }
+            _ => PartitionShape::OneNode(rng.below(nodes as u64) as usize),
+        }
+    }
+}
+
+fn choose_action(
+    kind: FaultKind,
+    nodes: usize,
+    rng: &mut Rng,
+    shapes: &mut ShapeRotation,
+) -> FaultAction {
+    let leader_or_any = |rng: &mut Rng| match rng.chance(LEADER_PER_MILLE) {
+        true => Who::Leader,
+        false => Who::Node(rng.below(nodes as u64) as usize),
+    };
+    match kind {
+        FaultKind::Partition => FaultAction::Partition(shapes.take(nodes, rng)),
+        FaultKind::Kill => FaultAction::Kill(leader_or_any(rng)),
+        FaultKind::KillAll => FaultAction::KillAll,
+        FaultKind::Pause => FaultAction::Pause(Who::Leader),
+        FaultKind::LeaderTransfer => FaultAction::LeaderTransfer {
+            nth: rng.below(nodes as u64) as usize,
+        },
+        FaultKind::Clock => {
+            let node = leader_or_any(rng);
+            let offset_ms = match rng.chance(500) {
+                true => CLOCK_OFFSET_MS,
+                false => -CLOCK_OFFSET_MS,
+            };
+            FaultAction::Clock { node, offset_ms }
+        }
+    }
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 6] = [
+        FaultKind::Partition,
+        FaultKind::Kill,
+        FaultKind::KillAll,
+        FaultKind::Pause,
+        FaultKind::LeaderTransfer,
+        FaultKind::Clock,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::Partition => "partition",
+            FaultKind::Kill => "kill",
+            FaultKind::KillAll => "kill-all",
+            FaultKind::Pause => "pause",
+            FaultKind::LeaderTransfer => "leader-transfer",
+            FaultKind::Clock => "clock",
+        }
+    }
+}
+
+impl FaultAction {
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            FaultAction::Partition(_) => FaultKind::Partition,
+            FaultAction::Kill(_) => FaultKind::Kill,
+            FaultAction::KillAll => FaultKind::KillAll,
+            FaultAction::Pause(_) => FaultKind::Pause,
+            FaultAction::LeaderTransfer { .. } => FaultKind::LeaderTransfer,
+            FaultAction::Clock { .. } => FaultKind::Clock,
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<FaultKind, String> {
+        FaultKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = FaultKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("unknown fault {name:?}; known: {}", known.join(", "))
+            })
+    }
+}
+
+/// The groups of a partition, by node index: the named side first, then the rest.
+pub fn partition_sides(shape: &PartitionShape, leader: usize, nodes: usize) -> Vec<Vec<usize>> {
+    let side: Vec<usize> = match shape {
+        PartitionShape::IsolateLeader => vec![leader],
+        PartitionShape::Halves(side) => side.clone(),
+        PartitionShape::OneNode(node) => vec![*node],
+    };
+    let rest = (0..nodes).filter(|node| !side.contains(node)).collect();
+    vec![side, rest]
+}
+
+/// Every pair of nodes (lower index first) that a partition into `sides` cuts apart.
+pub fn cut_pairs(sides: &[Vec<usize>]) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    for (i, a_side) in sides.iter().enumerate() {
+        for b_side in &sides[i + 1..] {
+            for &a in a_side {
+                for &b in b_side {
+                    pairs.push((a.min(b), a.max(b)));
+                }
+            }
+        }
+    }
+    pairs.sort();
+    pairs
+}

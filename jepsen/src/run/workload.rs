@@ -1,0 +1,295 @@
+//! The workloads' clients: each runs ops of its workload at its share of the rate until the
+//! time limit, through keel-client only, and records every op in the history the moment it
+//! completes; then the final reads of every key. Knows nothing of faults or of node
+//! processes: the cluster is a list of endpoints.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use keel_client::{Client, ClientOptions};
+use serde_json::{Map, Value};
+
+use crate::history::{Op, OpKind, Status};
+use crate::run::clock::RunClock;
+use crate::run::outcome;
+use crate::run::recorder::Recorder;
+use crate::run::rng::Rng;
+
+mod append;
+mod counter;
+mod keys;
+mod register;
+
+pub use keys::KeyPool;
+
+/// Reads get this long, all attempts included.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Writes get this long, all attempts with one request id included.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+/// One attempt of a read or a write.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Opening a connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Final reads of one key until one succeeds (each attempt is recorded).
+pub const FINAL_READ_ATTEMPTS: usize = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    Register,
+    Append,
+    Counter,
+}
+
+/// A workload's shared state: its keys and what the clients know of them.
+#[derive(Debug)]
+pub struct Workload {
+    pub kind: WorkloadKind,
+    pub keys: KeyPool,
+}
+
+/// One workload client's connections: `main` knows every node and follows the leader;
+/// `nodes[i]` knows node i only, so reads through it start there, as a client connected to one
+/// node would (a node that answers a linearizable read itself stays that client's choice).
+pub struct Clients {
+    pub main: Client,
+    pub nodes: Vec<Client>,
+}
+
+impl Clients {
+    pub fn new(endpoints: &[String]) -> anyhow::Result<Clients> {
+        let nodes = endpoints
+            .iter()
+            .map(|endpoint| Client::new(vec![endpoint.clone()], client_options()))
+            .collect::<Result<_, _>>()?;
+        Ok(Clients {
+            main: Client::new(endpoints.to_vec(), client_options())?,
+            nodes,
+        })
+    }
+
+    /// The client for one read: `main` or one node's, at random.
+    pub fn reader(&self, rng: &mut Rng) -> &Client {
+        match rng.below(self.nodes.len() as u64 + 1) as usize {
+            0 => &self.main,
+            index => &self.nodes[index - 1],
+        }
+    }
+}
+
+/// How the clients run.
+#[derive(Debug, Clone)]
+pub struct ClientPlan {
+    pub concurrency: usize,
+    pub rate_hz: u32,
+    /// Clients start no op after this (time since the run began).
+    pub end: Duration,
+    /// Ops of all clients together.
+    pub ops_max: u64,
+    pub seed: u64,
+}
+
+impl Workload {
+    pub fn new(kind: WorkloadKind) -> Workload {
+        let keys = match kind {
+            WorkloadKind::Register => {
+                KeyPool::new("r", register::KEYS_ACTIVE, register::KEY_OPS_MAX)
+            }
+            WorkloadKind::Append => KeyPool::new("a", append::KEYS_ACTIVE, append::KEY_OPS_MAX),
+            WorkloadKind::Counter => KeyPool::new("c", counter::KEYS, u64::MAX),
+        };
+        Workload { kind, keys }
+    }
+
+    /// One op of client `who`, done and ready to record.
+    async fn step(&self, clients: &Clients, rng: &mut Rng, who: u64, clock: &RunClock) -> Op {
+        match self.kind {
+            WorkloadKind::Register => register::step(self, clients, rng, who, clock).await,
+            WorkloadKind::Append => append::step(self, clients, rng, who, clock).await,
+            WorkloadKind::Counter => counter::step(self, clients, rng, who, clock).await,
+        }
+    }
+
+    /// A final read of `key`.
+    async fn read(&self, client: &Client, key: &str, who: u64, clock: &RunClock) -> Op {
+        match self.kind {
+            WorkloadKind::Register => register::get(self, client, key, who, clock).await,
+            WorkloadKind::Append => append::read(client, key, who, clock).await,
+            WorkloadKind::Counter => counter::read(client, key, who, clock).await,
+        }
+    }
+}
+
+/// The options of every workload client.
+pub fn client_options() -> ClientOptions {
+    ClientOptions {
+        request_timeout: READ_TIMEOUT,
+        read_attempt_timeout: ATTEMPT_TIMEOUT,
+        write_deadline: WRITE_DEADLINE,
+        write_attempt_timeout: ATTEMPT_TIMEOUT,
+        connect_timeout: CONNECT_TIMEOUT,
+        ..ClientOptions::default()
+    }
+}
+
+/// Runs `plan.concurrency` clients until the time limit or the op budget; returns the ops
+/// recorded. Each client is its own keel-client (own connections and session), like a
+/// separate process. A client whose op ends indeterminate takes a new id (+ concurrency), so
+/// one id never has two ops open.
+pub async fn run_clients(
+    workload: Arc<Workload>,
+    endpoints: &[String],
+    plan: &ClientPlan,
+    clock: RunClock,
+    history: Arc<Recorder>,
+) -> anyhow::Result<u64> {
+    let budget = Arc::new(AtomicU64::new(plan.ops_max));
+    let root = Rng::new(plan.seed);
+    let interval =
+        Duration::from_secs_f64(plan.concurrency as f64 / f64::from(plan.rate_hz.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..plan.concurrency {
+        let clients = Clients::new(endpoints)?;
+        let first = interval.mul_f64(index as f64 / plan.concurrency as f64);
+        let loop_ = ClientLoop {
+            index: index as u64,
+            concurrency: plan.concurrency as u64,
+            interval,
+            first,
+            end: plan.end,
+        };
+        let state = (workload.clone(), history.clone(), budget.clone());
+        tasks.spawn(loop_.run(clients, root.fork(index as u64), clock, state));
+    }
+    let mut done = 0;
+    while let Some(ops) = tasks.join_next().await {
+        done += ops?;
+    }
+    Ok(done)
+}
+
+struct ClientLoop {
+    index: u64,
+    concurrency: u64,
+    interval: Duration,
+    first: Duration,
+    end: Duration,
+}
+
+impl ClientLoop {
+    async fn run(
+        self,
+        clients: Clients,
+        mut rng: Rng,
+        clock: RunClock,
+        (workload, history, budget): (Arc<Workload>, Arc<Recorder>, Arc<AtomicU64>),
+    ) -> u64 {
+        let mut who = self.index;
+        let mut next = clock.at(self.first);
+        let mut done = 0;
+        loop {
+            tokio::time::sleep_until(next).await;
+            next = (next + self.interval).max(tokio::time::Instant::now());
+            if clock.at(self.end) <= tokio::time::Instant::now() {
+                return done;
+            }
+            let taken = budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(1)
+            });
+            if taken.is_err() {
+                return done;
+            }
+            let op = workload.step(&clients, &mut rng, who, &clock).await;
+            history.record(&op);
+            done += 1;
+            if op.status() == Status::Info {
+                who += self.concurrency;
+            }
+        }
+    }
+}
+
+/// Reads every key the run touched, retrying a key until a read succeeds (at most
+/// `FINAL_READ_ATTEMPTS`); every attempt is recorded. Client ids follow the workload's.
+pub async fn final_reads(
+    workload: &Workload,
+    endpoints: &[String],
+    first_client: u64,
+    clock: RunClock,
+    history: &Recorder,
+) -> anyhow::Result<u64> {
+    let client = Client::new(endpoints.to_vec(), client_options())?;
+    let mut done = 0;
+    for key in workload.keys.all() {
+        for _ in 0..FINAL_READ_ATTEMPTS {
+            let op = workload.read(&client, &key, first_client, &clock).await;
+            history.record(&op);
+            done += 1;
+            if op.status() == Status::Ok {
+                break;
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// A new op record: called now, not yet returned.
+pub fn called(
+    who: u64,
+    kind: OpKind,
+    key: &str,
+    value: Value,
+    expect: Value,
+    clock: &RunClock,
+) -> Op {
+    Op {
+        client: who,
+        op: kind,
+        key: key.to_string(),
+        value,
+        expect,
+        ok: None,
+        output: Value::Null,
+        call_ns: clock.now_ns(),
+        return_ns: None,
+        extra: Map::new(),
+    }
+}
+
+/// Completes `op` with `status` (and `output` for reads) now. An indeterminate op keeps
+/// `return: null`.
+pub fn returned(mut op: Op, status: Status, output: Value, clock: &RunClock) -> Op {
+    op.ok = outcome::ok_field(status);
+    op.output = output;
+    op.return_ns = match status {
+        Status::Info => None,
+        Status::Ok | Status::Fail => Some(clock.now_ns().max(op.call_ns)),
+    };
+    op
+}
+
+impl FromStr for WorkloadKind {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<WorkloadKind, String> {
+        match name {
+            "register" => Ok(WorkloadKind::Register),
+            "append" => Ok(WorkloadKind::Append),
+            "counter" => Ok(WorkloadKind::Counter),
+            _ => Err(format!(
+                "unknown workload {name:?}; known: register, append, counter"
+            )),
+        }
+    }
+}
+
+impl WorkloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Register => "register",
+            WorkloadKind::Append => "append",
+            WorkloadKind::Counter => "counter",
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The nemesis plan is a pure function of the seed: the same seed gives the same faults, every
+//! requested kind comes up, and every fault fits between the warm-up and the time limit.
+
+use keel_jepsen::run::plan::{
+    self, FaultAction, FaultKind, HOLD_MS_SHORTEST, PartitionShape, PlannedFault, WARMUP_MS, Who,
+};
+
+const ALL: &[FaultKind] = &FaultKind::ALL;
+
+/// (seed, kinds, nodes, time limit ms, faults expected at least, at most)
+type Case = (u64, &'static [FaultKind], usize, u64, usize, usize);
+
+/// Properties every plan must have.
+fn well_formed(faults: &[PlannedFault], kinds: &[FaultKind], nodes: usize, time_limit_ms: u64) {
+    let mut previous_end = WARMUP_MS;
+    for fault in faults {
+        assert!(
+            fault.start_ms >= previous_end,
+            "{fault:?} overlaps the one before"
+        );
+        assert!(fault.hold_ms >= HOLD_MS_SHORTEST, "{fault:?}");
+        assert!(
+            fault.start_ms + fault.hold_ms <= time_limit_ms,
+            "{fault:?} ends late"
+        );
+        assert!(
+            kinds.contains(&fault.action.kind()),
+            "{fault:?} was not asked for"
+        );
+        let node_ok =
+            |who: &Who| matches!(who, Who::Leader) || matches!(who, Who::Node(n) if *n < nodes);
+        match &fault.action {
+            FaultAction::Kill(who) | FaultAction::Pause(who) => assert!(node_ok(who), "{fault:?}"),
+            FaultAction::Clock { node, offset_ms } => {
+                assert!(
+                    node_ok(node) && offset_ms.abs() == plan::CLOCK_OFFSET_MS,
+                    "{fault:?}"
+                )
+            }
+            FaultAction::Partition(PartitionShape::Halves(side)) => {
+                assert_eq!(side.len(), nodes / 2, "{fault:?}")
+            }
+            FaultAction::Partition(PartitionShape::OneNode(node)) => assert!(*node < nodes),
+            _ => {}
+        }
+        previous_end = fault.start_ms + fault.hold_ms;
+    }
+    // Kinds take turns, so each requested kind is among the first ones (time allowing).
+    let mut first: Vec<FaultKind> = faults
+        .iter()
+        .take(kinds.len())
+        .map(|f| f.action.kind())
+        .collect();
+    first.sort();
+    if faults.len() >= kinds.len() {
+        let mut asked = kinds.to_vec();
+        asked.sort();
+        assert_eq!(first, asked);
+    }
+}
+
+#[test]
+fn plans_are_well_formed_and_fixed_by_the_seed() {
+    let cases: &[Case] = &[
+        (1, ALL, 3, 60_000, 6, 20),
+        (2, ALL, 5, 60_000, 6, 20),
+        (
+            3,
+            &[FaultKind::Partition, FaultKind::Kill],
+            3,
+            60_000,
+            6,
+            20,
+        ),
+        (4, &[FaultKind::Pause], 3, 30_000, 3, 10),
+        (5, &[FaultKind::Partition], 3, 600_000, 60, 200),
+        (6, &[], 3, 60_000, 0, 0),
+        (7, ALL, 3, WARMUP_MS + HOLD_MS_SHORTEST - 1, 0, 0),
+        (8, &[FaultKind::Kill, FaultKind::Kill], 1, 10_000, 1, 3),
+    ];
+    for &(seed, kinds, nodes, time_limit_ms, least, most) in cases {
+        let faults = plan::plan(seed, kinds, nodes, time_limit_ms);
+        assert_eq!(
+            faults,
+            plan::plan(seed, kinds, nodes, time_limit_ms),
+            "seed {seed}"
+        );
+        assert!(
+            (least..=most).contains(&faults.len()),
+            "seed {seed}: {} faults",
+            faults.len()
+        );
+        well_formed(&faults, kinds, nodes, time_limit_ms);
+    }
+}
+
+#[test]
+fn different_seeds_give_different_plans() {
+    let plans: Vec<Vec<PlannedFault>> = (0..8)
+        .map(|seed| plan::plan(seed, ALL, 3, 60_000))
+        .collect();
+    for (i, a) in plans.iter().enumerate() {
+        for b in &plans[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+}
+
+#[test]
+fn partitions_rotate_through_every_shape() {
+    let faults = plan::plan(9, &[FaultKind::Partition], 5, 60_000);
+    let shapes: Vec<&PartitionShape> = faults
+        .iter()
+        .map(|fault| match &fault.action {
+            FaultAction::Partition(shape) => shape,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    for window in shapes.windows(3) {
+        let leader = window
+            .iter()
+            .filter(|s| matches!(s, PartitionShape::IsolateLeader))
+            .count();
+        let halves = window
+            .iter()
+            .filter(|s| matches!(s, PartitionShape::Halves(_)))
+            .count();
+        assert_eq!((leader, halves), (1, 1), "{window:?}");
+    }
+}
+
+#[test]
+fn partition_sides_and_cut_pairs() {
+    let check =
+        |shape: PartitionShape, leader, nodes, sides: &[&[usize]], pairs: &[(usize, usize)]| {
+            let actual = plan::partition_sides(&shape, leader, nodes);
+            let expected: Vec<Vec<usize>> = sides.iter().map(|side| side.to_vec()).collect();
+            assert_eq!(actual, expected, "{shape:?}");
+            assert_eq!(plan::cut_pairs(&actual), pairs, "{shape:?}");
+        };
+    check(
+        PartitionShape::IsolateLeader,
+        1,
+        3,
+        &[&[1], &[0, 2]],
+        &[(0, 1), (1, 2)],
+    );
+    check(
+        PartitionShape::OneNode(2),
+        0,
+        3,
+        &[&[2], &[0, 1]],
+        &[(0, 2), (1, 2)],
+    );
+    check(
+        PartitionShape::Halves(vec![0, 3]),
+        0,
+        5,
+        &[&[0, 3], &[1, 2, 4]],
+        &[(0, 1), (0, 2), (0, 4), (1, 3), (2, 3), (3, 4)],
+    );
+}
+
+#[test]
+fn fault_names_round_trip() {
+    for kind in FaultKind::ALL {
+        assert_eq!(kind.as_str().parse::<FaultKind>(), Ok(kind));
+    }
+    let error = "partitions".parse::<FaultKind>().unwrap_err();
+    assert!(
+        error.contains("known: partition, kill, kill-all"),
+        "{error}"
+    );
+}
