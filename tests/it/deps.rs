@@ -22,6 +22,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The harness treats the cluster as a black box: it may reach it through keel-client only.
     ("keel-jepsen", &["keel-types", "keel-proto", "keel-client"]),
+    // The load generator drives Keel as a client would (and etcd, behind a feature).
+    ("keel-bench", &["keel-types", "keel-proto", "keel-client"]),
 ];
 
 /// External crates that only some of ours may name.

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# Keel and etcd side by side on this machine: a 3-node etcd and a 3-node Keel on loopback,
+# data in one temp dir (same disk, fsync on for both), the same keel-bench matrix on both,
+# alternating which system goes first and repeating, then per-case ratios (Keel/etcd, the
+# median of the repeats with the min–max spread), peak RSS per system, docs/BENCHMARKS.md and
+# bench/results/ratios.svg. Every process it starts is stopped at the end, whatever happens.
+#
+#   bench/compare-etcd.sh            # full: 3 repeats, 10 s measured + 2 s warm-up per run
+#   bench/compare-etcd.sh --quick    # 1 repeat, 3 s + 1 s
+#   options: --repeats N --duration D --warmup D --no-docs --keep
+#
+# Needs: cargo, python3, and etcd (installed from Debian's etcd-server when missing; root or
+# sudo). protoc comes from the protoc-bin-vendored crate (bench/protoc-path.sh) unless PROTOC
+# is set or protoc is on PATH.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ARGS="$*"
+REPEATS=3 DURATION=10s WARMUP=2s MODE=full WRITE_DOCS=1 KEEP=0
+VALUE_BYTES=256 KEYSPACE=10000
+# Seconds a cluster gets to elect a leader and answer.
+READY_TIMEOUT_S=90
+# Seconds a stopped server gets to exit after SIGTERM before SIGKILL.
+STOP_TIMEOUT_S=10
+# Client instances (connections) shared by the tasks of a run, at most.
+CONNECTIONS_MAX=8
+ETCD_CLIENT_PORT=23790 ETCD_PEER_PORT=23800 KEEL_PORT=27100
+
+# name|op|clients|systems (both, or etcd where Keel has no API yet)
+CASES=(
+  "put-1|put|1|both"
+  "put-16|put|16|both"
+  "put-64|put|64|both"
+  "get-linearizable-64|get-linearizable|64|both"
+  "get-follower-64|get-follower|64|both"
+  "lock-1|lock|1|etcd"
+  "lock-16|lock|16|etcd"
+  "lock-contended-16|lock-contended|16|etcd"
+)
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) MODE=quick REPEATS=1 DURATION=3s WARMUP=1s ;;
+    --repeats) REPEATS=$2; shift ;;
+    --duration) DURATION=$2; shift ;;
+    --warmup) WARMUP=$2; shift ;;
+    --no-docs) WRITE_DOCS=0 ;;
+    --keep) KEEP=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "compare-etcd.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$REPEATS" in ''|*[!0-9]*|0) echo "compare-etcd.sh: --repeats must be 1 or more" >&2; exit 2 ;; esac
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/keel-vs-etcd.XXXXXX")
+OUT=$WORK/results
+mkdir -p "$OUT/runs" "$OUT/rss"
+SERVER_PIDS=() HELPER_PIDS=() BENCH_PID=
+declare -A SERVER_NAME=()
+
+log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# Stops what this script started, by pid: servers with SIGTERM then SIGKILL, then helpers.
+cleanup() {
+  local status=$? pid waited
+  trap - EXIT INT TERM
+  [ -z "$BENCH_PID" ] || kill "$BENCH_PID" 2>/dev/null || true
+  for pid in "${HELPER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${SERVER_PIDS[@]}"; do
+    waited=0
+    while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((STOP_TIMEOUT_S * 10)) ]; do
+      sleep 0.1; waited=$((waited + 1))
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  for pid in "${HELPER_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "$KEEP" = 1 ] || [ $status -ne 0 ]; then
+    log "kept $WORK (logs: $WORK/*.log)"
+  else
+    rm -rf "$WORK"
+  fi
+  exit $status
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+install_etcd() {
+  command -v etcd >/dev/null && return
+  log "installing etcd-server from Debian"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  # On a systemd host the package also starts a default etcd on 2379/2380; the ports here
+  # differ, so it does not interfere.
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y etcd-server >/dev/null ||
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y etcd-server >/dev/null; }
+}
+
+build() {
+  if [ -z "${PROTOC:-}" ]; then
+    PROTOC=$(command -v protoc || "$ROOT/bench/protoc-path.sh")
+  fi
+  export PROTOC
+  log "building release keel and keel-bench --features etcd"
+  (cd "$ROOT" && cargo build --release -q -p keel-cli -p keel-bench --features keel-bench/etcd)
+  local target_dir=${CARGO_TARGET_DIR:-$ROOT/target}
+  KEEL=$target_dir/release/keel BENCH=$target_dir/release/keel-bench
+}
+
+start_server() { # name, command...
+  local name=$1; shift
+  "$@" >"$WORK/$name.log" 2>&1 &
+  SERVER_PIDS+=($!)
+  SERVER_NAME[$!]=$name
+}
+
+start_clusters() {
+  local i etcd_cluster="" keel_cluster="" etcd_endpoints="" keel_endpoints=""
+  for i in 1 2 3; do
+    etcd_cluster+="${etcd_cluster:+,}etcd-$i=http://127.0.0.1:$((ETCD_PEER_PORT + i))"
+    keel_cluster+="${keel_cluster:+,}$i=127.0.0.1:$((KEEL_PORT + i))"
+    etcd_endpoints+="${etcd_endpoints:+,}127.0.0.1:$((ETCD_CLIENT_PORT + i))"
+    keel_endpoints+="${keel_endpoints:+,}127.0.0.1:$((KEEL_PORT + i))"
+  done
+  for i in 1 2 3; do
+    start_server "etcd-$i" etcd --name "etcd-$i" --data-dir "$WORK/etcd-$i" \
+      --listen-client-urls "http://127.0.0.1:$((ETCD_CLIENT_PORT + i))" \
+      --advertise-client-urls "http://127.0.0.1:$((ETCD_CLIENT_PORT + i))" \
+      --listen-peer-urls "http://127.0.0.1:$((ETCD_PEER_PORT + i))" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PEER_PORT + i))" \
+      --initial-cluster "$etcd_cluster" --initial-cluster-state new \
+      --initial-cluster-token keel-vs-etcd --logger zap --log-outputs stderr
+    start_server "keel-$i" "$KEEL" serve --node-id "$i" --listen "127.0.0.1:$((KEEL_PORT + i))" \
+      --data-dir "$WORK/keel-$i" --initial-cluster "$keel_cluster"
+  done
+  declare -gA ENDPOINTS=([etcd]=$etcd_endpoints [keel]=$keel_endpoints)
+}
+
+# Waits until a one-key put succeeds on `system`.
+wait_ready() {
+  local system=$1 deadline=$((SECONDS + READY_TIMEOUT_S))
+  until "$BENCH" --target "$system" --endpoints "${ENDPOINTS[$system]}" --op put --keyspace 1 \
+      --duration 200ms --warmup 0s >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      log "$system did not become ready within ${READY_TIMEOUT_S}s; its logs are in $WORK"
+      return 1
+    fi
+    sleep 1
+  done
+  log "$system is ready"
+}
+
+# Every second, the peak RSS (VmHWM) of every server into $OUT/rss/<name>, in kB.
+sample_rss() {
+  local pid hwm
+  while true; do
+    for pid in "${SERVER_PIDS[@]}"; do
+      hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || continue
+      [ -n "$hwm" ] && echo "$hwm" >"$OUT/rss/${SERVER_NAME[$pid]}"
+    done
+    sleep 1
+  done
+}
+
+# Microseconds per 4 KiB synchronous write on the data dir's disk, from 200 dsync writes.
+fsync_probe() {
+  local seconds
+  seconds=$(dd if=/dev/zero of="$WORK/fsync-probe" bs=4k count=200 oflag=dsync 2>&1 |
+    awk '/copied/ {for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) print $(i - 1)}')
+  rm -f "$WORK/fsync-probe"
+  awk -v s="${seconds:-0}" 'BEGIN { printf "%.0f", s * 1e6 / 200 }'
+}
+
+run_case() { # system, case name, op, clients, repeat
+  local system=$1 name=$2 op=$3 clients=$4 repeat=$5 connections preload=()
+  connections=$((clients < CONNECTIONS_MAX ? clients : CONNECTIONS_MAX))
+  case "$op" in lock*) preload=(--no-preload) ;; esac
+  local command=("$BENCH" --target "$system" --endpoints "${ENDPOINTS[$system]}" --op "$op"
+    --clients "$clients" --connections "$connections" --duration "$DURATION" --warmup "$WARMUP"
+    --value-bytes "$VALUE_BYTES" --keyspace "$KEYSPACE" --seed "$repeat" "${preload[@]}"
+    --json "$OUT/runs/$name.$system.$repeat.json")
+  log "repeat $repeat: $name on $system"
+  # In the background and waited for, so that a signal stops the script at once.
+  "${command[@]}" >>"$OUT/runs.log" 2>&1 &
+  BENCH_PID=$!
+  if ! wait "$BENCH_PID"; then
+    log "  $name on $system failed (see $OUT/runs.log)"
+  fi
+  BENCH_PID=
+  tail -n 1 "$OUT/runs.log" >&2
+}
+
+run_matrix() {
+  local repeat index entry name op clients systems order system
+  for repeat in $(seq 1 "$REPEATS"); do
+    index=0
+    for entry in "${CASES[@]}"; do
+      IFS='|' read -r name op clients systems <<<"$entry"
+      # A/B, then B/A: neither system always runs first, or right after the same case.
+      if [ $(((repeat + index) % 2)) = 0 ]; then order="keel etcd"; else order="etcd keel"; fi
+      for system in $order; do
+        [ "$systems" = both ] || [ "$systems" = "$system" ] || continue
+        run_case "$system" "$name" "$op" "$clients" "$repeat"
+      done
+      index=$((index + 1))
+    done
+  done
+}
+
+write_machine() {
+  local disk
+  disk=$(df -hT "$WORK" | awk 'NR == 2 {print $1 " (" $2 ", " $3 ")"}')
+  python3 - "$OUT/machine.json" <<EOF
+import json, sys
+json.dump({
+  "date_utc": "$(date -u '+%Y-%m-%d %H:%M UTC')",
+  "started_utc": "$STARTED",
+  "mode": "$MODE", "repeats": $REPEATS, "duration": "$DURATION", "warmup": "$WARMUP",
+  "value_bytes": $VALUE_BYTES, "keyspace": $KEYSPACE, "connections_max": $CONNECTIONS_MAX,
+  "nproc": $(nproc),
+  "memory": "$(awk '/^MemTotal:/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)",
+  "cpu": "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)",
+  "kernel": "$(uname -r)",
+  "disk": "$disk",
+  "fsync_us_before": $FSYNC_BEFORE, "fsync_us_after": $(fsync_probe),
+  "keel_commit": "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet HEAD 2>/dev/null || echo '+uncommitted')",
+  "etcd_version": "$(etcd --version | awk '/^etcd Version/ {print $3}')",
+  "rustc": "$(rustc --version)",
+  "command": "bench/compare-etcd.sh $ARGS",
+  "cases": [$(printf '"%s",' "${CASES[@]}" | sed 's/,$//')],
+}, open(sys.argv[1], "w"), indent=1)
+EOF
+}
+
+STARTED=$(date -u '+%Y-%m-%d %H:%M UTC')
+install_etcd
+build
+FSYNC_BEFORE=$(fsync_probe)
+log "data in $WORK; fsync of 4 KiB takes ${FSYNC_BEFORE} µs now"
+start_clusters
+sample_rss & HELPER_PIDS+=($!)
+wait_ready etcd
+wait_ready keel
+run_matrix
+write_machine
+report=(python3 "$ROOT/bench/report.py" --runs "$OUT/runs" --rss "$OUT/rss" --machine "$OUT/machine.json"
+  --json "$OUT/summary.json")
+if [ "$WRITE_DOCS" = 1 ]; then
+  mkdir -p "$ROOT/bench/results"
+  report+=(--markdown "$ROOT/docs/BENCHMARKS.md" --svg "$ROOT/bench/results/ratios.svg")
+fi
+"${report[@]}"
+if [ "$WRITE_DOCS" = 1 ]; then
+  cp "$OUT/summary.json" "$ROOT/bench/results/latest.json"
+  log "wrote docs/BENCHMARKS.md, bench/results/ratios.svg and bench/results/latest.json"
+fi

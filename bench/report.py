@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""Turns the keel-bench JSON files of one compare-etcd.sh run into the ratio table (printed),
+a summary JSON, docs/BENCHMARKS.md and an SVG bar chart. Standard library only; no network.
+
+Runs are files RUNS/<case>.<system>.<repeat>.json. A case's ratio is computed per repeat
+(Keel and etcd ran back to back in the same repeat) and summarized as the median with the
+min-max spread. Throughput ratios are Keel/etcd ops/s (higher is better); latency ratios are
+Keel/etcd microseconds (lower is better).
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+
+# (case, metric, comparison, bound, the issue's words). metric: ops | p50 | p99.
+TARGETS = [
+    ("put-64", "ops", ">=", 2.0, "put throughput ≥ 2× etcd at 64 clients"),
+    ("put-16", "ops", ">=", 1.5, "put throughput ≥ 1.5× etcd at 16 clients"),
+    ("get-linearizable-64", "ops", ">=", 2.0, "linearizable get throughput ≥ 2× etcd at 64 clients"),
+    ("get-follower-64", "ops", ">=", 3.0, "follower get ≥ 3× etcd serializable get (64 clients)"),
+    ("put-1", "p50", "<=", 1.0, "sequential put (1 client) p50 latency ≤ etcd's"),
+    ("put-16", "p99", "<=", 1.0, "p99 put latency at 16 clients ≤ etcd's"),
+    ("lock-1", "ops", ">=", 2.0, "lock acquire+release ≥ 2× etcd Lock+Unlock, 1 client"),
+    ("lock-16", "ops", ">=", 2.0, "lock acquire+release ≥ 2× etcd Lock+Unlock, 16 clients (own locks)"),
+    ("lock-contended-16", "ops", ">=", 5.0, "contended lock hand-off ≥ 5× etcd (16 clients, one lock)"),
+]
+METRIC_FIELD = {"ops": "ops_per_sec", "p50": "p50_us", "p99": "p99_us"}
+SYSTEMS = ("keel", "etcd")
+
+
+def load_runs(runs_dir):
+    """{case: {system: {repeat: summary}}}"""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(runs_dir, "*.json"))):
+        case, system, repeat = os.path.basename(path)[: -len(".json")].rsplit(".", 2)
+        with open(path) as file:
+            runs.setdefault(case, {}).setdefault(system, {})[int(repeat)] = json.load(file)
+    return runs
+
+
+def spread(values):
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def summarize_case(by_system):
+    """Medians per system and per-repeat ratios Keel/etcd for ops/s, p50 and p99."""
+    out = {}
+    for system in SYSTEMS:
+        repeats = by_system.get(system, {})
+        out[system] = {
+            metric: spread([run[field] for run in repeats.values() if run["ops"] > 0])
+            for metric, field in METRIC_FIELD.items()
+        }
+        out[system]["errors"] = sum(run["errors"] for run in repeats.values())
+        out[system]["repeats"] = len(repeats)
+    paired = sorted(set(by_system.get("keel", {})) & set(by_system.get("etcd", {})))
+    out["ratio"] = {}
+    for metric, field in METRIC_FIELD.items():
+        ratios = []
+        for repeat in paired:
+            keel, etcd = by_system["keel"][repeat], by_system["etcd"][repeat]
+            if keel["ops"] > 0 and etcd["ops"] > 0 and etcd[field] > 0:
+                ratios.append(keel[field] / etcd[field])
+        out["ratio"][metric] = spread(ratios)
+    return out
+
+
+def load_rss(rss_dir):
+    """{system: {"nodes": {name: MiB}, "max": MiB}} from files holding VmHWM in kB."""
+    rss = {}
+    for path in sorted(glob.glob(os.path.join(rss_dir, "*"))):
+        name = os.path.basename(path)
+        with open(path) as file:
+            text = file.read().strip()
+        if text:
+            system = name.split("-")[0]
+            rss.setdefault(system, {"nodes": {}})["nodes"][name] = int(text) / 1024
+    for system in rss.values():
+        system["max"] = max(system["nodes"].values())
+    return rss
+
+
+def verdict(case, metric, comparison, bound, cases):
+    summary = cases.get(case)
+    if summary is None:
+        return "not run", None
+    if summary["keel"]["repeats"] == 0:
+        return "not implemented yet", None
+    ratio = summary["ratio"][metric]
+    if ratio is None:
+        return "no paired result", None
+    holds = (lambda r: r >= bound) if comparison == ">=" else (lambda r: r <= bound)
+    if holds(ratio["median"]):
+        return ("met" if holds(ratio["min"]) and holds(ratio["max"]) else "met (median; not in every repeat)"), ratio
+    return "missed", ratio
+
+
+def fmt_ratio(ratio):
+    if ratio is None:
+        return "–"
+    return f"{ratio['median']:.2f}× ({ratio['min']:.2f}–{ratio['max']:.2f})"
+
+
+def fmt_num(value, digits=0):
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def median_of(summary, system, metric):
+    entry = summary[system][metric]
+    return None if entry is None else entry["median"]
+
+
+def results_table(cases, order):
+    lines = [
+        "| case | Keel ops/s | etcd ops/s | ops/s Keel/etcd | Keel p50 / p99 µs | etcd p50 / p99 µs | p50 Keel/etcd | p99 Keel/etcd | errors K / e |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for case in order:
+        summary = cases.get(case)
+        if summary is None:
+            continue
+        keel_done = summary["keel"]["repeats"] > 0
+        keel_ops = fmt_num(median_of(summary, "keel", "ops")) if keel_done else "not implemented yet"
+        keel_lat = (
+            f"{fmt_num(median_of(summary, 'keel', 'p50'))} / {fmt_num(median_of(summary, 'keel', 'p99'))}"
+            if keel_done else "–"
+        )
+        etcd_lat = f"{fmt_num(median_of(summary, 'etcd', 'p50'))} / {fmt_num(median_of(summary, 'etcd', 'p99'))}"
+        lines.append(
+            f"| {case} | {keel_ops} | {fmt_num(median_of(summary, 'etcd', 'ops'))} | "
+            f"{fmt_ratio(summary['ratio']['ops'])} | {keel_lat} | {etcd_lat} | "
+            f"{fmt_ratio(summary['ratio']['p50'])} | {fmt_ratio(summary['ratio']['p99'])} | "
+            f"{summary['keel']['errors'] if keel_done else '–'} / {summary['etcd']['errors']} |"
+        )
+    return "\n".join(lines)
+
+
+def targets_table(cases, rss):
+    lines = ["| target | measured (median, min–max) | status |", "|---|---:|---|"]
+    for case, metric, comparison, bound, words in TARGETS:
+        status, ratio = verdict(case, metric, comparison, bound, cases)
+        lines.append(f"| {words} | {fmt_ratio(ratio)} | {status} |")
+    if "keel" in rss and "etcd" in rss:
+        keel, etcd = rss["keel"]["max"], rss["etcd"]["max"]
+        status = "met" if keel <= etcd else "missed"
+        lines.append(f"| peak RSS of a Keel node ≤ an etcd member's | {keel:.0f} MiB vs {etcd:.0f} MiB ({keel / etcd:.2f}×) | {status} |")
+    return "\n".join(lines)
+
+
+def rss_table(rss):
+    lines = ["| system | peak RSS per node (MiB) | largest |", "|---|---|---:|"]
+    for system in SYSTEMS:
+        if system in rss:
+            nodes = ", ".join(f"{name} {mib:.0f}" for name, mib in sorted(rss[system]["nodes"].items()))
+            lines.append(f"| {system} | {nodes} | {rss[system]['max']:.0f} |")
+    return "\n".join(lines)
+
+
+def markdown(machine, cases, order, rss, svg_name):
+    quick = " (quick mode: 1 repeat, short runs — indicative only)" if machine["mode"] == "quick" else ""
+    return f"""# Benchmarks: Keel next to etcd
+
+Latest run: **{machine['date_utc']}** (started {machine['started_utc']}){quick}, written by
+`bench/compare-etcd.sh`. Ratios are Keel/etcd, computed per repeat (the two systems ran back
+to back) and given as the median of {machine['repeats']} repeat(s) with the min–max spread.
+Throughput: higher is better. Latency: lower is better.
+
+![Keel/etcd ratios](../bench/results/{svg_name})
+
+## Results
+
+{results_table(cases, order)}
+
+## Targets of issue 7
+
+{targets_table(cases, rss)}
+
+Keel has no lock API yet, so the lock rows hold etcd's baseline only.
+
+## Memory
+
+Peak resident set (VmHWM from `/proc/<pid>/status`, sampled every second) of each server
+process over the whole run; both clusters ran for the whole run. etcd's figure includes the
+pages of its memory-mapped bbolt file it touched, and etcd keeps every revision (no
+auto-compaction by default), so it grows with the writes of the run; redb (Keel) does not memory-map its
+file and reads through its own page cache.
+
+{rss_table(rss)}
+
+## Machine
+
+| | |
+|---|---|
+| CPUs (`nproc`) | {machine['nproc']} ({machine['cpu']}) |
+| memory | {machine['memory']} |
+| disk of the data dirs | {machine['disk']} |
+| 4 KiB `dd oflag=dsync` write, before / after | {machine['fsync_us_before']} µs / {machine['fsync_us_after']} µs |
+| kernel | {machine['kernel']} |
+| Keel | commit {machine['keel_commit']}, release build, {machine['rustc']} |
+| etcd | {machine['etcd_version']} (Debian `etcd-server`) |
+
+These machines are noisy: other work shares the two cores, and fsync latency swings by about
+10× over minutes (compare the two probes above). That is why the script alternates which system
+goes first and repeats every case; read the spread, not only the median.
+
+## Setup
+
+- Both clusters: 3 members on 127.0.0.1, data dirs in one temp dir on the same disk, started by
+  the script and stopped at the end. etcd runs with its defaults (fsync on every commit);
+  Keel runs `keel serve` ×3 with its defaults (a write is acknowledged once a majority fsynced
+  it).
+- Load: `keel-bench`, closed loop, each client one request in flight; the clients share
+  min(clients, {machine['connections_max']}) client instances (connections). Keel is driven
+  through `keel-client` (leader cache, request ids); etcd through `etcd-client` (balanced over
+  the three members, so followers forward writes to the leader as with any etcd client).
+- Every run first writes all {machine['keyspace']:,} keys ({machine['value_bytes']}-byte
+  values; not for the lock cases), then loads for {machine['warmup']} of warm-up (not
+  recorded) and {machine['duration']} measured, keys uniform. Latency is recorded in an
+  HdrHistogram (3 significant digits) for operations completing in the measured window.
+- Operations: `put`; `get-linearizable` (Keel ReadIndex; etcd's default linearizable range);
+  `get-follower` (Keel follower read from whichever replica the connection prefers; etcd
+  serializable range, answered by the member it reaches); `lock` (etcd: Lock + Unlock with a
+  session lease per client, each client its own lock name); `lock-contended` (all clients one
+  lock name).
+
+## Commands
+
+```sh
+{machine['command'].strip()}
+```
+
+which, per case and repeat, runs (here for put at 64 clients; `--target etcd` for etcd):
+
+```sh
+keel-bench --target keel --endpoints 127.0.0.1:27101,127.0.0.1:27102,127.0.0.1:27103 \\
+  --op put --clients 64 --connections 8 --duration {machine['duration']} --warmup {machine['warmup']} \\
+  --value-bytes {machine['value_bytes']} --keyspace {machine['keyspace']} --seed <repeat> --json <file>
+```
+
+## Rerunning
+
+```sh
+bench/compare-etcd.sh            # full: 3 repeats, 10 s + 2 s warm-up per run (about 8 min)
+bench/compare-etcd.sh --quick    # 1 repeat, 3 s + 1 s (about 1 min)
+bench/compare-etcd.sh --repeats 5 --duration 20s --no-docs --keep
+python3 bench/report.py --summary bench/results/latest.json --markdown docs/BENCHMARKS.md \
+  --svg bench/results/ratios.svg     # re-render this page from the last run's figures
+```
+
+The release build comes first (several minutes from scratch on two cores; set
+`CARGO_TARGET_DIR` to keep the benchmark's binaries apart from other builds).
+
+The script installs `etcd-server` with apt when `etcd` is missing, builds release `keel` and
+`keel-bench --features etcd` (protoc from the vendored crate, `bench/protoc-path.sh`), and
+rewrites this file, `bench/results/ratios.svg` and `bench/results/latest.json`. Run it on an
+otherwise idle machine when you can; rerun it when the spread is wide.
+"""
+
+
+SVG_ROW = 26
+SVG_LABEL = 250
+SVG_PLOT = 520
+
+
+def svg(cases, order):
+    """Horizontal bars of the median ratio per case and metric, whiskers for min–max, a line at
+    1× and a mark at each target."""
+    target_of = {(case, metric): bound for case, metric, _, bound, _ in TARGETS}
+    rows = []
+    for title, metrics in (("throughput, Keel/etcd (higher is better)", ["ops"]),
+                           ("latency, Keel/etcd (lower is better)", ["p50", "p99"])):
+        rows.append(("title", title))
+        for case in order:
+            if case not in cases:
+                continue
+            for metric in metrics:
+                if metric != "ops" and cases[case]["ratio"][metric] is None:
+                    continue
+                label = case if metric == "ops" else f"{case} {metric}"
+                rows.append(("bar", label, cases[case]["ratio"][metric], target_of.get((case, metric))))
+    scale_max = max([1.0] + [r[2]["max"] for r in rows if r[0] == "bar" and r[2]] +
+                    [r[3] for r in rows if r[0] == "bar" and r[3]]) * 1.1
+    x = lambda value: SVG_LABEL + value / scale_max * SVG_PLOT
+    height = SVG_ROW * (len(rows) + 2)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_LABEL + SVG_PLOT + 40}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           '<rect width="100%" height="100%" fill="white"/>']
+    for index, row in enumerate(rows):
+        y = SVG_ROW * (index + 1)
+        if row[0] == "title":
+            out.append(f'<text x="8" y="{y + 16}" font-weight="bold">{row[1]}</text>')
+            continue
+        _, label, ratio, target = row
+        out.append(f'<text x="{SVG_LABEL - 8}" y="{y + 16}" text-anchor="end">{label}</text>')
+        if ratio is None:
+            out.append(f'<text x="{SVG_LABEL + 6}" y="{y + 16}" fill="#888">Keel: not implemented yet</text>')
+        else:
+            out.append(f'<rect x="{SVG_LABEL}" y="{y + 5}" width="{x(ratio["median"]) - SVG_LABEL:.1f}" '
+                       f'height="{SVG_ROW - 10}" fill="#4a78b5"/>')
+            out.append(f'<line x1="{x(ratio["min"]):.1f}" x2="{x(ratio["max"]):.1f}" y1="{y + 13}" y2="{y + 13}" '
+                       f'stroke="black"/>')
+            out.append(f'<text x="{x(max(ratio["max"], ratio["median"])) + 4:.1f}" y="{y + 17}">'
+                       f'{ratio["median"]:.2f}×</text>')
+        if target:
+            out.append(f'<line x1="{x(target):.1f}" x2="{x(target):.1f}" y1="{y + 2}" y2="{y + SVG_ROW - 2}" '
+                       f'stroke="#d04020" stroke-width="2"/>')
+    out.append(f'<line x1="{x(1.0):.1f}" x2="{x(1.0):.1f}" y1="{SVG_ROW}" y2="{height - SVG_ROW}" '
+               f'stroke="#444" stroke-dasharray="4 3"/>')
+    out.append(f'<text x="{x(1.0):.1f}" y="{height - 8}" text-anchor="middle">1× (= etcd)</text>')
+    out.append(f'<text x="{SVG_LABEL + SVG_PLOT:.1f}" y="{height - 8}" text-anchor="end" fill="#d04020">'
+               f'red mark: target</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", help="directory of <case>.<system>.<repeat>.json files")
+    parser.add_argument("--rss", help="directory of per-server VmHWM files (kB)")
+    parser.add_argument("--machine", help="machine.json written by compare-etcd.sh")
+    parser.add_argument("--summary", help="instead of the three above: a summary JSON written before")
+    parser.add_argument("--json", help="write the summary JSON here")
+    parser.add_argument("--markdown")
+    parser.add_argument("--svg")
+    args = parser.parse_args()
+    if args.summary:
+        with open(args.summary) as file:
+            summary = json.load(file)
+        machine, cases, rss = summary["machine"], summary["cases"], summary["rss_mib"]
+    elif args.runs and args.rss and args.machine:
+        with open(args.machine) as file:
+            machine = json.load(file)
+        runs = load_runs(args.runs)
+        cases = {case: summarize_case(runs[case]) for case in case_order(machine) if case in runs}
+        rss = load_rss(args.rss)
+    else:
+        parser.error("give --summary, or --runs, --rss and --machine")
+    order = case_order(machine)
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"machine": machine, "cases": cases, "rss_mib": rss}, file, indent=1)
+    print(results_table(cases, order))
+    print()
+    print(targets_table(cases, rss))
+    print()
+    print(rss_table(rss))
+    if args.svg:
+        with open(args.svg, "w") as file:
+            file.write(svg(cases, order))
+    if args.markdown:
+        with open(args.markdown, "w") as file:
+            file.write(markdown(machine, cases, order, rss, os.path.basename(args.svg or "ratios.svg")))
+    return 0
+
+
+def case_order(machine):
+    return [entry.split("|")[0] for entry in machine["cases"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+//! Command-line arguments and their validation into a `Config`. Pure: no I/O, no network.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use thiserror::Error;
+
+use crate::limits;
+
+/// Default endpoints: those of `keel dev`, and etcd's default client port.
+const KEEL_ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+const ETCD_ENDPOINTS_DEFAULT: &str = "127.0.0.1:2379";
+
+/// Drive a closed-loop load against Keel or etcd and report throughput and latency.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "keel-bench", version)]
+pub struct Args {
+    /// The system under load.
+    #[arg(long, value_enum, default_value = "keel")]
+    pub target: TargetKind,
+    /// Comma-separated `host:port` list (default: keel dev's, or etcd's 127.0.0.1:2379).
+    #[arg(long)]
+    pub endpoints: Option<String>,
+    /// The operation every client repeats.
+    #[arg(long, value_enum, default_value = "put")]
+    pub op: Op,
+    /// Concurrent client tasks, each with one request in flight.
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    /// Client instances (each with its own connections) the tasks share round-robin.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
+    /// Measured time: `10s`, `500ms`, `2m`, or plain seconds.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Load before measuring, not recorded.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Bytes of every written value.
+    #[arg(long, default_value_t = 256)]
+    pub value_bytes: usize,
+    /// Number of distinct keys; all are written before measuring (see `--no-preload`).
+    #[arg(long, default_value_t = 10_000)]
+    pub keyspace: usize,
+    /// Zipfian key popularity with this exponent (e.g. 0.99); uniform when absent.
+    #[arg(long)]
+    pub zipf: Option<f64>,
+    /// Share of reads (linearizable gets) in `mixed`, 0 to 1.
+    #[arg(long, default_value_t = 0.5)]
+    pub read_ratio: f64,
+    /// Seed of the key and op choices (task i uses seed + i).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Skip writing the keyspace before the run.
+    #[arg(long)]
+    pub no_preload: bool,
+    /// Also write the summary as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    Keel,
+    Etcd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Op {
+    /// Put a value.
+    Put,
+    /// Linearizable get (Keel ReadIndex; etcd's default get).
+    GetLinearizable,
+    /// Keel's leader-lease get (etcd has none).
+    GetLease,
+    /// Keel follower get; etcd serializable get.
+    GetFollower,
+    /// Put conditioned on the key's last known revision (etcd: txn on mod_revision).
+    Cas,
+    /// Add 1 to a counter (etcd: get, then txn on mod_revision, repeated on conflict).
+    Increment,
+    /// Acquire and release a lock of the client's own (etcd: Lock + Unlock on a session lease).
+    Lock,
+    /// Acquire and release one lock all clients share (etcd: Lock + Unlock).
+    LockContended,
+    /// Linearizable gets and puts in the ratio `--read-ratio`.
+    Mixed,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::GetLinearizable => "get-linearizable",
+            Op::GetLease => "get-lease",
+            Op::GetFollower => "get-follower",
+            Op::Cas => "cas",
+            Op::Increment => "increment",
+            Op::Lock => "lock",
+            Op::LockContended => "lock-contended",
+            Op::Mixed => "mixed",
+        }
+    }
+}
+
+/// How keys are picked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Distribution {
+    Uniform,
+    Zipf { exponent: f64 },
+}
+
+/// A validated run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub target: TargetKind,
+    pub endpoints: Vec<String>,
+    pub op: Op,
+    pub clients: usize,
+    pub connections: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub value_bytes: usize,
+    pub keyspace: usize,
+    pub distribution: Distribution,
+    pub read_ratio: f64,
+    pub seed: u64,
+    pub preload: bool,
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ConfigError {
+    #[error("--{name} is {value}; it must be {min} to {max}")]
+    OutOfRange {
+        name: &'static str,
+        value: String,
+        min: String,
+        max: String,
+    },
+    #[error("--connections is {connections}; it must not exceed --clients ({clients})")]
+    ConnectionsAboveClients { connections: usize, clients: usize },
+    #[error("--endpoints names no endpoint")]
+    NoEndpoints,
+    #[error("--op {op} is not available on {target}: {reason}")]
+    Unsupported {
+        op: &'static str,
+        target: &'static str,
+        reason: &'static str,
+    },
+    #[error("--target etcd needs keel-bench built with `--features etcd`")]
+    EtcdNotBuilt,
+}
+
+impl Config {
+    pub fn from_args(args: Args) -> Result<Config, ConfigError> {
+        check_supported(args.target, args.op)?;
+        check_range("clients", args.clients, 1, limits::CLIENTS_MAX)?;
+        check_range("connections", args.connections, 1, limits::CONNECTIONS_MAX)?;
+        if args.connections > args.clients {
+            return Err(ConfigError::ConnectionsAboveClients {
+                connections: args.connections,
+                clients: args.clients,
+            });
+        }
+        check_duration("duration", args.duration, limits::DURATION_MAX)?;
+        if args.warmup > limits::WARMUP_MAX {
+            return Err(out_of_range(
+                "warmup",
+                args.warmup,
+                "0s",
+                limits::WARMUP_MAX,
+            ));
+        }
+        check_range("value-bytes", args.value_bytes, 1, limits::VALUE_BYTES_MAX)?;
+        check_range("keyspace", args.keyspace, 1, limits::KEYSPACE_MAX)?;
+        let distribution = distribution(args.zipf)?;
+        if !(0.0..=1.0).contains(&args.read_ratio) {
+            return Err(out_of_range("read-ratio", args.read_ratio, 0, 1));
+        }
+        let endpoints = endpoints(args.target, args.endpoints.as_deref())?;
+        Ok(Config {
+            target: args.target,
+            endpoints,
+            op: args.op,
+            clients: args.clients,
+            connections: args.connections,
+            duration: args.duration,
+            warmup: args.warmup,
+            value_bytes: args.value_bytes,
+            keyspace: args.keyspace,
+            distribution,
+            read_ratio: args.read_ratio,
+            seed: args.seed,
+            preload: !args.no_preload,
+            json: args.json,
+        })
+    }
+}
+
+/// Parses `10s`, `250ms`, `2m`, `1h` or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 10s, 500ms, 2m)"))?;
+    let millis_per_unit = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?}; use ms, s, m or h"
+            ));
+        }
+    };
+    number
+        .checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// Which operations each target can run, and why not.
+fn check_supported(target: TargetKind, op: Op) -> Result<(), ConfigError> {
+    let reason = match (target, op) {
+        (TargetKind::Keel, Op::Lock | Op::LockContended) => "Keel has no lock API yet",
+        (TargetKind::Etcd, Op::GetLease) => "etcd has no leader-lease reads",
+        (TargetKind::Etcd, _) if !cfg!(feature = "etcd") => return Err(ConfigError::EtcdNotBuilt),
+        _ => return Ok(()),
+    };
+    Err(ConfigError::Unsupported {
+        op: op.name(),
+        target: match target {
+            TargetKind::Keel => "keel",
+            TargetKind::Etcd => "etcd",
+        },
+        reason,
+    })
+}
+
+fn distribution(zipf: Option<f64>) -> Result<Distribution, ConfigError> {
+    match zipf {
+        None => Ok(Distribution::Uniform),
+        Some(exponent) if exponent > 0.0 && exponent <= limits::ZIPF_EXPONENT_MAX => {
+            Ok(Distribution::Zipf { exponent })
+        }
+        Some(exponent) => Err(out_of_range(
+            "zipf",
+            exponent,
+            "above 0",
+            limits::ZIPF_EXPONENT_MAX,
+        )),
+    }
+}
+
+fn endpoints(target: TargetKind, given: Option<&str>) -> Result<Vec<String>, ConfigError> {
+    let text = given.unwrap_or(match target {
+        TargetKind::Keel => KEEL_ENDPOINTS_DEFAULT,
+        TargetKind::Etcd => ETCD_ENDPOINTS_DEFAULT,
+    });
+    let endpoints: Vec<String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|endpoint| !endpoint.is_empty())
+        .map(str::to_string)
+        .collect();
+    match endpoints.is_empty() {
+        true => Err(ConfigError::NoEndpoints),
+        false => Ok(endpoints),
+    }
+}
+
+fn check_range(
+    name: &'static str,
+    value: usize,
+    min: usize,
+    max: usize,
+) -> Result<(), ConfigError> {
+    match (min..=max).contains(&value) {
+        true => Ok(()),
+        false => Err(out_of_range(name, value, min, max)),
+    }
+}
+
+fn check_duration(name: &'static str, value: Duration, max: Duration) -> Result<(), ConfigError> {
+    match !value.is_zero() && value <= max {
+        true => Ok(()),
+        false => Err(out_of_range(name, value, "1ms", max)),
+    }
+}
+
+fn out_of_range(
+    name: &'static str,
+    value: impl std::fmt::Debug,
+    min: impl std::fmt::Debug,
+    max: impl std::fmt::Debug,
+) -> ConfigError {
+    let text = |v: String| v.trim_matches('"').to_string();
+    ConfigError::OutOfRange {
+        name,
+        value: text(format!("{value:?}")),
+        min: text(format!("{min:?}")),
+        max: text(format!("{max:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

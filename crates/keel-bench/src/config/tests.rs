@@ -1,0 +1,131 @@
+//! Argument validation: every limit and every unsupported target/op pair is refused with the
+//! flag named.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::*;
+
+fn parse(line: &str) -> Result<Config, String> {
+    let args = Args::try_parse_from(std::iter::once("keel-bench").chain(line.split_whitespace()))
+        .map_err(|error| error.to_string())?;
+    Config::from_args(args).map_err(|error| error.to_string())
+}
+
+/// `line` is refused with a message containing `expected`.
+fn check_refused(line: &str, expected: &str) {
+    let error = parse(line).expect_err(line);
+    assert!(
+        error.contains(expected),
+        "{line}: {error:?} lacks {expected:?}"
+    );
+}
+
+#[test]
+fn defaults_match_the_issue_matrix() {
+    let config = parse("").unwrap();
+    assert_eq!(config.target, TargetKind::Keel);
+    assert_eq!(config.op, Op::Put);
+    assert_eq!((config.clients, config.connections), (1, 1));
+    assert_eq!((config.value_bytes, config.keyspace), (256, 10_000));
+    assert_eq!(config.distribution, Distribution::Uniform);
+    assert_eq!(config.duration, Duration::from_secs(10));
+    assert_eq!(config.warmup, Duration::from_secs(2));
+    assert!(config.preload);
+    assert_eq!(config.endpoints.len(), 3);
+}
+
+#[test]
+fn full_line_is_parsed() {
+    let config = parse(
+        "--op get-follower --clients 64 --connections 8 --duration 500ms --warmup 0 \
+         --value-bytes 1024 --keyspace 100 --zipf 0.99 --endpoints a:1,,b:2 --no-preload",
+    )
+    .unwrap();
+    assert_eq!(config.op, Op::GetFollower);
+    assert_eq!((config.clients, config.connections), (64, 8));
+    assert_eq!(config.duration, Duration::from_millis(500));
+    assert_eq!(config.warmup, Duration::ZERO);
+    assert_eq!(config.distribution, Distribution::Zipf { exponent: 0.99 });
+    assert_eq!(config.endpoints, vec!["a:1".to_string(), "b:2".to_string()]);
+    assert!(!config.preload);
+}
+
+#[test]
+fn limits_are_named() {
+    check_refused("--clients 0", "--clients is 0; it must be 1 to 4096");
+    check_refused("--clients 4097", "--clients is 4097");
+    check_refused(
+        "--clients 4 --connections 5",
+        "must not exceed --clients (4)",
+    );
+    check_refused("--connections 0", "--connections is 0");
+    check_refused(
+        "--duration 0s",
+        "--duration is 0ns; it must be 1ms to 3600s",
+    );
+    check_refused("--duration 2h", "--duration is 7200s");
+    check_refused("--warmup 11m", "--warmup is 660s");
+    check_refused("--value-bytes 0", "--value-bytes is 0");
+    check_refused(
+        "--value-bytes 1048577",
+        "--value-bytes is 1048577; it must be 1 to 1048576",
+    );
+    check_refused("--keyspace 0", "--keyspace is 0");
+    check_refused("--keyspace 1000001", "--keyspace is 1000001");
+    check_refused("--zipf 0", "--zipf is 0.0; it must be above 0 to 10.0");
+    check_refused("--zipf 11", "--zipf is 11.0");
+    check_refused("--read-ratio 1.5", "--read-ratio is 1.5");
+    check_refused("--endpoints ,", "names no endpoint");
+}
+
+#[test]
+fn unsupported_pairs_are_refused() {
+    check_refused(
+        "--op lock",
+        "--op lock is not available on keel: Keel has no lock API yet",
+    );
+    check_refused("--op lock-contended", "Keel has no lock API yet");
+    match cfg!(feature = "etcd") {
+        true => {
+            check_refused(
+                "--target etcd --op get-lease",
+                "etcd has no leader-lease reads",
+            );
+            assert!(parse("--target etcd --op lock").is_ok());
+        }
+        false => check_refused("--target etcd", "--features etcd"),
+    }
+}
+
+#[test]
+fn etcd_endpoint_default() {
+    if cfg!(feature = "etcd") {
+        assert_eq!(
+            parse("--target etcd").unwrap().endpoints,
+            vec!["127.0.0.1:2379"]
+        );
+    }
+}
+
+#[test]
+fn durations() {
+    let check = |text: &str, expected: Result<u64, &str>| {
+        let parsed = parse_duration(text).map(|duration| duration.as_millis() as u64);
+        match expected {
+            Ok(millis) => assert_eq!(parsed, Ok(millis), "{text}"),
+            Err(part) => assert!(parsed.unwrap_err().contains(part), "{text}"),
+        }
+    };
+    check("10s", Ok(10_000));
+    check("250ms", Ok(250));
+    check("2m", Ok(120_000));
+    check("1h", Ok(3_600_000));
+    check("7", Ok(7_000));
+    check("10x", Err("unknown unit \"x\""));
+    check("s", Err("is not a duration"));
+    check("-1s", Err("is not a duration"));
+    check("99999999999999999999h", Err("is not a duration"));
+    check("9999999999999999h", Err("too long"));
+}

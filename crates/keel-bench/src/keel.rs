@@ -1,0 +1,130 @@
+//! The Keel target, through `keel-client` only: connections, preload and one worker per task.
+//! Knows nothing of Keel's servers.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use keel_client::{Client, ClientOptions, PutOptions};
+use keel_types::{BatchOp, Condition, KvError};
+
+use crate::config::Config;
+use crate::driver::{Outcome, Revisions, Step, Worker, done};
+use crate::keys;
+use crate::preload;
+
+/// One task's view: a clone of one of the run's clients.
+pub struct KeelWorker {
+    client: Client,
+    value: Arc<[u8]>,
+    revisions: Arc<Revisions>,
+}
+
+/// Connects `config.connections` clients, preloads the keyspace and returns one worker per
+/// task, the tasks spread round-robin over the clients.
+pub async fn prepare(
+    config: &Config,
+    revisions: &Arc<Revisions>,
+) -> anyhow::Result<Vec<KeelWorker>> {
+    let clients = (0..config.connections)
+        .map(|index| {
+            // Each client tries a different endpoint first, so follower reads spread over
+            // the replicas; leader-only requests find the leader either way.
+            let endpoints = preload::rotate(&config.endpoints, index);
+            Client::new(endpoints, ClientOptions::default()).context("keel endpoints")
+        })
+        .collect::<anyhow::Result<Vec<Client>>>()?;
+    if config.preload {
+        preload_keyspace(&clients[0], config, revisions).await?;
+    }
+    let value: Arc<[u8]> = preload::value(config.value_bytes).into();
+    Ok((0..config.clients)
+        .map(|task| KeelWorker {
+            client: clients[task % clients.len()].clone(),
+            value: value.clone(),
+            revisions: revisions.clone(),
+        })
+        .collect())
+}
+
+async fn preload_keyspace(
+    client: &Client,
+    config: &Config,
+    revisions: &Arc<Revisions>,
+) -> anyhow::Result<()> {
+    let value = preload::value(config.value_bytes);
+    let chunks = preload::chunks(config.keyspace, config.value_bytes);
+    preload::run(chunks, |chunk| {
+        let (client, value, revisions) = (client.clone(), value.clone(), revisions.clone());
+        async move {
+            let ops = chunk
+                .clone()
+                .map(|index| BatchOp::Put {
+                    key: keys::data_key(index),
+                    value: value.clone(),
+                    condition: None,
+                    return_previous: false,
+                    ttl_ms: None,
+                })
+                .collect();
+            let result = client.batch(ops).await.map_err(|error| error.to_string())?;
+            chunk.for_each(|index| revisions.observe(index, result.revision));
+            Ok(())
+        }
+    })
+    .await
+}
+
+impl Worker for KeelWorker {
+    async fn run(&mut self, step: Step) -> Result<Outcome, String> {
+        let result = match step {
+            Step::Put(key) => {
+                let key = keys::data_key(key);
+                let options = PutOptions::default();
+                self.client.put(&key, &self.value, options).await.map(done)
+            }
+            Step::Get(key, consistency) => {
+                let key = keys::data_key(key);
+                self.client.get(&key, consistency).await.map(done)
+            }
+            Step::Cas(key) => return self.cas(key).await,
+            Step::Increment(key) => {
+                let key = keys::counter_key(key);
+                self.client.increment(&key, 1).await.map(done)
+            }
+            Step::Lock | Step::LockShared => return Err("Keel has no lock API yet".to_string()),
+        };
+        result.map_err(|error| error.to_string())
+    }
+
+    async fn close(self) {}
+}
+
+impl KeelWorker {
+    /// A put conditioned on the key's last known revision (absent when none is known).
+    async fn cas(&self, key: usize) -> Result<Outcome, String> {
+        let condition = match self.revisions.get(key) {
+            0 => Condition::Absent,
+            revision => Condition::Revision(revision),
+        };
+        let options = PutOptions {
+            condition: Some(condition),
+            ..PutOptions::default()
+        };
+        match self
+            .client
+            .put(&keys::data_key(key), &self.value, options)
+            .await
+        {
+            Ok(result) => {
+                self.revisions.observe(key, result.revision);
+                Ok(Outcome::Done)
+            }
+            Err(KvError::ConditionFailed(failed)) => {
+                let current = failed.current.map_or(0, |kv| kv.mod_revision);
+                self.revisions.observe(key, current);
+                Ok(Outcome::Conflict)
+            }
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The result of a run: latency histogram, counts, and their rendering as a human table and
+//! as JSON. Pure; knows nothing of targets or the network.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::config::{Config, Distribution, Op, TargetKind};
+use crate::limits;
+
+/// What the tasks of a run counted, merged.
+#[derive(Debug, Clone)]
+pub struct Tally {
+    /// Latencies of the operations that completed in the measured window, in µs.
+    pub latencies_us: Histogram<u64>,
+    /// Operations that failed (or timed out) in the measured window.
+    pub errors: u64,
+    /// Compare-and-set operations whose condition did not hold (they completed, and count as
+    /// operations too).
+    pub conflicts: u64,
+    /// One error message, to say what went wrong.
+    pub first_error: Option<String>,
+}
+
+impl Tally {
+    pub fn new() -> Tally {
+        let latencies_us =
+            Histogram::new_with_bounds(1, limits::LATENCY_US_MAX, limits::HISTOGRAM_DIGITS)
+                .expect("histogram bounds are valid constants");
+        Tally {
+            latencies_us,
+            errors: 0,
+            conflicts: 0,
+            first_error: None,
+        }
+    }
+
+    pub fn record(&mut self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latencies_us
+            .saturating_record(micros.clamp(1, limits::LATENCY_US_MAX));
+    }
+
+    pub fn record_error(&mut self, message: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(message);
+    }
+
+    pub fn merge(&mut self, other: Tally) {
+        self.latencies_us
+            .add(&other.latencies_us)
+            .expect("histograms of one run have the same bounds");
+        self.errors += other.errors;
+        self.conflicts += other.conflicts;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+}
+
+/// One run's figures, as printed and as written to JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub target: TargetKind,
+    pub op: Op,
+    pub clients: usize,
+    pub connections: usize,
+    pub value_bytes: usize,
+    pub keyspace: usize,
+    /// `uniform` or `zipf:S`.
+    pub distribution: String,
+    pub duration_s: f64,
+    pub ops: u64,
+    pub errors: u64,
+    pub conflicts: u64,
+    pub ops_per_sec: f64,
+    pub mean_us: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub first_error: Option<String>,
+}
+
+impl Summary {
+    pub fn new(config: &Config, tally: &Tally) -> Summary {
+        let latencies = &tally.latencies_us;
+        let ops = latencies.len();
+        let duration_s = config.duration.as_secs_f64();
+        let quantile = |q: f64| {
+            if ops == 0 {
+                0
+            } else {
+                latencies.value_at_quantile(q)
+            }
+        };
+        Summary {
+            target: config.target,
+            op: config.op,
+            clients: config.clients,
+            connections: config.connections,
+            value_bytes: config.value_bytes,
+            keyspace: config.keyspace,
+            distribution: match config.distribution {
+                Distribution::Uniform => "uniform".to_string(),
+                Distribution::Zipf { exponent } => format!("zipf:{exponent}"),
+            },
+            duration_s,
+            ops,
+            errors: tally.errors,
+            conflicts: tally.conflicts,
+            ops_per_sec: ops as f64 / duration_s,
+            mean_us: if ops == 0 { 0.0 } else { latencies.mean() },
+            p50_us: quantile(0.50),
+            p99_us: quantile(0.99),
+            p999_us: quantile(0.999),
+            max_us: if ops == 0 { 0 } else { latencies.max() },
+            first_error: tally.first_error.clone(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a summary serializes")
+    }
+
+    /// A header line and one row, columns aligned.
+    pub fn to_table(&self) -> String {
+        let target = match self.target {
+            TargetKind::Keel => "keel",
+            TargetKind::Etcd => "etcd",
+        };
+        let mut table = String::new();
+        let _ = writeln!(
+            table,
+            "{:<6} {:<18} {:>7} {:>5} {:>9} {:>7} {:>10} {:>8} {:>8} {:>9} {:>9}",
+            "target",
+            "op",
+            "clients",
+            "conns",
+            "ops",
+            "errors",
+            "ops/s",
+            "p50 µs",
+            "p99 µs",
+            "p99.9 µs",
+            "max µs"
+        );
+        let _ = writeln!(
+            table,
+            "{:<6} {:<18} {:>7} {:>5} {:>9} {:>7} {:>10.1} {:>8} {:>8} {:>9} {:>9}",
+            target,
+            self.op.name(),
+            self.clients,
+            self.connections,
+            self.ops,
+            self.errors,
+            self.ops_per_sec,
+            self.p50_us,
+            self.p99_us,
+            self.p999_us,
+            self.max_us
+        );
+        table
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,102 @@
+//! Percentiles and their rendering as JSON and as a table.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::{Args, Config};
+use clap::Parser;
+
+fn config() -> Config {
+    let args = Args::try_parse_from([
+        "keel-bench",
+        "--clients",
+        "4",
+        "--duration",
+        "2s",
+        "--zipf",
+        "0.99",
+    ])
+    .unwrap();
+    Config::from_args(args).unwrap()
+}
+
+/// 1,000 latencies of 1..=1000 µs, with 3 errors and 2 conflicts.
+fn tally() -> Tally {
+    let mut tally = Tally::new();
+    for micros in 1..=1_000 {
+        tally.record(Duration::from_micros(micros));
+    }
+    tally.record_error("first".to_string());
+    tally.record_error("second".to_string());
+    let mut other = Tally::new();
+    other.record_error("third".to_string());
+    other.conflicts = 2;
+    tally.merge(other);
+    tally
+}
+
+#[test]
+fn percentiles_and_rate() {
+    let summary = Summary::new(&config(), &tally());
+    assert_eq!(summary.ops, 1_000);
+    assert_eq!(summary.ops_per_sec, 500.0);
+    assert_eq!((summary.errors, summary.conflicts), (3, 2));
+    assert_eq!(summary.first_error.as_deref(), Some("first"));
+    // HdrHistogram with 3 significant digits: exact at this scale.
+    assert_eq!(
+        (summary.p50_us, summary.p99_us, summary.p999_us),
+        (500, 990, 999)
+    );
+    assert_eq!(summary.max_us, 1_000);
+    assert!((summary.mean_us - 500.5).abs() < 1.0);
+}
+
+#[test]
+fn empty_run_reports_zeros() {
+    let summary = Summary::new(&config(), &Tally::new());
+    assert_eq!((summary.ops, summary.p50_us, summary.max_us), (0, 0, 0));
+    assert_eq!(summary.ops_per_sec, 0.0);
+}
+
+#[test]
+fn latencies_are_clamped_into_the_histogram() {
+    let mut tally = Tally::new();
+    tally.record(Duration::ZERO);
+    tally.record(Duration::from_secs(3_600));
+    assert_eq!(tally.latencies_us.len(), 2);
+    assert_eq!(tally.latencies_us.min(), 1);
+    assert!(tally.latencies_us.max() >= limits::LATENCY_US_MAX);
+}
+
+#[test]
+fn json_has_the_fields_scripts_read() {
+    let json: serde_json::Value =
+        serde_json::from_str(&Summary::new(&config(), &tally()).to_json()).unwrap();
+    assert_eq!(json["target"], "keel");
+    assert_eq!(json["op"], "put");
+    assert_eq!(json["clients"], 4);
+    assert_eq!(json["distribution"], "zipf:0.99");
+    assert_eq!(json["ops_per_sec"], 500.0);
+    assert_eq!(json["errors"], 3);
+    for field in [
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "max_us",
+        "value_bytes",
+        "keyspace",
+    ] {
+        assert!(json[field].is_u64(), "{field}");
+    }
+}
+
+#[test]
+fn table_aligns_header_and_row() {
+    let table = Summary::new(&config(), &tally()).to_table();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("target op"));
+    assert!(lines[1].starts_with("keel   put"));
+    assert_eq!(lines[0].chars().count(), lines[1].chars().count());
+    assert!(lines[1].contains(" 500.0 "));
+}
