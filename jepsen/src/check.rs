@@ -53,7 +53,9 @@ pub enum CheckError {
     MissingRunSpec { path: String },
     #[error("{path} is missing; the {checker} checker needs it")]
     MissingHistory { path: String, checker: &'static str },
-    #[error("workload {workload:?} has no checkers yet; known: register, append, counter")]
+    #[error(
+        "workload {workload:?} has no checkers yet; known: register, append, counter, follower-read"
+    )]
     UnknownWorkload { workload: String },
     #[error("{path}: {source}")]
     Write {

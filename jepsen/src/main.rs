@@ -38,7 +38,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// register, append or counter.
+    /// register, append, counter or follower-read.
     #[arg(long)]
     workload: WorkloadKind,
     /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock.

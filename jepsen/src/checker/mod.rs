@@ -5,6 +5,7 @@
 pub mod append;
 pub mod counter;
 pub mod coverage;
+pub mod follower_read;
 pub mod register;
 pub mod wgl;
 
@@ -56,6 +57,8 @@ pub enum CheckerName {
     Register,
     Append,
     Counter,
+    #[serde(rename = "follower-read")]
+    FollowerRead,
     Coverage,
 }
 
@@ -134,6 +137,7 @@ impl CheckerName {
             CheckerName::Register => "register",
             CheckerName::Append => "append",
             CheckerName::Counter => "counter",
+            CheckerName::FollowerRead => "follower-read",
             CheckerName::Coverage => "coverage",
         }
     }
@@ -148,6 +152,7 @@ impl CheckerName {
             CheckerName::Register => register::check(input.history, budget),
             CheckerName::Append => append::check(input.history),
             CheckerName::Counter => counter::check(input.history),
+            CheckerName::FollowerRead => follower_read::check(input.history, input.faults),
             CheckerName::Coverage => coverage::check(input.spec, input.faults),
         }
     }
@@ -159,6 +164,7 @@ pub fn for_workload(workload: &str) -> Option<Vec<CheckerName>> {
         "register" => CheckerName::Register,
         "append" => CheckerName::Append,
         "counter" => CheckerName::Counter,
+        "follower-read" => CheckerName::FollowerRead,
         _ => return None,
     };
     Some(vec![main, CheckerName::Coverage])

@@ -298,7 +298,17 @@ fn serve_flags(config: &RunConfig) -> Vec<String> {
             config.response_loss_percent.to_string(),
         ]);
     }
+    if lose_unsynced_writes(config) {
+        flags.push("--fault-lose-unsynced-writes".to_string());
+    }
     flags
+}
+
+/// Whether nodes keep storage writes in memory until synced (`--fault-lose-unsynced-writes`),
+/// so that `kill-all` loses what was not synced, as a power loss would. Only `kill-all` asks
+/// for it: a single kill leaves a majority whose data a lost write is repaired from anyway.
+pub fn lose_unsynced_writes(config: &RunConfig) -> bool {
+    config.nemesis.contains(&FaultKind::KillAll)
 }
 
 /// Waits until a linearizable read succeeds; fails early if a node exits.
@@ -347,6 +357,7 @@ fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()
         "concurrency": config.concurrency,
         "planted_bug": config.planted_bug,
         "response_loss_percent": config.response_loss_percent,
+        "lose_unsynced_writes": lose_unsynced_writes(config),
         "keel": config.keel.display().to_string(),
         "keel_version": keel_version(&config.keel),
         "runner_version": env!("CARGO_PKG_VERSION"),
@@ -367,4 +378,47 @@ fn keel_version(binary: &Path) -> Option<String> {
         .output()
         .ok()?;
     Some(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(nemesis: Vec<FaultKind>) -> RunConfig {
+        RunConfig {
+            workload: WorkloadKind::Register,
+            nemesis,
+            nodes: 3,
+            time_limit_s: 10,
+            rate_hz: 10,
+            concurrency: 1,
+            seed: 1,
+            out: PathBuf::from("/nonexistent"),
+            keel: PathBuf::from("/nonexistent"),
+            planted_bug: None,
+            response_loss_percent: 0,
+            no_netns: true,
+        }
+    }
+
+    #[test]
+    fn only_kill_all_runs_lose_unsynced_writes() {
+        let flag = "--fault-lose-unsynced-writes".to_string();
+        let cases = [
+            (vec![], false),
+            (vec![FaultKind::Kill, FaultKind::Partition], false),
+            (vec![FaultKind::KillAll], true),
+            (vec![FaultKind::Partition, FaultKind::KillAll], true),
+        ];
+        for (nemesis, expected) in cases {
+            let config = config(nemesis);
+            assert_eq!(
+                lose_unsynced_writes(&config),
+                expected,
+                "{:?}",
+                config.nemesis
+            );
+            assert_eq!(serve_flags(&config).contains(&flag), expected);
+        }
+    }
 }

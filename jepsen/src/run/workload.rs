@@ -19,6 +19,7 @@ use crate::run::rng::Rng;
 
 mod append;
 mod counter;
+mod follower_read;
 mod keys;
 mod register;
 
@@ -40,6 +41,7 @@ pub enum WorkloadKind {
     Register,
     Append,
     Counter,
+    FollowerRead,
 }
 
 /// A workload's shared state: its keys and what the clients know of them.
@@ -98,6 +100,9 @@ impl Workload {
             }
             WorkloadKind::Append => KeyPool::new("a", append::KEYS_ACTIVE, append::KEY_OPS_MAX),
             WorkloadKind::Counter => KeyPool::new("c", counter::KEYS, u64::MAX),
+            WorkloadKind::FollowerRead => {
+                KeyPool::new("f", follower_read::KEYS_ACTIVE, follower_read::KEY_OPS_MAX)
+            }
         };
         Workload { kind, keys }
     }
@@ -108,6 +113,7 @@ impl Workload {
             WorkloadKind::Register => register::step(self, clients, rng, who, clock).await,
             WorkloadKind::Append => append::step(self, clients, rng, who, clock).await,
             WorkloadKind::Counter => counter::step(self, clients, rng, who, clock).await,
+            WorkloadKind::FollowerRead => follower_read::step(self, clients, rng, who, clock).await,
         }
     }
 
@@ -117,6 +123,9 @@ impl Workload {
             WorkloadKind::Register => register::get(self, client, key, who, clock).await,
             WorkloadKind::Append => append::read(client, key, who, clock).await,
             WorkloadKind::Counter => counter::read(client, key, who, clock).await,
+            WorkloadKind::FollowerRead => {
+                follower_read::linearizable_get(client, key, who, clock).await
+            }
         }
     }
 }
@@ -212,6 +221,7 @@ impl ClientLoop {
 
 /// Reads every key the run touched, retrying a key until a read succeeds (at most
 /// `FINAL_READ_ATTEMPTS`); every attempt is recorded. Client ids follow the workload's.
+/// follower-read reads on every node too (`follower_read::final_reads`).
 pub async fn final_reads(
     workload: &Workload,
     endpoints: &[String],
@@ -219,6 +229,12 @@ pub async fn final_reads(
     clock: RunClock,
     history: &Recorder,
 ) -> anyhow::Result<u64> {
+    if workload.kind == WorkloadKind::FollowerRead {
+        let clients = Clients::new(endpoints)?;
+        let done =
+            follower_read::final_reads(workload, &clients, first_client, &clock, history).await;
+        return Ok(done);
+    }
     let client = Client::new(endpoints.to_vec(), client_options())?;
     let mut done = 0;
     for key in workload.keys.all() {
@@ -277,8 +293,9 @@ impl FromStr for WorkloadKind {
             "register" => Ok(WorkloadKind::Register),
             "append" => Ok(WorkloadKind::Append),
             "counter" => Ok(WorkloadKind::Counter),
+            "follower-read" => Ok(WorkloadKind::FollowerRead),
             _ => Err(format!(
-                "unknown workload {name:?}; known: register, append, counter"
+                "unknown workload {name:?}; known: register, append, counter, follower-read"
             )),
         }
     }
@@ -290,6 +307,7 @@ impl WorkloadKind {
             WorkloadKind::Register => "register",
             WorkloadKind::Append => "append",
             WorkloadKind::Counter => "counter",
+            WorkloadKind::FollowerRead => "follower-read",
         }
     }
 }

@@ -138,6 +138,31 @@ const CASES: &[(&str, Verdict, &str)] = &[
         "after an earlier read",
     ),
     (
+        "follower-read/good-stale-but-converged.jsonl",
+        Valid,
+        "converged",
+    ),
+    (
+        "follower-read/bad-phantom-value.jsonl",
+        Invalid,
+        "returned 2, which no put that did not fail wrote",
+    ),
+    (
+        "follower-read/bad-read-before-put-called.jsonl",
+        Invalid,
+        "before the put of it was called",
+    ),
+    (
+        "follower-read/bad-follower-read-goes-back.jsonl",
+        Invalid,
+        "node 3 returned 1 (revision 5) for key \\\"f0\\\" after returning 2 (revision 6)",
+    ),
+    (
+        "follower-read/bad-node-never-converges.jsonl",
+        Invalid,
+        "node 2 did not converge",
+    ),
+    (
         "coverage/good-all-healed",
         Valid,
         "all 2 requested fault kinds",
@@ -157,6 +182,7 @@ const FOREIGN: &[(CheckerName, &str)] = &[
     (CheckerName::Register, "counter/good-basic.jsonl"),
     (CheckerName::Append, "register/good-sequential.jsonl"),
     (CheckerName::Counter, "append/good-basic.jsonl"),
+    (CheckerName::FollowerRead, "counter/good-basic.jsonl"),
 ];
 
 fn fixtures_dir() -> PathBuf {

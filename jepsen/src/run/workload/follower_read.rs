@@ -1,0 +1,142 @@
+//! The follower-read workload: linearizable puts of values unique per key, and gets with
+//! `Consistency::Follower` through clients that know one node only, recorded as `get` with
+//! `"consistency":"follower"` and the serving `"node"`. After the heal, the final reads: per
+//! key a linearizable get, then a follower get on every node, in rounds until every node
+//! returns what the linearizable get did (all marked `"final":true`). Knows nothing of faults.
+
+use std::time::Duration;
+
+use keel_client::{Client, PutOptions};
+use keel_types::Consistency;
+use serde_json::Value;
+
+use crate::history::{Op, OpKind, Status};
+use crate::run::clock::RunClock;
+use crate::run::outcome;
+use crate::run::recorder::Recorder;
+use crate::run::rng::Rng;
+use crate::run::workload::register::{decode, encode};
+use crate::run::workload::{Clients, Workload, called, returned};
+
+/// Keys in use at once.
+pub const KEYS_ACTIVE: usize = 4;
+/// Ops per key before it is retired (the checker is O(n log n); this bounds the final reads).
+pub const KEY_OPS_MAX: u64 = 500;
+/// Share of follower gets among ops, per mille; the rest are puts.
+pub const GET_PER_MILLE: u64 = 500;
+/// Rounds of final reads of one key at most, and the pause between two.
+pub const FINAL_ROUNDS_MAX: usize = 10;
+pub const FINAL_ROUND_PAUSE: Duration = Duration::from_millis(500);
+
+pub(super) async fn step(
+    workload: &Workload,
+    clients: &Clients,
+    rng: &mut Rng,
+    who: u64,
+    clock: &RunClock,
+) -> Op {
+    let pick = workload.keys.pick(rng);
+    if rng.below(1000) < GET_PER_MILLE {
+        let index = rng.below(clients.nodes.len() as u64) as usize;
+        return follower_get(&clients.nodes[index], index, &pick.key, who, clock).await;
+    }
+    let value = Value::from(pick.value);
+    let mut op = called(
+        who,
+        OpKind::Put,
+        &pick.key,
+        value.clone(),
+        Value::Null,
+        clock,
+    );
+    let answer = clients
+        .main
+        .put(pick.key.as_bytes(), &encode(&value), PutOptions::default())
+        .await;
+    let status = match &answer {
+        Ok(result) => {
+            op.extra
+                .insert("revision".into(), Value::from(result.revision));
+            Status::Ok
+        }
+        Err(error) => outcome::write_status(error),
+    };
+    returned(op, status, Value::Null, clock)
+}
+
+/// A follower get through `client`, which knows node `index` only. `node` is the node that
+/// served it, or the node asked when it failed.
+pub(super) async fn follower_get(
+    client: &Client,
+    index: usize,
+    key: &str,
+    who: u64,
+    clock: &RunClock,
+) -> Op {
+    let mut op = called(who, OpKind::Get, key, Value::Null, Value::Null, clock);
+    op.extra.insert("consistency".into(), "follower".into());
+    let mut node = index as u64 + 1;
+    let answer = client.get(key.as_bytes(), Consistency::Follower).await;
+    let op = match answer {
+        Ok(result) => {
+            node = result.served_by;
+            let output = result.kv.map_or(Value::Null, |kv| decode(&kv.value));
+            op.extra
+                .insert("revision".into(), Value::from(result.revision));
+            returned(op, Status::Ok, output, clock)
+        }
+        Err(error) => returned(op, outcome::read_status(&error), Value::Null, clock),
+    };
+    with_field(op, "node", Value::from(node))
+}
+
+/// A linearizable get.
+pub(super) async fn linearizable_get(client: &Client, key: &str, who: u64, clock: &RunClock) -> Op {
+    let op = called(who, OpKind::Get, key, Value::Null, Value::Null, clock);
+    match client.get(key.as_bytes(), Consistency::Linearizable).await {
+        Ok(result) => {
+            let output = result.kv.map_or(Value::Null, |kv| decode(&kv.value));
+            returned(op, Status::Ok, output, clock)
+        }
+        Err(error) => returned(op, outcome::read_status(&error), Value::Null, clock),
+    }
+}
+
+/// The final reads of every key (see the module's docs); every attempt is recorded.
+pub(super) async fn final_reads(
+    workload: &Workload,
+    clients: &Clients,
+    who: u64,
+    clock: &RunClock,
+    history: &Recorder,
+) -> u64 {
+    let mut done = 0;
+    for key in workload.keys.all() {
+        for round in 0..FINAL_ROUNDS_MAX {
+            if round > 0 {
+                tokio::time::sleep(FINAL_ROUND_PAUSE).await;
+            }
+            let truth = linearizable_get(&clients.main, &key, who, clock).await;
+            let truth = with_field(truth, "final", Value::Bool(true));
+            history.record(&truth);
+            done += 1;
+            let mut converged = truth.status() == Status::Ok;
+            for (index, client) in clients.nodes.iter().enumerate() {
+                let read = follower_get(client, index, &key, who, clock).await;
+                let read = with_field(read, "final", Value::Bool(true));
+                history.record(&read);
+                done += 1;
+                converged &= read.status() == Status::Ok && read.output == truth.output;
+            }
+            if converged {
+                break;
+            }
+        }
+    }
+    done
+}
+
+fn with_field(mut op: Op, name: &str, value: Value) -> Op {
+    op.extra.insert(name.into(), value);
+    op
+}
