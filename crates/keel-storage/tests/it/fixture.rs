@@ -9,8 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_storage::raft_types::{Membership, Vote};
-use keel_storage::{RangeCounts, StateMachine, Store};
+use keel_storage::raft_types::{Entry, LogId, Membership, Vote};
+use keel_storage::{LogStore, RangeCounts, StateMachine, Store};
 use keel_types::command::legacy::BatchOpV1;
 use keel_types::{BatchOp, Command, Condition, ExpiredKey, Mutation, RangeId, RequestId};
 use openraft::entry::RaftEntry;
@@ -65,16 +65,8 @@ async fn write_v1(dir: &Path) {
         puts_v1(2, 3, &[(b"b", b"3")]),
         delete_a,
     ];
-    append(&mut log, entries.clone()).await.unwrap();
-    log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
-    log.save_committed(Some(log_id(2, 1, 4))).await.unwrap();
-    let mut sm = store.state_machine(RangeId(1));
-    apply(&mut sm, entries).await.unwrap();
-    sm.get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap();
+    let (vote, committed) = (Vote::new_committed(2, 1), log_id(2, 1, 4));
+    persist_range_1(&store, &mut log, entries, vote, committed).await;
     log.purge(log_id(1, 1, 1)).await.unwrap();
     store
         .log_store(RangeId(2))
@@ -83,8 +75,6 @@ async fn write_v1(dir: &Path) {
         .unwrap();
     store.shutdown();
 }
-
-use keel_storage::raft_types::Entry;
 
 /// What every build must read from the v1 fixture.
 async fn check_v1(store: &Store) {
@@ -245,9 +235,23 @@ async fn write_v2(dir: &Path) {
     let store = open_in(dir);
     let mut log = store.log_store(RangeId(1));
     let entries = v2_entries();
-    append(&mut log, entries.clone()).await.unwrap();
-    log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
-    log.save_committed(Some(log_id(1, 1, 3))).await.unwrap();
+    let (vote, committed) = (Vote::new_committed(1, 1), log_id(1, 1, 3));
+    persist_range_1(&store, &mut log, entries, vote, committed).await;
+    store.shutdown();
+}
+
+/// Appends `entries` to range 1's log, saves `vote` and `committed`, applies every entry and
+/// builds a snapshot: the state both fixture writers leave behind.
+async fn persist_range_1(
+    store: &Store,
+    log: &mut LogStore,
+    entries: Vec<Entry>,
+    vote: Vote,
+    committed: LogId,
+) {
+    append(log, entries.clone()).await.unwrap();
+    log.save_vote(&vote).await.unwrap();
+    log.save_committed(Some(committed)).await.unwrap();
     let mut sm = store.state_machine(RangeId(1));
     apply(&mut sm, entries).await.unwrap();
     sm.get_snapshot_builder()
@@ -255,7 +259,6 @@ async fn write_v2(dir: &Path) {
         .build_snapshot()
         .await
         .unwrap();
-    store.shutdown();
 }
 
 /// What every build must read from the v2 fixture.
