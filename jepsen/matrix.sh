@@ -4,7 +4,7 @@
 # and faults that must catch it (each must be invalid). Prints a table of verdicts and run
 # times; exits non-zero if any row is not what it should be.
 #
-#   jepsen/matrix.sh                        # 60 s per run (about 2 h in all)
+#   jepsen/matrix.sh                        # 60 s per run (about 2.5 h in all)
 #   TIME_LIMIT=30 SEED=7 jepsen/matrix.sh   # shorter runs, another seed
 #   KEEL_JEPSEN_OUT=DIR jepsen/matrix.sh    # keep the run directories there
 set -uo pipefail
@@ -24,13 +24,14 @@ mkdir -p "$out"
 cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs || exit 3
 cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
 
-workloads=(register append counter follower-read)
+workloads=(register append counter follower-read fencing)
 faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
-# planted bug | workload | faults | extra flags
+# planted bug | workload | faults (empty: none) | extra flags
 planted=(
     "stale-read|register|partition|"
     "ack-before-fsync|register|kill-all|"
     "double-apply|counter|partition|--response-loss-percent 5"
+    "lock-no-expiry|fencing||"
 )
 
 verdict() { case $1 in 0) echo valid ;; 1) echo invalid ;; 2) echo unknown ;; *) echo "error($1)" ;; esac; }
@@ -41,13 +42,15 @@ table=$(printf '%-13s %-52s %-17s %-8s %-10s %6s\n' workload faults planted-bug 
 row() {
     local workload=$1 nemesis=$2 bug=$3 expected=$4
     shift 4
-    local name="$workload-${nemesis//,/+}${bug:+-$bug}"
+    local name="$workload-${nemesis:-none}"
+    name="${name//,/+}${bug:+-$bug}"
     local start=$SECONDS
     local limit=$time_limit
     if [[ $nemesis == *,* ]] && [ "$limit" -lt "$combined_time_limit_min" ]; then
         limit=$combined_time_limit_min
     fi
-    local flags=(--workload "$workload" --nemesis "$nemesis" --time-limit "$limit" --seed "$seed")
+    local flags=(--workload "$workload" --time-limit "$limit" --seed "$seed")
+    [ -n "$nemesis" ] && flags+=(--nemesis "$nemesis")
     [ -n "$bug" ] && flags+=(--planted-bug "$bug")
     "$bin/keel-jepsen" run --keel "$bin/keel" --out "$out/$name" "${flags[@]}" "$@" \
         >"$out/$name.log" 2>&1
@@ -56,7 +59,7 @@ row() {
     local got
     got=$(verdict "$code")
     local line
-    line=$(printf '%-13s %-52s %-17s %-8s %-10s %6d' "$workload" "$nemesis" "${bug:--}" "$expected" "$got" $((SECONDS - start)))
+    line=$(printf '%-13s %-52s %-17s %-8s %-10s %6d' "$workload" "${nemesis:--}" "${bug:--}" "$expected" "$got" $((SECONDS - start)))
     echo "$line"
     table+=$'\n'"$line"
     [ "$got" = "$expected" ] || failures=$((failures + 1))

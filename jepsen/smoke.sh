@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Smoke of the Jepsen-style harness (issue 6), as CI runs it: a register run under partitions
-# and kill -9 that must be valid, and a counter run with the double-apply planted bug that must
-# be invalid. Builds the release binaries first. Needs root for a network namespace (falls back
-# to the TCP proxy without). Prints each verdict and run time; exits non-zero if either
-# expectation fails.
+# Smoke of the Jepsen-style harness (issue 6), as CI runs it (about 2 minutes): a register run
+# under partitions and kill -9 that must be valid, a counter run with the double-apply planted
+# bug and a fencing run with the lock-no-expiry planted bug (no faults needed: holds overlap
+# within seconds) that must be invalid. Builds the release binaries first. Needs root for a
+# network namespace (falls back to the TCP proxy without). Prints each verdict and run time;
+# exits non-zero if any expectation fails.
 #
 #   jepsen/smoke.sh                 # run directories under a fresh /tmp/keel-jepsen-smoke.*
 #   KEEL_JEPSEN_OUT=DIR jepsen/smoke.sh
@@ -31,7 +32,7 @@ run() {
     local got
     got=$(verdict "$code")
     local line
-    line=$(printf '%-10s expected %-8s got %-10s %4d s  %s' "$name" "$expected" "$got" $((SECONDS - start)) "$out/$name")
+    line=$(printf '%-14s expected %-8s got %-10s %4d s  %s' "$name" "$expected" "$got" $((SECONDS - start)) "$out/$name")
     summary+="$line"$'\n'
     if [ "$got" != "$expected" ]; then
         failures=$((failures + 1))
@@ -42,6 +43,7 @@ run register valid --workload register --nemesis partition,kill --time-limit 60 
 run double-apply invalid --workload counter --nemesis partition --planted-bug double-apply \
     --response-loss-percent 5 \
     --time-limit 30 --seed 1
+run lock-no-expiry invalid --workload fencing --planted-bug lock-no-expiry --time-limit 10 --seed 1
 
 echo
 echo "keel-jepsen smoke:"

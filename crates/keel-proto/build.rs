@@ -6,6 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "../../proto/keel/v1/kv.proto",
         "../../proto/keel/v1/cluster.proto",
+        "../../proto/keel/v1/lock.proto",
+        "../../proto/keel/v1/idempotency.proto",
         "../../proto/keel/raft/v1/raft.proto",
         "../../proto/keel/test/v1/faults.proto",
     ];

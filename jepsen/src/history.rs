@@ -54,6 +54,12 @@ pub enum OpKind {
     Append,
     Read,
     Incr,
+    /// Fencing: take a lock (`key` is the lock's name).
+    Acquire,
+    /// Fencing: a put fenced by a lock's token.
+    Fput,
+    /// Fencing: free a lock (`key` is the lock's name).
+    Release,
     Other(String),
 }
 
@@ -124,6 +130,9 @@ impl OpKind {
             OpKind::Append => "append",
             OpKind::Read => "read",
             OpKind::Incr => "incr",
+            OpKind::Acquire => "acquire",
+            OpKind::Fput => "fput",
+            OpKind::Release => "release",
             OpKind::Other(name) => name,
         }
     }
@@ -139,6 +148,9 @@ impl From<String> for OpKind {
             "append" => OpKind::Append,
             "read" => OpKind::Read,
             "incr" => OpKind::Incr,
+            "acquire" => OpKind::Acquire,
+            "fput" => OpKind::Fput,
+            "release" => OpKind::Release,
             _ => OpKind::Other(name),
         }
     }

@@ -38,7 +38,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// register, append, counter or follower-read.
+    /// register, append, counter, follower-read or fencing.
     #[arg(long)]
     workload: WorkloadKind,
     /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock.
@@ -65,7 +65,8 @@ struct RunArgs {
     /// The keel binary (a release build with the fault-injection and planted-bugs features).
     #[arg(long, default_value = "target/release/keel")]
     keel: PathBuf,
-    /// Start every node with `--planted-bug NAME` (stale-read, ack-before-fsync, double-apply).
+    /// Start every node with `--planted-bug NAME` (stale-read, ack-before-fsync, double-apply,
+    /// lock-no-expiry).
     #[arg(long, value_name = "NAME")]
     planted_bug: Option<String>,
     /// Drop this percentage of mutation answers after applying them (more client retries).

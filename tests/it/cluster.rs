@@ -70,7 +70,7 @@ async fn run(client: &Client, step: Step) {
         Step::Delete(key, condition, expected) => {
             let options = DeleteOptions {
                 condition,
-                return_previous: false,
+                ..DeleteOptions::default()
             };
             let result = client.delete(key.as_bytes(), options).await;
             assert_eq!(outcome(result, |ok| ok.deleted), expected, "delete {key}");

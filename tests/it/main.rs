@@ -7,4 +7,6 @@ mod cluster;
 mod deps;
 mod exactly_once;
 mod harness;
+mod idempotency;
+mod locks;
 mod ttl;

@@ -26,6 +26,7 @@ fn put(key: &str, ttl_ms: Option<i64>, expect_absent: bool) -> PutRequest {
         no_forward: false,
         ttl_ms,
         request_id: None,
+        fence: None,
     }
 }
 

@@ -4,8 +4,9 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
+use clap::builder::{OsStringValueParser, TypedValueParser};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use keel_types::{Condition, Consistency, limits};
+use keel_types::{Condition, Consistency, Fence, limits};
 
 use crate::duration;
 use crate::output::Output;
@@ -18,8 +19,11 @@ pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
     version,
     about = "Keel: a strongly consistent, Raft-replicated key-value store.",
     after_help = "Exit codes: 0 ok; 1 key not found (get), condition failed (cas), not a counter or \
-                  overflow (incr); 2 usage error or invalid argument; 3 unavailable, overloaded, \
-                  timed out, outcome unknown (or request id expired while retrying) or fatal."
+                  overflow (incr), fenced out (a write whose lock was taken over), lock not \
+                  acquired (lock acquire) or not held (renew, release), idempotency record not \
+                  owned (complete, abort) or absent (idem get); 2 usage error or invalid \
+                  argument; 3 unavailable, overloaded, timed out, outcome unknown (or request id \
+                  expired while retrying) or fatal."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -63,6 +67,8 @@ pub enum Command {
         value: OsString,
         #[command(flatten)]
         ttl: TtlArg,
+        #[command(flatten)]
+        fence: FenceArg,
     },
     /// Read a key; text output is the value alone (raw bytes) and a newline, and the time
     /// left on stderr when the key has a TTL.
@@ -73,7 +79,13 @@ pub enum Command {
         consistency: ConsistencyArg,
     },
     /// Delete a key.
-    Del { key: OsString },
+    Del {
+        key: OsString,
+        /// Without a fence, a delete also drops the key's fence (the way to retire a fenced
+        /// key).
+        #[command(flatten)]
+        fence: FenceArg,
+    },
     /// Write a key only if a condition holds (compare-and-set).
     Cas(CasArgs),
     /// Add DELTA to the signed 64-bit decimal integer stored under KEY (absent = 0) and print
@@ -99,9 +111,102 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
         consistency: ConsistencyArg,
     },
+    /// Locks with fencing tokens: acquire, renew, release, inspect.
+    #[command(subcommand)]
+    Lock(LockCommand),
+    /// Idempotency records: run a piece of work at most once to completion.
+    #[command(subcommand)]
+    Idem(IdemCommand),
     /// Cluster administration.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Take a lock and print its fencing token (text: the token alone). Not acquired: the
+    /// holder on stderr, exit 1.
+    #[command(after_help = "Pass the token to the writes the lock protects: \
+                            `keel put KEY VALUE --fence NAME:TOKEN`. A holder paused past its \
+                            TTL may still believe it holds the lock; the fence makes the store \
+                            refuse its writes once another holder has written.")]
+    Acquire {
+        name: OsString,
+        /// How long the lock is held without a renew (500ms, 10s, 5m...): 1 ms to 1 year.
+        #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+        ttl: i64,
+        /// How long to wait for a held lock (first come, first served); 0s tries once; at
+        /// most 5m.
+        #[arg(long, value_name = "DURATION", default_value = "0s", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+        wait: i64,
+        /// Who asks; default: unique to this process. The same owner acquiring a lock it
+        /// holds gets its token back with a new TTL.
+        #[arg(long)]
+        owner: Option<OsString>,
+        /// After this holder's TTL runs out (not after a release), nobody may take the lock
+        /// for this long: 0s to 1m.
+        #[arg(long, value_name = "DURATION", default_value = "0s", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+        lock_delay: i64,
+    },
+    /// Extend a held lock to TTL from now.
+    Renew {
+        name: OsString,
+        token: u64,
+        /// The new TTL (500ms, 10s, 5m...): 1 ms to 1 year.
+        #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+        ttl: i64,
+    },
+    /// Free a lock, handing it to the first waiter if there is one.
+    Release { name: OsString, token: u64 },
+    /// Show who holds a lock, with its token and remaining TTL.
+    Inspect {
+        name: OsString,
+        /// How the read is made consistent.
+        #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
+        consistency: ConsistencyArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IdemCommand {
+    /// Start a record (`started TOKEN`: do the work, then complete or abort it), or report
+    /// it (`in-progress OWNER`, `completed RESULT`). An owner whose TTL ran out is taken
+    /// over with a higher token.
+    Begin {
+        scope: OsString,
+        id: OsString,
+        /// How long the owner has to complete before another caller may take over: 1 ms to
+        /// 1 year.
+        #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+        ttl: i64,
+        /// Who does the work; default: unique to this process.
+        #[arg(long)]
+        owner: Option<OsString>,
+    },
+    /// Store the result of the work started with TOKEN (at most 64 KiB).
+    Complete {
+        scope: OsString,
+        id: OsString,
+        token: u64,
+        result: OsString,
+        /// How long the result is kept: 1 ms to 1 year.
+        #[arg(long, value_name = "DURATION", default_value = "24h", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+        result_ttl: i64,
+    },
+    /// Drop the record started with TOKEN, so the next begin starts afresh.
+    Abort {
+        scope: OsString,
+        id: OsString,
+        token: u64,
+    },
+    /// Show a record: `in-progress OWNER` or `completed RESULT`; none: exit 1.
+    Get {
+        scope: OsString,
+        id: OsString,
+        /// How the read is made consistent.
+        #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
+        consistency: ConsistencyArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,6 +245,17 @@ pub struct CasArgs {
     pub expect_absent: bool,
     #[command(flatten)]
     pub ttl: TtlArg,
+    #[command(flatten)]
+    pub fence: FenceArg,
+}
+
+/// `--fence` of the writes that take one.
+#[derive(Debug, Args)]
+pub struct FenceArg {
+    /// Guard the write with a lock: its name and the token `keel lock acquire` printed. The
+    /// key then refuses lower tokens of that lock (exit 1, fenced out).
+    #[arg(long, value_name = "NAME:TOKEN", value_parser = OsStringValueParser::new().try_map(parse_fence))]
+    pub fence: Option<Fence>,
 }
 
 /// `--ttl` of the writes that take one.
@@ -184,6 +300,24 @@ impl From<ConsistencyArg> for Consistency {
 /// An argument's raw bytes: keys and values need not be UTF-8.
 pub fn bytes(arg: &OsString) -> Vec<u8> {
     arg.clone().into_vec()
+}
+
+/// `NAME:TOKEN`, split at the last colon (names may hold colons). The limits (name length,
+/// a token of at least 1) are checked by `keel_types::validate`, with its messages.
+fn parse_fence(arg: OsString) -> Result<Fence, String> {
+    let arg = arg.into_vec();
+    let shown = String::from_utf8_lossy(&arg).into_owned();
+    let Some(colon) = arg.iter().rposition(|&byte| byte == b':') else {
+        return Err(format!("{shown:?} is not NAME:TOKEN"));
+    };
+    let token = std::str::from_utf8(&arg[colon + 1..])
+        .ok()
+        .and_then(|token| token.parse::<u64>().ok())
+        .ok_or_else(|| format!("{shown:?} is not NAME:TOKEN; the token is a whole number"))?;
+    Ok(Fence {
+        lock: arg[..colon].to_vec(),
+        token,
+    })
 }
 
 #[cfg(test)]
@@ -293,6 +427,74 @@ mod tests {
         parses(&["put", "k", "v", "--ttl", "-5s"], Some(-5_000));
         refuses(&["put", "k", "v", "--ttl", "30"], "has no unit");
         refuses(&["put", "k", "v", "--ttl", "soon"], "is not a duration");
+    }
+
+    #[test]
+    fn fences_are_name_colon_token() {
+        let fence = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Put { fence, .. } | Command::Del { fence, .. }) => Ok(fence.fence),
+            Ok(Command::Cas(cas)) => Ok(cas.fence.fence),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(error) => Err(error.to_string()),
+        };
+        let lock = |name: &str, token| {
+            Ok(Some(Fence {
+                lock: name.as_bytes().to_vec(),
+                token,
+            }))
+        };
+        assert_eq!(fence(&["put", "k", "v"]), Ok(None));
+        assert_eq!(
+            fence(&["put", "k", "v", "--fence", "jobs:5"]),
+            lock("jobs", 5)
+        );
+        assert_eq!(fence(&["del", "k", "--fence", "a:b:7"]), lock("a:b", 7));
+        let cas = ["cas", "k", "v", "--expect-absent", "--fence", "jobs:9"];
+        assert_eq!(fence(&cas), lock("jobs", 9));
+        // Limits are the client's to check: an empty name and token 0 parse.
+        assert_eq!(fence(&["put", "k", "v", "--fence", ":0"]), lock("", 0));
+        for (bad, message) in [
+            ("jobs", "is not NAME:TOKEN"),
+            ("jobs:", "the token is a whole number"),
+            ("jobs:-1", "the token is a whole number"),
+            ("jobs:x", "the token is a whole number"),
+        ] {
+            let error = fence(&["put", "k", "v", "--fence", bad]).unwrap_err();
+            assert!(error.contains(message), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn lock_and_idem_commands_take_durations_with_units() {
+        let cli = parse(&["lock", "acquire", "jobs", "--ttl", "10s", "--wait", "5s"]).unwrap();
+        let Command::Lock(LockCommand::Acquire {
+            name,
+            ttl,
+            wait,
+            owner,
+            lock_delay,
+        }) = cli.command
+        else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!(bytes(&name), b"jobs");
+        assert_eq!((ttl, wait, lock_delay, owner), (10_000, 5_000, 0, None));
+        let cli = parse(&["idem", "complete", "pay", "o-1", "9", "done"]).unwrap();
+        let Command::Idem(IdemCommand::Complete {
+            token, result_ttl, ..
+        }) = cli.command
+        else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!((token, result_ttl), (9, 86_400_000));
+        for args in [
+            &["lock", "acquire", "jobs"][..],
+            &["lock", "renew", "jobs", "5"],
+            &["lock", "release", "jobs", "x"],
+            &["idem", "begin", "pay", "o-1", "--ttl", "30"],
+        ] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The client commands: call keel-client, hand the results to `output`, print. Knows nothing
-//! of servers; formatting and exit codes live in `output`.
+//! of servers; formatting and exit codes live in `output`. The lock and idempotency
+//! commands are in `lock` and `idem`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -9,6 +10,9 @@ use keel_types::{Consistency, KvError, limits, validate};
 
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
 use crate::output::{self, Output, Report, StatusRow, code};
+
+mod idem;
+mod lock;
 
 /// Runs one client command, prints its output, and returns the exit code.
 pub async fn run(global: &Global, command: Command) -> u8 {
@@ -60,10 +64,12 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             key,
             value,
             ttl: arg,
+            fence,
         } => {
             let key = bytes(&key);
             let options = PutOptions {
                 ttl: ttl(&key, &arg)?,
+                fence: fence.fence,
                 ..PutOptions::default()
             };
             let result = client.put(&key, &bytes(&value), options).await?;
@@ -74,9 +80,13 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             let result = client.get(&key, consistency.into()).await?;
             Ok(output::get(&key, &result, out))
         }
-        Command::Del { key } => {
+        Command::Del { key, fence } => {
             let key = bytes(&key);
-            let result = client.delete(&key, DeleteOptions::default()).await?;
+            let options = DeleteOptions {
+                fence: fence.fence,
+                ..DeleteOptions::default()
+            };
+            let result = client.delete(&key, options).await?;
             Ok(output::delete(&key, &result, out))
         }
         Command::Cas(cas) => {
@@ -85,6 +95,7 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
                 condition: Some(cas.condition()),
                 return_previous: false,
                 ttl: ttl(&key, &cas.ttl)?,
+                fence: cas.fence.fence,
             };
             let result = client.put(&key, &bytes(&cas.new), options).await?;
             Ok(output::put(&result, out))
@@ -104,6 +115,8 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             let end = end.as_ref().map(bytes).unwrap_or_default();
             scan(&client, (start, end), limit, consistency.into(), out).await
         }
+        Command::Lock(command) => lock::run(&client, command, out).await,
+        Command::Idem(command) => idem::run(&client, command, out).await,
         Command::Cluster(ClusterCommand::Status) => Ok(output::status(
             &status(&client, &global.endpoints).await,
             out,

@@ -1,6 +1,7 @@
 //! The `keel` binary: `serve` one node, run a local `dev` cluster, or talk to a cluster
-//! (`put`, `get`, `del`, `cas`, `incr`, `scan`, `cluster status`). Its only server-side
-//! dependency is `keel_server::{ServeArgs, run}`; the client commands use keel-client alone.
+//! (`put`, `get`, `del`, `cas`, `incr`, `scan`, `lock ...`, `idem ...`, `cluster status`).
+//! Its only server-side dependency is `keel_server::{ServeArgs, run}`; the client commands
+//! use keel-client alone.
 
 mod args;
 mod commands;

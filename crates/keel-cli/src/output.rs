@@ -8,11 +8,17 @@ use serde_json::{Value, json};
 
 use crate::duration;
 
+pub mod idem;
+pub mod lock;
+
 /// Exit codes of the `keel` binary.
 pub mod code {
     pub const OK: u8 = 0;
-    /// The request failed on the key's state: `get` found no key, `cas` found its condition
-    /// false, `incr` found no counter or would overflow.
+    /// The request failed on the state it found: `get` found no key, `cas` found its
+    /// condition false, `incr` found no counter or would overflow, a fenced write found its
+    /// lock taken over, `lock acquire` found the lock held, a renew or release found the
+    /// token not holding it, `idem complete`/`abort` found the record not owned, `idem get`
+    /// found no record.
     pub const NOT_FOUND_OR_FAILED: u8 = 1;
     /// Bad usage or an argument the cluster refused.
     pub const USAGE: u8 = 2;
@@ -47,9 +53,12 @@ impl Report {
 
 pub fn exit_code(error: &KvError) -> u8 {
     match error {
-        KvError::ConditionFailed(_) | KvError::NotACounter { .. } | KvError::Overflow { .. } => {
-            code::NOT_FOUND_OR_FAILED
-        }
+        KvError::ConditionFailed(_)
+        | KvError::NotACounter { .. }
+        | KvError::Overflow { .. }
+        | KvError::FencedOut { .. }
+        | KvError::LockNotHeld { .. }
+        | KvError::RecordNotOwned { .. } => code::NOT_FOUND_OR_FAILED,
         KvError::InvalidArgument { .. } => code::USAGE,
         KvError::NotLeader { .. }
         | KvError::Unavailable { .. }

@@ -1,6 +1,7 @@
 //! The client: validates input, routes each request to the cached leader, and runs the retry
-//! policy of `retry` within the request deadline (reads here, writes in `write`). Knows
-//! nothing of server internals.
+//! policy of `retry` within the request deadline (reads here, writes in `write`). The lock
+//! and idempotency calls live in `lock`, `idempotency` and `idempotent`. Knows nothing of
+//! server internals.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,19 +11,25 @@ use std::time::Duration;
 use keel_proto::v1;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{BatchOp, Consistency, KvError, NodeId, RangeId, SharedClock, limits, validate};
+use keel_types::{
+    BatchOp, Consistency, Fence, KvError, NodeId, RangeId, SharedClock, limits, validate,
+};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::attempt::{self, AttemptError};
 use crate::endpoints::{self, Pool};
-use crate::options::{self, ClientOptions, DeleteOptions, PutOptions};
+use crate::options::{self, BatchOptions, ClientOptions, DeleteOptions, PutOptions};
 use crate::results::{
     self, BatchResult, DeleteResult, GetResult, IncrementResult, PutResult, ScanResult,
 };
 use crate::retry::{self, Decision, Target};
 use crate::session::{MonotonicClock, Sessions};
+use crate::stub::Stub;
 
+mod idempotency;
+mod idempotent;
+mod lock;
 mod write;
 
 /// A handle on a Keel cluster. Cheap to clone; clones share connections and the leader cache.
@@ -42,6 +49,8 @@ struct Inner {
     cursor: AtomicUsize,
     /// The client session and the request ids of writes in flight.
     sessions: Arc<Sessions>,
+    /// Who this client acquires locks and begins idempotency records as, by default.
+    owner: Vec<u8>,
 }
 
 /// What a request is, for routing and retrying.
@@ -50,17 +59,22 @@ struct Kind {
     is_write: bool,
     /// Only the leader can serve it (every write and read but follower reads).
     needs_leader: bool,
+    /// How long the server may hold the call on purpose (an acquire waiting for its lock):
+    /// added to the attempt's budget and to the write's deadline.
+    held: Duration,
 }
 
 const WRITE: Kind = Kind {
     is_write: true,
     needs_leader: true,
+    held: Duration::ZERO,
 };
 
 fn read(consistency: Consistency) -> Kind {
     Kind {
         is_write: false,
         needs_leader: consistency != Consistency::Follower,
+        held: Duration::ZERO,
     }
 }
 
@@ -86,10 +100,17 @@ impl Client {
             options,
             leader: Mutex::new(None),
             cursor: AtomicUsize::new(0),
+            owner: crate::random::owner(),
         };
         Ok(Client {
             inner: Arc::new(inner),
         })
+    }
+
+    /// The owner this client acquires locks and begins idempotency records as when a call
+    /// names none: `host/pid/random hex`, unique per `Client` (its clones share it).
+    pub fn owner(&self) -> &[u8] {
+        &self.inner.owner
     }
 
     pub async fn get(&self, key: &[u8], consistency: Consistency) -> Result<GetResult, KvError> {
@@ -101,7 +122,7 @@ impl Client {
         };
         let timeout = self.inner.options.request_timeout;
         let response = self
-            .call(read(consistency), timeout, |mut kv| {
+            .call(read(consistency), timeout, |mut kv: KvClient<Channel>| {
                 let request = request.clone();
                 async move { kv.get(request).await }
             })
@@ -109,7 +130,7 @@ impl Client {
         results::get(response)
     }
 
-    /// Writes `value` under `key`, with a condition, a TTL or the previous state as
+    /// Writes `value` under `key`, with a condition, a TTL, a fence or the previous state as
     /// `options` ask. Retried with one request id until answered (see the crate's docs).
     pub async fn put(
         &self,
@@ -118,7 +139,7 @@ impl Client {
         options: PutOptions,
     ) -> Result<PutResult, KvError> {
         validate::check_op(key, Some(value), options.condition.as_ref())?;
-        let ttl_ms = match options.ttl.map(options::ttl_ms) {
+        let ttl_ms = match options.ttl.map(options::millis) {
             Some(ttl_ms) => Some(validate::check_ttl_ms(key, ttl_ms).map(|_| ttl_ms)?),
             None => None,
         };
@@ -130,9 +151,10 @@ impl Client {
             no_forward: true,
             ttl_ms,
             request_id: None,
+            fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(|mut kv, id| {
+            .write(WRITE, |mut kv: KvClient<Channel>, id| {
                 let request = v1::PutRequest {
                     request_id: Some(id.into()),
                     ..request.clone()
@@ -155,9 +177,10 @@ impl Client {
             return_previous: options.return_previous,
             no_forward: true,
             request_id: None,
+            fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(|mut kv, id| {
+            .write(WRITE, |mut kv: KvClient<Channel>, id| {
                 let request = v1::DeleteRequest {
                     request_id: Some(id.into()),
                     ..request.clone()
@@ -181,7 +204,7 @@ impl Client {
             no_forward: true,
         };
         let response = self
-            .write(|mut kv, id| {
+            .write(WRITE, |mut kv: KvClient<Channel>, id| {
                 let request = v1::IncrementRequest {
                     request_id: Some(id.into()),
                     ..request.clone()
@@ -211,7 +234,7 @@ impl Client {
         };
         let timeout = self.inner.options.request_timeout;
         let response = self
-            .call(read(consistency), timeout, |mut kv| {
+            .call(read(consistency), timeout, |mut kv: KvClient<Channel>| {
                 let request = request.clone();
                 async move { kv.scan(request).await }
             })
@@ -221,15 +244,26 @@ impl Client {
 
     /// Applies `ops` (puts, deletes, increments) atomically at one revision, or none of them.
     pub async fn batch(&self, ops: Vec<BatchOp>) -> Result<BatchResult, KvError> {
+        self.batch_with(ops, BatchOptions::default()).await
+    }
+
+    /// Like `batch`, with the options of the whole batch (a fence guarding every key it
+    /// writes).
+    pub async fn batch_with(
+        &self,
+        ops: Vec<BatchOp>,
+        options: BatchOptions,
+    ) -> Result<BatchResult, KvError> {
         validate::check_ops(&ops)?;
         let count = ops.len();
         let request = v1::BatchRequest {
             ops: ops.into_iter().map(Into::into).collect(),
             no_forward: true,
             request_id: None,
+            fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(|mut kv, id| {
+            .write(WRITE, |mut kv: KvClient<Channel>, id| {
                 let request = v1::BatchRequest {
                     request_id: Some(id.into()),
                     ..request.clone()
@@ -297,14 +331,15 @@ impl Client {
 
     /// Runs the read `send` against the leader (or the next endpoint) until it succeeds or
     /// the retry policy gives up, within `timeout`.
-    async fn call<T, F, Fut>(
+    async fn call<S, T, F, Fut>(
         &self,
         kind: Kind,
         timeout: Duration,
         mut send: F,
     ) -> Result<T, KvError>
     where
-        F: FnMut(KvClient<Channel>) -> Fut,
+        S: Stub,
+        F: FnMut(S) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let deadline = Instant::now() + timeout;
@@ -341,8 +376,9 @@ impl Client {
         }
     }
 
-    /// One attempt at `uri`, bounded by the deadline (and, for reads, by the attempt budget).
-    async fn attempt<T, F, Fut>(
+    /// One attempt at `uri`, bounded by the deadline and by the attempt budget (plus the
+    /// time the server may hold the call).
+    async fn attempt<S, T, F, Fut>(
         &self,
         uri: &str,
         kind: Kind,
@@ -350,13 +386,11 @@ impl Client {
         send: &mut F,
     ) -> Result<T, AttemptError>
     where
-        F: FnMut(KvClient<Channel>) -> Fut,
+        S: Stub,
+        F: FnMut(S) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let channel = self.inner.pool.channel(uri).map_err(AttemptError::Server)?;
-        let kv = KvClient::new(channel)
-            .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
         let options = &self.inner.options;
         let attempt_timeout = match kind.is_write {
             true => options.write_attempt_timeout,
@@ -364,8 +398,8 @@ impl Client {
         };
         let budget = deadline
             .saturating_duration_since(Instant::now())
-            .min(attempt_timeout);
-        match tokio::time::timeout(budget, send(kv)).await {
+            .min(attempt_timeout.saturating_add(kind.held));
+        match tokio::time::timeout(budget, send(S::on(channel))).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
             Err(_) => Err(timed_out(uri, budget)),
@@ -446,6 +480,13 @@ impl Client {
             *leader = None;
         }
     }
+}
+
+/// A fence checked before it is sent, in its wire form.
+fn checked_fence(fence: Option<Fence>) -> Result<Option<v1::Fence>, KvError> {
+    let Some(fence) = fence else { return Ok(None) };
+    validate::check_fence(&fence)?;
+    Ok(Some(options::wire_fence(fence)))
 }
 
 /// Names the endpoint in client-side failures; server errors already say who answered.

@@ -8,7 +8,8 @@
 //! unknown. A named leader need not be in the configured list.
 //!
 //! # Request ids
-//! Every write (put, delete, batch, increment) carries a request id: the client's session
+//! Every write (put, delete, batch, increment, and the lock and idempotency writes: acquire,
+//! renew, release, begin, complete, abort) carries a request id: the client's session
 //! (`client_id`, `client_started_ms`, from an `OpenSession` call to any node, made lazily
 //! before the first write), a sequence numbered from 1, and `completed_below`, the lowest
 //! sequence of the session still in flight. The servers apply a request id at most once and
@@ -37,7 +38,8 @@
 //! Between attempts it pauses, exponentially with jitter (none to follow a hint). When the
 //! deadline or the attempt limit is reached it returns `OutcomeUnknown` if any attempt may
 //! have been applied, else the last error (it was not applied). `ConditionFailed`,
-//! `InvalidArgument`, `NotACounter` and `Overflow` are final and returned at once.
+//! `InvalidArgument`, `NotACounter`, `Overflow`, `FencedOut`, `LockNotHeld` and
+//! `RecordNotOwned` are final and returned at once: sending again cannot change them.
 //! `RequestIdExpired` while no attempt of the write can have been applied (on the first
 //! attempt, or after attempts that were certainly not applied) moves the write to a new
 //! session and a new id, once; otherwise it is returned: the write may have been applied
@@ -49,16 +51,52 @@
 //!
 //! The policy is the pure functions of `retry`; `attempt::from_status` classifies a tonic
 //! status. Input is validated here with `keel_types::validate` before anything is sent.
+//!
+//! # Locks and fencing tokens
+//! `Client::acquire(name, AcquireOptions{owner, ttl, wait, lock_delay})` grants a free lock
+//! with a *token* strictly greater than every token issued before for it, or waits up to
+//! `wait` in the leader's queue (the attempt budget and the write deadline grow by the
+//! wait; a retry waits only for what is left), or answers with the holder. A retry is safe:
+//! the same owner acquiring a lock it holds gets its token back. The owner defaults to
+//! `Client::owner()`, `host/pid/random hex`, unique per client. `renew`, `release` and
+//! `inspect` complete the set; a token that no longer holds the lock gets `LockNotHeld`.
+//!
+//! `Client::lock` returns a `LockGuard`, renewed in the background every third of its TTL.
+//! Its expiry is counted from when the last successful acquire or renew was *sent* (never
+//! later than the server's); `LockGuard::lost` resolves when a renew is refused or that
+//! expiry passes without a successful renew. A lock cannot keep a paused holder from
+//! acting after its TTL ran out: put the token in the writes it protects
+//! (`PutOptions::fence`, `DeleteOptions::fence`, `BatchOptions::fence` with
+//! `Client::batch_with`), and the store refuses a stale holder's write with `FencedOut`.
+//!
+//! # Idempotency records
+//! `begin` / `complete` / `abort` / `idempotency_get` are the record calls;
+//! `Client::idempotent(scope, id, ttl, work)` runs `work` only if this caller started the
+//! record, stores its result (or aborts on error), returns a stored result without running
+//! `work`, and waits with jittered backoff while another owner is in progress (see its
+//! docs for what happens when `work` outlives its TTL).
 
 pub mod attempt;
 mod client;
 mod endpoints;
+mod errors;
+mod guard;
 mod options;
+mod random;
 mod results;
 pub mod retry;
 mod session;
+mod stub;
 
 pub use client::Client;
 pub use endpoints::normalize as normalize_endpoint;
-pub use options::{ClientOptions, DeleteOptions, PutOptions};
-pub use results::{BatchResult, DeleteResult, GetResult, IncrementResult, PutResult, ScanResult};
+pub use errors::{IdempotentError, LockError, LockLost};
+pub use guard::LockGuard;
+pub use options::{
+    AcquireOptions, BatchOptions, ClientOptions, DeleteOptions, IdempotentOptions, PutOptions,
+};
+pub use results::{
+    AbortResult, AcquireResult, BatchResult, BeginResult, CompleteResult, DeleteResult, GetResult,
+    IdempotencyGetResult, IncrementResult, InspectResult, LockHolder, PutResult, RecordState,
+    ReleaseResult, RenewResult, ScanResult,
+};

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use keel_types::Condition;
+use keel_proto::v1;
+use keel_types::{Condition, Fence};
 
 /// How the client talks to the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +52,9 @@ pub struct PutOptions {
     /// dropped), counted from when the leader proposes the write. `None`: no TTL, and the
     /// put clears a TTL the key had.
     pub ttl: Option<Duration>,
+    /// Apply only if the key accepts this lock's token (`FencedOut` otherwise), and make it
+    /// refuse lower tokens from now on. See `Client::acquire`.
+    pub fence: Option<Fence>,
 }
 
 /// Options of a delete.
@@ -60,9 +64,85 @@ pub struct DeleteOptions {
     pub condition: Option<Condition>,
     /// Return the key's state before the delete.
     pub return_previous: bool,
+    /// Apply only if the key accepts this lock's token (`FencedOut` otherwise). A delete
+    /// without a fence also drops the key's fence: the way to retire a fenced key.
+    pub fence: Option<Fence>,
 }
 
-/// A TTL in milliseconds as the API carries it (signed), for `validate::check_ttl_ms`.
-pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
+/// Options of a batch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Guards every key the batch writes: the whole batch is refused with `FencedOut` if
+    /// any of them accepts only a higher token (or another lock).
+    pub fence: Option<Fence>,
+}
+
+/// Options of `Client::acquire` and `Client::lock`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// Who asks, 1 to 256 bytes; `None`: the client's own owner (`Client::owner`). The same
+    /// owner acquiring a lock it holds gets its token back with a new TTL, so owners must
+    /// be unique per holder.
+    pub owner: Option<Vec<u8>>,
+    /// How long the lock is held without a renew: 1 ms to 1 year, in whole milliseconds.
+    pub ttl: Duration,
+    /// How long to wait for a held lock (first come, first served): zero tries once; at
+    /// most 5 minutes.
+    pub wait: Duration,
+    /// After this holder's TTL runs out (not after a release) nobody may take the lock for
+    /// this long: zero to 1 minute.
+    pub lock_delay: Duration,
+}
+
+impl Default for AcquireOptions {
+    /// A 10 s TTL, no wait, no lock-delay, the client's owner.
+    fn default() -> Self {
+        AcquireOptions {
+            owner: None,
+            ttl: Duration::from_secs(10),
+            wait: Duration::ZERO,
+            lock_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// Options of `Client::idempotent_with`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotentOptions {
+    /// How long the work may run before another caller may take the record over and run it
+    /// again: 1 ms to 1 year. Give it well above the work's worst case.
+    pub ttl: Duration,
+    /// How long the result is kept and handed to later callers: 1 ms to 1 year.
+    pub result_ttl: Duration,
+    /// How long to wait, in all, while another owner has the work in progress, before
+    /// giving up with `IdempotentError::InProgress`. Zero: do not wait.
+    pub wait: Duration,
+    /// Who does the work; `None`: the client's own owner (`Client::owner`).
+    pub owner: Option<Vec<u8>>,
+}
+
+impl IdempotentOptions {
+    /// `ttl` for the work; the result kept 24 hours; waits up to 1 minute for another owner.
+    pub fn new(ttl: Duration) -> IdempotentOptions {
+        IdempotentOptions {
+            ttl,
+            result_ttl: Duration::from_secs(24 * 60 * 60),
+            wait: Duration::from_secs(60),
+            owner: None,
+        }
+    }
+}
+
+/// A fence as the API carries it.
+pub(crate) fn wire_fence(fence: Fence) -> v1::Fence {
+    v1::Fence {
+        lock: fence.lock,
+        token: fence.token,
+    }
+}
+
+/// A TTL (or any duration) in milliseconds as the API carries it (signed), for the checks
+/// of `validate`; saturates, so an absurd duration is refused with the limit's message.
+pub(crate) fn millis(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }

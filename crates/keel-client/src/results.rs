@@ -6,6 +6,14 @@ use std::time::Duration;
 use keel_proto::v1;
 use keel_types::{KeyValue, KvError, NodeId, OpResult, Revision};
 
+pub(crate) mod idempotency;
+pub(crate) mod lock;
+
+pub use idempotency::{
+    AbortResult, BeginResult, CompleteResult, IdempotencyGetResult, RecordState,
+};
+pub use lock::{AcquireResult, InspectResult, LockHolder, ReleaseResult, RenewResult};
+
 /// A read of one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetResult {

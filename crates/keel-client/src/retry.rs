@@ -4,7 +4,10 @@
 //! The rule: a read is retried whatever happened (reads change nothing). A write carries a
 //! request id, so the server applies it at most once however often it is sent: it is retried
 //! with the same id unless the answer is final, and only `RequestIdExpired` moves it to a new
-//! id, and only while no attempt of it can have been applied.
+//! id, and only while no attempt of it can have been applied. Final answers are those about
+//! the data or the caller's standing, which sending again cannot change: a failed condition,
+//! a bad argument, a non-counter or an overflow, a fenced-out write, a lock not held, an
+//! idempotency record not owned.
 
 use std::time::Duration;
 
@@ -90,7 +93,10 @@ fn effect(error: &AttemptError) -> Effect {
             KvError::InvalidArgument { .. }
             | KvError::ConditionFailed(_)
             | KvError::NotACounter { .. }
-            | KvError::Overflow { .. },
+            | KvError::Overflow { .. }
+            | KvError::FencedOut { .. }
+            | KvError::LockNotHeld { .. }
+            | KvError::RecordNotOwned { .. },
         ) => Effect::Final,
     }
 }

@@ -8,9 +8,10 @@
 //! reading, and a `KeyValue` decoded from the wire has no expiry (read the remaining TTL from
 //! the wire message itself).
 
+use keel_types::validate::check_fence;
 use keel_types::{
-    BatchOp, Condition, ConditionFailed, Consistency, KeyValue, KvError, NodeAddr, RequestId,
-    validate,
+    BatchOp, Condition, ConditionFailed, Consistency, Fence, KeyValue, KvError, LockHold, NodeAddr,
+    RequestId, validate,
 };
 
 use crate::v1;
@@ -248,8 +249,60 @@ impl From<&KvError> for v1::ErrorDetail {
                 delta,
             }),
             KvError::Overloaded { message } => Kind::Overloaded(v1::Overloaded { message }),
+            KvError::FencedOut {
+                key,
+                lock,
+                current_token,
+            } => Kind::FencedOut(v1::FencedOut {
+                key,
+                lock,
+                current_token,
+            }),
+            KvError::LockNotHeld {
+                name,
+                token,
+                current_token,
+            } => Kind::LockNotHeld(v1::LockNotHeld {
+                name,
+                token,
+                current_token,
+            }),
+            KvError::RecordNotOwned {
+                scope,
+                id,
+                token,
+                current_token,
+            } => Kind::RecordNotOwned(v1::RecordNotOwned {
+                scope,
+                id,
+                token,
+                current_token,
+            }),
         };
         v1::ErrorDetail { kind: Some(kind) }
+    }
+}
+
+/// A write's fence as the client sent it, checked.
+pub fn fence(fence: Option<v1::Fence>) -> Result<Option<Fence>, KvError> {
+    let Some(fence) = fence else { return Ok(None) };
+    let fence = Fence {
+        lock: fence.lock,
+        token: fence.token,
+    };
+    check_fence(&fence)?;
+    Ok(Some(fence))
+}
+
+/// A lock holder as a client sees it: `ttl_remaining_ms` counted by the serving node's
+/// clock `now_ms`.
+pub fn lock_holder(hold: LockHold, now_ms: u64) -> v1::LockHolder {
+    v1::LockHolder {
+        owner: hold.owner,
+        token: hold.token,
+        ttl_remaining_ms: hold.expires_at_ms.saturating_sub(now_ms),
+        expires_at_ms: hold.expires_at_ms,
+        lock_delay_ms: hold.lock_delay_ms,
     }
 }
 
@@ -282,6 +335,22 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
             delta: e.delta,
         },
         Kind::Overloaded(e) => KvError::Overloaded { message: e.message },
+        Kind::FencedOut(e) => KvError::FencedOut {
+            key: e.key,
+            lock: e.lock,
+            current_token: e.current_token,
+        },
+        Kind::LockNotHeld(e) => KvError::LockNotHeld {
+            name: e.name,
+            token: e.token,
+            current_token: e.current_token,
+        },
+        Kind::RecordNotOwned(e) => KvError::RecordNotOwned {
+            scope: e.scope,
+            id: e.id,
+            token: e.token,
+            current_token: e.current_token,
+        },
     };
     Some(error)
 }
@@ -335,6 +404,22 @@ mod tests {
             },
             KvError::Overloaded {
                 message: "sessions".into(),
+            },
+            KvError::FencedOut {
+                key: b"k".to_vec(),
+                lock: b"l".to_vec(),
+                current_token: 12,
+            },
+            KvError::LockNotHeld {
+                name: b"l".to_vec(),
+                token: 3,
+                current_token: None,
+            },
+            KvError::RecordNotOwned {
+                scope: b"s".to_vec(),
+                id: b"i".to_vec(),
+                token: 3,
+                current_token: Some(4),
             },
         ];
         for error in errors {

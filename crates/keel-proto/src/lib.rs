@@ -3,7 +3,7 @@
 
 pub mod convert;
 
-/// The public API: `Kv` and `Cluster`.
+/// The public API: `Kv`, `Lock`, `Idempotency` and `Cluster`.
 pub mod v1 {
     tonic::include_proto!("keel.v1");
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use keel_storage::SnapshotFile;
 use keel_storage::raft_types::{Entry, TypeConfig, Vote};
-use keel_types::{BatchOp, Command, Condition, NodeAddr, NodeId, RangeId, limits};
+use keel_types::{
+    Acquirer, BatchOp, Command, Condition, CoordinationOp, NodeAddr, NodeId, RangeId, limits,
+};
 use openraft::error::{
     Fatal, NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Timeout,
     Unreachable,
@@ -182,11 +184,38 @@ fn entry_bytes(entry: &Entry) -> usize {
             let keys: usize = cleanup.keys.iter().map(|key| key.key.len()).sum();
             keys + FRAMING_BYTES * (cleanup.keys.len() + cleanup.sessions.len() + 1)
         }
+        EntryPayload::Normal(Command::FencedMutate { fence, mutation }) => {
+            let carried: usize = mutation.ops.iter().map(op_bytes).sum();
+            fence.lock.len() + carried + FRAMING_BYTES * (mutation.ops.len() + 3)
+        }
+        EntryPayload::Normal(Command::Coordinate(coordination)) => {
+            coordination_bytes(&coordination.op) + FRAMING_BYTES * 2
+        }
+        EntryPayload::Normal(Command::Reclaim(reclaim)) => {
+            let records = reclaim.locks.iter().chain(&reclaim.records);
+            let keys: usize = records.clone().map(|record| record.key.len()).sum();
+            keys + FRAMING_BYTES * (records.count() + 1)
+        }
         EntryPayload::Blank => FRAMING_BYTES,
         EntryPayload::Membership(membership) => {
             let nodes: usize = membership.nodes().map(|(_, node)| node.addr.len()).sum();
             nodes + FRAMING_BYTES * (membership.nodes().count() + 1)
         }
+    }
+}
+
+/// Bytes of names, owners, keys and results a lock or idempotency op carries.
+fn coordination_bytes(op: &CoordinationOp) -> usize {
+    let acquirer = |acquirer: &Acquirer| acquirer.owner.len();
+    match op {
+        CoordinationOp::Acquire { name, acquirer: a } => name.len() + acquirer(a),
+        CoordinationOp::Renew { name, .. } => name.len(),
+        CoordinationOp::Release {
+            name, successor, ..
+        } => name.len() + successor.as_ref().map_or(0, acquirer),
+        CoordinationOp::Begin { key, owner, .. } => key.len() + owner.len(),
+        CoordinationOp::Complete { key, result, .. } => key.len() + result.len(),
+        CoordinationOp::Abort { key, .. } => key.len(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The leader's cleanup loop: every `cleanup_interval_ms`, each group this node leads looks
-//! for keys whose TTL has passed and client sessions idle longer than the dedup window, and
-//! proposes their removal through Raft in bounded batches. Expired keys are already hidden
-//! from reads; this only reclaims their space. Knows nothing of gRPC.
+//! for keys whose TTL has passed, client sessions idle longer than the dedup window, lock
+//! records that became free and idempotency records that expired, and proposes their removal
+//! through Raft in bounded batches. All of them are already hidden from reads; this only
+//! reclaims their space. Knows nothing of gRPC.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             if let Err(error) = clean(&shared, &group).await {
                 debug!(range = %group.range(), %error, "cleanup round failed; retrying next round");
             }
+            if let Err(error) = reclaim(&shared, &group).await {
+                debug!(range = %group.range(), %error, "reclaim round failed; retrying next round");
+            }
         }
     }
 }
@@ -53,4 +57,24 @@ async fn clean(shared: &Shared, group: &RaftGroup) -> Result<(), KvError> {
         "proposing cleanup"
     );
     group.write(Command::Cleanup(cleanup)).await.map(|_| ())
+}
+
+/// One reclaim round of one group: free lock records and expired idempotency records, planned
+/// from a read and checked again when applied.
+async fn reclaim(shared: &Shared, group: &RaftGroup) -> Result<(), KvError> {
+    let reclaim = group
+        .state_machine()
+        .plan_reclaim(shared.clock.now_ms())
+        .await
+        .map_err(|e| KvError::fatal(e.to_string()))?;
+    if reclaim.is_empty() {
+        return Ok(());
+    }
+    debug!(
+        range = %group.range(),
+        locks = reclaim.locks.len(),
+        records = reclaim.records.len(),
+        "proposing reclaim"
+    );
+    group.write(Command::Reclaim(reclaim)).await.map(|_| ())
 }

@@ -10,9 +10,9 @@ use keel_proto::v1::{
     Member, RangeStatus, StatusRequest, StatusResponse, TransferLeaderRequest,
     TransferLeaderResponse,
 };
-use keel_raft::GroupStatus;
-use keel_storage::RangeCounts;
-use keel_types::{KvError, RangeId};
+use keel_raft::{GroupStatus, RaftGroup};
+use keel_storage::{RangeCounts, StorageError};
+use keel_types::{CoordinationCounts, KvError, RangeId};
 use tonic::{Request, Response, Status};
 
 use crate::shared::Shared;
@@ -90,15 +90,9 @@ impl Cluster for ClusterService {
         let (mut healthy, mut message) = self.shared.health.summary();
         let mut ranges = Vec::new();
         for group in self.shared.groups.all() {
-            let counts = group.state_machine().counts().await;
-            let status = group.status().await;
-            match (status, counts) {
-                (Ok(status), Ok(counts)) => ranges.push(range_status(status, counts)),
-                (_, Err(error)) => {
-                    healthy = false;
-                    message = error.to_string();
-                }
-                (Err(error), _) => {
+            match range_status(&group).await {
+                Ok(status) => ranges.push(status),
+                Err(error) => {
                     healthy = false;
                     message = error.to_string();
                 }
@@ -115,11 +109,28 @@ impl Cluster for ClusterService {
     }
 }
 
-fn range_status(status: GroupStatus, counts: RangeCounts) -> RangeStatus {
+/// This replica's view of `group`'s range, with what its state machine keeps.
+async fn range_status(group: &RaftGroup) -> Result<RangeStatus, KvError> {
+    let state_machine = group.state_machine();
+    let stored = |e: StorageError| KvError::fatal(e.to_string());
+    let counts = state_machine.counts().await.map_err(stored)?;
+    let coordination = state_machine.coordination_counts().await.map_err(stored)?;
+    let status = group.status().await?;
+    Ok(status_message(status, counts, coordination))
+}
+
+fn status_message(
+    status: GroupStatus,
+    counts: RangeCounts,
+    coordination: CoordinationCounts,
+) -> RangeStatus {
     RangeStatus {
         keys_with_ttl: counts.keys_with_ttl,
         client_sessions: counts.sessions,
         request_records: counts.requests,
+        locks: coordination.locks,
+        fenced_keys: coordination.fenced_keys,
+        idempotency_records: coordination.idempotency_records,
         range_id: status.range.0,
         leader_id: status.leader,
         term: status.term,

@@ -7,8 +7,9 @@
 /// Faults a node injects; all off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
-    /// Percentage (0–100) of Kv mutations whose response is dropped after the mutation was
-    /// applied; the client sees an error without a Keel detail (an unknown outcome).
+    /// Percentage (0–100) of mutations (Kv, Lock and Idempotency writes) whose response is
+    /// dropped after the mutation was applied; the client sees an error without a Keel detail
+    /// (an unknown outcome).
     pub response_loss_percent: u32,
     /// Keep storage writes in memory until they are synced, so that killing the process
     /// loses what was not synced, as a power loss would.

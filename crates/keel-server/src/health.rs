@@ -51,12 +51,17 @@ impl Health {
         self.closing.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the node is shutting down.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
     /// (healthy, message) for Cluster.Status.
     pub fn summary(&self) -> (bool, String) {
         if let Err(KvError::Fatal { message }) = self.check() {
             return (false, message);
         }
-        if self.closing.load(Ordering::Relaxed) {
+        if self.is_closing() {
             return (false, "shutting down".to_string());
         }
         (true, String::new())

@@ -1,11 +1,10 @@
 //! The `keel.v1.Kv` service: validates every request, serves it on this node's replica when
 //! it can (writes and consistent reads on the leader, follower reads anywhere) and otherwise
-//! forwards it once to the leader or answers `NotLeader`. Errors leave through `status.rs`.
-//! The leader stamps its clock into every mutation it proposes (TTLs count from there), and
-//! reads hide keys expired by this node's clock. Knows nothing of openraft types: groups
-//! speak `KvError`.
+//! forwards it once to the leader or answers `NotLeader` (`router.rs`). Errors leave through
+//! `status.rs`. The leader stamps its clock into every mutation it proposes (TTLs count from
+//! there), and reads hide keys expired by this node's clock. A write with a fence is proposed
+//! as a fenced mutation. Knows nothing of openraft types: groups speak `KvError`.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use keel_proto::convert;
@@ -17,21 +16,23 @@ use keel_proto::v1::{
     PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse,
 };
 use keel_raft::RaftGroup;
-use keel_storage::StorageError;
 use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
 use keel_types::{
-    BatchOp, Command, CommandOutcome, KvError, Mutation, NodeAddr, NodeId, OpResult, RangeId,
-    RequestId, Revision, limits,
+    BatchOp, Command, CommandOutcome, Fence, KvError, Mutation, OpResult, RangeId, RequestId,
+    Revision,
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument, debug, info, info_span};
+use tracing::{Instrument, info_span};
 
+use crate::coordinated::unexpected;
+use crate::router::{Hop, Router};
 use crate::shared::Shared;
-use crate::status::{kv_error, never_sent, to_status};
+use crate::status::to_status;
 
 pub(crate) struct KvService {
     shared: Arc<Shared>,
+    router: Router,
 }
 
 /// A write applied on this node's replica.
@@ -45,7 +46,10 @@ struct Applied {
 
 impl KvService {
     pub fn new(shared: Arc<Shared>) -> KvService {
-        KvService { shared }
+        KvService {
+            router: Router::new(shared.clone()),
+            shared,
+        }
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
@@ -57,31 +61,9 @@ impl KvService {
         )
     }
 
-    fn header(&self, group: &RaftGroup, revision: Revision) -> Option<ResponseHeader> {
-        Some(ResponseHeader {
-            revision,
-            served_by: self.shared.node_id,
-            range_id: group.range().0,
-            term: group.term(),
-            replayed: false,
-        })
-    }
-
     fn write_header(&self, applied: &Applied) -> Option<ResponseHeader> {
-        let header = self.header(&applied.group, applied.revision)?;
-        Some(ResponseHeader {
-            replayed: applied.replayed,
-            ..header
-        })
-    }
-
-    /// A storage failure on a read: the node may be poisoned now, so recheck its health.
-    fn storage_failed(&self, error: StorageError) -> KvError {
-        self.shared
-            .health
-            .check()
-            .err()
-            .unwrap_or_else(|| KvError::fatal(error.to_string()))
+        self.router
+            .header(&applied.group, applied.revision, applied.replayed)
     }
 
     async fn local_get(&self, request: &GetRequest) -> Result<GetResponse, KvError> {
@@ -95,9 +77,9 @@ impl KvService {
             .state_machine()
             .get(&request.key, now_ms)
             .await
-            .map_err(|e| self.storage_failed(e))?;
+            .map_err(|e| self.router.storage_failed(e))?;
         Ok(GetResponse {
-            header: self.header(&group, revision),
+            header: self.router.header(&group, revision, false),
             kv: kv.map(|kv| convert::key_value(kv, now_ms)),
         })
     }
@@ -113,9 +95,9 @@ impl KvService {
             .state_machine()
             .scan(&request.start, &request.end, limit, now_ms)
             .await
-            .map_err(|e| self.storage_failed(e))?;
+            .map_err(|e| self.router.storage_failed(e))?;
         Ok(ScanResponse {
-            header: self.header(&group, page.revision),
+            header: self.router.header(&group, page.revision, false),
             kvs: page
                 .kvs
                 .into_iter()
@@ -127,11 +109,12 @@ impl KvService {
     }
 
     /// Validates `ops` and proposes them, stamped with this node's clock, on this node's
-    /// replica, which must lead.
+    /// replica, which must lead; guarded by `fence` when there is one.
     async fn local_write(
         &self,
         ops: Vec<BatchOp>,
         request: Option<RequestId>,
+        fence: Option<Fence>,
     ) -> Result<Applied, KvError> {
         self.shared.health.check()?;
         check_ops(&ops)?;
@@ -142,7 +125,11 @@ impl KvService {
             now_ms: self.shared.clock.now_ms(),
             ops,
         };
-        let (outcome, replayed) = match group.write(Command::Mutate(mutation)).await? {
+        let command = match fence {
+            Some(fence) => Command::FencedMutate { fence, mutation },
+            None => Command::Mutate(mutation),
+        };
+        let (outcome, replayed) = match group.write(command).await? {
             CommandOutcome::Replayed(first) => (*first, true),
             outcome => (outcome, false),
         };
@@ -167,111 +154,9 @@ impl KvService {
                     message: "write was applied as an internal entry".to_string(),
                 })
             }
+            outcome @ CommandOutcome::Coordinated { .. } => Err(unexpected(&outcome)),
         }
     }
-
-    /// A mutation's answer as it leaves the node; with a response-loss fault configured,
-    /// some answers are lost after the mutation was applied.
-    fn deliver<T>(&self, answer: Result<Response<T>, Status>) -> Result<Response<T>, Status> {
-        if self.shared.faults.drop_response() {
-            info!("fault injection: dropping the response of a served mutation");
-            return Err(Status::unknown("fault injection: response dropped"));
-        }
-        answer
-    }
-
-    /// What to do when serving here failed: forward a `NotLeader` to the known leader (once),
-    /// or answer with the error.
-    async fn route<T, F, Fut>(
-        &self,
-        error: KvError,
-        no_forward: bool,
-        write: bool,
-        call: F,
-    ) -> Result<Response<T>, Status>
-    where
-        F: FnOnce(KvClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<Response<T>, Status>>,
-    {
-        match error {
-            KvError::NotLeader {
-                leader: Some(leader),
-                ..
-            } if !no_forward => self.forward(leader, write, call).await,
-            KvError::NotLeader {
-                range_id,
-                leader: None,
-            } => Err(to_status(&KvError::unavailable(format!(
-                "range {range_id} has no known leader"
-            )))),
-            error => Err(to_status(&error)),
-        }
-    }
-
-    /// Sends the request to the leader's Kv service (the caller set `no_forward`) and relays
-    /// its answer. A failure of the hop itself becomes `Unavailable` when nothing was sent,
-    /// and `OutcomeUnknown` for a write that may have reached the leader.
-    async fn forward<T, F, Fut>(
-        &self,
-        leader: (NodeId, NodeAddr),
-        write: bool,
-        call: F,
-    ) -> Result<Response<T>, Status>
-    where
-        F: FnOnce(KvClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<Response<T>, Status>>,
-    {
-        let (leader_id, leader_addr) = leader;
-        debug!(leader_id, %leader_addr, "forwarding to leader");
-        let channel = self
-            .shared
-            .peers
-            .channel(leader_id, &leader_addr.addr)
-            .map_err(|e| {
-                to_status(&KvError::unavailable(format!(
-                    "leader node {leader_id}: {e}"
-                )))
-            })?;
-        let client = KvClient::new(channel)
-            .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-        let deadline = self.shared.forward_deadline(write);
-        let error = match tokio::time::timeout(deadline, call(client)).await {
-            Ok(Ok(response)) => return Ok(response),
-            Ok(Err(status)) if kv_error(&status).is_some() => return Err(relayed(&status)),
-            Ok(Err(status)) if never_sent(&status) => KvError::unavailable(format!(
-                "leader node {leader_id} is unreachable: {}",
-                status.message()
-            )),
-            Ok(Err(status)) if write => KvError::OutcomeUnknown {
-                message: format!(
-                    "connection to leader node {leader_id} failed after sending: {}",
-                    status.message()
-                ),
-            },
-            Ok(Err(status)) => KvError::unavailable(format!(
-                "leader node {leader_id} failed: {}",
-                status.message()
-            )),
-            Err(_) if write => KvError::OutcomeUnknown {
-                message: format!("leader node {leader_id} did not answer within {deadline:?}"),
-            },
-            Err(_) => KvError::Timeout {
-                message: format!("leader node {leader_id} did not answer within {deadline:?}"),
-            },
-        };
-        Err(to_status(&error))
-    }
-}
-
-/// The leader's error status as this node's answer: code, message and detail, without the
-/// hop's transport metadata.
-fn relayed(status: &Status) -> Status {
-    Status::with_details(
-        status.code(),
-        status.message(),
-        status.details().to_vec().into(),
-    )
 }
 
 fn put_op(request: &PutRequest) -> Result<BatchOp, KvError> {
@@ -297,59 +182,11 @@ fn batch_ops(request: &BatchRequest) -> Result<Vec<BatchOp>, KvError> {
     request.ops.iter().cloned().map(convert::batch_op).collect()
 }
 
-/// A request that can be forwarded to the leader once.
-trait Forwardable {
-    /// Marks the request as forwarded and returns whether it was already marked.
-    fn mark_forwarded(&mut self) -> bool;
-}
-
-macro_rules! forwardable {
-    ($($request:ty),*) => {$(
-        impl Forwardable for $request {
-            fn mark_forwarded(&mut self) -> bool {
-                std::mem::replace(&mut self.no_forward, true)
-            }
-        }
-    )*};
-}
-
-forwardable!(
-    GetRequest,
-    ScanRequest,
-    PutRequest,
-    DeleteRequest,
-    BatchRequest,
-    IncrementRequest
-);
-
 impl KvService {
-    /// The answer to a request: what this node served, or else the request routed on
-    /// (forwarded once to the leader, or the error).
-    async fn answer<R, T, F, Fut>(
-        &self,
-        served: Result<T, KvError>,
-        mut request: R,
-        write: bool,
-        call: F,
-    ) -> Result<Response<T>, Status>
-    where
-        R: Forwardable,
-        F: FnOnce(KvClient<Channel>, R) -> Fut,
-        Fut: Future<Output = Result<Response<T>, Status>>,
-    {
-        match served {
-            Ok(response) => Ok(Response::new(response)),
-            Err(error) => {
-                let no_forward = request.mark_forwarded();
-                let call = |client| call(client, request);
-                self.route(error, no_forward, write, call).await
-            }
-        }
-    }
-
     async fn serve_put(&self, request: &PutRequest) -> Result<PutResponse, KvError> {
         let id = convert::request_id(request.request_id)?;
-        let mut applied = self.local_write(vec![put_op(request)?], id).await?;
+        let fence = convert::fence(request.fence.clone())?;
+        let mut applied = self.local_write(vec![put_op(request)?], id, fence).await?;
         let now_ms = self.shared.clock.now_ms();
         Ok(PutResponse {
             header: self.write_header(&applied),
@@ -363,7 +200,10 @@ impl KvService {
 
     async fn serve_delete(&self, request: &DeleteRequest) -> Result<DeleteResponse, KvError> {
         let id = convert::request_id(request.request_id)?;
-        let mut applied = self.local_write(vec![delete_op(request)?], id).await?;
+        let fence = convert::fence(request.fence.clone())?;
+        let mut applied = self
+            .local_write(vec![delete_op(request)?], id, fence)
+            .await?;
         let result = applied.results.remove(0);
         let now_ms = self.shared.clock.now_ms();
         Ok(DeleteResponse {
@@ -375,7 +215,8 @@ impl KvService {
 
     async fn serve_batch(&self, request: &BatchRequest) -> Result<BatchResponse, KvError> {
         let id = convert::request_id(request.request_id)?;
-        let applied = self.local_write(batch_ops(request)?, id).await?;
+        let fence = convert::fence(request.fence.clone())?;
+        let applied = self.local_write(batch_ops(request)?, id, fence).await?;
         let now_ms = self.shared.clock.now_ms();
         Ok(BatchResponse {
             header: self.write_header(&applied),
@@ -396,7 +237,7 @@ impl KvService {
             key: request.key.clone(),
             delta: request.delta,
         };
-        let mut applied = self.local_write(vec![op], id).await?;
+        let mut applied = self.local_write(vec![op], id, None).await?;
         let value = applied
             .results
             .remove(0)
@@ -416,7 +257,9 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.get(r).await };
         async move {
             let served = self.local_get(&request).await;
-            self.answer(served, request, false, forward).await
+            self.router
+                .answer(served, request, Hop::READ, forward)
+                .await
         }
         .instrument(self.span("get"))
         .await
@@ -427,7 +270,9 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.scan(r).await };
         async move {
             let served = self.local_scan(&request).await;
-            self.answer(served, request, false, forward).await
+            self.router
+                .answer(served, request, Hop::READ, forward)
+                .await
         }
         .instrument(self.span("scan"))
         .await
@@ -438,7 +283,11 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
         async move {
             let served = self.serve_put(&request).await;
-            self.deliver(self.answer(served, request, true, forward).await)
+            let answer = self
+                .router
+                .answer(served, request, Hop::WRITE, forward)
+                .await;
+            self.router.deliver(answer)
         }
         .instrument(self.span("put"))
         .await
@@ -452,7 +301,11 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
         async move {
             let served = self.serve_delete(&request).await;
-            self.deliver(self.answer(served, request, true, forward).await)
+            let answer = self
+                .router
+                .answer(served, request, Hop::WRITE, forward)
+                .await;
+            self.router.deliver(answer)
         }
         .instrument(self.span("delete"))
         .await
@@ -466,7 +319,11 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
         async move {
             let served = self.serve_batch(&request).await;
-            self.deliver(self.answer(served, request, true, forward).await)
+            let answer = self
+                .router
+                .answer(served, request, Hop::WRITE, forward)
+                .await;
+            self.router.deliver(answer)
         }
         .instrument(self.span("batch"))
         .await
@@ -480,7 +337,11 @@ impl Kv for KvService {
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.increment(r).await };
         async move {
             let served = self.serve_increment(&request).await;
-            self.deliver(self.answer(served, request, true, forward).await)
+            let answer = self
+                .router
+                .answer(served, request, Hop::WRITE, forward)
+                .await;
+            self.router.deliver(answer)
         }
         .instrument(self.span("increment"))
         .await

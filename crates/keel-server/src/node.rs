@@ -1,6 +1,8 @@
-//! A running node: opens the store, starts the node's Raft groups, serves Kv, Cluster and Raft
-//! over gRPC, initializes the cluster on first start, watches its own health, runs the
-//! cleanup of expired keys and idle sessions, and shuts down in order. Knows nothing of request semantics (see `kv_service`).
+//! A running node: opens the store, starts the node's Raft groups, serves Kv, Lock,
+//! Idempotency, Cluster and Raft over gRPC, initializes the cluster on first start, watches its
+//! own health, runs the cleanup of expired keys, idle sessions, free locks and expired
+//! idempotency records, and shuts down in order. Knows nothing of request semantics (see the
+//! `*_service` modules).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,7 +12,9 @@ use std::time::Duration;
 use anyhow::Context;
 use keel_proto::raft::raft_server::RaftServer;
 use keel_proto::v1::cluster_server::ClusterServer;
+use keel_proto::v1::idempotency_server::IdempotencyServer;
 use keel_proto::v1::kv_server::KvServer;
+use keel_proto::v1::lock_server::LockServer;
 use keel_raft::{Groups, RaftGroup};
 use keel_storage::{Store, StoreOptions};
 use keel_types::{NodeAddr, NodeId, RangeId, limits};
@@ -25,7 +29,9 @@ use crate::cleanup;
 use crate::cluster_service::ClusterService;
 use crate::config::NodeConfig;
 use crate::health::Health;
+use crate::idempotency_service::IdempotencyService;
 use crate::kv_service::KvService;
+use crate::lock_service::LockService;
 use crate::peers::Peers;
 use crate::raft_service::RaftService;
 use crate::shared::Shared;
@@ -36,7 +42,7 @@ const HEALTH_CHECK_INTERVAL_MS: u64 = 100;
 /// How long shutdown waits for in-flight requests before cancelling them.
 const SHUTDOWN_GRACE_MS: u64 = 5_000;
 
-/// A running node: gRPC server (Kv, Cluster, Raft) plus its Raft groups.
+/// A running node: gRPC server (Kv, Lock, Idempotency, Cluster, Raft) plus its Raft groups.
 pub struct Node {
     node_id: NodeId,
     addr: SocketAddr,
@@ -218,6 +224,12 @@ async fn serve(
     let kv = KvServer::new(KvService::new(shared.clone()))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let lock = LockServer::new(LockService::new(shared.clone()))
+        .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let idempotency = IdempotencyServer::new(IdempotencyService::new(shared.clone()))
+        .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let cluster = ClusterServer::new(ClusterService::new(shared.clone()));
     let raft = RaftServer::new(RaftService::new(shared.groups.clone()))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
@@ -225,6 +237,8 @@ async fn serve(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let router = Server::builder()
         .add_service(kv)
+        .add_service(lock)
+        .add_service(idempotency)
         .add_service(cluster)
         .add_service(raft);
     #[cfg(feature = "fault-injection")]

@@ -38,6 +38,13 @@ impl Shared {
         })
     }
 
+    /// The group serving `range`, on a node that serves: `Fatal` once the node stopped
+    /// (storage failed), `Unavailable` while it hosts no such group.
+    pub fn serving_group(&self, range: RangeId) -> Result<Arc<RaftGroup>, KvError> {
+        self.health.check()?;
+        self.group(range)
+    }
+
     /// How long a forwarded request may take: the leader's own deadline plus one second of
     /// network slack.
     pub fn forward_deadline(&self, write: bool) -> Duration {

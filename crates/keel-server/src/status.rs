@@ -15,6 +15,9 @@
 //! | NotACounter       | FAILED_PRECONDITION | increment of a non-integer value; nothing applied  |
 //! | Overflow          | FAILED_PRECONDITION | increment leaves i64; nothing applied              |
 //! | Overloaded        | RESOURCE_EXHAUSTED  | a kept-state limit; nothing applied; retry later   |
+//! | FencedOut         | FAILED_PRECONDITION | key fenced by a newer token or another lock        |
+//! | LockNotHeld       | FAILED_PRECONDITION | the token lost the lock (expired, taken, released) |
+//! | RecordNotOwned    | FAILED_PRECONDITION | the token lost the idempotency record              |
 //!
 //! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
 //! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
@@ -39,6 +42,9 @@ pub fn code(error: &KvError) -> Code {
         | KvError::NotACounter { .. }
         | KvError::Overflow { .. } => Code::FailedPrecondition,
         KvError::Overloaded { .. } => Code::ResourceExhausted,
+        KvError::FencedOut { .. }
+        | KvError::LockNotHeld { .. }
+        | KvError::RecordNotOwned { .. } => Code::FailedPrecondition,
     }
 }
 
@@ -140,6 +146,43 @@ mod tests {
                 message: "sessions".into(),
             },
             Code::ResourceExhausted,
+        );
+    }
+
+    #[test]
+    fn lock_and_fence_errors_are_failed_preconditions() {
+        check(
+            KvError::FencedOut {
+                key: b"k".to_vec(),
+                lock: b"l".to_vec(),
+                current_token: 12,
+            },
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::LockNotHeld {
+                name: b"l".to_vec(),
+                token: 3,
+                current_token: Some(5),
+            },
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::LockNotHeld {
+                name: b"l".to_vec(),
+                token: 3,
+                current_token: None,
+            },
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::RecordNotOwned {
+                scope: b"s".to_vec(),
+                id: b"i".to_vec(),
+                token: 3,
+                current_token: Some(4),
+            },
+            Code::FailedPrecondition,
         );
     }
 

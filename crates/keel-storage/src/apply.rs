@@ -1,29 +1,42 @@
 //! Applying committed log entries to a range's state machine: the pure decision about a
 //! write (`plan_write`: expiry, conditions, increments, revisions, results), the exactly-once
-//! bookkeeping around it (`session` decides, this module stores), cleanups of expired keys
-//! and idle sessions, and the redb step that executes all of it with the applied log id,
+//! bookkeeping around every client command (`session` decides, this module stores), fenced
+//! writes and lock and idempotency operations (`coordination` decides, this module stores),
+//! cleanups of expired keys and idle sessions, reclaims of free locks and expired
+//! idempotency records, and the redb step that executes all of it with the applied log id,
 //! membership, revision and clock in the same transaction. Knows nothing about threads,
 //! async or snapshots.
 //!
 //! Every command runs at the range clock `max(clock_ms, command now_ms)` (a legacy
 //! `Command::Write` at `clock_ms`), so time never goes back and every replica judges expiry
 //! the same way. A key whose expiry is at or before that clock is absent for every purpose.
+//!
+//! `Mutate`, `FencedMutate` and `Coordinate` with a request id go through the same
+//! deduplication (`deduplicated`): the fence check and the operation run only for a request
+//! not seen before, and their outcome (a refusal included) is its record. An applied fenced
+//! write records its fence on every key it writes; an applied unfenced write drops the fence
+//! of every key it deletes.
 
 use std::collections::BTreeMap;
 
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
-    BatchOp, Cleanup, Command, CommandOutcome, ConditionFailed, KeyValue, Mutation, OpResult,
-    RangeId, Rejection, Revision, parse_counter,
+    BatchOp, Cleanup, Command, CommandOutcome, ConditionFailed, CoordinationOp, ExpiredRecord,
+    Fence, IdempotencyRecord, KeyValue, LockHold, OpResult, RangeId, Reclaim, Rejection, RequestId,
+    Revision, parse_counter,
 };
 use openraft::EntryPayload;
 use openraft::StoredMembership;
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use crate::coordination::{self, Change, Plan, Subject};
 use crate::error::StorageError;
 use crate::raft_types::Entry;
 use crate::session::{self, RangeSessions, RequestPlan, SessionLimits, Verdict};
-use crate::tables::{self, Bytes, KV, KeySpan, REQUESTS, SESSIONS, SM_META, Session, SmState, TTL};
+use crate::tables::{
+    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, REQUESTS, SESSIONS, SM_META,
+    Session, SmState, TTL,
+};
 
 /// What a mutation's ops do to the data, decided before anything is written.
 #[derive(Debug, PartialEq, Eq)]
@@ -144,6 +157,10 @@ struct Tables<'txn> {
     ttl: Table<'txn, Bytes, Bytes>,
     sessions: Table<'txn, Bytes, Bytes>,
     requests: Table<'txn, Bytes, Bytes>,
+    locks: Table<'txn, Bytes, Bytes>,
+    fences: Table<'txn, Bytes, Bytes>,
+    idempotency: Table<'txn, Bytes, Bytes>,
+    deadlines: Table<'txn, Bytes, Bytes>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -157,6 +174,10 @@ impl<'txn> Tables<'txn> {
             ttl: open(TTL, "open ttl")?,
             sessions: open(SESSIONS, "open sessions")?,
             requests: open(REQUESTS, "open requests")?,
+            locks: open(LOCKS, "open locks")?,
+            fences: open(FENCES, "open fences")?,
+            idempotency: open(IDEMPOTENCY, "open idempotency")?,
+            deadlines: open(DEADLINES, "open deadlines")?,
         })
     }
 }
@@ -187,16 +208,8 @@ pub(crate) fn apply_entries(
                 state.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
                 CommandOutcome::Internal
             }
-            EntryPayload::Normal(Command::Write { ops }) => {
-                let ops: Vec<BatchOp> = ops.iter().cloned().map(BatchOp::from).collect();
-                let clock_ms = state.clock_ms;
-                apply_ops(&mut tables, &mut state, &ops, clock_ms)?
-            }
-            EntryPayload::Normal(Command::Mutate(mutation)) => {
-                apply_mutation(&mut tables, &mut state, range, mutation)?
-            }
-            EntryPayload::Normal(Command::Cleanup(cleanup)) => {
-                apply_cleanup(&mut tables, &mut state, range, span, cleanup)?
+            EntryPayload::Normal(command) => {
+                apply_command(&mut tables, &mut state, range, span, command)?
             }
         };
         state.applied = Some(entry.log_id);
@@ -206,16 +219,64 @@ pub(crate) fn apply_entries(
     Ok(outcomes)
 }
 
-/// A client's mutation: deduplicated by its request id, if it has one (see `session`).
-fn apply_mutation(
+/// Applies one client or leader command at the range clock it advances to.
+fn apply_command(
     tables: &mut Tables,
     state: &mut SmState,
     range: RangeId,
-    mutation: &Mutation,
+    span: &KeySpan,
+    command: &Command,
 ) -> Result<CommandOutcome, StorageError> {
-    let clock_ms = state.advance_clock(mutation.now_ms);
-    let Some(id) = &mutation.request else {
-        return apply_ops(tables, state, &mutation.ops, clock_ms);
+    match command {
+        Command::Write { ops } => {
+            let ops: Vec<BatchOp> = ops.iter().cloned().map(BatchOp::from).collect();
+            let clock_ms = state.clock_ms;
+            apply_unfenced(tables, state, &ops, clock_ms)
+        }
+        Command::Mutate(mutation) => {
+            let clock_ms = state.advance_clock(mutation.now_ms);
+            deduplicated(
+                tables,
+                state,
+                range,
+                mutation.request.as_ref(),
+                |tables, state| apply_unfenced(tables, state, &mutation.ops, clock_ms),
+            )
+        }
+        Command::FencedMutate { fence, mutation } => {
+            let clock_ms = state.advance_clock(mutation.now_ms);
+            deduplicated(
+                tables,
+                state,
+                range,
+                mutation.request.as_ref(),
+                |tables, state| apply_fenced(tables, state, fence, &mutation.ops, clock_ms),
+            )
+        }
+        Command::Coordinate(coordination) => {
+            let clock_ms = state.advance_clock(coordination.now_ms);
+            let request = coordination.request.as_ref();
+            deduplicated(tables, state, range, request, |tables, state| {
+                apply_coordination(tables, state, &coordination.op, clock_ms)
+            })
+        }
+        Command::Cleanup(cleanup) => apply_cleanup(tables, state, range, span, cleanup),
+        Command::Reclaim(reclaim) => apply_reclaim(tables, state, span, reclaim),
+    }
+}
+
+/// Runs `run` for a client command deduplicated by its request id, if it has one (see
+/// `session`): a request applied before is answered from its record, a refused one is not
+/// run, and the outcome of one that runs is recorded. The range clock is advanced already.
+fn deduplicated(
+    tables: &mut Tables,
+    state: &mut SmState,
+    range: RangeId,
+    request: Option<&RequestId>,
+    run: impl FnOnce(&mut Tables, &mut SmState) -> Result<CommandOutcome, StorageError>,
+) -> Result<CommandOutcome, StorageError> {
+    let Some(id) = request else {
+        return run(tables, state);
     };
     let stored = tables::read_session(&tables.sessions, range, id.client_id)?;
     let facts = RangeSessions {
@@ -224,7 +285,7 @@ fn apply_mutation(
     };
     let plan = session::plan_request(
         id,
-        clock_ms,
+        state.clock_ms,
         stored,
         facts,
         SessionLimits::default(),
@@ -244,7 +305,7 @@ fn apply_mutation(
             Ok(CommandOutcome::Replayed(Box::new(outcome)))
         }
         Verdict::Apply => {
-            let outcome = apply_ops(tables, state, &mutation.ops, clock_ms)?;
+            let outcome = run(tables, state)?;
             tables::write_request(
                 &mut tables.requests,
                 range,
@@ -255,6 +316,114 @@ fn apply_mutation(
             Ok(outcome)
         }
     }
+}
+
+/// An unfenced write: if it applies, every key a delete op names loses its fence (the way
+/// to retire a fenced key); puts and increments leave fences alone.
+fn apply_unfenced(
+    tables: &mut Tables,
+    state: &mut SmState,
+    ops: &[BatchOp],
+    clock_ms: u64,
+) -> Result<CommandOutcome, StorageError> {
+    let outcome = apply_ops(tables, state, ops, clock_ms)?;
+    if matches!(outcome, CommandOutcome::Applied { .. }) {
+        for op in ops {
+            if let BatchOp::Delete { key, .. } = op {
+                tables::write_fence(&mut tables.fences, &mut state.fenced_keys, key, None)?;
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// A write fenced by `fence`: refused if a key it writes is fenced out
+/// (`coordination::check_fences`), else applied like any write; if it applies, every key it
+/// writes records `fence`.
+fn apply_fenced(
+    tables: &mut Tables,
+    state: &mut SmState,
+    fence: &Fence,
+    ops: &[BatchOp],
+    clock_ms: u64,
+) -> Result<CommandOutcome, StorageError> {
+    let refusal = coordination::check_fences(fence, ops, |key| {
+        tables::read_row(&tables.fences, key, "fence")
+    })?;
+    if let Some(rejection) = refusal {
+        return Ok(CommandOutcome::Rejected(rejection));
+    }
+    let outcome = apply_ops(tables, state, ops, clock_ms)?;
+    if matches!(outcome, CommandOutcome::Applied { .. }) {
+        for op in ops {
+            let fenced_keys = &mut state.fenced_keys;
+            tables::write_fence(&mut tables.fences, fenced_keys, op.key(), Some(fence))?;
+        }
+    }
+    Ok(outcome)
+}
+
+/// A lock or idempotency operation: planned by `coordination`, then its change written at
+/// the next revision (with the record's `deadlines` row and count).
+fn apply_coordination(
+    tables: &mut Tables,
+    state: &mut SmState,
+    op: &CoordinationOp,
+    clock_ms: u64,
+) -> Result<CommandOutcome, StorageError> {
+    let next = state.revision + 1;
+    match coordination::subject(op) {
+        Subject::Lock(name) => {
+            let stored: Option<LockHold> = tables::read_row(&tables.locks, name, "lock")?;
+            let plan = coordination::plan_lock_op(op, stored.as_ref(), clock_ms, next);
+            settle(plan, state, |state, after| {
+                let (locks, deadlines) = (&mut tables.locks, &mut tables.deadlines);
+                tables::write_deadlined(locks, deadlines, &mut state.locks, name, after)
+            })
+        }
+        Subject::Record(key) => {
+            let what = "idempotency record";
+            let stored: Option<IdempotencyRecord> =
+                tables::read_row(&tables.idempotency, key, what)?;
+            let plan = coordination::plan_idempotency_op(op, stored.as_ref(), clock_ms, next);
+            settle(plan, state, |state, after| {
+                let (records, deadlines) = (&mut tables.idempotency, &mut tables.deadlines);
+                let count = &mut state.idempotency_records;
+                tables::write_deadlined(records, deadlines, count, key, after)
+            })
+        }
+    }
+}
+
+/// Executes a coordination plan: `write` stores (`Some`) or removes (`None`) the record,
+/// and a change takes the next revision.
+fn settle<T>(
+    plan: Plan<T>,
+    state: &mut SmState,
+    write: impl FnOnce(&mut SmState, Option<&T>) -> Result<(), StorageError>,
+) -> Result<CommandOutcome, StorageError> {
+    let result = match plan.answer {
+        Ok(result) => result,
+        Err(rejection) => {
+            assert!(
+                matches!(plan.change, Change::Nothing),
+                "a refused coordination operation changes nothing"
+            );
+            return Ok(CommandOutcome::Rejected(rejection));
+        }
+    };
+    match &plan.change {
+        Change::Nothing => {}
+        Change::Store(after) => write(state, Some(after))?,
+        Change::Remove => write(state, None)?,
+    }
+    if !matches!(plan.change, Change::Nothing) {
+        state.revision += 1;
+    }
+    Ok(CommandOutcome::Coordinated {
+        revision: state.revision,
+        result,
+    })
 }
 
 /// Writes what a request plan decided about the session: dropped records, the session row
@@ -364,6 +533,40 @@ fn apply_cleanup(
             .checked_sub(session.records)
             .expect("the range's request count covers its sessions' records");
         state.session_horizon_ms = state.session_horizon_ms.max(session.last_active_ms);
+    }
+    Ok(CommandOutcome::Internal)
+}
+
+/// Removes the listed locks still stored with the listed free instant and the listed
+/// idempotency records still stored with the listed expiry, where that instant has passed
+/// at the clock. Uses no revision.
+fn apply_reclaim(
+    tables: &mut Tables,
+    state: &mut SmState,
+    span: &KeySpan,
+    reclaim: &Reclaim,
+) -> Result<CommandOutcome, StorageError> {
+    let clock_ms = state.advance_clock(reclaim.now_ms);
+    let due = |item: &ExpiredRecord| span.contains(&item.key) && item.at_ms <= clock_ms;
+    for item in reclaim.locks.iter().filter(|item| due(item)) {
+        let stored: Option<LockHold> = tables::read_row(&tables.locks, &item.key, "lock")?;
+        if stored.is_some_and(|hold| hold.available_at_ms() == item.at_ms) {
+            let (locks, deadlines) = (&mut tables.locks, &mut tables.deadlines);
+            let count = &mut state.locks;
+            tables::write_deadlined::<LockHold>(locks, deadlines, count, &item.key, None)?;
+        }
+    }
+    for item in reclaim.records.iter().filter(|item| due(item)) {
+        let what = "idempotency record";
+        let stored: Option<IdempotencyRecord> =
+            tables::read_row(&tables.idempotency, &item.key, what)?;
+        if stored.is_some_and(|record| record.expires_at_ms() == item.at_ms) {
+            let (records, deadlines) = (&mut tables.idempotency, &mut tables.deadlines);
+            let count = &mut state.idempotency_records;
+            tables::write_deadlined::<IdempotencyRecord>(
+                records, deadlines, count, &item.key, None,
+            )?;
+        }
     }
     Ok(CommandOutcome::Internal)
 }

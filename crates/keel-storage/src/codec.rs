@@ -5,7 +5,13 @@
 //! - 1: the first release.
 //! - 2: `kv` values carry an expiry (`tables`); snapshot files gained record kinds for the
 //!   range's clock, client sessions, request records and rows with an expiry (`snapshot`).
-//!   Every other record has the same shape in both versions, and `decode` reads either.
+//! - 3: log entries may hold `Command::{FencedMutate, Coordinate, Reclaim}` and request
+//!   records `CommandOutcome::Coordinated` and the coordination rejections; the tables
+//!   `locks`, `fences`, `idempotency` and `deadlines` and their `sm_meta` counts appeared
+//!   (`tables`); snapshot files gained record kinds for locks, fences and idempotency
+//!   records (`snapshot`). Enums only gained variants at their end.
+//!
+//! Every other record has the same shape in every version, and `decode` reads any.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -13,7 +19,7 @@ use serde::de::DeserializeOwned;
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 2;
+pub(crate) const FORMAT_VERSION: u8 = 3;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

@@ -58,35 +58,36 @@ fn increment(key: &str, delta: i64) -> BatchOp {
     }
 }
 
-/// Applies commands one by one from log index `next`, advancing it.
-struct Applier {
-    store: Store,
-    next: u64,
+/// Applies commands one by one from log index `next`, advancing it. Shared with
+/// `coordination_sm_tests`.
+pub(super) struct Applier {
+    pub store: Store,
+    pub next: u64,
 }
 
 impl Applier {
-    fn new(store: &Store) -> Applier {
+    pub fn new(store: &Store) -> Applier {
         Applier {
             store: store.clone(),
             next: 1,
         }
     }
 
-    async fn apply(&mut self, command: Command) -> CommandOutcome {
+    pub async fn apply(&mut self, command: Command) -> CommandOutcome {
         let outcomes = apply_commands(&self.store, self.next, vec![command]).await;
         self.next += 1;
         outcomes.into_iter().next().unwrap()
     }
 
-    fn sm(&self) -> StateMachine {
+    pub fn sm(&self) -> StateMachine {
         self.store.state_machine(RangeId(1))
     }
 
-    async fn value(&self, key: &str, now_ms: u64) -> Option<KeyValue> {
+    pub async fn value(&self, key: &str, now_ms: u64) -> Option<KeyValue> {
         self.sm().get(key.as_bytes(), now_ms).await.unwrap().0
     }
 
-    async fn revision(&self) -> Revision {
+    pub async fn revision(&self) -> Revision {
         self.sm().applied().await.unwrap().0
     }
 }

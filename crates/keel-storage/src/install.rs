@@ -1,16 +1,16 @@
 //! Installing a snapshot file into a range: reading it record by record and replacing the
-//! range's key span, exactly-once state (sessions, request records) and state-machine
-//! metadata (clock included) through the writer thread. Knows nothing about how the file
-//! arrived.
+//! range's key span (rows, locks, fences, idempotency records), exactly-once state
+//! (sessions, request records) and state-machine metadata (clock and counts included)
+//! through the writer thread. Knows nothing about how the file arrived.
 //!
 //! Crash safety: the install runs in several transactions (at most
 //! `SNAPSHOT_INSTALL_ROWS_PER_TXN` records or `SNAPSHOT_INSTALL_BYTES_PER_TXN` bytes each),
 //! so a crash can leave it half done. Therefore:
 //! 1. the snapshot file is first made the range's current snapshot (fsynced, renamed);
 //! 2. a durable commit writes an *installing* marker into `sm_meta`;
-//! 3. the range's request records and sessions and the span's rows are cleared (with the
-//!    TTL-index rows of those keys), then the file's records are written (with TTL-index
-//!    rows rebuilt from the rows' expiry);
+//! 3. the range's request records and sessions and the span's rows, locks, fences and
+//!    idempotency records are cleared (with their TTL-index and `deadlines` rows), then the
+//!    file's records are written (with those index rows rebuilt);
 //! 4. one durable commit writes the applied log id, membership, revision, clock, session
 //!    horizon and counts and removes the marker.
 //!
@@ -20,16 +20,18 @@
 
 use std::ops::Bound;
 
-use keel_types::{CommandOutcome, KeyValue, RangeId, limits};
-use redb::{ReadableTable, Table, WriteTransaction};
+use keel_types::{CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, limits};
+use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
+
+use crate::codec::decode;
 
 use crate::error::StorageError;
 use crate::raft_types::SnapshotMeta;
 use crate::snapshot::{self, Record, SnapshotFile, SnapshotHeader, SnapshotReader};
 use crate::store::Store;
 use crate::tables::{
-    self, Bytes, InstallMarker, KV, KeySpan, REQUESTS, SESSIONS, SM_INSTALLING, SM_META, Session,
-    SmState, TTL,
+    self, Bytes, DEADLINES, Deadlined, FENCES, IDEMPOTENCY, InstallMarker, KV, KeySpan, LOCKS,
+    REQUESTS, SESSIONS, SM_INSTALLING, SM_META, Session, SmState, TTL,
 };
 use crate::writer::{Op, Outcome};
 
@@ -39,17 +41,31 @@ pub(crate) struct InstallBatch {
     pub rows: Vec<KeyValue>,
     pub sessions: Vec<(u64, Session)>,
     pub requests: Vec<(u64, u64, CommandOutcome)>,
+    /// Locks by name.
+    pub locks: Vec<(Vec<u8>, LockHold)>,
+    /// Fences by user key.
+    pub fences: Vec<(Vec<u8>, Fence)>,
+    /// Idempotency records by key.
+    pub records: Vec<(Vec<u8>, IdempotencyRecord)>,
     bytes: usize,
 }
 
 impl InstallBatch {
+    fn len(&self) -> usize {
+        self.rows.len()
+            + self.sessions.len()
+            + self.requests.len()
+            + self.locks.len()
+            + self.fences.len()
+            + self.records.len()
+    }
+
     fn is_empty(&self) -> bool {
-        self.rows.is_empty() && self.sessions.is_empty() && self.requests.is_empty()
+        self.len() == 0
     }
 
     fn is_full(&self) -> bool {
-        let records = self.rows.len() + self.sessions.len() + self.requests.len();
-        records >= limits::SNAPSHOT_INSTALL_ROWS_PER_TXN
+        self.len() >= limits::SNAPSHOT_INSTALL_ROWS_PER_TXN
             || self.bytes >= limits::SNAPSHOT_INSTALL_BYTES_PER_TXN
     }
 }
@@ -156,21 +172,23 @@ fn add_record(
     state: &mut SmState,
     batch: &mut InstallBatch,
 ) -> Result<(), StorageError> {
-    let (row, expires_at_ms) = match record {
-        Record::Row(row) => (row, None),
-        Record::ExpiringRow { row, expires_at_ms } => (row, Some(expires_at_ms)),
+    match record {
+        Record::Row(row) => add_row(row.into_key_value(None), span, state, batch),
+        Record::ExpiringRow { row, expires_at_ms } => {
+            add_row(row.into_key_value(Some(expires_at_ms)), span, state, batch)
+        }
         Record::Clock {
             clock_ms,
             session_horizon_ms,
         } => {
             state.clock_ms = clock_ms;
             state.session_horizon_ms = session_horizon_ms;
-            return Ok(());
+            Ok(())
         }
         Record::Session { client_id, session } => {
             state.sessions += 1;
             batch.sessions.push((client_id, session));
-            return Ok(());
+            Ok(())
         }
         Record::Request {
             client_id,
@@ -179,22 +197,66 @@ fn add_record(
         } => {
             state.requests += 1;
             batch.requests.push((client_id, sequence, outcome));
-            return Ok(());
+            Ok(())
         }
-        Record::Header(_) => return Err(StorageError::corrupt("snapshot file", "a second header")),
+        Record::Lock { name, hold } => {
+            state.locks += 1;
+            add_keyed(&mut batch.locks, name, hold, span, "a lock")
+        }
+        Record::Fence { key, fence } => {
+            state.fenced_keys += 1;
+            add_keyed(&mut batch.fences, key, fence, span, "a fence")
+        }
+        Record::Idempotency { key, record } => {
+            state.idempotency_records += 1;
+            add_keyed(
+                &mut batch.records,
+                key,
+                record,
+                span,
+                "an idempotency record",
+            )
+        }
+        Record::Header(_) => Err(StorageError::corrupt("snapshot file", "a second header")),
         Record::End { .. } => unreachable!("the caller handles End"),
-    };
-    if !span.contains(&row.key) {
-        return Err(StorageError::corrupt(
-            "snapshot file",
-            "a row lies outside the range",
-        ));
     }
-    if expires_at_ms.is_some() {
+}
+
+fn add_row(
+    row: KeyValue,
+    span: &KeySpan,
+    state: &mut SmState,
+    batch: &mut InstallBatch,
+) -> Result<(), StorageError> {
+    check_within(span, &row.key, "a row")?;
+    if row.expires_at_ms.is_some() {
         state.keys_with_ttl += 1;
     }
-    batch.rows.push(row.into_key_value(expires_at_ms));
+    batch.rows.push(row);
     Ok(())
+}
+
+fn add_keyed<T>(
+    list: &mut Vec<(Vec<u8>, T)>,
+    key: Vec<u8>,
+    value: T,
+    span: &KeySpan,
+    what: &str,
+) -> Result<(), StorageError> {
+    check_within(span, &key, what)?;
+    list.push((key, value));
+    Ok(())
+}
+
+fn check_within(span: &KeySpan, key: &[u8], what: &str) -> Result<(), StorageError> {
+    if span.contains(key) {
+        Ok(())
+    } else {
+        Err(StorageError::corrupt(
+            "snapshot file",
+            format!("{what} lies outside the range"),
+        ))
+    }
 }
 
 /// Writer op: marks the range as installing, before anything of it is deleted.
@@ -210,47 +272,120 @@ pub(crate) fn begin(
 }
 
 /// Writer op: deletes up to `SNAPSHOT_INSTALL_ROWS_PER_TXN` rows of the range's request
-/// records, then its sessions, then the rows of `span` (with their TTL-index rows); returns
+/// records, then its sessions, then the rows of `span` (with their TTL-index rows), then the
+/// span's locks, fences and idempotency records (with their `deadlines` rows); returns
 /// whether rows remain.
 pub(crate) fn clear(
     txn: &WriteTransaction,
     range: RangeId,
     span: &KeySpan,
 ) -> Result<bool, StorageError> {
-    let open = |table, name| {
-        txn.open_table(table)
-            .map_err(|e| StorageError::redb(name, e))
-    };
     let mut budget = limits::SNAPSHOT_INSTALL_ROWS_PER_TXN;
+    let more = clear_exactly_once(txn, range, &mut budget)?
+        || clear_kv(txn, span, &mut budget)?
+        || clear_coordination(txn, span, &mut budget)?;
+    Ok(more)
+}
+
+/// Clears the range's request records and sessions within `budget`; whether rows remain.
+fn clear_exactly_once(
+    txn: &WriteTransaction,
+    range: RangeId,
+    budget: &mut usize,
+) -> Result<bool, StorageError> {
     let (start, end) = (
         tables::request_key(range, 0, 0),
         tables::request_key(range, u64::MAX, u64::MAX),
     );
-    let mut requests = open(REQUESTS, "open requests")?;
+    let mut requests = open(txn, REQUESTS)?;
     let bounds = (Bound::Included(&start[..]), Bound::Included(&end[..]));
-    match clear_rows(&mut requests, bounds, budget, |_, _| Ok(()))? {
-        (_, true) => return Ok(true),
-        (removed, false) => budget -= removed,
+    if spend(
+        clear_rows(&mut requests, bounds, *budget, |_, _| Ok(()))?,
+        budget,
+    ) {
+        return Ok(true);
     }
     let (start, end) = (
         tables::session_key(range, 0),
         tables::session_key(range, u64::MAX),
     );
-    let mut sessions = open(SESSIONS, "open sessions")?;
+    let mut sessions = open(txn, SESSIONS)?;
     let bounds = (Bound::Included(&start[..]), Bound::Included(&end[..]));
-    match clear_rows(&mut sessions, bounds, budget, |_, _| Ok(()))? {
-        (_, true) => return Ok(true),
-        (removed, false) => budget -= removed,
-    }
-    let (mut kv, mut ttl) = (open(KV, "open kv")?, open(TTL, "open ttl")?);
-    let (_, more) = clear_rows(&mut kv, span.bounds(), budget, |key, value| {
+    Ok(spend(
+        clear_rows(&mut sessions, bounds, *budget, |_, _| Ok(()))?,
+        budget,
+    ))
+}
+
+/// Clears the rows of `span` and their TTL-index rows within `budget`; whether rows remain.
+fn clear_kv(
+    txn: &WriteTransaction,
+    span: &KeySpan,
+    budget: &mut usize,
+) -> Result<bool, StorageError> {
+    let (mut kv, mut ttl) = (open(txn, KV)?, open(txn, TTL)?);
+    let cleared = clear_rows(&mut kv, span.bounds(), *budget, |key, value| {
         if let Some(expires_at_ms) = tables::decode_kv_expiry(value)? {
             ttl.remove(tables::ttl_key(expires_at_ms, key).as_slice())
                 .map_err(|e| StorageError::redb("clear ttl index", e))?;
         }
         Ok(())
     })?;
-    Ok(more)
+    Ok(spend(cleared, budget))
+}
+
+/// Clears the locks, fences and idempotency records of `span` and their `deadlines` rows
+/// within `budget`; whether rows remain.
+fn clear_coordination(
+    txn: &WriteTransaction,
+    span: &KeySpan,
+    budget: &mut usize,
+) -> Result<bool, StorageError> {
+    let mut deadlines = open(txn, DEADLINES)?;
+    if clear_deadlined::<LockHold>(&mut open(txn, LOCKS)?, &mut deadlines, span, budget)? {
+        return Ok(true);
+    }
+    let cleared = clear_rows(&mut open(txn, FENCES)?, span.bounds(), *budget, |_, _| {
+        Ok(())
+    })?;
+    if spend(cleared, budget) {
+        return Ok(true);
+    }
+    let mut records = open(txn, IDEMPOTENCY)?;
+    clear_deadlined::<IdempotencyRecord>(&mut records, &mut deadlines, span, budget)
+}
+
+/// Clears the rows of `span` in a table of `T` and their `deadlines` rows within `budget`;
+/// whether rows remain.
+fn clear_deadlined<T: Deadlined>(
+    table: &mut Table<Bytes, Bytes>,
+    deadlines: &mut Table<Bytes, Bytes>,
+    span: &KeySpan,
+    budget: &mut usize,
+) -> Result<bool, StorageError> {
+    let cleared = clear_rows(table, span.bounds(), *budget, |key, value| {
+        let stored: T = decode(T::WHAT, value)?;
+        let row = tables::deadline_key(stored.deadline_ms(), T::KIND, key);
+        deadlines
+            .remove(row.as_slice())
+            .map_err(|e| StorageError::redb("clear deadlines index", e))?;
+        Ok(())
+    })?;
+    Ok(spend(cleared, budget))
+}
+
+/// Takes what `clear_rows` removed from `budget`; returns whether rows remain.
+fn spend((removed, more): (usize, bool), budget: &mut usize) -> bool {
+    *budget -= removed;
+    more
+}
+
+fn open<'txn>(
+    txn: &'txn WriteTransaction,
+    table: TableDefinition<'static, Bytes, Bytes>,
+) -> Result<Table<'txn, Bytes, Bytes>, StorageError> {
+    txn.open_table(table)
+        .map_err(|e| StorageError::redb("open table for install", e))
 }
 
 /// Deletes up to `max` rows of `table` within `bounds` (whose start is included), showing
@@ -287,30 +422,39 @@ fn clear_rows(
     Ok((removed, more))
 }
 
-/// Writer op: writes snapshot records: rows (with their TTL-index rows), sessions and
-/// request records.
+/// Writer op: writes snapshot records: rows (with their TTL-index rows), sessions, request
+/// records, locks and idempotency records (with their `deadlines` rows) and fences.
 pub(crate) fn insert_records(
     txn: &WriteTransaction,
     range: RangeId,
     batch: &InstallBatch,
 ) -> Result<(), StorageError> {
-    let open = |table, name| {
-        txn.open_table(table)
-            .map_err(|e| StorageError::redb(name, e))
-    };
-    let (mut kv, mut ttl) = (open(KV, "open kv")?, open(TTL, "open ttl")?);
-    // The install counts keys with a TTL from the file; this count is not kept.
-    let mut keys_with_ttl = 0;
+    let (mut kv, mut ttl) = (open(txn, KV)?, open(txn, TTL)?);
+    // The install counts rows from the file; the counts these writes keep are dropped.
+    let mut uncounted = 0;
     for row in &batch.rows {
-        tables::write_kv(&mut kv, &mut ttl, &mut keys_with_ttl, &row.key, Some(row))?;
+        tables::write_kv(&mut kv, &mut ttl, &mut uncounted, &row.key, Some(row))?;
     }
-    let mut sessions = open(SESSIONS, "open sessions")?;
+    let mut sessions = open(txn, SESSIONS)?;
     for (client_id, session) in &batch.sessions {
         tables::write_session(&mut sessions, range, *client_id, session)?;
     }
-    let mut requests = open(REQUESTS, "open requests")?;
+    let mut requests = open(txn, REQUESTS)?;
     for (client_id, sequence, outcome) in &batch.requests {
         tables::write_request(&mut requests, range, *client_id, *sequence, outcome)?;
+    }
+    let (mut locks, mut deadlines) = (open(txn, LOCKS)?, open(txn, DEADLINES)?);
+    for (name, hold) in &batch.locks {
+        tables::write_deadlined(&mut locks, &mut deadlines, &mut uncounted, name, Some(hold))?;
+    }
+    let mut records = open(txn, IDEMPOTENCY)?;
+    for (key, record) in &batch.records {
+        let (table, index) = (&mut records, &mut deadlines);
+        tables::write_deadlined(table, index, &mut uncounted, key, Some(record))?;
+    }
+    let mut fences = open(txn, FENCES)?;
+    for (key, fence) in &batch.fences {
+        tables::write_fence(&mut fences, &mut uncounted, key, Some(fence))?;
     }
     Ok(())
 }

@@ -6,12 +6,14 @@
 //! [`StateMachine`] (openraft's `RaftStateMachine`, snapshots as [`SnapshotFile`]s).
 //!
 //! The state machine also keeps each range's exactly-once state (client sessions and the
-//! first outcome of each request, `session`), key expiry (a TTL index) and a range clock that
-//! only moves forward with the times leaders stamp into commands; it never reads a clock of
-//! its own.
+//! first outcome of each request, `session`), key expiry (a TTL index), locks with fencing
+//! tokens, per-key fences and idempotency records (`coordination`, with a `deadlines` index
+//! for reclaiming them) and a range clock that only moves forward with the times leaders
+//! stamp into commands; it never reads a clock of its own.
 
 mod apply;
 mod codec;
+mod coordination;
 mod error;
 mod install;
 mod log_store;

@@ -6,9 +6,12 @@
 //! versioned record (`codec`): one `Header` (applied log id, membership, revision), then
 //! (format 2) one `Clock` (the range clock and session horizon), one `Session` per client
 //! session and one `Request` per request record of the range, then one `Row` per key (an
-//! `ExpiringRow` for a key with an expiry, expired or not), then `End` with the number of
-//! records between header and end, so a truncated file is detected. A format-1 file has only
-//! header, rows and end, and installs with clock and horizon 0 and no sessions. Files are
+//! `ExpiringRow` for a key with an expiry, expired or not), then (format 3) one `Lock`, `Fence`
+//! and `Idempotency` record per lock, fenced key and idempotency record of the range's span
+//! (free or expired ones included), then `End` with the number of records between header and
+//! end, so a truncated file is detected. A format-1 file has only header, rows and end, and
+//! installs with clock and horizon 0 and no sessions; a file of format 1 or 2 installs with
+//! no locks, fences or idempotency records. Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
 //!
@@ -20,9 +23,12 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use keel_types::{CommandOutcome, KeyValue, RangeId, Revision, limits};
+use keel_types::{
+    CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, Revision, limits,
+};
 use openraft::storage::RaftSnapshotBuilder;
-use redb::{Database, ReadTransaction, ReadableDatabase};
+use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -30,7 +36,9 @@ use crate::codec::{decode, encode};
 use crate::error::StorageError;
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::store::Store;
-use crate::tables::{self, KV, KeySpan, REQUESTS, SESSIONS, SM_META, Session};
+use crate::tables::{
+    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, REQUESTS, SESSIONS, SM_META, Session,
+};
 
 /// Buffer size of snapshot readers and writers.
 const SNAPSHOT_BUFFER_BYTES: usize = 64 * 1024;
@@ -206,6 +214,24 @@ pub(crate) enum Record {
         sequence: u64,
         outcome: CommandOutcome,
     },
+    /// Format 3: a lock of the range, free or not.
+    Lock {
+        #[serde(with = "serde_bytes")]
+        name: Vec<u8>,
+        hold: LockHold,
+    },
+    /// Format 3: the fence of a user key of the range.
+    Fence {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        fence: Fence,
+    },
+    /// Format 3: an idempotency record of the range, expired or not.
+    Idempotency {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        record: IdempotencyRecord,
+    },
 }
 
 impl Record {
@@ -377,6 +403,7 @@ pub(crate) fn build(
     })?;
     write_sessions(&txn, range, &mut out)?;
     write_rows(&txn, span, &mut out)?;
+    write_coordination(&txn, span, &mut out)?;
     let (temp, len_bytes) = out.finish()?;
     let path = publish(dir, range, &temp, header.last_log_id.as_ref())?;
     Ok((header.meta(), SnapshotFile { path, len_bytes }))
@@ -443,6 +470,49 @@ fn write_rows(
         let (key, value) = row.map_err(|e| StorageError::redb("read kv", e))?;
         let kv = tables::decode_kv(key.value(), value.value())?;
         out.write(&Record::row(kv))?;
+    }
+    Ok(())
+}
+
+/// Writes the locks, fences and idempotency records of `span`, free or expired ones
+/// included: replicas keep them until a reclaim.
+fn write_coordination(
+    txn: &ReadTransaction,
+    span: &KeySpan,
+    out: &mut SnapshotOut,
+) -> Result<(), StorageError> {
+    write_keyed(txn, LOCKS, span, out, |name, hold| Record::Lock {
+        name,
+        hold,
+    })?;
+    write_keyed(txn, FENCES, span, out, |key, fence| Record::Fence {
+        key,
+        fence,
+    })?;
+    write_keyed(txn, IDEMPOTENCY, span, out, |key, record| {
+        Record::Idempotency { key, record }
+    })
+}
+
+/// Writes one record per row of `table` within `span`, made by `record` from the row's key
+/// and decoded value.
+fn write_keyed<T: DeserializeOwned>(
+    txn: &ReadTransaction,
+    table: TableDefinition<'static, Bytes, Bytes>,
+    span: &KeySpan,
+    out: &mut SnapshotOut,
+    record: impl Fn(Vec<u8>, T) -> Record,
+) -> Result<(), StorageError> {
+    let rows = txn
+        .open_table(table)
+        .map_err(|e| StorageError::redb("open table for snapshot", e))?;
+    for row in rows
+        .range::<&[u8]>(span.bounds())
+        .map_err(|e| StorageError::redb("read table for snapshot", e))?
+    {
+        let (key, value) = row.map_err(|e| StorageError::redb("read table for snapshot", e))?;
+        let value = decode("coordination row", value.value())?;
+        out.write(&record(key.value().to_vec(), value))?;
     }
     Ok(())
 }

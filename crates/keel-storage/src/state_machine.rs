@@ -1,19 +1,24 @@
-//! `StateMachine`: one range's key-value data as openraft's `RaftStateMachine`, plus the
-//! reads the server serves from it and the read-only planning of cleanups. Knows nothing
-//! about gRPC, routing or the network, and reads no clock: callers pass the time.
+//! `StateMachine`: one range's key-value data, locks, fences and idempotency records as
+//! openraft's `RaftStateMachine`, plus the reads the server serves from it and the read-only
+//! planning of cleanups and reclaims. Knows nothing about gRPC, routing, lock queues or the
+//! network, and reads no clock: callers pass the time.
 //!
 //! Applies run on the writer thread, in the same transaction as the applied log id,
 //! membership, revision and clock (`Durability::None`: log and data share the file, so a
 //! crash rolls both back together). Reads run redb read transactions on blocking threads and
-//! hide keys expired at `max(now_ms, the range clock)`.
+//! hide keys expired, locks free and idempotency records expired at `max(now_ms, the range
+//! clock)`.
 
 use std::io;
 
 use futures::{Stream, StreamExt};
-use keel_types::{Cleanup, ExpiredKey, KeyValue, RangeId, Revision, limits};
+use keel_types::{
+    Cleanup, CoordinationCounts, ExpiredKey, ExpiredRecord, IdempotencyRecord, KeyValue, LockHold,
+    LockPhase, RangeId, Reclaim, Revision, limits,
+};
 use openraft::OptionalSend;
 use openraft::storage::RaftStateMachine;
-use redb::{ReadTransaction, ReadableTable};
+use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
 use crate::codec::decode;
@@ -23,7 +28,9 @@ use crate::raft_types::{
 };
 use crate::snapshot::{self, SnapshotBuilder, SnapshotFile};
 use crate::store::Store;
-use crate::tables::{self, KV, KeySpan, SESSIONS, SM_META, Session, SmState, TTL};
+use crate::tables::{
+    self, DEADLINES, IDEMPOTENCY, KV, KeySpan, LOCKS, SESSIONS, SM_META, Session, SmState, TTL,
+};
 use crate::writer::{Done, Op};
 use crate::{apply, install};
 
@@ -169,6 +176,71 @@ impl StateMachine {
         })
     }
 
+    /// The lock's hold unless it is free at `max(now_ms, range clock)` (or the name lies
+    /// outside the range), with the range's applied revision, read in one read transaction.
+    pub async fn lock(
+        &self,
+        name: &[u8],
+        now_ms: u64,
+    ) -> Result<(Option<LockHold>, Revision), StorageError> {
+        let found = self.read_row::<LockHold>(LOCKS, name.to_vec(), now_ms, "lock");
+        let (hold, revision, now_ms) = found.await?;
+        let hold = hold.filter(|hold| hold.phase(now_ms) != LockPhase::Free);
+        Ok((hold, revision))
+    }
+
+    /// The idempotency record (`idempotency_key(scope, id)`) unless it is expired at
+    /// `max(now_ms, range clock)` (or the key lies outside the range), with the range's
+    /// applied revision, read in one read transaction.
+    pub async fn idempotency_record(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<(Option<IdempotencyRecord>, Revision), StorageError> {
+        let what = "idempotency record";
+        let found = self.read_row::<IdempotencyRecord>(IDEMPOTENCY, key.to_vec(), now_ms, what);
+        let (record, revision, now_ms) = found.await?;
+        let record = record.filter(|record| !record.is_expired(now_ms));
+        Ok((record, revision))
+    }
+
+    /// What a leader should propose to reclaim now (read-only): up to `CLEANUP_KEYS_MAX`
+    /// locks of the range free at `max(now_ms, range clock)` and as many idempotency records
+    /// expired then, earliest first. The result carries `now_ms` as given. Applying it checks
+    /// every item again.
+    pub async fn plan_reclaim(&self, now_ms: u64) -> Result<Reclaim, StorageError> {
+        let (range, span) = (self.range, self.span.clone());
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                let deadlines = txn
+                    .open_table(DEADLINES)
+                    .map_err(|e| StorageError::redb("open deadlines", e))?;
+                let (locks, records) = due_records(&deadlines, &span, now_ms.max(state.clock_ms))?;
+                Ok(Reclaim {
+                    now_ms,
+                    locks,
+                    records,
+                })
+            })
+            .await
+    }
+
+    /// How many locks, fenced keys and idempotency records the range keeps (free locks and
+    /// expired records not yet reclaimed included).
+    pub async fn coordination_counts(&self) -> Result<CoordinationCounts, StorageError> {
+        let range = self.range;
+        let state = self
+            .store
+            .read(move |txn| readable_state(txn, range))
+            .await?;
+        Ok(CoordinationCounts {
+            locks: state.locks,
+            fenced_keys: state.fenced_keys,
+            idempotency_records: state.idempotency_records,
+        })
+    }
+
     /// The applied revision and applied log id; `(0, None)` while a snapshot install is
     /// unfinished.
     pub async fn applied(&self) -> Result<(Revision, Option<LogId>), StorageError> {
@@ -178,6 +250,37 @@ impl StateMachine {
             Some(_) => Ok((0, None)),
             None => Ok((state.revision, state.applied)),
         }
+    }
+}
+
+impl StateMachine {
+    /// The decoded row of `key` in `table` (none outside the range), the range's applied
+    /// revision, and `max(now_ms, range clock)` to judge it at.
+    async fn read_row<T>(
+        &self,
+        table: TableDefinition<'static, tables::Bytes, tables::Bytes>,
+        key: Vec<u8>,
+        now_ms: u64,
+        what: &'static str,
+    ) -> Result<(Option<T>, Revision, u64), StorageError>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+    {
+        let (range, span) = (self.range, self.span.clone());
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                let now_ms = now_ms.max(state.clock_ms);
+                if !span.contains(&key) {
+                    return Ok((None, state.revision, now_ms));
+                }
+                let rows = txn
+                    .open_table(table)
+                    .map_err(|e| StorageError::redb("open table", e))?;
+                let row = tables::read_row(&rows, &key, what)?;
+                Ok((row, state.revision, now_ms))
+            })
+            .await
     }
 }
 
@@ -347,6 +450,42 @@ where
     Ok(keys)
 }
 
+/// Locks of `span` free at `now_ms` and idempotency records of `span` expired then, from the
+/// `deadlines` index, earliest first; at most `CLEANUP_KEYS_MAX` of each, after examining
+/// at most `limits::CLEANUP_EXAMINED_PER_KEY` index rows per item of both lists.
+fn due_records<R>(
+    deadlines: &R,
+    span: &KeySpan,
+    now_ms: u64,
+) -> Result<(Vec<ExpiredRecord>, Vec<ExpiredRecord>), StorageError>
+where
+    R: ReadableTable<tables::Bytes, tables::Bytes>,
+{
+    let examined_max = 2 * limits::CLEANUP_KEYS_MAX * limits::CLEANUP_EXAMINED_PER_KEY;
+    let (mut locks, mut records) = (Vec::new(), Vec::new());
+    let rows = deadlines
+        .range::<&[u8]>(..)
+        .map_err(|e| StorageError::redb("read deadlines index", e))?;
+    for row in rows.take(examined_max) {
+        let (row, _) = row.map_err(|e| StorageError::redb("read deadlines index", e))?;
+        let (at_ms, kind, key) = tables::deadline_key_parts(row.value());
+        let full = |list: &Vec<ExpiredRecord>| list.len() == limits::CLEANUP_KEYS_MAX;
+        if at_ms > now_ms || (full(&locks) && full(&records)) {
+            break;
+        }
+        let list = match kind {
+            tables::DEADLINE_LOCK => &mut locks,
+            tables::DEADLINE_IDEMPOTENCY => &mut records,
+            other => panic!("a deadlines index row of unknown kind {other}"),
+        };
+        if span.contains(key) && !full(list) {
+            let key = key.to_vec();
+            list.push(ExpiredRecord { key, at_ms });
+        }
+    }
+    Ok((locks, records))
+}
+
 /// Client ids of the range's sessions last active before `idle_before_ms`; at most
 /// `CLEANUP_SESSIONS_MAX`, in client-id order.
 fn idle_sessions<R>(
@@ -385,3 +524,7 @@ mod tests;
 #[cfg(test)]
 #[path = "exactly_once_tests.rs"]
 mod exactly_once_tests;
+
+#[cfg(test)]
+#[path = "coordination_sm_tests.rs"]
+mod coordination_sm_tests;

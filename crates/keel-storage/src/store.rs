@@ -16,7 +16,10 @@ use crate::error::StorageError;
 use crate::log_store::LogStore;
 use crate::snapshot::{self, IncomingSnapshot};
 use crate::state_machine::StateMachine;
-use crate::tables::{self, KV, KeySpan, RAFT_LOG, RAFT_META, REQUESTS, SESSIONS, SM_META, TTL};
+use crate::tables::{
+    self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, RAFT_LOG, RAFT_META, REQUESTS,
+    SESSIONS, SM_META, TTL,
+};
 use crate::writer::{self, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer};
 
 /// One redb file and its writer thread. Cheap to clone; all clones share the file.
@@ -293,7 +296,22 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
     let txn = db
         .begin_write()
         .map_err(|e| StorageError::redb("begin write", e))?;
-    for table in [RAFT_LOG, RAFT_META, SM_META, KV, TTL, SESSIONS, REQUESTS] {
+    // A file of an older format gains the tables it lacks here, so read transactions (which
+    // cannot create tables) find every table.
+    let all = [
+        RAFT_LOG,
+        RAFT_META,
+        SM_META,
+        KV,
+        TTL,
+        SESSIONS,
+        REQUESTS,
+        LOCKS,
+        FENCES,
+        IDEMPOTENCY,
+        DEADLINES,
+    ];
+    for table in all {
         txn.open_table(table)
             .map_err(|e| StorageError::redb("create table", e))?;
     }

@@ -2,15 +2,19 @@
 //! about threads, async or openraft's traits; every function works inside a transaction it
 //! is given.
 //!
-//! | table       | key                                   | value                                  |
-//! |-------------|---------------------------------------|----------------------------------------|
-//! | `raft_log`  | range id (u64 BE) + log index (u64 BE) | openraft entry                         |
-//! | `raft_meta` | range id (u64 BE) + kind (u8)          | vote / committed log id / purged log id |
-//! | `sm_meta`   | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records and keys with a TTL |
-//! | `kv`        | user key                              | create and mod revision, expiry (format 2), then the raw value |
-//! | `ttl`       | expiry ms (u64 BE) + user key          | empty                                  |
-//! | `sessions`  | range id (u64 BE) + client id (u64 BE) | `Session`                              |
-//! | `requests`  | range id (u64 BE) + client id (u64 BE) + sequence (u64 BE) | the request's first `CommandOutcome` |
+//! | table         | key                                   | value                                  |
+//! |---------------|---------------------------------------|----------------------------------------|
+//! | `raft_log`    | range id (u64 BE) + log index (u64 BE) | openraft entry                         |
+//! | `raft_meta`   | range id (u64 BE) + kind (u8)          | vote / committed log id / purged log id |
+//! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records |
+//! | `kv`          | user key                              | create and mod revision, expiry (format 2), then the raw value |
+//! | `ttl`         | expiry ms (u64 BE) + user key          | empty                                  |
+//! | `sessions`    | range id (u64 BE) + client id (u64 BE) | `Session`                              |
+//! | `requests`    | range id (u64 BE) + client id (u64 BE) + sequence (u64 BE) | the request's first `CommandOutcome` |
+//! | `locks`       | lock name (format 3)                  | `LockHold`                             |
+//! | `fences`      | user key (format 3)                   | `Fence`: the lock and highest token accepted |
+//! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
+//! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3) | empty |
 //!
 //! Ranges have disjoint key spans, so all ranges of a file share the one `kv` table and a
 //! split changes metadata only; `ttl` is shared the same way (filter it by span). Every value
@@ -21,12 +25,20 @@
 //! `sessions` and `requests` hold the exactly-once state of each range (`session`): a
 //! session's `records` counts its rows in `requests`, and the range's `sm_meta` counts its
 //! sessions and request records, so limits and metrics need no table scans.
+//!
+//! `locks`, `fences` and `idempotency` are keyed by name or key alone, like `kv`: a lock name
+//! and an idempotency key route to a range like a user key, so these tables are shared by the
+//! ranges of a file and filtered by span. `deadlines` indexes when each lock becomes free
+//! (`LockHold::available_at_ms`, kind 1) and when each idempotency record expires (kind 2):
+//! it holds `(at, kind, key)` exactly when the table of that kind holds `key` with that
+//! instant, kept in step by `write_deadlined`, so a reclaim plan reads it in time order.
+//! `sm_meta` counts the range's rows of all three tables.
 
 use std::ops::Bound;
 
 use std::ops::RangeInclusive;
 
-use keel_types::{CommandOutcome, KeyValue, RangeId, Revision};
+use keel_types::{CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +55,10 @@ pub(crate) const KV: TableDefinition<Bytes, Bytes> = TableDefinition::new("kv");
 pub(crate) const TTL: TableDefinition<Bytes, Bytes> = TableDefinition::new("ttl");
 pub(crate) const SESSIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("sessions");
 pub(crate) const REQUESTS: TableDefinition<Bytes, Bytes> = TableDefinition::new("requests");
+pub(crate) const LOCKS: TableDefinition<Bytes, Bytes> = TableDefinition::new("locks");
+pub(crate) const FENCES: TableDefinition<Bytes, Bytes> = TableDefinition::new("fences");
+pub(crate) const IDEMPOTENCY: TableDefinition<Bytes, Bytes> = TableDefinition::new("idempotency");
+pub(crate) const DEADLINES: TableDefinition<Bytes, Bytes> = TableDefinition::new("deadlines");
 
 /// Kinds of `raft_meta` rows.
 pub(crate) const RAFT_VOTE: u8 = 1;
@@ -59,6 +75,13 @@ pub(crate) const SM_SESSION_HORIZON: u8 = 6;
 pub(crate) const SM_SESSIONS: u8 = 7;
 pub(crate) const SM_REQUESTS: u8 = 8;
 pub(crate) const SM_KEYS_WITH_TTL: u8 = 9;
+pub(crate) const SM_LOCKS: u8 = 10;
+pub(crate) const SM_FENCED_KEYS: u8 = 11;
+pub(crate) const SM_IDEMPOTENCY_RECORDS: u8 = 12;
+
+/// Kinds of `deadlines` rows: which table the row's key is in.
+pub(crate) const DEADLINE_LOCK: u8 = 1;
+pub(crate) const DEADLINE_IDEMPOTENCY: u8 = 2;
 
 /// Key of one log entry: range id then index, both big-endian, so keys sort by range then
 /// index.
@@ -134,6 +157,24 @@ pub(crate) fn ttl_key_parts(row: &[u8]) -> (u64, &[u8]) {
     (u64::from_be_bytes(head), key)
 }
 
+/// Key of a `deadlines` row: the instant, the kind of record (`DEADLINE_*`), then its key
+/// (a lock name or an idempotency key), so rows sort by instant.
+pub(crate) fn deadline_key(at_ms: u64, kind: u8, key: &[u8]) -> Vec<u8> {
+    let mut row = Vec::with_capacity(9 + key.len());
+    row.extend_from_slice(&at_ms.to_be_bytes());
+    row.push(kind);
+    row.extend_from_slice(key);
+    row
+}
+
+/// `(instant, kind, key)` of a `deadlines` row.
+pub(crate) fn deadline_key_parts(row: &[u8]) -> (u64, u8, &[u8]) {
+    let (head, rest) = row.split_at(8);
+    let head: [u8; 8] = head.try_into().expect("deadlines keys start with a u64");
+    let (&kind, key) = rest.split_first().expect("deadlines keys hold a kind byte");
+    (u64::from_be_bytes(head), kind, key)
+}
+
 /// The half-open user-key span `[start, end)` a range owns; `end = None` is unbounded.
 /// Until ranges split, every range owns the whole keyspace (`KeySpan::default()`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -189,6 +230,12 @@ pub(crate) struct SmState {
     pub requests: u64,
     /// Keys written by this range that have an expiry (rows of this range in `ttl`).
     pub keys_with_ttl: u64,
+    /// Rows of this range in `locks`, free ones not yet reclaimed included.
+    pub locks: u64,
+    /// Rows of this range in `fences`.
+    pub fenced_keys: u64,
+    /// Rows of this range in `idempotency`, expired ones not yet reclaimed included.
+    pub idempotency_records: u64,
 }
 
 impl SmState {
@@ -384,6 +431,10 @@ where
         sessions: read_meta(sm_meta, range, SM_SESSIONS, "session count")?.unwrap_or(0),
         requests: read_meta(sm_meta, range, SM_REQUESTS, "request count")?.unwrap_or(0),
         keys_with_ttl: read_meta(sm_meta, range, SM_KEYS_WITH_TTL, "TTL key count")?.unwrap_or(0),
+        locks: read_meta(sm_meta, range, SM_LOCKS, "lock count")?.unwrap_or(0),
+        fenced_keys: read_meta(sm_meta, range, SM_FENCED_KEYS, "fenced key count")?.unwrap_or(0),
+        idempotency_records: read_meta(sm_meta, range, SM_IDEMPOTENCY_RECORDS, "record count")?
+            .unwrap_or(0),
     })
 }
 
@@ -409,7 +460,15 @@ pub(crate) fn write_sm_state(
     )?;
     write_meta(sm_meta, range, SM_SESSIONS, &state.sessions)?;
     write_meta(sm_meta, range, SM_REQUESTS, &state.requests)?;
-    write_meta(sm_meta, range, SM_KEYS_WITH_TTL, &state.keys_with_ttl)
+    write_meta(sm_meta, range, SM_KEYS_WITH_TTL, &state.keys_with_ttl)?;
+    write_meta(sm_meta, range, SM_LOCKS, &state.locks)?;
+    write_meta(sm_meta, range, SM_FENCED_KEYS, &state.fenced_keys)?;
+    write_meta(
+        sm_meta,
+        range,
+        SM_IDEMPOTENCY_RECORDS,
+        &state.idempotency_records,
+    )
 }
 
 /// A range's session of `client_id`, if it has one.
@@ -552,6 +611,116 @@ pub(crate) fn write_kv(
     Ok(())
 }
 
+/// A record kept with a `deadlines` row: a lock (due when it becomes free) or an
+/// idempotency record (due when it expires).
+pub(crate) trait Deadlined: Serialize + serde::de::DeserializeOwned {
+    /// The `DEADLINE_*` kind of its index rows.
+    const KIND: u8;
+    /// Names the record in errors.
+    const WHAT: &'static str;
+    /// When a `Reclaim` may delete it.
+    fn deadline_ms(&self) -> u64;
+}
+
+impl Deadlined for LockHold {
+    const KIND: u8 = DEADLINE_LOCK;
+    const WHAT: &'static str = "lock";
+    fn deadline_ms(&self) -> u64 {
+        self.available_at_ms()
+    }
+}
+
+impl Deadlined for IdempotencyRecord {
+    const KIND: u8 = DEADLINE_IDEMPOTENCY;
+    const WHAT: &'static str = "idempotency record";
+    fn deadline_ms(&self) -> u64 {
+        self.expires_at_ms()
+    }
+}
+
+/// Reads and decodes the row of `key`, if any.
+pub(crate) fn read_row<T, R>(
+    table: &R,
+    key: &[u8],
+    what: &'static str,
+) -> Result<Option<T>, StorageError>
+where
+    T: serde::de::DeserializeOwned,
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let row = table
+        .get(key)
+        .map_err(|e| StorageError::redb("read row", e))?;
+    row.map(|value| decode(what, value.value())).transpose()
+}
+
+/// Writes a lock or idempotency row (or removes it, for `None`) and keeps its `deadlines`
+/// row and the range's count of such rows (`count`) in step with the row it replaces.
+pub(crate) fn write_deadlined<T: Deadlined>(
+    table: &mut Table<Bytes, Bytes>,
+    deadlines: &mut Table<Bytes, Bytes>,
+    count: &mut u64,
+    key: &[u8],
+    after: Option<&T>,
+) -> Result<(), StorageError> {
+    let before: Option<T> = match after {
+        Some(value) => table.insert(key, encode(value).as_slice()),
+        None => table.remove(key),
+    }
+    .map_err(|e| StorageError::redb("write deadlined row", e))?
+    .map(|old| decode(T::WHAT, old.value()))
+    .transpose()?;
+    if let Some(before) = &before {
+        let removed = deadlines
+            .remove(deadline_key(before.deadline_ms(), T::KIND, key).as_slice())
+            .map_err(|e| StorageError::redb("write deadlines index", e))?;
+        assert!(
+            removed.is_some(),
+            "a stored {} has a deadlines index row",
+            T::WHAT
+        );
+    }
+    if let Some(after) = after {
+        deadlines
+            .insert(
+                deadline_key(after.deadline_ms(), T::KIND, key).as_slice(),
+                [].as_slice(),
+            )
+            .map_err(|e| StorageError::redb("write deadlines index", e))?;
+    }
+    *count = adjust_count(*count, before.is_some(), after.is_some(), T::WHAT);
+    Ok(())
+}
+
+/// Writes the fence row of a user key (or removes it, for `None`) and keeps the range's count
+/// of fenced keys in step.
+pub(crate) fn write_fence(
+    fences: &mut Table<Bytes, Bytes>,
+    fenced_keys: &mut u64,
+    key: &[u8],
+    after: Option<&Fence>,
+) -> Result<(), StorageError> {
+    let before = match after {
+        Some(fence) => fences.insert(key, encode(fence).as_slice()),
+        None => fences.remove(key),
+    }
+    .map_err(|e| StorageError::redb("write fence", e))?
+    .is_some();
+    *fenced_keys = adjust_count(*fenced_keys, before, after.is_some(), "fence");
+    Ok(())
+}
+
+/// A count of rows after one row went from present (`before`) to present (`after`) or not.
+fn adjust_count(count: u64, before: bool, after: bool, what: &str) -> u64 {
+    match (before, after) {
+        (false, true) => count + 1,
+        (true, false) => count
+            .checked_sub(1)
+            .unwrap_or_else(|| panic!("the range's {what} count covers its {what} rows")),
+        _ => count,
+    }
+}
+
 /// Distinct range ids with at least one row in a Raft table, found by skipping from one
 /// range's first key to the next range's.
 pub(crate) fn ranges_in<R>(table: &R) -> Result<Vec<RangeId>, StorageError>
@@ -641,6 +810,23 @@ mod tests {
         assert_eq!(request_key_parts(&requests[2]), (10, 256));
         assert_eq!(session_key_client(&session_key(RangeId(3), 77)), 77);
         assert_eq!(&requests[2][..16], session_key(RangeId(1), 10).as_slice());
+    }
+
+    #[test]
+    fn deadline_keys_sort_by_instant_then_kind_and_split_back() {
+        let rows = [
+            deadline_key(5, DEADLINE_IDEMPOTENCY, b"z"),
+            deadline_key(6, DEADLINE_LOCK, b"b"),
+            deadline_key(6, DEADLINE_LOCK, b"c"),
+            deadline_key(6, DEADLINE_IDEMPOTENCY, b"a"),
+            deadline_key(256, DEADLINE_LOCK, b""),
+        ];
+        assert!(rows.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(
+            deadline_key_parts(&rows[3]),
+            (6, DEADLINE_IDEMPOTENCY, &b"a"[..])
+        );
+        assert_eq!(deadline_key_parts(&rows[4]), (256, DEADLINE_LOCK, &b""[..]));
     }
 
     #[test]

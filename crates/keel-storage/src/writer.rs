@@ -48,7 +48,7 @@ pub(crate) enum Op {
     },
     Apply {
         range: RangeId,
-        /// The range's key span: a cleanup removes no key outside it.
+        /// The range's key span: a cleanup or reclaim removes nothing outside it.
         span: KeySpan,
         entries: Vec<Entry>,
     },

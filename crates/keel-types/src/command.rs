@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::coordination::{Coordination, CoordinationOp, CoordinationResult, Fence, Reclaim};
 use crate::ids::Revision;
 
 /// A key with its value and revisions, as stored.
@@ -191,6 +192,14 @@ pub enum Command {
     Mutate(Mutation),
     /// Removal of expired keys and idle sessions.
     Cleanup(Cleanup),
+    /// A client's mutation guarded by a lock: applied only if no key it writes has accepted
+    /// a higher token of `fence.lock` (or is fenced by another lock); then every key it
+    /// writes records `fence`.
+    FencedMutate { fence: Fence, mutation: Mutation },
+    /// A lock or idempotency operation.
+    Coordinate(Coordination),
+    /// Removal of free lock records and expired idempotency records.
+    Reclaim(Reclaim),
 }
 
 impl std::fmt::Display for Command {
@@ -203,6 +212,26 @@ impl std::fmt::Display for Command {
                 "cleanup({} keys, {} sessions)",
                 cleanup.keys.len(),
                 cleanup.sessions.len()
+            ),
+            Command::FencedMutate { mutation, .. } => {
+                write!(f, "fenced-mutate({} ops)", mutation.ops.len())
+            }
+            Command::Coordinate(coordination) => {
+                let op = match coordination.op {
+                    CoordinationOp::Acquire { .. } => "acquire",
+                    CoordinationOp::Renew { .. } => "renew",
+                    CoordinationOp::Release { .. } => "release",
+                    CoordinationOp::Begin { .. } => "begin",
+                    CoordinationOp::Complete { .. } => "complete",
+                    CoordinationOp::Abort { .. } => "abort",
+                };
+                write!(f, "coordinate({op})")
+            }
+            Command::Reclaim(reclaim) => write!(
+                f,
+                "reclaim({} locks, {} records)",
+                reclaim.locks.len(),
+                reclaim.records.len()
             ),
         }
     }
@@ -313,6 +342,33 @@ pub enum Rejection {
     TooManyInFlight { client_id: u64, limit: u64 },
     /// The range keeps `limit` client sessions already.
     TooManySessions { limit: u64 },
+    /// A fenced write named a lower token of the key's lock than the key has accepted, or
+    /// another lock than the one fencing the key. `lock` and `current_token` are the key's.
+    FencedOut {
+        op_index: u32,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        lock: Vec<u8>,
+        current_token: u64,
+    },
+    /// A renew or release named a token that does not hold the lock (a renew also needs the
+    /// lock still in its held phase). `current_token`: the lock's holder, if any.
+    LockNotHeld {
+        #[serde(with = "serde_bytes")]
+        name: Vec<u8>,
+        token: u64,
+        current_token: Option<u64>,
+    },
+    /// A complete or abort named a token that does not own the idempotency record (it was
+    /// taken over, completed under another token, aborted or dropped). `current_token`: the
+    /// record's, if there is one.
+    RecordNotOwned {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        token: u64,
+        current_token: Option<u64>,
+    },
 }
 
 /// What applying one log entry produced. Every replica computes the same outcome.
@@ -332,6 +388,12 @@ pub enum CommandOutcome {
     /// The request had been applied before: this is the outcome of its first application
     /// (never itself `Replayed`), and nothing was applied now.
     Replayed(Box<CommandOutcome>),
+    /// A lock or idempotency operation was applied. `revision`: the range's revision after
+    /// it (a new one if it changed anything; a granted lock's token is that revision).
+    Coordinated {
+        revision: Revision,
+        result: CoordinationResult,
+    },
 }
 
 /// How a read is made consistent.

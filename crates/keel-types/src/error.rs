@@ -69,6 +69,48 @@ pub enum KvError {
     /// applied. Retry later or with fewer requests in flight.
     #[error("overloaded: {message}")]
     Overloaded { message: String },
+
+    /// A fenced write carried a lower token of the key's lock than the key has accepted (its
+    /// lock was taken over), or named another lock than the one fencing the key; nothing
+    /// was applied.
+    #[error(
+        "fenced out: key {} accepts lock {} token {current_token} or higher",
+        crate::validate::show_key(.key),
+        crate::validate::show_key(.lock)
+    )]
+    FencedOut {
+        key: Vec<u8>,
+        lock: Vec<u8>,
+        current_token: u64,
+    },
+
+    /// The token does not hold the lock (it expired and was taken over, or was released);
+    /// nothing was changed.
+    #[error(
+        "lock {} is not held with token {token}{}",
+        crate::validate::show_key(.name),
+        holder_token(.current_token)
+    )]
+    LockNotHeld {
+        name: Vec<u8>,
+        token: u64,
+        current_token: Option<u64>,
+    },
+
+    /// The token does not own the idempotency record (it was taken over after expiring,
+    /// completed under another token, aborted or dropped); nothing was changed.
+    #[error(
+        "idempotency record {} of scope {} is not owned by token {token}{}",
+        crate::validate::show_key(.id),
+        crate::validate::show_key(.scope),
+        holder_token(.current_token)
+    )]
+    RecordNotOwned {
+        scope: Vec<u8>,
+        id: Vec<u8>,
+        token: u64,
+        current_token: Option<u64>,
+    },
 }
 
 impl From<Rejection> for KvError {
@@ -100,7 +142,46 @@ impl From<Rejection> for KvError {
             Rejection::TooManySessions { limit } => KvError::Overloaded {
                 message: format!("the range keeps {limit} client sessions; limit is {limit}"),
             },
+            Rejection::FencedOut {
+                key,
+                lock,
+                current_token,
+                ..
+            } => KvError::FencedOut {
+                key,
+                lock,
+                current_token,
+            },
+            Rejection::LockNotHeld {
+                name,
+                token,
+                current_token,
+            } => KvError::LockNotHeld {
+                name,
+                token,
+                current_token,
+            },
+            Rejection::RecordNotOwned {
+                key,
+                token,
+                current_token,
+            } => {
+                let (scope, id) = crate::coordination::idempotency_key_parts(&key);
+                KvError::RecordNotOwned {
+                    scope: scope.to_vec(),
+                    id: id.to_vec(),
+                    token,
+                    current_token,
+                }
+            }
         }
+    }
+}
+
+fn holder_token(current: &Option<u64>) -> String {
+    match current {
+        Some(token) => format!(" (current token is {token})"),
+        None => " (nobody holds it)".to_string(),
     }
 }
 

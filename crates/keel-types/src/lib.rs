@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod command;
+pub mod coordination;
 pub mod error;
 pub mod ids;
 pub mod limits;
@@ -15,6 +16,10 @@ pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use command::{
     BatchOp, Cleanup, Command, CommandOutcome, Condition, ConditionFailed, Consistency, ExpiredKey,
     KeyValue, Mutation, OpResult, Rejection, RequestId, parse_counter,
+};
+pub use coordination::{
+    Acquirer, Coordination, CoordinationCounts, CoordinationOp, CoordinationResult, ExpiredRecord,
+    Fence, IdempotencyRecord, LockHold, LockPhase, Reclaim,
 };
 pub use error::KvError;
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};

@@ -24,13 +24,32 @@ pub const SESSIONS_PER_RANGE_MAX: u64 = 100_000;
 /// Request records one client session keeps: the requests it has in flight that are not yet
 /// below its `completed_below`. More are refused with `Overloaded`.
 pub const REQUESTS_PER_SESSION_MAX: u64 = 1_024;
-/// Expired keys one cleanup command removes.
+/// Expired keys one cleanup command removes; also free locks and expired idempotency
+/// records one reclaim command removes (each).
 pub const CLEANUP_KEYS_MAX: usize = 256;
 /// Idle client sessions one cleanup command drops (with their records).
 pub const CLEANUP_SESSIONS_MAX: usize = 256;
 /// TTL-index rows a leader examines per key it may put in one cleanup: the index is shared
 /// by the ranges of a file, and other ranges' expired keys are skipped.
 pub const CLEANUP_EXAMINED_PER_KEY: usize = 4;
+
+/// Longest lock owner or idempotency owner, in bytes (at least 1).
+pub const OWNER_BYTES_MAX: usize = 256;
+/// Longest a lock acquire may wait for the lock: 5 minutes.
+pub const LOCK_WAIT_MS_MAX: u64 = 5 * 60 * 1000;
+/// Longest lock-delay after an expiry: 1 minute.
+pub const LOCK_DELAY_MS_MAX: u64 = 60 * 1000;
+/// Acquires one node's leader queues for one lock; more are refused with `Overloaded`.
+pub const LOCK_WAITERS_MAX: usize = 1_024;
+/// Locks one node's leader queues acquires for at once; an acquire that would open another
+/// queue is refused with `Overloaded`.
+pub const LOCK_QUEUES_MAX: usize = 4_096;
+/// Longest idempotency scope, in bytes (at least 1; no zero byte).
+pub const IDEMPOTENCY_SCOPE_BYTES_MAX: usize = 256;
+/// Longest idempotency id, in bytes (at least 1). Scope + 1 + id stays within a key.
+pub const IDEMPOTENCY_ID_BYTES_MAX: usize = 1024;
+/// Largest result an idempotency record stores.
+pub const IDEMPOTENCY_RESULT_BYTES_MAX: usize = 64 * 1024;
 
 /// Rows a scan returns when the request names no limit.
 pub const SCAN_LIMIT_DEFAULT: u32 = 1_000;

@@ -16,13 +16,18 @@ pub enum PlantedBug {
     AckBeforeFsync,
     /// A retried request id is applied again instead of answered from its record.
     DoubleApply,
+    /// A lock is granted without checking its holder's expiry: an acquire of a lock someone
+    /// else holds takes it as if it were free (with a new, higher token), so two owners hold
+    /// it at once.
+    LockNoExpiry,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 3] = [
+    pub const ALL: [PlantedBug; 4] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
+        PlantedBug::LockNoExpiry,
     ];
 
     pub fn name(self) -> &'static str {
@@ -30,6 +35,7 @@ impl PlantedBug {
             PlantedBug::StaleRead => "stale-read",
             PlantedBug::AckBeforeFsync => "ack-before-fsync",
             PlantedBug::DoubleApply => "double-apply",
+            PlantedBug::LockNoExpiry => "lock-no-expiry",
         }
     }
 

@@ -2,6 +2,7 @@
 //! does anything, so bad input changes nothing. Messages name the thing and the limit.
 
 use crate::command::{BatchOp, Condition};
+use crate::coordination::{Fence, idempotency_key};
 use crate::error::KvError;
 use crate::limits::{self, human_bytes};
 
@@ -132,6 +133,114 @@ pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
             "batch is {}; limit is {}",
             human_bytes(bytes),
             human_bytes(limits::BATCH_BYTES_MAX)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a lock name: the same rules as a key (it routes like one).
+pub fn check_lock_name(name: &[u8]) -> Result<(), KvError> {
+    if name.is_empty() || name.len() > limits::KEY_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "lock name is {}; it must have 1 byte to {} (lock {})",
+            human_bytes(name.len()),
+            human_bytes(limits::KEY_BYTES_MAX),
+            show_key(name)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the owner of a lock or an idempotency record: 1 to `OWNER_BYTES_MAX` bytes.
+pub fn check_owner(owner: &[u8]) -> Result<(), KvError> {
+    if owner.is_empty() || owner.len() > limits::OWNER_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "owner is {}; it must have 1 to {} (owner {})",
+            human_bytes(owner.len()),
+            human_bytes(limits::OWNER_BYTES_MAX),
+            show_key(owner)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a duration a client gives (signed, as in the gRPC API) against `min..=max` and
+/// returns it. `what` names it in the message: `lock TTL of "jobs"`.
+pub fn check_duration_ms(what: &str, value_ms: i64, min: u64, max: u64) -> Result<u64, KvError> {
+    match u64::try_from(value_ms) {
+        Ok(value) if (min..=max).contains(&value) => Ok(value),
+        _ => Err(KvError::invalid(format!(
+            "{what} is {value_ms} ms; it must be {min} ms to {max} ms"
+        ))),
+    }
+}
+
+/// Checks a lock TTL (1 ms to `TTL_MS_MAX`) and returns it.
+pub fn check_lock_ttl_ms(name: &[u8], ttl_ms: i64) -> Result<u64, KvError> {
+    let what = format!("TTL of lock {}", show_key(name));
+    check_duration_ms(&what, ttl_ms, 1, limits::TTL_MS_MAX)
+}
+
+/// Checks a lock-delay (0 to `LOCK_DELAY_MS_MAX`) and returns it.
+pub fn check_lock_delay_ms(name: &[u8], delay_ms: i64) -> Result<u64, KvError> {
+    let what = format!("lock-delay of lock {}", show_key(name));
+    check_duration_ms(&what, delay_ms, 0, limits::LOCK_DELAY_MS_MAX)
+}
+
+/// Checks how long an acquire may wait (0 = try once; at most `LOCK_WAIT_MS_MAX`).
+pub fn check_lock_wait_ms(name: &[u8], wait_ms: i64) -> Result<u64, KvError> {
+    let what = format!("wait for lock {}", show_key(name));
+    check_duration_ms(&what, wait_ms, 0, limits::LOCK_WAIT_MS_MAX)
+}
+
+/// Checks the fence of a write: a valid lock name and a token a lock can have issued (≥ 1).
+pub fn check_fence(fence: &Fence) -> Result<(), KvError> {
+    check_lock_name(&fence.lock)?;
+    if fence.token == 0 {
+        return Err(KvError::invalid(format!(
+            "fence token is 0; tokens start at 1 (lock {})",
+            show_key(&fence.lock)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an idempotency record's scope (1 to `IDEMPOTENCY_SCOPE_BYTES_MAX` bytes, no zero
+/// byte) and id (1 to `IDEMPOTENCY_ID_BYTES_MAX` bytes) and returns the record's key.
+pub fn check_idempotency_key(scope: &[u8], id: &[u8]) -> Result<Vec<u8>, KvError> {
+    if scope.is_empty() || scope.len() > limits::IDEMPOTENCY_SCOPE_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "idempotency scope is {}; it must have 1 to {} (scope {})",
+            human_bytes(scope.len()),
+            human_bytes(limits::IDEMPOTENCY_SCOPE_BYTES_MAX),
+            show_key(scope)
+        )));
+    }
+    if scope.contains(&0) {
+        return Err(KvError::invalid(format!(
+            "idempotency scope {} holds a zero byte; scopes may not",
+            show_key(scope)
+        )));
+    }
+    if id.is_empty() || id.len() > limits::IDEMPOTENCY_ID_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "idempotency id is {}; it must have 1 to {} (id {})",
+            human_bytes(id.len()),
+            human_bytes(limits::IDEMPOTENCY_ID_BYTES_MAX),
+            show_key(id)
+        )));
+    }
+    Ok(idempotency_key(scope, id))
+}
+
+/// Checks the result stored by `Complete`: at most `IDEMPOTENCY_RESULT_BYTES_MAX`.
+pub fn check_idempotency_result(id: &[u8], result: &[u8]) -> Result<(), KvError> {
+    if result.len() > limits::IDEMPOTENCY_RESULT_BYTES_MAX {
+        return Err(KvError::invalid(format!(
+            "idempotency result is {}; limit is {} (id {})",
+            human_bytes(result.len()),
+            human_bytes(limits::IDEMPOTENCY_RESULT_BYTES_MAX),
+            show_key(id)
         )));
     }
     Ok(())
@@ -292,5 +401,64 @@ mod tests {
             check_scan(b"", b"", limits::SCAN_LIMIT_MAX + 1).map(|_| ()),
             Some("limit is 10000 rows"),
         );
+    }
+
+    #[test]
+    fn coordination_input_is_checked_against_limits() {
+        let long = vec![b'a'; limits::KEY_BYTES_MAX + 1];
+        let cases: Vec<(Result<(), KvError>, Option<&str>)> = vec![
+            (check_lock_name(b"jobs"), None),
+            (check_lock_name(b""), Some("lock name is 0 bytes")),
+            (check_lock_name(&long), Some("lock name is 4.0 KiB")),
+            (check_owner(b"worker-1"), None),
+            (check_owner(b""), Some("owner is 0 bytes")),
+            (
+                check_owner(&[b'o'; 257]),
+                Some("it must have 1 to 256 bytes"),
+            ),
+            (check_lock_ttl_ms(b"l", 1).map(drop), None),
+            (
+                check_lock_ttl_ms(b"l", 0).map(drop),
+                Some("TTL of lock \"l\" is 0 ms"),
+            ),
+            (check_lock_ttl_ms(b"l", -5).map(drop), Some("is -5 ms")),
+            (check_lock_delay_ms(b"l", 0).map(drop), None),
+            (
+                check_lock_delay_ms(b"l", 60_001).map(drop),
+                Some("0 ms to 60000 ms"),
+            ),
+            (
+                check_lock_wait_ms(b"l", 300_001).map(drop),
+                Some("wait for lock"),
+            ),
+            (
+                check_fence(&Fence {
+                    lock: b"l".to_vec(),
+                    token: 0,
+                }),
+                Some("fence token is 0"),
+            ),
+            (check_idempotency_key(b"pay", b"o-1").map(drop), None),
+            (
+                check_idempotency_key(b"", b"o-1").map(drop),
+                Some("scope is 0 bytes"),
+            ),
+            (
+                check_idempotency_key(b"p\0y", b"o").map(drop),
+                Some("zero byte"),
+            ),
+            (
+                check_idempotency_key(b"p", b"").map(drop),
+                Some("id is 0 bytes"),
+            ),
+            (check_idempotency_result(b"o", &[0; 64 * 1024]), None),
+            (
+                check_idempotency_result(b"o", &[0; 64 * 1024 + 1]),
+                Some("limit is 64 KiB"),
+            ),
+        ];
+        for (result, expected) in cases {
+            check(result, expected);
+        }
     }
 }

@@ -5,6 +5,7 @@
 pub mod append;
 pub mod counter;
 pub mod coverage;
+pub mod fencing;
 pub mod follower_read;
 pub mod register;
 pub mod wgl;
@@ -59,6 +60,7 @@ pub enum CheckerName {
     Counter,
     #[serde(rename = "follower-read")]
     FollowerRead,
+    Fencing,
     Coverage,
 }
 
@@ -138,6 +140,7 @@ impl CheckerName {
             CheckerName::Append => "append",
             CheckerName::Counter => "counter",
             CheckerName::FollowerRead => "follower-read",
+            CheckerName::Fencing => "fencing",
             CheckerName::Coverage => "coverage",
         }
     }
@@ -153,6 +156,7 @@ impl CheckerName {
             CheckerName::Append => append::check(input.history),
             CheckerName::Counter => counter::check(input.history),
             CheckerName::FollowerRead => follower_read::check(input.history, input.faults),
+            CheckerName::Fencing => fencing::check(input.history, input.faults),
             CheckerName::Coverage => coverage::check(input.spec, input.faults),
         }
     }
@@ -165,6 +169,7 @@ pub fn for_workload(workload: &str) -> Option<Vec<CheckerName>> {
         "append" => CheckerName::Append,
         "counter" => CheckerName::Counter,
         "follower-read" => CheckerName::FollowerRead,
+        "fencing" => CheckerName::Fencing,
         _ => return None,
     };
     Some(vec![main, CheckerName::Coverage])

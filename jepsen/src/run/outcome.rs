@@ -10,9 +10,10 @@ use crate::history::Status;
 ///
 /// keel-client returns `NotLeader`, `Unavailable` and `Overloaded` only when no attempt of the
 /// write can have been applied (otherwise it answers `OutcomeUnknown`); `ConditionFailed`,
-/// `InvalidArgument`, `NotACounter` and `Overflow` are the server's final word that nothing
-/// was applied. `RequestIdExpired` says the write may have been applied once under its old
-/// id, so it is indeterminate, as are timeouts, lost answers and a stopped node.
+/// `InvalidArgument`, `NotACounter`, `Overflow`, `FencedOut`, `LockNotHeld` and
+/// `RecordNotOwned` are the server's final word that nothing was applied. `RequestIdExpired`
+/// says the write may have been applied once under its old id, so it is indeterminate, as
+/// are timeouts, lost answers and a stopped node.
 pub fn write_status(error: &KvError) -> Status {
     match error {
         KvError::InvalidArgument { .. }
@@ -21,7 +22,10 @@ pub fn write_status(error: &KvError) -> Status {
         | KvError::Unavailable { .. }
         | KvError::Overloaded { .. }
         | KvError::NotACounter { .. }
-        | KvError::Overflow { .. } => Status::Fail,
+        | KvError::Overflow { .. }
+        | KvError::FencedOut { .. }
+        | KvError::LockNotHeld { .. }
+        | KvError::RecordNotOwned { .. } => Status::Fail,
         KvError::OutcomeUnknown { .. }
         | KvError::Timeout { .. }
         | KvError::Fatal { .. }
@@ -33,6 +37,26 @@ pub fn write_status(error: &KvError) -> Status {
 /// (DESIGN §7: reads that error are `fail`).
 pub fn read_status(_error: &KvError) -> Status {
     Status::Fail
+}
+
+/// A short name of the error, for the `error` field of records that keep it (fencing).
+pub fn error_name(error: &KvError) -> &'static str {
+    match error {
+        KvError::InvalidArgument { .. } => "invalid-argument",
+        KvError::NotLeader { .. } => "not-leader",
+        KvError::ConditionFailed(_) => "condition-failed",
+        KvError::Unavailable { .. } => "unavailable",
+        KvError::Timeout { .. } => "timeout",
+        KvError::OutcomeUnknown { .. } => "outcome-unknown",
+        KvError::Fatal { .. } => "fatal",
+        KvError::RequestIdExpired { .. } => "request-id-expired",
+        KvError::NotACounter { .. } => "not-a-counter",
+        KvError::Overflow { .. } => "overflow",
+        KvError::Overloaded { .. } => "overloaded",
+        KvError::FencedOut { .. } => "fenced-out",
+        KvError::LockNotHeld { .. } => "lock-not-held",
+        KvError::RecordNotOwned { .. } => "record-not-owned",
+    }
 }
 
 /// The `ok` field of a record with this status.

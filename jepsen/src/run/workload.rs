@@ -1,6 +1,7 @@
-//! The workloads' clients: each runs ops of its workload at its share of the rate until the
-//! time limit, through keel-client only, and records every op in the history the moment it
-//! completes; then the final reads of every key. Knows nothing of faults or of node
+//! The workloads' clients: each runs steps of its workload at its share of the rate until the
+//! time limit, through keel-client only, and records a step's ops in the history as soon as
+//! the step completes (a step is one op, or for fencing one hold: acquire, fenced puts,
+//! release); then the final reads of every key. Knows nothing of faults or of node
 //! processes: the cluster is a list of endpoints.
 
 use std::str::FromStr;
@@ -19,6 +20,7 @@ use crate::run::rng::Rng;
 
 mod append;
 mod counter;
+mod fencing;
 mod follower_read;
 mod keys;
 mod register;
@@ -42,6 +44,7 @@ pub enum WorkloadKind {
     Append,
     Counter,
     FollowerRead,
+    Fencing,
 }
 
 /// A workload's shared state: its keys and what the clients know of them.
@@ -49,6 +52,8 @@ pub enum WorkloadKind {
 pub struct Workload {
     pub kind: WorkloadKind,
     pub keys: KeyPool,
+    /// Holds begun so far (fencing), which numbers each hold's owner.
+    pub holds: AtomicU64,
 }
 
 /// One workload client's connections: `main` knows every node and follows the leader;
@@ -87,7 +92,7 @@ pub struct ClientPlan {
     pub rate_hz: u32,
     /// Clients start no op after this (time since the run began).
     pub end: Duration,
-    /// Ops of all clients together.
+    /// Ops of all clients together (a step's ops all count).
     pub ops_max: u64,
     pub seed: u64,
 }
@@ -103,18 +108,26 @@ impl Workload {
             WorkloadKind::FollowerRead => {
                 KeyPool::new("f", follower_read::KEYS_ACTIVE, follower_read::KEY_OPS_MAX)
             }
+            WorkloadKind::Fencing => KeyPool::new("fk", fencing::LOCKS, u64::MAX),
         };
-        Workload { kind, keys }
+        Workload {
+            kind,
+            keys,
+            holds: AtomicU64::new(0),
+        }
     }
 
-    /// One op of client `who`, done and ready to record.
-    async fn step(&self, clients: &Clients, rng: &mut Rng, who: u64, clock: &RunClock) -> Op {
-        match self.kind {
+    /// One step of client `who`: its ops, done and ready to record, in the order they
+    /// completed.
+    async fn step(&self, clients: &Clients, rng: &mut Rng, who: u64, clock: &RunClock) -> Vec<Op> {
+        let op = match self.kind {
             WorkloadKind::Register => register::step(self, clients, rng, who, clock).await,
             WorkloadKind::Append => append::step(self, clients, rng, who, clock).await,
             WorkloadKind::Counter => counter::step(self, clients, rng, who, clock).await,
             WorkloadKind::FollowerRead => follower_read::step(self, clients, rng, who, clock).await,
-        }
+            WorkloadKind::Fencing => return fencing::step(self, clients, rng, who, clock).await,
+        };
+        vec![op]
     }
 
     /// A final read of `key`.
@@ -123,7 +136,7 @@ impl Workload {
             WorkloadKind::Register => register::get(self, client, key, who, clock).await,
             WorkloadKind::Append => append::read(client, key, who, clock).await,
             WorkloadKind::Counter => counter::read(client, key, who, clock).await,
-            WorkloadKind::FollowerRead => {
+            WorkloadKind::FollowerRead | WorkloadKind::Fencing => {
                 follower_read::linearizable_get(client, key, who, clock).await
             }
         }
@@ -144,8 +157,9 @@ pub fn client_options() -> ClientOptions {
 
 /// Runs `plan.concurrency` clients until the time limit or the op budget; returns the ops
 /// recorded. Each client is its own keel-client (own connections and session), like a
-/// separate process. A client whose op ends indeterminate takes a new id (+ concurrency), so
-/// one id never has two ops open.
+/// separate process. A client whose step ends with an indeterminate op takes a new id
+/// (+ concurrency), so one id never has two ops open (a step stops at its first
+/// indeterminate op).
 pub async fn run_clients(
     workload: Arc<Workload>,
     endpoints: &[String],
@@ -209,10 +223,17 @@ impl ClientLoop {
             if taken.is_err() {
                 return done;
             }
-            let op = workload.step(&clients, &mut rng, who, &clock).await;
-            history.record(&op);
-            done += 1;
-            if op.status() == Status::Info {
+            let ops = workload.step(&clients, &mut rng, who, &clock).await;
+            for op in &ops {
+                history.record(op);
+            }
+            done += ops.len() as u64;
+            // The budget was taken for the step's first op; its other ops count too.
+            let more = ops.len().saturating_sub(1) as u64;
+            let _ = budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_sub(more))
+            });
+            if ops.iter().any(|op| op.status() == Status::Info) {
                 who += self.concurrency;
             }
         }
@@ -294,8 +315,9 @@ impl FromStr for WorkloadKind {
             "append" => Ok(WorkloadKind::Append),
             "counter" => Ok(WorkloadKind::Counter),
             "follower-read" => Ok(WorkloadKind::FollowerRead),
+            "fencing" => Ok(WorkloadKind::Fencing),
             _ => Err(format!(
-                "unknown workload {name:?}; known: register, append, counter, follower-read"
+                "unknown workload {name:?}; known: register, append, counter, follower-read, fencing"
             )),
         }
     }
@@ -308,6 +330,7 @@ impl WorkloadKind {
             WorkloadKind::Append => "append",
             WorkloadKind::Counter => "counter",
             WorkloadKind::FollowerRead => "follower-read",
+            WorkloadKind::Fencing => "fencing",
         }
     }
 }

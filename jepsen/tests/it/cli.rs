@@ -96,8 +96,17 @@ fn check_command_exit_codes_and_files() {
     check(&[spec, faults], &[], 3, &[]);
     check(&[spec, faults, history("{not json")], &[], 3, &[]);
     check(&[spec, history(good)], &["--checker", "nonsense"], 3, &[]);
-    let counter_spec = RUN_SPEC.replace("register", "fencing");
-    check(&[("run.json", &counter_spec), history(good)], &[], 3, &[]);
+    let unchecked_spec = RUN_SPEC.replace("register", "idempotency");
+    check(&[("run.json", &unchecked_spec), history(good)], &[], 3, &[]);
+    let fencing_spec = RUN_SPEC.replace("register", "fencing");
+    let holds: &'static str = fixture("fencing/good-holds-handed-over-and-expired.jsonl").leak();
+    let fenced = [("coverage", Valid), ("fencing", Valid)];
+    check(
+        &[("run.json", &fencing_spec), faults, history(holds)],
+        &[],
+        0,
+        &fenced,
+    );
 }
 
 #[test]

@@ -163,6 +163,46 @@ const CASES: &[(&str, Verdict, &str)] = &[
         "node 2 did not converge",
     ),
     (
+        "fencing/good-holds-handed-over-and-expired.jsonl",
+        Valid,
+        "1 locks held by one owner at a time with rising tokens, 1 keys fenced; 3 grants, 1 of 1 late writes fenced out",
+    ),
+    (
+        "fencing/good-indeterminate-ops.jsonl",
+        Valid,
+        "2 locks held by one owner at a time",
+    ),
+    (
+        "fencing/bad-two-holders.jsonl",
+        Invalid,
+        r#"lock \"lock-fk0\" held twice: c2-h1 was granted token 7 11.0 ms after c1-h0 asked for it (token 5, TTL 2000 ms)"#,
+    ),
+    (
+        "fencing/bad-token-goes-back.jsonl",
+        Invalid,
+        "c2-h1 was granted token 6 3.0 ms after c1-h0 had been granted token 9",
+    ),
+    (
+        "fencing/bad-fenced-write-goes-back.jsonl",
+        Invalid,
+        "a write with token 5 of lock",
+    ),
+    (
+        "fencing/bad-final-read-shows-a-lower-token.jsonl",
+        Invalid,
+        "written with token 5, after a write with token 8",
+    ),
+    (
+        "fencing/bad-final-read-shows-a-refused-write.jsonl",
+        Invalid,
+        r#"returned \"c1-h0-t5-n1\", whose fput failed"#,
+    ),
+    (
+        "fencing/bad-lost-fenced-write.jsonl",
+        Invalid,
+        "found the key absent after the fput",
+    ),
+    (
         "coverage/good-all-healed",
         Valid,
         "all 2 requested fault kinds",
@@ -183,6 +223,11 @@ const FOREIGN: &[(CheckerName, &str)] = &[
     (CheckerName::Append, "register/good-sequential.jsonl"),
     (CheckerName::Counter, "append/good-basic.jsonl"),
     (CheckerName::FollowerRead, "counter/good-basic.jsonl"),
+    (CheckerName::Fencing, "register/good-sequential.jsonl"),
+    (
+        CheckerName::Register,
+        "fencing/good-holds-handed-over-and-expired.jsonl",
+    ),
 ];
 
 fn fixtures_dir() -> PathBuf {

@@ -104,6 +104,31 @@ fn client_errors_map_to_ok_fail_info() {
             },
             Status::Fail,
         ),
+        (
+            KvError::FencedOut {
+                key: b"k".to_vec(),
+                lock: b"l".to_vec(),
+                current_token: 9,
+            },
+            Status::Fail,
+        ),
+        (
+            KvError::LockNotHeld {
+                name: b"l".to_vec(),
+                token: 3,
+                current_token: None,
+            },
+            Status::Fail,
+        ),
+        (
+            KvError::RecordNotOwned {
+                scope: b"s".to_vec(),
+                id: b"i".to_vec(),
+                token: 3,
+                current_token: Some(4),
+            },
+            Status::Fail,
+        ),
         (KvError::OutcomeUnknown { message: message() }, Status::Info),
         (KvError::Timeout { message: message() }, Status::Info),
         (KvError::Fatal { message: message() }, Status::Info),

@@ -78,10 +78,64 @@ fn exit_codes_follow_the_table() {
             },
             3,
         ),
+        (
+            KvError::FencedOut {
+                key: b"k".to_vec(),
+                lock: b"jobs".to_vec(),
+                current_token: 7,
+            },
+            1,
+        ),
+        (
+            KvError::LockNotHeld {
+                name: b"jobs".to_vec(),
+                token: 5,
+                current_token: Some(7),
+            },
+            1,
+        ),
+        (
+            KvError::RecordNotOwned {
+                scope: b"pay".to_vec(),
+                id: b"o-1".to_vec(),
+                token: 5,
+                current_token: None,
+            },
+            1,
+        ),
     ];
     for (error, expected) in cases {
         assert_eq!(exit_code(&error), expected, "{error:?}");
         assert_eq!(super::error(&error, Output::Text).code, expected);
+    }
+}
+
+#[test]
+fn lock_errors_read_as_the_docs_show_them() {
+    let fenced = KvError::FencedOut {
+        key: b"report".to_vec(),
+        lock: b"jobs".to_vec(),
+        current_token: 7,
+    };
+    let not_held = KvError::LockNotHeld {
+        name: b"jobs".to_vec(),
+        token: 5,
+        current_token: Some(7),
+    };
+    let cases = [
+        (
+            fenced,
+            "error: fenced out: key \"report\" accepts lock \"jobs\" token 7 or higher",
+        ),
+        (
+            not_held,
+            "error: lock \"jobs\" is not held with token 5 (current token is 7)",
+        ),
+    ];
+    for (error, line) in cases {
+        let report = super::error(&error, Output::Text);
+        assert_eq!((report.stderr.as_str(), report.code), (line, 1));
+        assert!(report.stdout.is_empty());
     }
 }
 

@@ -15,9 +15,53 @@ fn help_lists_every_command() {
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
     for command in [
-        "serve", "dev", "put", "get", "del", "cas", "incr", "scan", "cluster",
+        "serve", "dev", "put", "get", "del", "cas", "incr", "scan", "lock", "idem", "cluster",
     ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
+    }
+    assert!(
+        help.contains("fenced out"),
+        "exit codes lack fencing:\n{help}"
+    );
+}
+
+#[test]
+fn lock_acquire_help_says_how_to_fence_writes() {
+    let output = keel(&["lock", "acquire", "--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("--fence NAME:TOKEN"), "{help}");
+}
+
+#[test]
+fn lock_idem_and_fence_arguments_are_checked_before_connecting() {
+    let cases = [
+        (
+            &["lock", "acquire", "jobs", "--ttl", "0s"][..],
+            "error: invalid argument: TTL of lock \"jobs\" is 0 ms",
+        ),
+        (
+            &["lock", "acquire", "jobs", "--ttl", "10s", "--wait", "6m"],
+            "wait for lock \"jobs\" is 360000 ms",
+        ),
+        (
+            &["lock", "renew", "jobs", "5", "--ttl", "-1s"],
+            "is -1000 ms",
+        ),
+        (&["put", "k", "v", "--fence", "jobs"], "is not NAME:TOKEN"),
+        (&["del", "k", "--fence", "jobs:0"], "fence token is 0"),
+        (
+            &["idem", "begin", "pay", "o-1", "--ttl", "0s"],
+            "TTL of idempotency record \"o-1\" of scope \"pay\" is 0 ms",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut all = vec!["--endpoints", "127.0.0.1:1"];
+        all.extend_from_slice(args);
+        let output = keel(&all);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
 

@@ -1,9 +1,10 @@
 //! The write loop: every write carries a request id from the client's session, and is sent
 //! again with that same id until it is answered, the answer is final, or `write_deadline`
-//! passes. Knows nothing of which write it sends: the caller's closure builds the request.
+//! passes. Knows nothing of which write it sends, nor to which service: the caller's closure
+//! builds the request on the service's client.
 
 use std::future::Future;
-use std::hash::{BuildHasher, RandomState};
+use std::time::Duration;
 
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
@@ -11,26 +12,34 @@ use keel_types::{KvError, RequestId};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use super::{Client, Kind, WRITE};
+use super::{Client, Kind};
 use crate::results;
 use crate::retry::{self, WriteDecision, WriteProgress};
 use crate::session::Pending;
+use crate::stub::Stub;
 
 /// Opening a session: any node answers, and nothing is written.
 const SESSION: Kind = Kind {
     is_write: false,
     needs_leader: false,
+    held: Duration::ZERO,
 };
 
 impl Client {
     /// Runs `send` with a request id until it succeeds or the retry policy gives up, within
-    /// `write_deadline`. Every attempt carries the same id, except after `Renew`.
-    pub(super) async fn write<T, F, Fut>(&self, mut send: F) -> Result<T, KvError>
+    /// `write_deadline` (plus `kind.held`). Every attempt carries the same id, except after
+    /// `Renew`. `kind` must be a write.
+    pub(super) async fn write<S, T, F, Fut>(&self, kind: Kind, mut send: F) -> Result<T, KvError>
     where
-        F: FnMut(KvClient<Channel>, RequestId) -> Fut,
+        S: Stub,
+        F: FnMut(S, RequestId) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let budget = self.inner.options.write_deadline;
+        assert!(
+            kind.is_write && kind.needs_leader,
+            "write of a read {kind:?}"
+        );
+        let budget = self.inner.options.write_deadline.saturating_add(kind.held);
         let deadline = Instant::now() + budget;
         let mut pending = self.begin_write(deadline).await?;
         let mut progress = WriteProgress::default();
@@ -41,7 +50,7 @@ impl Client {
             progress.attempts += 1;
             let id = pending.id();
             let outcome = self
-                .attempt(&uri, WRITE, deadline, &mut |kv| send(kv, id))
+                .attempt(&uri, kind, deadline, &mut |stub| send(stub, id))
                 .await;
             let error = match outcome {
                 Ok(response) => {
@@ -63,7 +72,7 @@ impl Client {
             };
             self.note_failure(&uri, &error, &target, &mut unreachable);
             let target = retry::skip_stale_hint(target, &unreachable);
-            let pause = retry::write_backoff(&target, progress.attempts, jitter());
+            let pause = retry::write_backoff(&target, progress.attempts, crate::random::unit());
             if pause >= deadline.saturating_duration_since(Instant::now()) {
                 let spent = format!("{} ms", budget.as_millis());
                 return Err(retry::write_gave_up(&error, &progress, &spent));
@@ -87,7 +96,7 @@ impl Client {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let timeout = self.inner.options.request_timeout.min(remaining);
         let opened = self
-            .call(SESSION, timeout, |mut kv| async move {
+            .call(SESSION, timeout, |mut kv: KvClient<Channel>| async move {
                 kv.open_session(v1::OpenSessionRequest {}).await
             })
             .await
@@ -96,11 +105,4 @@ impl Client {
             message: format!("could not open a client session, so the write was not sent: {error}"),
         })
     }
-}
-
-/// A random number in 0..1 for the backoff's jitter. `RandomState` is seeded randomly per
-/// thread and moves on with every instance, which is all jitter needs.
-fn jitter() -> f64 {
-    let bits = RandomState::new().hash_one(0u8);
-    (bits >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -25,6 +25,9 @@ fn kind(error: &KvError) -> &'static str {
         KvError::NotACounter { .. } => "not a counter",
         KvError::Overflow { .. } => "overflow",
         KvError::Overloaded { .. } => "overloaded",
+        KvError::FencedOut { .. } => "fenced out",
+        KvError::LockNotHeld { .. } => "lock not held",
+        KvError::RecordNotOwned { .. } => "record not owned",
     }
 }
 
@@ -101,6 +104,31 @@ fn not_a_counter() -> AttemptError {
     server(KvError::NotACounter { key: b"n".to_vec() })
 }
 
+fn fenced_out() -> AttemptError {
+    server(KvError::FencedOut {
+        key: b"k".to_vec(),
+        lock: b"l".to_vec(),
+        current_token: 9,
+    })
+}
+
+fn lock_not_held() -> AttemptError {
+    server(KvError::LockNotHeld {
+        name: b"l".to_vec(),
+        token: 3,
+        current_token: Some(9),
+    })
+}
+
+fn record_not_owned() -> AttemptError {
+    server(KvError::RecordNotOwned {
+        scope: b"s".to_vec(),
+        id: b"i".to_vec(),
+        token: 3,
+        current_token: None,
+    })
+}
+
 fn overflow() -> AttemptError {
     server(KvError::Overflow {
         key: b"n".to_vec(),
@@ -129,6 +157,8 @@ fn reads_retry_everything_but_final_answers_within_their_attempts() {
             1,
             Gives("invalid"),
         ),
+        (lock_not_held(), 1, Gives("lock not held")),
+        (record_not_owned(), 1, Gives("record not owned")),
         (hinted(), max - 1, Hinted),
         (hinted(), max, Gives("unavailable")),
         (refused(), max, Gives("unavailable")),
@@ -185,6 +215,10 @@ fn writes_retry_with_the_same_id_unless_the_answer_is_final() {
         (failed(), Gives("condition failed"), false),
         (not_a_counter(), Gives("not a counter"), false),
         (overflow(), Gives("overflow"), false),
+        // A lock or record that moved on does not come back by resending: final too.
+        (fenced_out(), Gives("fenced out"), false),
+        (lock_not_held(), Gives("lock not held"), false),
+        (record_not_owned(), Gives("record not owned"), false),
         // An expired id before anything may have been applied: a new session, once.
         (expired(), Renew, false),
     ];

@@ -1,8 +1,12 @@
 //! A scripted, in-process Kv server: answers each call with the next scripted reply (or the
 //! fallback reply once the script is empty; success by default), records which listener got
 //! which call and which request ids writes carried, and applies writes at most once per
-//! request id, as a Keel server does. Knows nothing of Raft or storage.
+//! request id, as a Keel server does. It also serves the Lock and Idempotency services
+//! (`coordination`). Knows nothing of Raft or storage.
 
+mod coordination;
+
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -42,6 +46,7 @@ pub struct Write {
     pub method: &'static str,
     pub request_id: Option<v1::RequestId>,
     pub ttl_ms: Option<i64>,
+    pub fence: Option<v1::Fence>,
 }
 
 pub struct Fake {
@@ -64,6 +69,9 @@ struct Store {
     counter: i64,
     /// The answer of every applied write that had a request id, by (client, sequence).
     records: HashMap<(u64, u64), Applied>,
+    /// Locks and idempotency records, and the answers of their writes by request id.
+    coordination: coordination::State,
+    answers: HashMap<(u64, u64), Box<dyn Any + Send>>,
 }
 
 #[derive(Clone)]
@@ -134,6 +142,8 @@ impl Fake {
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(service)
+                .add_service(coordination::lock_server(self.clone()))
+                .add_service(coordination::idempotency_server(self.clone()))
                 .serve_with_incoming(TcpIncoming::from(listener)),
         );
         addr
@@ -248,7 +258,10 @@ pub fn status(error: &KvError) -> Status {
         | KvError::ConditionFailed(_)
         | KvError::RequestIdExpired { .. }
         | KvError::NotACounter { .. }
-        | KvError::Overflow { .. } => Code::FailedPrecondition,
+        | KvError::Overflow { .. }
+        | KvError::FencedOut { .. }
+        | KvError::LockNotHeld { .. }
+        | KvError::RecordNotOwned { .. } => Code::FailedPrecondition,
         KvError::Unavailable { .. } => Code::Unavailable,
         KvError::Overloaded { .. } => Code::ResourceExhausted,
         KvError::Timeout { .. } => Code::DeadlineExceeded,
@@ -290,6 +303,7 @@ impl Kv for Service {
             method: "put",
             request_id: request.get_ref().request_id,
             ttl_ms: request.get_ref().ttl_ms,
+            fence: request.get_ref().fence.clone(),
         };
         let (applied, replayed) = self.0.write(&request, write, vec![None]).await?;
         Ok(Response::new(v1::PutResponse {
@@ -306,6 +320,7 @@ impl Kv for Service {
             method: "delete",
             request_id: request.get_ref().request_id,
             ttl_ms: None,
+            fence: request.get_ref().fence.clone(),
         };
         let (applied, replayed) = self.0.write(&request, write, vec![None]).await?;
         Ok(Response::new(v1::DeleteResponse {
@@ -337,6 +352,7 @@ impl Kv for Service {
             method: "batch",
             request_id: request.get_ref().request_id,
             ttl_ms: request.get_ref().ops.iter().find_map(put_ttl_ms),
+            fence: request.get_ref().fence.clone(),
         };
         let (applied, replayed) = self.0.write(&request, write, deltas).await?;
         let results = applied
@@ -361,6 +377,7 @@ impl Kv for Service {
             method: "increment",
             request_id: request.get_ref().request_id,
             ttl_ms: None,
+            fence: None,
         };
         let delta = request.get_ref().delta;
         let (applied, replayed) = self.0.write(&request, write, vec![Some(delta)]).await?;

@@ -1,5 +1,6 @@
-//! Integration tests of keel-client against fake in-process Kv servers.
+//! Integration tests of keel-client against fake in-process Keel servers.
 
+mod coordination;
 mod fake;
 mod routing;
 mod writes;

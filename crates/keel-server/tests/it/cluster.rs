@@ -144,6 +144,7 @@ fn put(key: &[u8], value: &[u8], no_forward: bool) -> PutRequest {
         no_forward,
         ttl_ms: None,
         request_id: None,
+        fence: None,
     }
 }
 

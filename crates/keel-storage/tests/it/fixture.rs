@@ -4,21 +4,25 @@
 //! `write_v1` made the v1 files with a format-1 build; it is kept (and checked against the
 //! same expectations, now written in the current format) so the fixture can be understood.
 //! `write_v2` made the v2 files (exactly-once sessions, request records, TTL keys, the range
-//! clock). Set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current format, v2 (only
-//! ever needed if they are lost); older formats cannot be written by this build.
+//! clock) and is kept the same way. `fixture_v3` makes and checks the v3 files (locks, fences,
+//! idempotency records); set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current
+//! format, v3 (only ever needed if they are lost); older formats cannot be written by this
+//! build.
 
 use std::path::{Path, PathBuf};
 
 use keel_storage::raft_types::{Entry, LogId, Membership, Vote};
 use keel_storage::{LogStore, RangeCounts, StateMachine, Store};
 use keel_types::command::legacy::BatchOpV1;
-use keel_types::{BatchOp, Command, Condition, ExpiredKey, Mutation, RangeId, RequestId};
+use keel_types::{
+    BatchOp, Command, Condition, CoordinationCounts, ExpiredKey, Mutation, RangeId, RequestId,
+};
 use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogReader, RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 
 use super::{append, apply, blank, log_id, open_in};
 
-fn fixture_dir(version: u8) -> PathBuf {
+pub(super) fn fixture_dir(version: u8) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/v{version}"))
 }
 
@@ -37,9 +41,9 @@ fn puts_v1(term: u64, index: u64, pairs: &[(&[u8], &[u8])]) -> Entry {
 }
 
 /// The store file's name in the fixture directory: the repository ignores `*.redb`.
-const FIXTURE_STORE_FILE: &str = "keel.redb.fixture";
+pub(super) const FIXTURE_STORE_FILE: &str = "keel.redb.fixture";
 
-fn membership() -> Membership {
+pub(super) fn membership() -> Membership {
     Membership::new_with_defaults(vec![[1, 2, 3].into()], [])
 }
 
@@ -144,7 +148,7 @@ async fn check_v1_data(sm: &mut StateMachine) {
 
 /// Copies the committed fixture of `version` into a temporary directory (opening may repair
 /// or update the file) and opens it.
-fn open_fixture(version: u8) -> (tempfile::TempDir, Store) {
+pub(super) fn open_fixture(version: u8) -> (tempfile::TempDir, Store) {
     let source = fixture_dir(version);
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&source, dir.path());
@@ -242,7 +246,7 @@ async fn write_v2(dir: &Path) {
 
 /// Appends `entries` to range 1's log, saves `vote` and `committed`, applies every entry and
 /// builds a snapshot: the state both fixture writers leave behind.
-async fn persist_range_1(
+pub(super) async fn persist_range_1(
     store: &Store,
     log: &mut LogStore,
     entries: Vec<Entry>,
@@ -309,6 +313,11 @@ async fn check_v2_data(sm: &mut StateMachine) {
         keys_with_ttl: 2,
     };
     assert_eq!(sm.counts().await.unwrap(), counts);
+    // A file from before locks and idempotency records has none, and reads of them work.
+    let none = CoordinationCounts::default();
+    assert_eq!(sm.coordination_counts().await.unwrap(), none);
+    assert_eq!(sm.lock(b"plain", 0).await.unwrap(), (None, 2));
+    assert!(sm.plan_reclaim(u64::MAX).await.unwrap().is_empty());
     let cleanup = sm.plan_cleanup(0, 0).await.unwrap();
     let short = ExpiredKey {
         key: b"short".to_vec(),
@@ -334,17 +343,11 @@ async fn v2_fixture_reads_back() {
 async fn v2_fixture_writer_matches_expectations() {
     let dir = tempfile::tempdir().unwrap();
     write_v2(dir.path()).await;
-    if std::env::var_os("KEEL_WRITE_FIXTURES").is_some() {
-        let target = fixture_dir(2);
-        let _ = std::fs::remove_dir_all(&target);
-        copy_dir(dir.path(), &target);
-        std::fs::rename(target.join("keel.redb"), target.join(FIXTURE_STORE_FILE)).unwrap();
-    }
     let store = open_in(dir.path());
     check_v2(&store).await;
 }
 
-fn copy_dir(source: &Path, target: &Path) {
+pub(super) fn copy_dir(source: &Path, target: &Path) {
     std::fs::create_dir_all(target).unwrap();
     for entry in std::fs::read_dir(source).unwrap() {
         let entry = entry.unwrap();

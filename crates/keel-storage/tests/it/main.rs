@@ -2,6 +2,7 @@
 //! restart, poisoning, group commit, snapshots and the format fixture.
 
 mod fixture;
+mod fixture_v3;
 mod group_commit;
 mod poison;
 mod restart;

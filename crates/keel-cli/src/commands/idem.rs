@@ -1,0 +1,68 @@
+//! `keel idem begin|complete|abort|get`: durations checked against the limits before
+//! anything is sent, then one keel-client call each.
+
+use std::time::Duration;
+
+use keel_client::Client;
+use keel_types::validate::{self, show_key};
+use keel_types::{KvError, limits};
+
+use crate::args::{IdemCommand, bytes};
+use crate::output::{self, Output, Report};
+
+pub async fn run(client: &Client, command: IdemCommand, out: Output) -> Result<Report, KvError> {
+    match command {
+        IdemCommand::Begin {
+            scope,
+            id,
+            ttl,
+            owner,
+        } => {
+            let (scope, id) = (bytes(&scope), bytes(&id));
+            let ttl = record_ttl("TTL", &scope, &id, ttl)?;
+            let owner = owner.as_ref().map(bytes);
+            let result = client.begin(&scope, &id, owner.as_deref(), ttl).await?;
+            Ok(output::idem::begin(&result, out))
+        }
+        IdemCommand::Complete {
+            scope,
+            id,
+            token,
+            result,
+            result_ttl,
+        } => {
+            let (scope, id) = (bytes(&scope), bytes(&id));
+            let result_ttl = record_ttl("result TTL", &scope, &id, result_ttl)?;
+            let completed = client
+                .complete(&scope, &id, token, &bytes(&result), result_ttl)
+                .await?;
+            Ok(output::idem::complete(&completed, out))
+        }
+        IdemCommand::Abort { scope, id, token } => {
+            let result = client.abort(&bytes(&scope), &bytes(&id), token).await?;
+            Ok(output::idem::abort(&result, out))
+        }
+        IdemCommand::Get {
+            scope,
+            id,
+            consistency,
+        } => {
+            let (scope, id) = (bytes(&scope), bytes(&id));
+            let result = client
+                .idempotency_get(&scope, &id, consistency.into())
+                .await?;
+            Ok(output::idem::get(&scope, &id, &result, out))
+        }
+    }
+}
+
+/// A record's TTL or result TTL: 1 ms to 1 year, checked with the client's message.
+fn record_ttl(what: &str, scope: &[u8], id: &[u8], ttl_ms: i64) -> Result<Duration, KvError> {
+    let what = format!(
+        "{what} of idempotency record {} of scope {}",
+        show_key(id),
+        show_key(scope)
+    );
+    let ttl_ms = validate::check_duration_ms(&what, ttl_ms, 1, limits::TTL_MS_MAX)?;
+    Ok(Duration::from_millis(ttl_ms))
+}

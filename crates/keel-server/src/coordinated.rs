@@ -1,0 +1,145 @@
+//! Proposing a lock or idempotency operation (`Command::Coordinate`, stamped with the node's
+//! clock) and reading what it came back with from its `CommandOutcome`: the result and
+//! revision, whether it was a replay, or the error a client sees. Knows nothing of gRPC or of
+//! the queue.
+
+use keel_raft::RaftGroup;
+use keel_types::{
+    Clock, Command, CommandOutcome, Coordination, CoordinationOp, CoordinationResult, KvError,
+    RequestId, Revision,
+};
+
+/// An applied (or replayed) coordination operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Coordinated {
+    /// The range's revision after it (the token of a grant or a start).
+    pub revision: Revision,
+    pub result: CoordinationResult,
+    /// The request id had been applied before; this is its first outcome.
+    pub replayed: bool,
+}
+
+impl Coordinated {
+    /// Reads the outcome of a `Command::Coordinate`: rejections become their `KvError`, and an
+    /// outcome no coordination produces becomes `OutcomeUnknown`.
+    pub fn from_outcome(outcome: CommandOutcome) -> Result<Coordinated, KvError> {
+        let (outcome, replayed) = match outcome {
+            CommandOutcome::Replayed(first) => (*first, true),
+            outcome => (outcome, false),
+        };
+        match outcome {
+            CommandOutcome::Coordinated { revision, result } => Ok(Coordinated {
+                revision,
+                result,
+                replayed,
+            }),
+            CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+            CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
+            other @ (CommandOutcome::Applied { .. }
+            | CommandOutcome::Internal
+            | CommandOutcome::Replayed(_)) => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// The command proposing `op` under `request`, stamped with the proposing node's `clock`.
+pub(crate) fn command(
+    clock: &dyn Clock,
+    request: Option<RequestId>,
+    op: CoordinationOp,
+) -> Command {
+    Command::Coordinate(Coordination {
+        request,
+        now_ms: clock.now_ms(),
+        op,
+    })
+}
+
+/// Proposes `op` on `group`'s replica, which must lead, and reads the outcome.
+pub(crate) async fn propose(
+    group: &RaftGroup,
+    clock: &dyn Clock,
+    request: Option<RequestId>,
+    op: CoordinationOp,
+) -> Result<Coordinated, KvError> {
+    Coordinated::from_outcome(group.write(command(clock, request, op)).await?)
+}
+
+/// The error for an outcome the proposed command cannot produce: the command's fate is not
+/// known from it.
+pub(crate) fn unexpected(outcome: &impl std::fmt::Debug) -> KvError {
+    KvError::OutcomeUnknown {
+        message: format!("the command was applied with an outcome it cannot have: {outcome:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_types::{LockHold, Rejection};
+
+    use super::*;
+
+    fn hold() -> LockHold {
+        LockHold {
+            owner: b"a".to_vec(),
+            token: 4,
+            expires_at_ms: 10,
+            lock_delay_ms: 0,
+        }
+    }
+
+    #[test]
+    fn outcomes_read_as_results_or_errors() {
+        let coordinated = CommandOutcome::Coordinated {
+            revision: 4,
+            result: CoordinationResult::Acquired(hold()),
+        };
+        let applied = Coordinated {
+            revision: 4,
+            result: CoordinationResult::Acquired(hold()),
+            replayed: false,
+        };
+        let not_held = Rejection::LockNotHeld {
+            name: b"l".to_vec(),
+            token: 3,
+            current_token: Some(4),
+        };
+        let cases: Vec<(CommandOutcome, Result<Coordinated, KvError>)> = vec![
+            (coordinated.clone(), Ok(applied.clone())),
+            (
+                CommandOutcome::Replayed(Box::new(coordinated)),
+                Ok(Coordinated {
+                    replayed: true,
+                    ..applied
+                }),
+            ),
+            (
+                CommandOutcome::Rejected(not_held.clone()),
+                Err(not_held.clone().into()),
+            ),
+            (
+                CommandOutcome::Replayed(Box::new(CommandOutcome::Rejected(not_held.clone()))),
+                Err(not_held.into()),
+            ),
+        ];
+        for (outcome, expected) in cases {
+            assert_eq!(
+                Coordinated::from_outcome(outcome.clone()),
+                expected,
+                "{outcome:?}"
+            );
+        }
+        for outcome in [
+            CommandOutcome::Internal,
+            CommandOutcome::Applied {
+                revision: 1,
+                results: Vec::new(),
+            },
+        ] {
+            assert!(matches!(
+                Coordinated::from_outcome(outcome),
+                Err(KvError::OutcomeUnknown { .. })
+            ));
+        }
+    }
+}
