@@ -26,16 +26,16 @@ STOP_TIMEOUT_S=10
 CONNECTIONS_MAX=8
 ETCD_CLIENT_PORT=23790 ETCD_PEER_PORT=23800 KEEL_PORT=27100
 
-# name|op|clients|systems (both, or etcd where Keel has no API yet)
+# name|op|clients|systems (both, or the one system that has the operation)
 CASES=(
   "put-1|put|1|both"
   "put-16|put|16|both"
   "put-64|put|64|both"
   "get-linearizable-64|get-linearizable|64|both"
   "get-follower-64|get-follower|64|both"
-  "lock-1|lock|1|etcd"
-  "lock-16|lock|16|etcd"
-  "lock-contended-16|lock-contended|16|etcd"
+  "lock-1|lock|1|both"
+  "lock-16|lock|16|both"
+  "lock-contended-16|lock-contended|16|both"
 )
 
 while [ $# -gt 0 ]; do

@@ -180,8 +180,6 @@ Throughput: higher is better. Latency: lower is better.
 
 {targets_table(cases, rss)}
 
-Keel has no lock API yet, so the lock rows hold etcd's baseline only.
-
 ## Memory
 
 Peak resident set (VmHWM from `/proc/<pid>/status`, sampled every second) of each server
@@ -224,9 +222,11 @@ goes first and repeats every case; read the spread, not only the median.
   HdrHistogram (3 significant digits) for operations completing in the measured window.
 - Operations: `put`; `get-linearizable` (Keel ReadIndex; etcd's default linearizable range);
   `get-follower` (Keel follower read from whichever replica the connection prefers; etcd
-  serializable range, answered by the member it reaches); `lock` (etcd: Lock + Unlock with a
-  session lease per client, each client its own lock name); `lock-contended` (all clients one
-  lock name).
+  serializable range, answered by the member it reaches); `lock` (Keel: Acquire + Release,
+  each client its own owner; etcd: Lock + Unlock with a session lease per client; each client
+  its own lock name); `lock-contended` (all clients one lock name: Keel's waiters queue on the
+  leader and a release hands the lock over in its own Raft command; etcd's waiters watch the
+  key ahead of theirs).
 
 ## Commands
 

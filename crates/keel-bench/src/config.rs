@@ -231,7 +231,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Which operations each target can run, and why not.
 fn check_supported(target: TargetKind, op: Op) -> Result<(), ConfigError> {
     let reason = match (target, op) {
-        (TargetKind::Keel, Op::Lock | Op::LockContended) => "Keel has no lock API yet",
         (TargetKind::Etcd, Op::GetLease) => "etcd has no leader-lease reads",
         (TargetKind::Etcd, _) if !cfg!(feature = "etcd") => return Err(ConfigError::EtcdNotBuilt),
         _ => return Ok(()),

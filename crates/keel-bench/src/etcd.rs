@@ -42,7 +42,7 @@ pub async fn prepare(
     let value: Arc<[u8]> = preload::value(config.value_bytes).into();
     let locks = matches!(config.op, Op::Lock | Op::LockContended);
     let lease_ttl_s =
-        (config.warmup + config.duration).as_secs() as i64 + limits::LOCK_LEASE_SLACK_S;
+        (config.warmup + config.duration).as_secs() as i64 + limits::LOCK_LEASE_SLACK_S as i64;
     let mut workers = Vec::with_capacity(config.clients);
     for task in 0..config.clients {
         let mut client = clients[task % clients.len()].clone();

@@ -4,19 +4,26 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use keel_client::{Client, ClientOptions, PutOptions};
+use std::time::Duration;
+
+use keel_client::{AcquireOptions, Client, ClientOptions, PutOptions};
 use keel_types::{BatchOp, Condition, KvError};
 
 use crate::config::Config;
 use crate::driver::{Outcome, Revisions, Step, Worker, done};
-use crate::keys;
 use crate::preload;
+use crate::{keys, limits};
 
 /// One task's view: a clone of one of the run's clients.
 pub struct KeelWorker {
     client: Client,
     value: Arc<[u8]>,
     revisions: Arc<Revisions>,
+    task: usize,
+    /// The task's lock options: its own owner (tasks share clients, and an owner acquiring
+    /// a lock it holds would get it again), a TTL outlasting the run as etcd's session
+    /// lease does, and a wait as long as one op may take.
+    lock: AcquireOptions,
 }
 
 /// Connects `config.connections` clients, preloads the keyspace and returns one worker per
@@ -37,11 +44,25 @@ pub async fn prepare(
         preload_keyspace(&clients[0], config, revisions).await?;
     }
     let value: Arc<[u8]> = preload::value(config.value_bytes).into();
+    let lock_ttl =
+        config.warmup + config.duration + Duration::from_secs(limits::LOCK_LEASE_SLACK_S);
     Ok((0..config.clients)
-        .map(|task| KeelWorker {
-            client: clients[task % clients.len()].clone(),
-            value: value.clone(),
-            revisions: revisions.clone(),
+        .map(|task| {
+            let client = clients[task % clients.len()].clone();
+            let mut owner = client.owner().to_vec();
+            owner.extend_from_slice(format!("/task-{task}").as_bytes());
+            KeelWorker {
+                client,
+                value: value.clone(),
+                revisions: revisions.clone(),
+                task,
+                lock: AcquireOptions {
+                    owner: Some(owner),
+                    ttl: lock_ttl,
+                    wait: limits::OP_TIMEOUT,
+                    lock_delay: Duration::ZERO,
+                },
+            }
         })
         .collect())
 }
@@ -91,7 +112,8 @@ impl Worker for KeelWorker {
                 let key = keys::counter_key(key);
                 self.client.increment(&key, 1).await.map(done)
             }
-            Step::Lock | Step::LockShared => return Err("Keel has no lock API yet".to_string()),
+            Step::Lock => return self.lock_release(keys::lock_name(Some(self.task))).await,
+            Step::LockShared => return self.lock_release(keys::lock_name(None)).await,
         };
         result.map_err(|error| error.to_string())
     }
@@ -100,6 +122,24 @@ impl Worker for KeelWorker {
 }
 
 impl KeelWorker {
+    /// Acquire (waiting, first come first served, for a held lock) and release.
+    async fn lock_release(&self, name: Vec<u8>) -> Result<Outcome, String> {
+        let acquired = self
+            .client
+            .acquire(&name, self.lock.clone())
+            .await
+            .map_err(|error| error.to_string())?;
+        let holder = match (acquired.acquired, acquired.holder) {
+            (true, Some(holder)) => holder,
+            _ => return Err(format!("lock not granted within {:?}", self.lock.wait)),
+        };
+        self.client
+            .release(&name, holder.token)
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok(Outcome::Done)
+    }
+
     /// A put conditioned on the key's last known revision (absent when none is known).
     async fn cas(&self, key: usize) -> Result<Outcome, String> {
         let condition = match self.revisions.get(key) {

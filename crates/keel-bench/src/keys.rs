@@ -13,7 +13,6 @@ pub fn counter_key(index: usize) -> Vec<u8> {
     format!("bench-counter-{index:07}").into_bytes()
 }
 
-#[cfg(feature = "etcd")]
 /// A lock name: the task's own (`task = Some`) or the one all tasks share.
 pub fn lock_name(task: Option<usize>) -> Vec<u8> {
     match task {

@@ -37,6 +37,6 @@ pub const INCREMENT_ATTEMPTS_MAX: u32 = 64;
 pub const LATENCY_US_MAX: u64 = 60_000_000;
 /// Significant decimal digits the histograms keep.
 pub const HISTOGRAM_DIGITS: u8 = 3;
-#[cfg(feature = "etcd")]
-/// Extra life of an etcd lock session's lease beyond warm-up and duration, in seconds.
-pub const LOCK_LEASE_SLACK_S: i64 = 60;
+/// Extra life of a lock (Keel's TTL, etcd's session lease) beyond warm-up and duration, in
+/// seconds.
+pub const LOCK_LEASE_SLACK_S: u64 = 60;
