@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_storage::raft_types::{Entry, LogId, Membership, Vote};
+use keel_storage::raft_types::{Entry, LogId, Membership, Snapshot, Vote};
 use keel_storage::{LogStore, RangeCounts, StateMachine, Store};
 use keel_types::command::legacy::BatchOpV1;
 use keel_types::{
@@ -80,6 +80,27 @@ async fn write_v1(dir: &Path) {
     store.shutdown();
 }
 
+/// Range 1's current snapshot, which must end at `last_log_id`.
+pub(super) async fn current_snapshot(sm: &mut StateMachine, last_log_id: LogId) -> Snapshot {
+    let snapshot = sm
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("the fixture has a snapshot");
+    assert_eq!(snapshot.meta.last_log_id, Some(last_log_id));
+    snapshot
+}
+
+/// Range 1 of a fresh store that installed `snapshot` (the store lives in the returned dir).
+pub(super) async fn installed_fresh(snapshot: Snapshot) -> (tempfile::TempDir, StateMachine) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sm = open_in(dir.path()).state_machine(RangeId(1));
+    sm.install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    (dir, sm)
+}
+
 /// What every build must read from the v1 fixture.
 async fn check_v1(store: &Store) {
     assert_eq!(store.ranges().unwrap(), vec![RangeId(1), RangeId(2)]);
@@ -101,22 +122,11 @@ async fn check_v1(store: &Store) {
 
     let mut sm = store.state_machine(RangeId(1));
     check_v1_data(&mut sm).await;
-    let snapshot = sm
-        .get_current_snapshot()
-        .await
-        .unwrap()
-        .expect("v1 snapshot");
-    assert_eq!(snapshot.meta.last_log_id, Some(log_id(2, 1, 4)));
+    let snapshot = current_snapshot(&mut sm, log_id(2, 1, 4)).await;
     assert_eq!(snapshot.meta.last_membership.membership(), &membership());
 
-    // The v1 snapshot installs into a fresh store with the same data.
-    let fresh_dir = tempfile::tempdir().unwrap();
-    let fresh = open_in(fresh_dir.path());
-    let mut fresh_sm = fresh.state_machine(RangeId(1));
-    fresh_sm
-        .install_snapshot(&snapshot.meta, snapshot.snapshot)
-        .await
-        .unwrap();
+    // The v1 snapshot installs into a fresh store with the same state.
+    let (_fresh_dir, mut fresh_sm) = installed_fresh(snapshot).await;
     check_v1_data(&mut fresh_sm).await;
 }
 
@@ -272,21 +282,10 @@ async fn check_v2(store: &Store) {
     let entries = log.try_get_log_entries(0..10).await.unwrap();
     assert_eq!(entries, v2_entries());
     let mut sm = store.state_machine(RangeId(1));
-    let snapshot = sm
-        .get_current_snapshot()
-        .await
-        .unwrap()
-        .expect("v2 snapshot");
-    assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 1, 3)));
+    let snapshot = current_snapshot(&mut sm, log_id(1, 1, 3)).await;
 
     // The v2 snapshot installs into a fresh store with the same state.
-    let fresh_dir = tempfile::tempdir().unwrap();
-    let fresh = open_in(fresh_dir.path());
-    let mut fresh_sm = fresh.state_machine(RangeId(1));
-    fresh_sm
-        .install_snapshot(&snapshot.meta, snapshot.snapshot)
-        .await
-        .unwrap();
+    let (_fresh_dir, mut fresh_sm) = installed_fresh(snapshot).await;
     check_v2_data(&mut fresh_sm).await;
     check_v2_data(&mut sm).await;
 }

@@ -13,10 +13,11 @@ use keel_types::{
     Fence, IdempotencyRecord, LockHold, Mutation, RangeId, RequestId,
 };
 use openraft::entry::RaftEntry;
-use openraft::storage::{RaftLogReader, RaftStateMachine};
+use openraft::storage::RaftLogReader;
 
 use super::fixture::{
-    FIXTURE_STORE_FILE, copy_dir, fixture_dir, membership, open_fixture, persist_range_1,
+    FIXTURE_STORE_FILE, copy_dir, current_snapshot, fixture_dir, installed_fresh, membership,
+    open_fixture, persist_range_1,
 };
 use super::{apply, blank, log_id, open_in};
 
@@ -118,21 +119,10 @@ async fn check_v3(store: &Store) {
     let entries = log.try_get_log_entries(0..10).await.unwrap();
     assert_eq!(entries, v3_entries());
     let mut sm = store.state_machine(RangeId(1));
-    let snapshot = sm
-        .get_current_snapshot()
-        .await
-        .unwrap()
-        .expect("v3 snapshot");
-    assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 1, 6)));
+    let snapshot = current_snapshot(&mut sm, log_id(1, 1, 6)).await;
 
     // The v3 snapshot installs into a fresh store with the same state.
-    let fresh_dir = tempfile::tempdir().unwrap();
-    let fresh = open_in(fresh_dir.path());
-    let mut fresh_sm = fresh.state_machine(RangeId(1));
-    fresh_sm
-        .install_snapshot(&snapshot.meta, snapshot.snapshot)
-        .await
-        .unwrap();
+    let (_fresh_dir, mut fresh_sm) = installed_fresh(snapshot).await;
     check_v3_data(&mut fresh_sm).await;
     check_v3_data(&mut sm).await;
 }
