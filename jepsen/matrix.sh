@@ -24,7 +24,7 @@ mkdir -p "$out"
 cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs || exit 3
 cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
 
-workloads=(register append counter follower-read fencing)
+workloads=(register append counter follower-read fencing idempotency)
 faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
 # planted bug | workload | faults (empty: none) | extra flags
 planted=(
@@ -32,6 +32,7 @@ planted=(
     "ack-before-fsync|register|kill-all|"
     "double-apply|counter|partition|--response-loss-percent 5"
     "lock-no-expiry|fencing||"
+    "idem-stale-complete|idempotency||"
 )
 
 verdict() { case $1 in 0) echo valid ;; 1) echo invalid ;; 2) echo unknown ;; *) echo "error($1)" ;; esac; }

@@ -60,6 +60,12 @@ pub enum OpKind {
     Fput,
     /// Fencing: free a lock (`key` is the lock's name).
     Release,
+    /// Idempotency: begin a record (`key` is the record's id).
+    Begin,
+    /// Idempotency: store a record's result.
+    Complete,
+    /// Idempotency: drop a record in progress.
+    Abort,
     Other(String),
 }
 
@@ -133,6 +139,9 @@ impl OpKind {
             OpKind::Acquire => "acquire",
             OpKind::Fput => "fput",
             OpKind::Release => "release",
+            OpKind::Begin => "begin",
+            OpKind::Complete => "complete",
+            OpKind::Abort => "abort",
             OpKind::Other(name) => name,
         }
     }
@@ -151,6 +160,9 @@ impl From<String> for OpKind {
             "acquire" => OpKind::Acquire,
             "fput" => OpKind::Fput,
             "release" => OpKind::Release,
+            "begin" => OpKind::Begin,
+            "complete" => OpKind::Complete,
+            "abort" => OpKind::Abort,
             _ => OpKind::Other(name),
         }
     }

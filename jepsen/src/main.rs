@@ -38,7 +38,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// register, append, counter, follower-read or fencing.
+    /// register, append, counter, follower-read, fencing or idempotency.
     #[arg(long)]
     workload: WorkloadKind,
     /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock.
@@ -66,7 +66,7 @@ struct RunArgs {
     #[arg(long, default_value = "target/release/keel")]
     keel: PathBuf,
     /// Start every node with `--planted-bug NAME` (stale-read, ack-before-fsync, double-apply,
-    /// lock-no-expiry).
+    /// lock-no-expiry, idem-stale-complete).
     #[arg(long, value_name = "NAME")]
     planted_bug: Option<String>,
     /// Drop this percentage of mutation answers after applying them (more client retries).

@@ -177,12 +177,13 @@ pub(crate) fn plan_idempotency_op(
     };
     match op {
         CoordinationOp::Begin { owner, ttl_ms, .. } => begin(live, owner, *ttl_ms, clock_ms, next),
+        // The planted bug stores any token's result over a live record, even a completed one.
         CoordinationOp::Complete {
             token,
             result,
             result_ttl_ms,
             ..
-        } if owns(*token) => {
+        } if owns(*token) || (live.is_some() && planted::active(PlantedBug::IdemStaleComplete)) => {
             let expires_at_ms = clock_ms.saturating_add(*result_ttl_ms);
             Plan {
                 answer: Ok(CoordinationResult::Completed {

@@ -20,14 +20,19 @@ pub enum PlantedBug {
     /// else holds takes it as if it were free (with a new, higher token), so two owners hold
     /// it at once.
     LockNoExpiry,
+    /// An idempotency record accepts a `Complete` from any token while it is live, in
+    /// progress or completed, and stores that result over the one it had: a stale owner's
+    /// late result replaces the result others were given.
+    IdemStaleComplete,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 4] = [
+    pub const ALL: [PlantedBug; 5] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
         PlantedBug::LockNoExpiry,
+        PlantedBug::IdemStaleComplete,
     ];
 
     pub fn name(self) -> &'static str {
@@ -36,6 +41,7 @@ impl PlantedBug {
             PlantedBug::AckBeforeFsync => "ack-before-fsync",
             PlantedBug::DoubleApply => "double-apply",
             PlantedBug::LockNoExpiry => "lock-no-expiry",
+            PlantedBug::IdemStaleComplete => "idem-stale-complete",
         }
     }
 

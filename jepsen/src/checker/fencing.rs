@@ -47,7 +47,8 @@ use crate::fault::FaultEvent;
 use crate::history::{Op, OpKind, Status};
 
 use keys::KeyView;
-use locks::{ClockFaults, LockView};
+use locks::LockView;
+pub(super) use locks::{ClockFaults, lease_ns};
 
 /// How much slower than the runner's clock a node's clock may run, per mille of a TTL: a
 /// hold is taken to last at least this much less than its TTL.
@@ -169,7 +170,7 @@ impl Stats {
 }
 
 /// Where a status is counted in `Stats`' `[ok, fail, info]` arrays.
-fn slot(status: Status) -> usize {
+pub(super) fn slot(status: Status) -> usize {
     match status {
         Status::Ok => 0,
         Status::Fail => 1,
@@ -178,22 +179,26 @@ fn slot(status: Status) -> usize {
 }
 
 /// An integer field of an op's extra fields.
-fn integer(op: &Op, name: &str) -> Option<u64> {
+pub(super) fn integer(op: &Op, name: &str) -> Option<u64> {
     op.extra.get(name).and_then(Value::as_u64)
 }
 
 /// A text field of an op's extra fields.
-fn text<'h>(op: &'h Op, name: &str) -> Option<&'h str> {
+pub(super) fn text<'h>(op: &'h Op, name: &str) -> Option<&'h str> {
     op.extra.get(name).and_then(Value::as_str)
 }
 
 /// An integer field a rule needs; its absence makes the group unknown.
-fn need_integer(history: &[Op], index: usize, name: &str) -> Result<u64, String> {
+pub(super) fn need_integer(history: &[Op], index: usize, name: &str) -> Result<u64, String> {
     integer(&history[index], name).ok_or_else(|| missing(history, index, name, "integer"))
 }
 
 /// A text field a rule needs; its absence makes the group unknown.
-fn need_text<'h>(history: &'h [Op], index: usize, name: &str) -> Result<&'h str, String> {
+pub(super) fn need_text<'h>(
+    history: &'h [Op],
+    index: usize,
+    name: &str,
+) -> Result<&'h str, String> {
     text(&history[index], name).ok_or_else(|| missing(history, index, name, "string"))
 }
 
@@ -206,7 +211,7 @@ fn missing(history: &[Op], index: usize, name: &str, what: &str) -> String {
 }
 
 /// The details' evidence map: an explanation and the group's key, plus quoted ops.
-fn evidence(key: &str, explanation: String, ops: &[(&str, Value)]) -> Value {
+pub(super) fn evidence(key: &str, explanation: String, ops: &[(&str, Value)]) -> Value {
     let mut fields = Map::new();
     fields.insert("explanation".into(), Value::String(explanation));
     fields.insert("key".into(), Value::String(key.to_string()));
@@ -217,7 +222,7 @@ fn evidence(key: &str, explanation: String, ops: &[(&str, Value)]) -> Value {
 }
 
 /// Milliseconds between two runner times, for explanations.
-fn ms_between(from_ns: u64, to_ns: u64) -> String {
+pub(super) fn ms_between(from_ns: u64, to_ns: u64) -> String {
     let ns = to_ns as i128 - from_ns as i128;
     format!("{:.1}", ns as f64 / 1e6)
 }

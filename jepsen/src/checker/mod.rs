@@ -7,6 +7,7 @@ pub mod counter;
 pub mod coverage;
 pub mod fencing;
 pub mod follower_read;
+pub mod idempotency;
 pub mod register;
 pub mod wgl;
 
@@ -61,6 +62,7 @@ pub enum CheckerName {
     #[serde(rename = "follower-read")]
     FollowerRead,
     Fencing,
+    Idempotency,
     Coverage,
 }
 
@@ -141,6 +143,7 @@ impl CheckerName {
             CheckerName::Counter => "counter",
             CheckerName::FollowerRead => "follower-read",
             CheckerName::Fencing => "fencing",
+            CheckerName::Idempotency => "idempotency",
             CheckerName::Coverage => "coverage",
         }
     }
@@ -157,6 +160,7 @@ impl CheckerName {
             CheckerName::Counter => counter::check(input.history),
             CheckerName::FollowerRead => follower_read::check(input.history, input.faults),
             CheckerName::Fencing => fencing::check(input.history, input.faults),
+            CheckerName::Idempotency => idempotency::check(input.history, input.faults),
             CheckerName::Coverage => coverage::check(input.spec, input.faults),
         }
     }
@@ -170,6 +174,7 @@ pub fn for_workload(workload: &str) -> Option<Vec<CheckerName>> {
         "counter" => CheckerName::Counter,
         "follower-read" => CheckerName::FollowerRead,
         "fencing" => CheckerName::Fencing,
+        "idempotency" => CheckerName::Idempotency,
         _ => return None,
     };
     Some(vec![main, CheckerName::Coverage])

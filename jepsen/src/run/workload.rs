@@ -1,7 +1,8 @@
 //! The workloads' clients: each runs steps of its workload at its share of the rate until the
 //! time limit, through keel-client only, and records a step's ops in the history as soon as
 //! the step completes (a step is one op, or for fencing one hold: acquire, fenced puts,
-//! release); then the final reads of every key. Knows nothing of faults or of node
+//! release, and for idempotency one attempt: begin, then complete or abort); then the final
+//! reads of every key (idempotency: of every record id). Knows nothing of faults or of node
 //! processes: the cluster is a list of endpoints.
 
 use std::str::FromStr;
@@ -22,6 +23,7 @@ mod append;
 mod counter;
 mod fencing;
 mod follower_read;
+mod idempotency;
 mod keys;
 mod register;
 
@@ -45,6 +47,7 @@ pub enum WorkloadKind {
     Counter,
     FollowerRead,
     Fencing,
+    Idempotency,
 }
 
 /// A workload's shared state: its keys and what the clients know of them.
@@ -52,7 +55,8 @@ pub enum WorkloadKind {
 pub struct Workload {
     pub kind: WorkloadKind,
     pub keys: KeyPool,
-    /// Holds begun so far (fencing), which numbers each hold's owner.
+    /// Holds (fencing) or attempts (idempotency) begun so far, which numbers each one's
+    /// owner.
     pub holds: AtomicU64,
 }
 
@@ -109,6 +113,9 @@ impl Workload {
                 KeyPool::new("f", follower_read::KEYS_ACTIVE, follower_read::KEY_OPS_MAX)
             }
             WorkloadKind::Fencing => KeyPool::new("fk", fencing::LOCKS, u64::MAX),
+            WorkloadKind::Idempotency => {
+                KeyPool::new("id", idempotency::IDS_ACTIVE, idempotency::ID_ATTEMPTS_MAX)
+            }
         };
         Workload {
             kind,
@@ -126,6 +133,9 @@ impl Workload {
             WorkloadKind::Counter => counter::step(self, clients, rng, who, clock).await,
             WorkloadKind::FollowerRead => follower_read::step(self, clients, rng, who, clock).await,
             WorkloadKind::Fencing => return fencing::step(self, clients, rng, who, clock).await,
+            WorkloadKind::Idempotency => {
+                return idempotency::step(self, clients, rng, who, clock).await;
+            }
         };
         vec![op]
     }
@@ -139,6 +149,7 @@ impl Workload {
             WorkloadKind::FollowerRead | WorkloadKind::Fencing => {
                 follower_read::linearizable_get(client, key, who, clock).await
             }
+            WorkloadKind::Idempotency => idempotency::get(client, key, who, clock).await,
         }
     }
 }
@@ -316,8 +327,10 @@ impl FromStr for WorkloadKind {
             "counter" => Ok(WorkloadKind::Counter),
             "follower-read" => Ok(WorkloadKind::FollowerRead),
             "fencing" => Ok(WorkloadKind::Fencing),
+            "idempotency" => Ok(WorkloadKind::Idempotency),
             _ => Err(format!(
-                "unknown workload {name:?}; known: register, append, counter, follower-read, fencing"
+                "unknown workload {name:?}; known: register, append, counter, follower-read, \
+                 fencing, idempotency"
             )),
         }
     }
@@ -331,6 +344,7 @@ impl WorkloadKind {
             WorkloadKind::Counter => "counter",
             WorkloadKind::FollowerRead => "follower-read",
             WorkloadKind::Fencing => "fencing",
+            WorkloadKind::Idempotency => "idempotency",
         }
     }
 }

@@ -96,7 +96,7 @@ fn check_command_exit_codes_and_files() {
     check(&[spec, faults], &[], 3, &[]);
     check(&[spec, faults, history("{not json")], &[], 3, &[]);
     check(&[spec, history(good)], &["--checker", "nonsense"], 3, &[]);
-    let unchecked_spec = RUN_SPEC.replace("register", "idempotency");
+    let unchecked_spec = RUN_SPEC.replace("register", "bank");
     check(&[("run.json", &unchecked_spec), history(good)], &[], 3, &[]);
     let fencing_spec = RUN_SPEC.replace("register", "fencing");
     let holds: &'static str = fixture("fencing/good-holds-handed-over-and-expired.jsonl").leak();

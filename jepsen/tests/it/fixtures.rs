@@ -203,6 +203,41 @@ const CASES: &[(&str, Verdict, &str)] = &[
         "found the key absent after the fput",
     ),
     (
+        "idempotency/good-takeover-and-stale-complete-refused.jsonl",
+        Valid,
+        "2 ids with one result each (2 completed), one owner at a time with rising tokens; 4 starts (2 restarts), 1 of 1 late completes refused",
+    ),
+    (
+        "idempotency/good-indeterminate-ops.jsonl",
+        Valid,
+        "2 ids with one result each (1 completed)",
+    ),
+    (
+        "idempotency/bad-two-results.jsonl",
+        Invalid,
+        r#"record \"id0\" has two results: \"c0-a0-t5\" was answered 98.0 ms after \"c1-a1-t11\" had been"#,
+    ),
+    (
+        "idempotency/bad-started-after-completed.jsonl",
+        Invalid,
+        r#"record \"id0\" was started again (token 14, c1-a1) 1894.0 ms after it was seen completed"#,
+    ),
+    (
+        "idempotency/bad-complete-with-unstarted-token.jsonl",
+        Invalid,
+        "a complete by c1-a1 with token 5 was acknowledged, but no begin started the record for c1-a1",
+    ),
+    (
+        "idempotency/bad-token-goes-back.jsonl",
+        Invalid,
+        "c1-a1 was started with token 6 16.0 ms after c0-a0 had been started with token 9",
+    ),
+    (
+        "idempotency/bad-two-owners.jsonl",
+        Invalid,
+        r#"record \"id0\" started twice: c1-a1 was started with token 7 11.0 ms after c0-a0 began it (token 5, TTL 2000 ms)"#,
+    ),
+    (
         "coverage/good-all-healed",
         Valid,
         "all 2 requested fault kinds",
@@ -224,6 +259,14 @@ const FOREIGN: &[(CheckerName, &str)] = &[
     (CheckerName::Counter, "append/good-basic.jsonl"),
     (CheckerName::FollowerRead, "counter/good-basic.jsonl"),
     (CheckerName::Fencing, "register/good-sequential.jsonl"),
+    (
+        CheckerName::Idempotency,
+        "fencing/good-holds-handed-over-and-expired.jsonl",
+    ),
+    (
+        CheckerName::Fencing,
+        "idempotency/good-takeover-and-stale-complete-refused.jsonl",
+    ),
     (
         CheckerName::Register,
         "fencing/good-holds-handed-over-and-expired.jsonl",

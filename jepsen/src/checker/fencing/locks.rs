@@ -224,7 +224,7 @@ impl<'h> LockView<'h> {
 
 /// The least time a hold of `ttl_ms` lasts by the runner's clock, counted from the acquire's
 /// call: the TTL less the clock-rate and rounding margins.
-pub(super) fn lease_ns(ttl_ms: u64) -> u64 {
+pub(in crate::checker) fn lease_ns(ttl_ms: u64) -> u64 {
     let ttl_ns = ttl_ms.saturating_mul(NS_PER_MS);
     let rate_ns = (ttl_ns / 1000).saturating_mul(CLOCK_RATE_MARGIN_PER_MILLE);
     ttl_ns
@@ -272,13 +272,13 @@ impl<'h> Highest<'h> {
 /// When node clocks were offset: the spans of `clock` faults, widened by
 /// `CLOCK_FAULT_PAD_MS`, sorted by start, with the furthest end reached so far.
 #[derive(Debug, Default)]
-pub(super) struct ClockFaults {
+pub(in crate::checker) struct ClockFaults {
     starts: Vec<u64>,
     reach: Vec<u64>,
 }
 
 impl ClockFaults {
-    pub(super) fn new(faults: &[FaultEvent]) -> ClockFaults {
+    pub(in crate::checker) fn new(faults: &[FaultEvent]) -> ClockFaults {
         let pad_ns = CLOCK_FAULT_PAD_MS * NS_PER_MS;
         let mut spans: Vec<(u64, u64)> = faults
             .iter()
@@ -304,7 +304,7 @@ impl ClockFaults {
     }
 
     /// Whether a (widened) clock fault overlaps `[from_ns, to_ns]`.
-    pub(super) fn overlap(&self, from_ns: u64, to_ns: u64) -> bool {
+    pub(in crate::checker) fn overlap(&self, from_ns: u64, to_ns: u64) -> bool {
         let started = self.starts.partition_point(|&start_ns| start_ns <= to_ns);
         started > 0 && self.reach[started - 1] >= from_ns
     }
