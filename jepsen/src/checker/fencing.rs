@@ -40,25 +40,15 @@ mod locks;
 #[cfg(test)]
 mod tests;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{CheckerName, Outcome, Verdict, foreign_op, keyed_outcome, ops_by_key};
+use super::lease::ClockFaults;
+use super::{CheckerName, Outcome, Verdict, check_by_key};
 use crate::fault::FaultEvent;
-use crate::history::{Op, OpKind, Status};
+use crate::history::{Op, OpKind};
 
 use keys::KeyView;
 use locks::LockView;
-pub(super) use locks::{ClockFaults, lease_ns};
-
-/// How much slower than the runner's clock a node's clock may run, per mille of a TTL: a
-/// hold is taken to last at least this much less than its TTL.
-pub const CLOCK_RATE_MARGIN_PER_MILLE: u64 = 10;
-/// A hold is taken to last at least this much less than its TTL besides (expiry is judged
-/// in whole milliseconds).
-pub const LEASE_MARGIN_MS: u64 = 5;
-/// A clock fault's span is widened by this on both sides: its start is logged after the
-/// offset was set, its stop after it was reset.
-pub const CLOCK_FAULT_PAD_MS: u64 = 2_500;
 
 /// What the history holds beyond the verdict, for the report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -83,22 +73,17 @@ pub struct Stats {
 /// Checks the history; `faults` says when node clocks were offset (for (b)).
 pub fn check(history: &[Op], faults: &[FaultEvent]) -> Outcome {
     let kinds = [OpKind::Acquire, OpKind::Release, OpKind::Fput, OpKind::Get];
-    if let Some(index) = history.iter().position(|op| !kinds.contains(&op.op)) {
-        return foreign_op(CheckerName::Fencing, history, index);
-    }
     let clocks = ClockFaults::new(faults);
-    let groups = ops_by_key(history);
     let mut stats = Stats::default();
-    let mut invalid = Vec::new();
-    let mut unknown = Vec::new();
-    for (key, indices) in &groups {
-        match judge(history, indices, &clocks, &mut stats) {
-            Err(reason) => unknown.push(json!({ "key": key, "reason": reason })),
-            Ok(Err(evidence)) => invalid.push(evidence),
-            Ok(Ok(())) => {}
-        }
-    }
-    let mut outcome = keyed_outcome(groups.len(), invalid, unknown, "consistent");
+    let judge_key =
+        |history: &[Op], indices: &[usize]| judge(history, indices, &clocks, &mut stats);
+    let mut outcome = check_by_key(
+        CheckerName::Fencing,
+        history,
+        &kinds,
+        "consistent",
+        judge_key,
+    );
     if outcome.result == Verdict::Valid {
         outcome.details["summary"] = Value::String(valid_summary(&stats));
     }
@@ -167,62 +152,4 @@ impl Stats {
             "pairs_excused_by_clock_faults": self.pairs_excused_by_clock_faults,
         })
     }
-}
-
-/// Where a status is counted in `Stats`' `[ok, fail, info]` arrays.
-pub(super) fn slot(status: Status) -> usize {
-    match status {
-        Status::Ok => 0,
-        Status::Fail => 1,
-        Status::Info => 2,
-    }
-}
-
-/// An integer field of an op's extra fields.
-pub(super) fn integer(op: &Op, name: &str) -> Option<u64> {
-    op.extra.get(name).and_then(Value::as_u64)
-}
-
-/// A text field of an op's extra fields.
-pub(super) fn text<'h>(op: &'h Op, name: &str) -> Option<&'h str> {
-    op.extra.get(name).and_then(Value::as_str)
-}
-
-/// An integer field a rule needs; its absence makes the group unknown.
-pub(super) fn need_integer(history: &[Op], index: usize, name: &str) -> Result<u64, String> {
-    integer(&history[index], name).ok_or_else(|| missing(history, index, name, "integer"))
-}
-
-/// A text field a rule needs; its absence makes the group unknown.
-pub(super) fn need_text<'h>(
-    history: &'h [Op],
-    index: usize,
-    name: &str,
-) -> Result<&'h str, String> {
-    text(&history[index], name).ok_or_else(|| missing(history, index, name, "string"))
-}
-
-fn missing(history: &[Op], index: usize, name: &str, what: &str) -> String {
-    format!(
-        "record {} ({}) lacks the {what} field {name:?}",
-        index + 1,
-        history[index].op
-    )
-}
-
-/// The details' evidence map: an explanation and the group's key, plus quoted ops.
-pub(super) fn evidence(key: &str, explanation: String, ops: &[(&str, Value)]) -> Value {
-    let mut fields = Map::new();
-    fields.insert("explanation".into(), Value::String(explanation));
-    fields.insert("key".into(), Value::String(key.to_string()));
-    for (name, op) in ops {
-        fields.insert((*name).to_string(), op.clone());
-    }
-    Value::Object(fields)
-}
-
-/// Milliseconds between two runner times, for explanations.
-pub(super) fn ms_between(from_ns: u64, to_ns: u64) -> String {
-    let ns = to_ns as i128 - from_ns as i128;
-    format!("{:.1}", ns as f64 / 1e6)
 }

@@ -42,8 +42,8 @@ mod tests;
 
 use serde_json::{Value, json};
 
-use super::fencing::{ClockFaults, slot};
-use super::{CheckerName, Outcome, Verdict, foreign_op, keyed_outcome, ops_by_key};
+use super::lease::{ClockFaults, slot};
+use super::{CheckerName, Outcome, Verdict, check_by_key};
 use crate::fault::FaultEvent;
 use crate::history::{Op, OpKind};
 
@@ -75,22 +75,17 @@ pub struct Stats {
 /// Checks the history; `faults` says when node clocks were offset (for (d)).
 pub fn check(history: &[Op], faults: &[FaultEvent]) -> Outcome {
     let kinds = [OpKind::Begin, OpKind::Complete, OpKind::Abort, OpKind::Get];
-    if let Some(index) = history.iter().position(|op| !kinds.contains(&op.op)) {
-        return foreign_op(CheckerName::Idempotency, history, index);
-    }
     let clocks = ClockFaults::new(faults);
-    let groups = ops_by_key(history);
     let mut stats = Stats::default();
-    let mut invalid = Vec::new();
-    let mut unknown = Vec::new();
-    for (id, indices) in &groups {
-        match judge(history, indices, &clocks, &mut stats) {
-            Err(reason) => unknown.push(json!({ "key": id, "reason": reason })),
-            Ok(Err(evidence)) => invalid.push(evidence),
-            Ok(Ok(())) => {}
-        }
-    }
-    let mut outcome = keyed_outcome(groups.len(), invalid, unknown, "consistent");
+    let judge_key =
+        |history: &[Op], indices: &[usize]| judge(history, indices, &clocks, &mut stats);
+    let mut outcome = check_by_key(
+        CheckerName::Idempotency,
+        history,
+        &kinds,
+        "consistent",
+        judge_key,
+    );
     if outcome.result == Verdict::Valid {
         outcome.details["summary"] = Value::String(valid_summary(&stats));
     }

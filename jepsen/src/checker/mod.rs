@@ -8,6 +8,7 @@ pub mod coverage;
 pub mod fencing;
 pub mod follower_read;
 pub mod idempotency;
+mod lease;
 pub mod register;
 pub mod wgl;
 
@@ -228,10 +229,10 @@ pub fn check_by_key<F>(
     history: &[Op],
     kinds: &[OpKind],
     valid_word: &str,
-    judge: F,
+    mut judge: F,
 ) -> Outcome
 where
-    F: Fn(&[Op], &[usize]) -> Result<Result<(), Value>, String>,
+    F: FnMut(&[Op], &[usize]) -> Result<Result<(), Value>, String>,
 {
     if let Some(index) = history.iter().position(|op| !kinds.contains(&op.op)) {
         return foreign_op(checker, history, index);

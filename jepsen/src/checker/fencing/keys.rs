@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::{Stats, evidence, need_integer, need_text, slot};
+use super::Stats;
+use crate::checker::lease::{evidence, need_integer, need_text, slot};
 use crate::checker::quote;
 use crate::history::{Op, OpKind, Status};
 

@@ -1,32 +1,21 @@
 //! Rules (a) and (b) of the fencing checker, on the acquires and releases of one lock: tokens
 //! rise in real-time order across owners, and no grant returns while another owner's hold
-//! has surely not expired nor been released. Also the spans of clock faults, during which
-//! (b) judges nothing.
+//! has surely not expired nor been released (the search is `lease::second_owner`; near
+//! clock faults it judges nothing).
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{
-    CLOCK_FAULT_PAD_MS, CLOCK_RATE_MARGIN_PER_MILLE, LEASE_MARGIN_MS, Stats, evidence, ms_between,
-    need_integer, need_text,
+use super::Stats;
+use crate::checker::lease::{
+    ClockFaults, Lease, evidence, ms_between, need_integer, need_text, second_owner,
 };
 use crate::checker::quote;
-use crate::fault::FaultEvent;
 use crate::history::{Op, OpKind, Status};
 
-const NS_PER_MS: u64 = 1_000_000;
-
 /// An ok acquire: one owner's hold of the lock.
-#[derive(Debug, Clone, Copy)]
-struct Grant<'h> {
-    index: usize,
-    owner: &'h str,
-    token: u64,
-    ttl_ms: u64,
-    call_ns: u64,
-    return_ns: u64,
-}
+type Grant<'h> = Lease<'h>;
 
 /// One lock's grants and what ends a hold early.
 pub(super) struct LockView<'h> {
@@ -147,41 +136,19 @@ impl<'h> LockView<'h> {
     /// Looks, for each grant, at the grants called within the longest lease before it
     /// returned.
     pub(super) fn one_holder(&self, clocks: &ClockFaults, stats: &mut Stats) -> Result<(), Value> {
-        let longest_ns = self
-            .grants
-            .iter()
-            .map(|g| lease_ns(g.ttl_ms))
-            .max()
-            .unwrap_or(0);
-        for later in &self.grants {
-            let first = match later.return_ns.checked_sub(longest_ns) {
-                Some(from) => self.grants.partition_point(|g| g.call_ns <= from),
-                None => 0,
-            };
-            let last = self.grants.partition_point(|g| g.call_ns < later.return_ns);
-            for earlier in &self.grants[first..last] {
-                if !self.surely_held(earlier, later) {
-                    continue;
-                }
-                if clocks.overlap(earlier.call_ns, later.return_ns) {
-                    stats.pairs_excused_by_clock_faults += 1;
-                    continue;
-                }
-                return Err(self.two_holders(earlier, later));
-            }
+        let excused = &mut stats.pairs_excused_by_clock_faults;
+        match second_owner(&self.grants, clocks, excused, |earlier, later| {
+            self.still_held(earlier, later)
+        }) {
+            Some((earlier, later)) => Err(self.two_holders(earlier, later)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Whether `earlier`'s hold surely still held the lock when `later` was granted to
-    /// another owner: `later` returned before that hold could have expired, and nothing
-    /// ended or renewed it in between.
-    fn surely_held(&self, earlier: &Grant, later: &Grant) -> bool {
-        let expiry_ns = earlier.call_ns.saturating_add(lease_ns(earlier.ttl_ms));
-        earlier.owner != later.owner
-            && earlier.token < later.token
-            && later.return_ns < expiry_ns
-            && !self.released_before(earlier.token, later.return_ns)
+    /// Whether nothing ended or renewed `earlier`'s hold before `later` was granted to
+    /// another owner.
+    fn still_held(&self, earlier: &Grant, later: &Grant) -> bool {
+        !self.released_before(earlier.token, later.return_ns)
             && !self.acquired_between(earlier.owner, earlier.call_ns, later.return_ns)
     }
 
@@ -222,16 +189,6 @@ impl<'h> LockView<'h> {
     }
 }
 
-/// The least time a hold of `ttl_ms` lasts by the runner's clock, counted from the acquire's
-/// call: the TTL less the clock-rate and rounding margins.
-pub(in crate::checker) fn lease_ns(ttl_ms: u64) -> u64 {
-    let ttl_ns = ttl_ms.saturating_mul(NS_PER_MS);
-    let rate_ns = (ttl_ns / 1000).saturating_mul(CLOCK_RATE_MARGIN_PER_MILLE);
-    ttl_ns
-        .saturating_sub(rate_ns)
-        .saturating_sub(LEASE_MARGIN_MS * NS_PER_MS)
-}
-
 /// The grant with the highest token so far, and the one with the highest token among those
 /// of other owners than its own: together they answer "the highest token of any owner but
 /// X" for every X.
@@ -266,46 +223,5 @@ impl<'h> Highest<'h> {
             Some(best) if best.owner != owner => Some(best),
             _ => self.other,
         }
-    }
-}
-
-/// When node clocks were offset: the spans of `clock` faults, widened by
-/// `CLOCK_FAULT_PAD_MS`, sorted by start, with the furthest end reached so far.
-#[derive(Debug, Default)]
-pub(in crate::checker) struct ClockFaults {
-    starts: Vec<u64>,
-    reach: Vec<u64>,
-}
-
-impl ClockFaults {
-    pub(in crate::checker) fn new(faults: &[FaultEvent]) -> ClockFaults {
-        let pad_ns = CLOCK_FAULT_PAD_MS * NS_PER_MS;
-        let mut spans: Vec<(u64, u64)> = faults
-            .iter()
-            .filter(|fault| fault.fault == "clock")
-            .map(|fault| {
-                let stop_ns = fault.stop_ns.map_or(u64::MAX, |s| s.saturating_add(pad_ns));
-                (fault.start_ns.saturating_sub(pad_ns), stop_ns)
-            })
-            .collect();
-        spans.sort_unstable();
-        let mut reach_ns = 0;
-        let reach = spans
-            .iter()
-            .map(|&(_, stop_ns)| {
-                reach_ns = reach_ns.max(stop_ns);
-                reach_ns
-            })
-            .collect();
-        ClockFaults {
-            starts: spans.into_iter().map(|(start_ns, _)| start_ns).collect(),
-            reach,
-        }
-    }
-
-    /// Whether a (widened) clock fault overlaps `[from_ns, to_ns]`.
-    pub(in crate::checker) fn overlap(&self, from_ns: u64, to_ns: u64) -> bool {
-        let started = self.starts.partition_point(|&start_ns| start_ns <= to_ns);
-        started > 0 && self.reach[started - 1] >= from_ns
     }
 }

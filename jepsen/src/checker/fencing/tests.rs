@@ -4,8 +4,8 @@
 
 use serde_json::{Value, json};
 
-use super::locks::lease_ns;
 use super::*;
+use crate::checker::lease::lease_ns;
 
 /// One op from JSON whose `call` and `return` are in ms.
 fn op(text: &str) -> Op {

@@ -6,24 +6,15 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use super::Stats;
-use crate::checker::fencing::{
-    ClockFaults, evidence, lease_ns, ms_between, need_integer, need_text, text,
+use crate::checker::lease::{
+    ClockFaults, Lease, NS_PER_MS, evidence, ms_between, need_integer, need_text, second_owner,
+    text,
 };
 use crate::checker::quote;
 use crate::history::{Op, OpKind, Status};
 
-const NS_PER_MS: u64 = 1_000_000;
-
 /// An ok begin answered `started`: one owner's hold of the record.
-#[derive(Debug, Clone, Copy)]
-struct Start<'h> {
-    index: usize,
-    owner: &'h str,
-    token: u64,
-    ttl_ms: u64,
-    call_ns: u64,
-    return_ns: u64,
-}
+type Start<'h> = Lease<'h>;
 
 /// An ok answer that saw the record completed, and the result it saw.
 #[derive(Debug, Clone, Copy)]
@@ -302,44 +293,21 @@ impl<'h> RecordView<'h> {
     /// progress. Looks, for each start, at the starts called within the longest TTL before
     /// it returned.
     pub(super) fn one_owner(&self, clocks: &ClockFaults, stats: &mut Stats) -> Result<(), Value> {
-        let longest_ns = self
-            .starts
-            .iter()
-            .map(|s| lease_ns(s.ttl_ms))
-            .max()
-            .unwrap_or(0);
-        for later in &self.starts {
-            let first = match later.return_ns.checked_sub(longest_ns) {
-                Some(from) => self.starts.partition_point(|s| s.call_ns <= from),
-                None => 0,
-            };
-            let last = self.starts.partition_point(|s| s.call_ns < later.return_ns);
-            for earlier in &self.starts[first..last] {
-                if !self.surely_in_progress(earlier, later) {
-                    continue;
-                }
-                if clocks.overlap(earlier.call_ns, later.return_ns) {
-                    stats.pairs_excused_by_clock_faults += 1;
-                    continue;
-                }
-                return Err(self.two_owners(earlier, later));
-            }
+        let excused = &mut stats.pairs_excused_by_clock_faults;
+        match second_owner(&self.starts, clocks, excused, |earlier, later| {
+            self.still_in_progress(earlier, later)
+        }) {
+            Some((earlier, later)) => Err(self.two_owners(earlier, later)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Whether `earlier`'s record was surely still in progress when `later` started it for
-    /// another owner: `later` returned before it could have expired, and no complete or
-    /// abort of its token had been called.
-    fn surely_in_progress(&self, earlier: &Start, later: &Start) -> bool {
-        let expiry_ns = earlier.call_ns.saturating_add(lease_ns(earlier.ttl_ms));
-        earlier.owner != later.owner
-            && earlier.token < later.token
-            && later.return_ns < expiry_ns
-            && self
-                .ends
-                .get(&earlier.token)
-                .is_none_or(|&call_ns| call_ns >= later.return_ns)
+    /// Whether no complete or abort of `earlier`'s token had been called when `later`
+    /// started the record for another owner.
+    fn still_in_progress(&self, earlier: &Start, later: &Start) -> bool {
+        self.ends
+            .get(&earlier.token)
+            .is_none_or(|&call_ns| call_ns >= later.return_ns)
     }
 
     fn two_owners(&self, earlier: &Start, later: &Start) -> Value {
