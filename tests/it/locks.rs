@@ -198,6 +198,8 @@ async fn a_waiter_is_handed_the_lock_on_release_and_on_expiry() {
                 .await
         }
     });
+    // Time for the waiter to queue. Not a timing assertion: had it not queued yet, it takes
+    // the freed lock itself, and every assertion below holds either way.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = client.release(b"l", first).await.unwrap();
     let granted = waiter.await.unwrap().unwrap();
@@ -217,6 +219,8 @@ async fn a_waiter_is_handed_the_lock_on_release_and_on_expiry() {
                 .await
         }
     });
+    // A wrong grant would have this long to show; a correct server never finishes the call
+    // before the clocks move, however slow the machine.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished(), "c waits while b holds the lock");
     cluster.advance_clocks_ms(TTL.as_millis() as u64);
