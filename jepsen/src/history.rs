@@ -106,6 +106,11 @@ pub enum JsonLinesError {
 }
 
 impl Op {
+    /// Sets one of the fields other workloads add (`extra`).
+    pub fn set(&mut self, name: &str, value: impl Into<Value>) {
+        self.extra.insert(name.to_string(), value.into());
+    }
+
     /// The outcome: indeterminate when `ok` or `return` is null, whatever the other says.
     pub fn status(&self) -> Status {
         match (self.ok, self.return_ns) {

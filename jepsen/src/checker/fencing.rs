@@ -42,8 +42,8 @@ mod tests;
 
 use serde_json::{Value, json};
 
-use super::lease::ClockFaults;
-use super::{CheckerName, Outcome, Verdict, check_by_key};
+use super::lease::{ClockFaults, LeaseStats, by_status, check_leases};
+use super::{CheckerName, Outcome};
 use crate::fault::FaultEvent;
 use crate::history::{Op, OpKind};
 
@@ -73,22 +73,7 @@ pub struct Stats {
 /// Checks the history; `faults` says when node clocks were offset (for (b)).
 pub fn check(history: &[Op], faults: &[FaultEvent]) -> Outcome {
     let kinds = [OpKind::Acquire, OpKind::Release, OpKind::Fput, OpKind::Get];
-    let clocks = ClockFaults::new(faults);
-    let mut stats = Stats::default();
-    let judge_key =
-        |history: &[Op], indices: &[usize]| judge(history, indices, &clocks, &mut stats);
-    let mut outcome = check_by_key(
-        CheckerName::Fencing,
-        history,
-        &kinds,
-        "consistent",
-        judge_key,
-    );
-    if outcome.result == Verdict::Valid {
-        outcome.details["summary"] = Value::String(valid_summary(&stats));
-    }
-    outcome.details["stats"] = stats.to_json();
-    outcome
+    check_leases(CheckerName::Fencing, history, faults, &kinds, judge)
 }
 
 /// One group: the lock rules if it holds lock ops, the key rules if it holds key ops.
@@ -124,22 +109,21 @@ fn judge(
     Ok(Ok(()))
 }
 
-fn valid_summary(stats: &Stats) -> String {
-    format!(
-        "{} locks held by one owner at a time with rising tokens, {} keys fenced; {} grants, \
+impl LeaseStats for Stats {
+    fn valid_summary(&self) -> String {
+        let stats = self;
+        format!(
+            "{} locks held by one owner at a time with rising tokens, {} keys fenced; {} grants, \
          {} of {} late writes fenced out",
-        stats.locks,
-        stats.keys,
-        stats.grants,
-        stats.late_fputs_fenced_out,
-        stats.late_fputs.iter().sum::<u64>()
-    )
-}
+            stats.locks,
+            stats.keys,
+            stats.grants,
+            stats.late_fputs_fenced_out,
+            stats.late_fputs.iter().sum::<u64>()
+        )
+    }
 
-impl Stats {
     fn to_json(&self) -> Value {
-        let by_status =
-            |counts: &[u64; 3]| json!({ "ok": counts[0], "fail": counts[1], "info": counts[2] });
         json!({
             "locks": self.locks,
             "keys": self.keys,

@@ -42,8 +42,8 @@ mod tests;
 
 use serde_json::{Value, json};
 
-use super::lease::{ClockFaults, slot};
-use super::{CheckerName, Outcome, Verdict, check_by_key};
+use super::lease::{ClockFaults, LeaseStats, by_status, check_leases, slot};
+use super::{CheckerName, Outcome};
 use crate::fault::FaultEvent;
 use crate::history::{Op, OpKind};
 
@@ -75,22 +75,7 @@ pub struct Stats {
 /// Checks the history; `faults` says when node clocks were offset (for (d)).
 pub fn check(history: &[Op], faults: &[FaultEvent]) -> Outcome {
     let kinds = [OpKind::Begin, OpKind::Complete, OpKind::Abort, OpKind::Get];
-    let clocks = ClockFaults::new(faults);
-    let mut stats = Stats::default();
-    let judge_key =
-        |history: &[Op], indices: &[usize]| judge(history, indices, &clocks, &mut stats);
-    let mut outcome = check_by_key(
-        CheckerName::Idempotency,
-        history,
-        &kinds,
-        "consistent",
-        judge_key,
-    );
-    if outcome.result == Verdict::Valid {
-        outcome.details["summary"] = Value::String(valid_summary(&stats));
-    }
-    outcome.details["stats"] = stats.to_json();
-    outcome
+    check_leases(CheckerName::Idempotency, history, faults, &kinds, judge)
 }
 
 /// One id: the rules in order, the first violation wins.
@@ -110,23 +95,22 @@ fn judge(
     Ok(verdict)
 }
 
-fn valid_summary(stats: &Stats) -> String {
-    format!(
-        "{} ids with one result each ({} completed), one owner at a time with rising tokens; \
+impl LeaseStats for Stats {
+    fn valid_summary(&self) -> String {
+        let stats = self;
+        format!(
+            "{} ids with one result each ({} completed), one owner at a time with rising tokens; \
          {} starts ({} restarts), {} of {} late completes refused",
-        stats.ids,
-        stats.ids_completed,
-        stats.begins[0],
-        stats.restarts,
-        stats.late_completes_not_owned,
-        stats.late_completes.iter().sum::<u64>()
-    )
-}
+            stats.ids,
+            stats.ids_completed,
+            stats.begins[0],
+            stats.restarts,
+            stats.late_completes_not_owned,
+            stats.late_completes.iter().sum::<u64>()
+        )
+    }
 
-impl Stats {
     fn to_json(&self) -> Value {
-        let by_status =
-            |counts: &[u64; 3]| json!({ "ok": counts[0], "fail": counts[1], "info": counts[2] });
         json!({
             "ids": self.ids,
             "ids_completed": self.ids_completed,
@@ -144,7 +128,9 @@ impl Stats {
             "pairs_excused_by_clock_faults": self.pairs_excused_by_clock_faults,
         })
     }
+}
 
+impl Stats {
     /// Counts a complete or an abort by its outcome.
     fn count_end(&mut self, op: &Op, late: bool, not_owned: bool) {
         let status = slot(op.status());

@@ -4,10 +4,11 @@
 //! for a second owner inside a lease (`second_owner`), and how rules read the fields that
 //! these workloads add to an op. Knows nothing of locks or records.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
+use super::{CheckerName, Outcome, Verdict, check_by_key};
 use crate::fault::FaultEvent;
-use crate::history::{Op, Status};
+use crate::history::{Op, OpKind, Status};
 
 /// How much slower than the runner's clock a node's clock may run, per mille of a TTL: a
 /// lease is taken to last at least this much less than its TTL.
@@ -39,6 +40,44 @@ impl Lease<'_> {
         let expiry_ns = self.call_ns.saturating_add(lease_ns(self.ttl_ms));
         self.owner != later.owner && self.token < later.token && later.return_ns < expiry_ns
     }
+}
+
+/// What a lease checker counts while it judges, for the report.
+pub(super) trait LeaseStats: Default {
+    fn to_json(&self) -> Value;
+    /// The one-line summary of a valid history.
+    fn valid_summary(&self) -> String;
+}
+
+/// The rules of one key of a lease workload: `Err(reason)` = unknown, `Ok(Err(evidence))`
+/// = invalid.
+pub(super) type Judge<S> =
+    fn(&[Op], &[usize], &ClockFaults, &mut S) -> Result<Result<(), Value>, String>;
+
+/// Checks a lease workload's history key by key (`check_by_key`), judging pairs near clock
+/// faults in `faults` leniently, and adds the summary of a valid history and the counts.
+pub(super) fn check_leases<S: LeaseStats>(
+    checker: CheckerName,
+    history: &[Op],
+    faults: &[FaultEvent],
+    kinds: &[OpKind],
+    judge: Judge<S>,
+) -> Outcome {
+    let clocks = ClockFaults::new(faults);
+    let mut stats = S::default();
+    let judge_key =
+        |history: &[Op], indices: &[usize]| judge(history, indices, &clocks, &mut stats);
+    let mut outcome = check_by_key(checker, history, kinds, "consistent", judge_key);
+    if outcome.result == Verdict::Valid {
+        outcome.details["summary"] = Value::String(stats.valid_summary());
+    }
+    outcome.details["stats"] = stats.to_json();
+    outcome
+}
+
+/// `[ok, fail, info]` counts (see `slot`) as a JSON object.
+pub(super) fn by_status(counts: &[u64; 3]) -> Value {
+    json!({ "ok": counts[0], "fail": counts[1], "info": counts[2] })
 }
 
 /// The least time a lease of `ttl_ms` lasts by the runner's clock, counted from its call:
@@ -180,4 +219,53 @@ pub(super) fn evidence(key: &str, explanation: String, ops: &[(&str, Value)]) ->
 pub(super) fn ms_between(from_ns: u64, to_ns: u64) -> String {
     let ns = to_ns as i128 - from_ns as i128;
     format!("{:.1}", ns as f64 / 1e6)
+}
+
+/// Helpers of the lease checkers' rule tests: histories written inline with times in ms.
+#[cfg(test)]
+pub(super) mod test_support {
+    use serde_json::{Value, json};
+
+    use crate::checker::{Outcome, Verdict};
+    use crate::fault::FaultEvent;
+    use crate::history::Op;
+
+    /// One op from JSON whose `call` and `return` are in ms.
+    pub fn op(text: &str) -> Op {
+        let mut value: Value = serde_json::from_str(text).unwrap();
+        for field in ["call", "return"] {
+            if let Some(ms) = value[field].as_u64() {
+                value[field] = json!(ms * 1_000_000);
+            }
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    /// A clock fault on node 1 from `start_ms` to `stop_ms`.
+    pub fn clock_fault(start_ms: u64, stop_ms: u64) -> FaultEvent {
+        FaultEvent {
+            fault: "clock".into(),
+            target: "n1 (leader) -2000 ms".into(),
+            start_ns: start_ms * 1_000_000,
+            stop_ns: Some(stop_ms * 1_000_000),
+            extra: Default::default(),
+        }
+    }
+
+    /// Checks `lines` with `faults` by `check`; the verdict must be `expected` and the
+    /// compact details must contain `needle`. Returns the details.
+    pub fn check_case(
+        check: fn(&[Op], &[FaultEvent]) -> Outcome,
+        lines: &[&str],
+        faults: &[FaultEvent],
+        expected: Verdict,
+        needle: &str,
+    ) -> Value {
+        let history: Vec<Op> = lines.iter().map(|line| op(line)).collect();
+        let outcome = check(&history, faults);
+        let details = serde_json::to_string(&outcome.details).unwrap();
+        assert_eq!(outcome.result, expected, "{lines:#?}\n{details}");
+        assert!(details.contains(needle), "{needle:?} not in {details}");
+        outcome.details
+    }
 }

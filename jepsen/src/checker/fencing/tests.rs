@@ -5,38 +5,14 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::checker::Verdict;
 use crate::checker::lease::lease_ns;
-
-/// One op from JSON whose `call` and `return` are in ms.
-fn op(text: &str) -> Op {
-    let mut value: Value = serde_json::from_str(text).unwrap();
-    for field in ["call", "return"] {
-        if let Some(ms) = value[field].as_u64() {
-            value[field] = json!(ms * 1_000_000);
-        }
-    }
-    serde_json::from_value(value).unwrap()
-}
-
-fn clock_fault(start_ms: u64, stop_ms: u64) -> FaultEvent {
-    FaultEvent {
-        fault: "clock".into(),
-        target: "n1 (leader) -2000 ms".into(),
-        start_ns: start_ms * 1_000_000,
-        stop_ns: Some(stop_ms * 1_000_000),
-        extra: Default::default(),
-    }
-}
+use crate::checker::lease::test_support::{self, clock_fault};
 
 /// Checks `lines` with `faults`; the verdict must be `expected` and the compact details must
 /// contain `needle`.
 fn check_case(lines: &[&str], faults: &[FaultEvent], expected: Verdict, needle: &str) -> Value {
-    let history: Vec<Op> = lines.iter().map(|line| op(line)).collect();
-    let outcome = check(&history, faults);
-    let details = serde_json::to_string(&outcome.details).unwrap();
-    assert_eq!(outcome.result, expected, "{lines:#?}\n{details}");
-    assert!(details.contains(needle), "{needle:?} not in {details}");
-    outcome.details
+    test_support::check_case(check, lines, faults, expected, needle)
 }
 
 /// A holds lock L (token 5, TTL 1000 ms) from 0 ms; B is granted token 9 at 500 ms.

@@ -2,39 +2,14 @@
 //! ms), with and without clock faults. The fixtures under `jepsen/fixtures/idempotency/`
 //! cover whole histories.
 
-use serde_json::{Value, json};
-
 use super::*;
-
-/// One op from JSON whose `call` and `return` are in ms.
-fn op(text: &str) -> Op {
-    let mut value: Value = serde_json::from_str(text).unwrap();
-    for field in ["call", "return"] {
-        if let Some(ms) = value[field].as_u64() {
-            value[field] = json!(ms * 1_000_000);
-        }
-    }
-    serde_json::from_value(value).unwrap()
-}
-
-fn clock_fault(start_ms: u64, stop_ms: u64) -> FaultEvent {
-    FaultEvent {
-        fault: "clock".into(),
-        target: "n1 (leader) +2000 ms".into(),
-        start_ns: start_ms * 1_000_000,
-        stop_ns: Some(stop_ms * 1_000_000),
-        extra: Default::default(),
-    }
-}
+use crate::checker::Verdict;
+use crate::checker::lease::test_support::{self, clock_fault};
 
 /// Checks `lines` with `faults`; the verdict must be `expected` and the compact details must
 /// contain `needle`.
 fn check_case(lines: &[&str], faults: &[FaultEvent], expected: Verdict, needle: &str) {
-    let history: Vec<Op> = lines.iter().map(|line| op(line)).collect();
-    let outcome = check(&history, faults);
-    let details = serde_json::to_string(&outcome.details).unwrap();
-    assert_eq!(outcome.result, expected, "{lines:#?}\n{details}");
-    assert!(details.contains(needle), "{needle:?} not in {details}");
+    test_support::check_case(check, lines, faults, expected, needle);
 }
 
 /// `begin` by `owner` at `call`..`ret` answered started with `token`, TTL 1000 ms.

@@ -135,10 +135,10 @@ async fn acquire(client: &Client, hold: &Hold, who: u64, clock: &RunClock) -> (O
         Value::Null,
         clock,
     );
-    insert(&mut op, "lock", hold.lock.as_str());
-    insert(&mut op, "owner", hold.owner.as_str());
-    insert(&mut op, "ttl_ms", hold.ttl_ms);
-    insert(&mut op, "wait_ms", WAIT.as_millis() as u64);
+    op.set("lock", hold.lock.as_str());
+    op.set("owner", hold.owner.as_str());
+    op.set("ttl_ms", hold.ttl_ms);
+    op.set("wait_ms", WAIT.as_millis() as u64);
     let options = AcquireOptions {
         owner: Some(hold.owner.clone().into_bytes()),
         ttl: Duration::from_millis(hold.ttl_ms),
@@ -150,16 +150,16 @@ async fn acquire(client: &Client, hold: &Hold, who: u64, clock: &RunClock) -> (O
             (true, Some(holder)) => (Status::Ok, Some(holder.token)),
             (true, None) => (Status::Info, None),
             (false, _) => {
-                insert(&mut op, "error", "busy");
+                op.set("error", "busy");
                 (Status::Fail, None)
             }
         },
         Err(error) => {
-            insert(&mut op, "error", outcome::error_name(&error));
+            op.set("error", outcome::error_name(&error));
             (outcome::write_status(&error), None)
         }
     };
-    insert(&mut op, "token", token);
+    op.set("token", token);
     (returned(op, status, Value::Null, clock), token)
 }
 
@@ -182,10 +182,10 @@ async fn fput(
         Value::Null,
         clock,
     );
-    insert(&mut op, "lock", hold.lock.as_str());
-    insert(&mut op, "token", token);
-    insert(&mut op, "owner", hold.owner.as_str());
-    insert(&mut op, "late", late);
+    op.set("lock", hold.lock.as_str());
+    op.set("token", token);
+    op.set("owner", hold.owner.as_str());
+    op.set("late", late);
     let fence = Fence {
         lock: hold.lock.as_bytes().to_vec(),
         token,
@@ -199,11 +199,11 @@ async fn fput(
         .await
     {
         Ok(answer) => {
-            insert(&mut op, "revision", answer.revision);
+            op.set("revision", answer.revision);
             Status::Ok
         }
         Err(error) => {
-            insert(&mut op, "error", outcome::error_name(&error));
+            op.set("error", outcome::error_name(&error));
             outcome::write_status(&error)
         }
     };
@@ -220,25 +220,21 @@ async fn release(client: &Client, hold: &Hold, token: u64, who: u64, clock: &Run
         Value::Null,
         clock,
     );
-    insert(&mut op, "lock", hold.lock.as_str());
-    insert(&mut op, "token", token);
-    insert(&mut op, "owner", hold.owner.as_str());
+    op.set("lock", hold.lock.as_str());
+    op.set("token", token);
+    op.set("owner", hold.owner.as_str());
     let status = match client.release(hold.lock.as_bytes(), token).await {
         Ok(answer) => {
             let successor = answer.successor.map(|holder| holder.token);
-            insert(&mut op, "successor_token", successor);
+            op.set("successor_token", successor);
             Status::Ok
         }
         Err(error) => {
-            insert(&mut op, "error", outcome::error_name(&error));
+            op.set("error", outcome::error_name(&error));
             outcome::write_status(&error)
         }
     };
     returned(op, status, Value::Null, clock)
-}
-
-fn insert(op: &mut Op, name: &str, value: impl Into<Value>) {
-    op.extra.insert(name.to_string(), value.into());
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ async fn begin(
     clock: &RunClock,
 ) -> (Op, Option<u64>) {
     let mut op = record_op(OpKind::Begin, attempt, Value::Null, who, clock);
-    insert(&mut op, "ttl_ms", attempt.ttl_ms);
+    op.set("ttl_ms", attempt.ttl_ms);
     let ttl = Duration::from_millis(attempt.ttl_ms);
     let answer = client
         .begin(
@@ -137,25 +137,25 @@ async fn begin(
         .await;
     let (status, token) = match answer {
         Ok(BeginResult::Started { token, .. }) => {
-            insert(&mut op, "state", "started");
+            op.set("state", "started");
             (Status::Ok, Some(token))
         }
         Ok(BeginResult::InProgress { owner, .. }) => {
-            insert(&mut op, "state", "in-progress");
-            insert(&mut op, "holder", text(&owner));
+            op.set("state", "in-progress");
+            op.set("holder", text(&owner));
             (Status::Ok, None)
         }
         Ok(BeginResult::Completed { result, .. }) => {
-            insert(&mut op, "state", "completed");
-            insert(&mut op, "result", text(&result));
+            op.set("state", "completed");
+            op.set("result", text(&result));
             (Status::Ok, None)
         }
         Err(error) => {
-            insert(&mut op, "error", outcome::error_name(&error));
+            op.set("error", outcome::error_name(&error));
             (outcome::write_status(&error), None)
         }
     };
-    insert(&mut op, "token", token);
+    op.set("token", token);
     (returned(op, status, Value::Null, clock), token)
 }
 
@@ -170,9 +170,9 @@ async fn complete(
     let result = result_of(&attempt.owner, token);
     let value = Value::String(result.clone());
     let mut op = record_op(OpKind::Complete, attempt, value, who, clock);
-    insert(&mut op, "token", token);
-    insert(&mut op, "result_ttl_ms", RESULT_TTL_MS);
-    insert(&mut op, "late", attempt.late);
+    op.set("token", token);
+    op.set("result_ttl_ms", RESULT_TTL_MS);
+    op.set("late", attempt.late);
     let answer = client
         .complete(
             SCOPE.as_bytes(),
@@ -184,13 +184,13 @@ async fn complete(
         .await;
     let status = match answer {
         Ok(answer) => {
-            insert(&mut op, "state", "completed");
-            insert(&mut op, "result", text(&answer.result));
-            insert(&mut op, "replayed", answer.replayed);
+            op.set("state", "completed");
+            op.set("result", text(&answer.result));
+            op.set("replayed", answer.replayed);
             Status::Ok
         }
         Err(error) => {
-            insert(&mut op, "error", outcome::error_name(&error));
+            op.set("error", outcome::error_name(&error));
             outcome::write_status(&error)
         }
     };
@@ -200,15 +200,15 @@ async fn complete(
 /// Drops the attempt's record started with `token`.
 async fn abort(client: &Client, attempt: &Attempt, token: u64, who: u64, clock: &RunClock) -> Op {
     let mut op = record_op(OpKind::Abort, attempt, Value::Null, who, clock);
-    insert(&mut op, "token", token);
-    insert(&mut op, "late", attempt.late);
+    op.set("token", token);
+    op.set("late", attempt.late);
     let answer = client
         .abort(SCOPE.as_bytes(), attempt.id.as_bytes(), token)
         .await;
     let status = match answer {
         Ok(_) => Status::Ok,
         Err(error) => {
-            insert(&mut op, "error", outcome::error_name(&error));
+            op.set("error", outcome::error_name(&error));
             outcome::write_status(&error)
         }
     };
@@ -218,28 +218,28 @@ async fn abort(client: &Client, attempt: &Attempt, token: u64, who: u64, clock: 
 /// A linearizable read of record `id` (a final read).
 pub(super) async fn get(client: &Client, id: &str, who: u64, clock: &RunClock) -> Op {
     let mut op = called(who, OpKind::Get, id, Value::Null, Value::Null, clock);
-    insert(&mut op, "scope", SCOPE);
-    insert(&mut op, "id", id);
+    op.set("scope", SCOPE);
+    op.set("id", id);
     let answer = client
         .idempotency_get(SCOPE.as_bytes(), id.as_bytes(), Consistency::Linearizable)
         .await;
     let (status, output) = match answer.map(|answer| answer.state) {
         Ok(None) => {
-            insert(&mut op, "state", "absent");
+            op.set("state", "absent");
             (Status::Ok, Value::Null)
         }
         Ok(Some(RecordState::InProgress { owner, .. })) => {
-            insert(&mut op, "state", "in-progress");
-            insert(&mut op, "holder", text(&owner));
+            op.set("state", "in-progress");
+            op.set("holder", text(&owner));
             (Status::Ok, Value::Null)
         }
         Ok(Some(RecordState::Completed { result, .. })) => {
-            insert(&mut op, "state", "completed");
-            insert(&mut op, "result", text(&result));
+            op.set("state", "completed");
+            op.set("result", text(&result));
             (Status::Ok, Value::String(text(&result)))
         }
         Err(error) => {
-            insert(&mut op, "error", outcome::error_name(&error));
+            op.set("error", outcome::error_name(&error));
             (outcome::read_status(&error), Value::Null)
         }
     };
@@ -249,19 +249,15 @@ pub(super) async fn get(client: &Client, id: &str, who: u64, clock: &RunClock) -
 /// A new op of the attempt's record, with the fields every one carries.
 fn record_op(kind: OpKind, attempt: &Attempt, value: Value, who: u64, clock: &RunClock) -> Op {
     let mut op = called(who, kind, &attempt.id, value, Value::Null, clock);
-    insert(&mut op, "scope", SCOPE);
-    insert(&mut op, "id", attempt.id.as_str());
-    insert(&mut op, "owner", attempt.owner.as_str());
+    op.set("scope", SCOPE);
+    op.set("id", attempt.id.as_str());
+    op.set("owner", attempt.owner.as_str());
     op
 }
 
 /// Owners and results are the workload's own ASCII; anything else is shown lossily.
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn insert(op: &mut Op, name: &str, value: impl Into<Value>) {
-    op.extra.insert(name.to_string(), value.into());
 }
 
 #[cfg(test)]
