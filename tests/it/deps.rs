@@ -10,9 +10,16 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("keel-proto", &["keel-types"]),
     ("keel-storage", &["keel-types"]),
     ("keel-raft", &["keel-types", "keel-storage"]),
+    ("keel-meta", &["keel-types"]),
     (
         "keel-server",
-        &["keel-types", "keel-proto", "keel-storage", "keel-raft"],
+        &[
+            "keel-types",
+            "keel-proto",
+            "keel-storage",
+            "keel-raft",
+            "keel-meta",
+        ],
     ),
     ("keel-client", &["keel-types", "keel-proto"]),
     // The `keel` binary hosts `keel serve`, its only use of keel-server.

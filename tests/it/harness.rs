@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use keel_client::{Client, ClientOptions, GetResult};
 use keel_proto::v1::kv_client::KvClient;
 use keel_server::{Faults, KvSettings, Node, NodeConfig, RaftTimings};
-use keel_types::{Consistency, ManualClock, NodeId};
+use keel_types::{Consistency, ManualClock, NodeId, RangeId};
 use tonic::transport::Channel;
 
 /// How long a test waits for a condition (an election, replication) before it fails.
@@ -134,14 +134,10 @@ impl Cluster {
         self.nodes.keys().copied().collect()
     }
 
-    /// Node `id`'s view of the range.
+    /// Node `id`'s view of the first data range.
     pub async fn range_status(&self, id: NodeId) -> keel_proto::v1::RangeStatus {
         let status = self.client().status(&self.endpoint(id)).await.unwrap();
-        status
-            .ranges
-            .into_iter()
-            .next()
-            .expect("the node serves a range")
+        first_range(status.ranges).expect("the node serves the first data range")
     }
 
     /// Waits until node `id` has applied some write of `key`, and returns its follower read.
@@ -161,7 +157,7 @@ impl Cluster {
             let mut leaders = Vec::new();
             for id in self.running() {
                 let status = client.status(&self.endpoint(id)).await.ok()?;
-                leaders.push(status.ranges.first()?.leader_id?);
+                leaders.push(first_range(status.ranges)?.leader_id?);
             }
             let leader = *leaders.first()?;
             let agreed = leaders.iter().all(|other| *other == leader);
@@ -175,6 +171,13 @@ impl Cluster {
             self.stop_node(id).await;
         }
     }
+}
+
+/// The status of the first data range (`RangeId::FIRST`) among a node's ranges.
+fn first_range(ranges: Vec<keel_proto::v1::RangeStatus>) -> Option<keel_proto::v1::RangeStatus> {
+    ranges
+        .into_iter()
+        .find(|range| range.range_id == RangeId::FIRST.0)
 }
 
 /// Polls `probe` until it returns `Some`, failing the test after `WAIT_LIMIT`.

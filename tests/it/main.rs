@@ -9,4 +9,5 @@ mod exactly_once;
 mod harness;
 mod idempotency;
 mod locks;
+mod ranges;
 mod ttl;

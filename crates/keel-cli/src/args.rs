@@ -21,9 +21,10 @@ pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
     after_help = "Exit codes: 0 ok; 1 key not found (get), condition failed (cas), not a counter or \
                   overflow (incr), fenced out (a write whose lock was taken over), lock not \
                   acquired (lock acquire) or not held (renew, release), idempotency record not \
-                  owned (complete, abort) or absent (idem get); 2 usage error or invalid \
-                  argument; 3 unavailable, overloaded, timed out, outcome unknown (or request id \
-                  expired while retrying) or fatal."
+                  owned (complete, abort) or absent (idem get), split refused (the key already \
+                  starts a range, or the range changed); 2 usage error or invalid argument; \
+                  3 unavailable, overloaded, timed out, outcome unknown (or request id expired \
+                  while retrying) or fatal."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -213,6 +214,20 @@ pub enum IdemCommand {
 pub enum ClusterCommand {
     /// Ask every endpoint for its view of the cluster.
     Status,
+    /// List the ranges in key order: id, span, epoch, replicas, leader, size in bytes, live
+    /// keys, requests per second (from the meta range and the answering node).
+    Ranges,
+    /// Split the range holding KEY so that KEY starts a new range; prints both halves.
+    #[command(
+        after_help = "Refused (exit 1) when KEY already starts a range or the range \
+                            changed meanwhile. A split whose answer was lost exits 3; \
+                            `keel cluster ranges` shows whether it happened."
+    )]
+    Split {
+        /// The first key of the new range.
+        #[arg(long, value_name = "KEY")]
+        at: OsString,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -493,6 +508,24 @@ mod tests {
             &["lock", "release", "jobs", "x"],
             &["idem", "begin", "pay", "o-1", "--ttl", "30"],
         ] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_split_takes_its_key_with_at() {
+        let cli = parse(&["cluster", "split", "--at", "k0100"]).unwrap();
+        let Command::Cluster(ClusterCommand::Split { at }) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!(bytes(&at), b"k0100");
+        let cli = parse(&["cluster", "ranges", "--output", "json"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Cluster(ClusterCommand::Ranges)
+        ));
+        assert_eq!(cli.global.output, Output::Json);
+        for args in [&["cluster", "split"][..], &["cluster", "split", "k0100"]] {
             assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
         }
     }

@@ -121,6 +121,14 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             &status(&client, &global.endpoints).await,
             out,
         )),
+        Command::Cluster(ClusterCommand::Ranges) => {
+            let ranges = client.ranges().await?;
+            Ok(output::cluster::ranges(&ranges, out))
+        }
+        Command::Cluster(ClusterCommand::Split { at }) => {
+            let (left, right) = client.split(&bytes(&at)).await?;
+            Ok(output::cluster::split(&left, &right, out))
+        }
         Command::Serve(_) | Command::Dev(_) => {
             unreachable!("main runs serve and dev; only client commands come here")
         }

@@ -1,5 +1,6 @@
 //! The `keel` binary: `serve` one node, run a local `dev` cluster, or talk to a cluster
-//! (`put`, `get`, `del`, `cas`, `incr`, `scan`, `lock ...`, `idem ...`, `cluster status`).
+//! (`put`, `get`, `del`, `cas`, `incr`, `scan`, `lock ...`, `idem ...`, `cluster status`,
+//! `cluster ranges`, `cluster split`).
 //! Its only server-side dependency is `keel_server::{ServeArgs, run}`; the client commands
 //! use keel-client alone.
 

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::duration;
 
+pub mod cluster;
 pub mod idem;
 pub mod lock;
 
@@ -18,7 +19,8 @@ pub mod code {
     /// condition false, `incr` found no counter or would overflow, a fenced write found its
     /// lock taken over, `lock acquire` found the lock held, a renew or release found the
     /// token not holding it, `idem complete`/`abort` found the record not owned, `idem get`
-    /// found no record.
+    /// found no record, `cluster split` found the key starting a range already (or the
+    /// range changed).
     pub const NOT_FOUND_OR_FAILED: u8 = 1;
     /// Bad usage or an argument the cluster refused.
     pub const USAGE: u8 = 2;
@@ -58,9 +60,13 @@ pub fn exit_code(error: &KvError) -> u8 {
         | KvError::Overflow { .. }
         | KvError::FencedOut { .. }
         | KvError::LockNotHeld { .. }
-        | KvError::RecordNotOwned { .. } => code::NOT_FOUND_OR_FAILED,
+        | KvError::RecordNotOwned { .. }
+        | KvError::EpochMismatch { .. } => code::NOT_FOUND_OR_FAILED,
         KvError::InvalidArgument { .. } => code::USAGE,
-        KvError::NotLeader { .. }
+        // The client retries it through a refreshed range table; seen here only when that
+        // ran out of attempts.
+        KvError::KeyOutOfRange { .. }
+        | KvError::NotLeader { .. }
         | KvError::Unavailable { .. }
         | KvError::Overloaded { .. }
         | KvError::Timeout { .. }

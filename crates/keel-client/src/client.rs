@@ -1,38 +1,43 @@
-//! The client: validates input, routes each request to the cached leader, and runs the retry
-//! policy of `retry` within the request deadline (reads here, writes in `write`). The lock
-//! and idempotency calls live in `lock`, `idempotency` and `idempotent`. Knows nothing of
-//! server internals.
+//! The client: validates input, routes each request by its key (`route`: the leader of the
+//! key's range in the range table, or the cached leader of a cluster without one), and runs
+//! the retry policy of `retry` within the request deadline (reads here, writes in `write`).
+//! Batches are in `batch`, scans in `scan`, the Cluster service in `cluster`, the lock and
+//! idempotency calls in `lock`, `idempotency` and `idempotent`. Knows nothing of server
+//! internals.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use keel_proto::v1;
-use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{
-    BatchOp, Consistency, Fence, KvError, NodeId, RangeId, SharedClock, limits, validate,
-};
+use keel_types::{Consistency, Fence, KvError, SharedClock, validate};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::attempt::{self, AttemptError};
 use crate::endpoints::{self, Pool};
-use crate::options::{self, BatchOptions, ClientOptions, DeleteOptions, PutOptions};
-use crate::results::{
-    self, BatchResult, DeleteResult, GetResult, IncrementResult, PutResult, ScanResult,
-};
-use crate::retry::{self, Decision, Target};
+use crate::options::{self, ClientOptions, DeleteOptions, PutOptions};
+use crate::range_cache::RangeCache;
+use crate::results::{self, DeleteResult, GetResult, IncrementResult, PutResult, Served};
+use crate::retry::{self, Decision};
 use crate::session::{MonotonicClock, Sessions};
 use crate::stub::Stub;
 
+mod batch;
+mod cluster;
 mod idempotency;
 mod idempotent;
 mod lock;
+mod route;
+mod scan;
 mod write;
 
-/// A handle on a Keel cluster. Cheap to clone; clones share connections and the leader cache.
+use route::RouteBy;
+
+/// A handle on a Keel cluster. Cheap to clone; clones share connections, the range table and
+/// the leader caches.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
@@ -43,9 +48,13 @@ struct Inner {
     endpoints: Vec<String>,
     options: ClientOptions,
     pool: Pool,
-    /// The URI that last served a leader-only request, or that a replica named as leader.
+    /// The range table: which range holds a key and which node leads it.
+    ranges: RangeCache,
+    /// Without a range table (none yet, or an older cluster): the URI that last served a
+    /// leader-only request, or that a replica named as leader.
     leader: Mutex<Option<String>>,
-    /// Rotation over `endpoints` when the leader is unknown or unreachable.
+    /// Rotation over `endpoints`, and over a range's replicas, when the leader is unknown or
+    /// unreachable.
     cursor: AtomicUsize,
     /// The client session and the request ids of writes in flight.
     sessions: Arc<Sessions>,
@@ -69,6 +78,14 @@ const WRITE: Kind = Kind {
     needs_leader: true,
     held: Duration::ZERO,
 };
+
+/// How a read of `key` routes: a follower read to any replica, others to the leader.
+fn read_route(key: &[u8], consistency: Consistency) -> RouteBy<'_> {
+    match consistency {
+        Consistency::Follower => RouteBy::AnyReplica(key),
+        Consistency::Linearizable | Consistency::Lease => RouteBy::Key(key),
+    }
+}
 
 fn read(consistency: Consistency) -> Kind {
     Kind {
@@ -96,6 +113,7 @@ impl Client {
         let inner = Inner {
             endpoints,
             pool: Pool::new(options.clone()),
+            ranges: RangeCache::new(options.range_refresh_interval),
             sessions: Sessions::new(clock, options.session_max_age),
             options,
             leader: Mutex::new(None),
@@ -121,11 +139,17 @@ impl Client {
             no_forward: true,
         };
         let timeout = self.inner.options.request_timeout;
+        let by = read_route(key, consistency);
         let response = self
-            .call(read(consistency), timeout, |mut kv: KvClient<Channel>| {
-                let request = request.clone();
-                async move { kv.get(request).await }
-            })
+            .call(
+                read(consistency),
+                by,
+                timeout,
+                |mut kv: KvClient<Channel>| {
+                    let request = request.clone();
+                    async move { kv.get(request).await }
+                },
+            )
             .await?;
         results::get(response)
     }
@@ -154,7 +178,7 @@ impl Client {
             fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(WRITE, |mut kv: KvClient<Channel>, id| {
+            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
                 let request = v1::PutRequest {
                     request_id: Some(id.into()),
                     ..request.clone()
@@ -180,7 +204,7 @@ impl Client {
             fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(WRITE, |mut kv: KvClient<Channel>, id| {
+            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
                 let request = v1::DeleteRequest {
                     request_id: Some(id.into()),
                     ..request.clone()
@@ -204,7 +228,7 @@ impl Client {
             no_forward: true,
         };
         let response = self
-            .write(WRITE, |mut kv: KvClient<Channel>, id| {
+            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
                 let request = v1::IncrementRequest {
                     request_id: Some(id.into()),
                     ..request.clone()
@@ -215,164 +239,71 @@ impl Client {
         results::increment(response)
     }
 
-    /// One page of the keys of `[start, end)` (empty `end` = to the end of the keyspace), at
-    /// most `limit` rows (0 = the default). Follow `next_start` for the next page.
-    pub async fn scan(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        limit: u32,
-        consistency: Consistency,
-    ) -> Result<ScanResult, KvError> {
-        let limit = validate::check_scan(start, end, limit)?;
-        let request = v1::ScanRequest {
-            start: start.to_vec(),
-            end: end.to_vec(),
-            limit,
-            consistency: v1::Consistency::from(consistency).into(),
-            no_forward: true,
-        };
-        let timeout = self.inner.options.request_timeout;
-        let response = self
-            .call(read(consistency), timeout, |mut kv: KvClient<Channel>| {
-                let request = request.clone();
-                async move { kv.scan(request).await }
-            })
-            .await?;
-        results::scan(response)
-    }
-
-    /// Applies `ops` (puts, deletes, increments) atomically at one revision, or none of them.
-    pub async fn batch(&self, ops: Vec<BatchOp>) -> Result<BatchResult, KvError> {
-        self.batch_with(ops, BatchOptions::default()).await
-    }
-
-    /// Like `batch`, with the options of the whole batch (a fence guarding every key it
-    /// writes).
-    pub async fn batch_with(
-        &self,
-        ops: Vec<BatchOp>,
-        options: BatchOptions,
-    ) -> Result<BatchResult, KvError> {
-        validate::check_ops(&ops)?;
-        let count = ops.len();
-        let request = v1::BatchRequest {
-            ops: ops.into_iter().map(Into::into).collect(),
-            no_forward: true,
-            request_id: None,
-            fence: checked_fence(options.fence)?,
-        };
-        let response = self
-            .write(WRITE, |mut kv: KvClient<Channel>, id| {
-                let request = v1::BatchRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { kv.batch(request).await }
-            })
-            .await?;
-        results::batch(response, count)
-    }
-
-    /// The cluster as the node at `endpoint` sees it. One attempt, to that node only: the
-    /// answer is about the node asked.
-    pub async fn status(&self, endpoint: &str) -> Result<v1::StatusResponse, KvError> {
-        self.cluster_call(endpoint, |mut cluster| async move {
-            cluster.status(v1::StatusRequest {}).await
-        })
-        .await
-    }
-
-    /// Asks the leader of `range` to hand leadership to its voter `node`. Any node accepts
-    /// the request and forwards it to the leader; the endpoints are tried in turn, one
-    /// attempt each. Returns once the hand-over has started.
-    pub async fn transfer_leader(&self, range: RangeId, node: NodeId) -> Result<(), KvError> {
-        let request = v1::TransferLeaderRequest {
-            range_id: range.0,
-            node_id: node,
-            no_forward: false,
-        };
-        let mut last = KvError::unavailable("the client has no endpoints");
-        for endpoint in &self.inner.endpoints {
-            let answer = self
-                .cluster_call(endpoint, |mut cluster| async move {
-                    cluster.transfer_leader(request).await
-                })
-                .await;
-            match answer {
-                Ok(_) => return Ok(()),
-                Err(error @ KvError::InvalidArgument { .. }) => return Err(error),
-                Err(error) => last = error,
-            }
-        }
-        Err(last)
-    }
-
-    /// One call of the Cluster service at `endpoint`, within the request timeout.
-    async fn cluster_call<T, F, Fut>(&self, endpoint: &str, call: F) -> Result<T, KvError>
-    where
-        F: FnOnce(ClusterClient<Channel>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        let uri = endpoints::normalize(endpoint)?;
-        let channel = self.inner.pool.channel(&uri)?;
-        let cluster =
-            ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-        let timeout = self.inner.options.request_timeout;
-        match tokio::time::timeout(timeout, call(cluster)).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(retry::final_error(&locate(
-                &uri,
-                attempt::from_status(&status),
-            ))),
-            Err(_) => Err(retry::final_error(&timed_out(&uri, timeout))),
-        }
-    }
-
-    /// Runs the read `send` against the leader (or the next endpoint) until it succeeds or
-    /// the retry policy gives up, within `timeout`.
+    /// Runs the read `send` against the node `by` routes to (the leader, or another replica
+    /// of the key's range) until it succeeds or the retry policy gives up, within `timeout`.
     async fn call<S, T, F, Fut>(
         &self,
         kind: Kind,
+        by: RouteBy<'_>,
         timeout: Duration,
+        send: F,
+    ) -> Result<T, KvError>
+    where
+        S: Stub,
+        T: Served,
+        F: FnMut(S) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call_with(kind, by, timeout, retry::decide_read, send)
+            .await
+    }
+
+    /// `call` with the retry policy `decide` (attempt number, 1 for the first).
+    async fn call_with<S, T, F, Fut>(
+        &self,
+        kind: Kind,
+        by: RouteBy<'_>,
+        timeout: Duration,
+        decide: fn(&AttemptError, u32) -> Decision,
         mut send: F,
     ) -> Result<T, KvError>
     where
         S: Stub,
+        T: Served,
         F: FnMut(S) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let deadline = Instant::now() + timeout;
-        let mut uri = self.first_target();
+        self.prepare_routing(&by, deadline).await;
         // Endpoints that failed to connect or answer during this request; at most one per
         // attempt.
         let mut unreachable: Vec<String> = Vec::new();
+        let mut route = self.route(&by, &unreachable);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let error = match self.attempt(&uri, kind, deadline, &mut send).await {
+            let error = match self.attempt(&route.uri, kind, deadline, &mut send).await {
                 Ok(response) => {
-                    if kind.needs_leader {
-                        self.set_leader(Some(uri));
-                    }
+                    self.served(&route, response.range_id(), kind.needs_leader);
                     return Ok(response);
                 }
                 Err(error) => error,
             };
-            tracing::debug!(%uri, attempt, %error, "keel request attempt failed");
-            let target = match retry::decide_read(&error, attempt) {
+            tracing::debug!(uri = %route.uri, attempt, %error, "keel request attempt failed");
+            let target = match decide(&error, attempt) {
                 Decision::GiveUp(error) => return Err(error),
                 Decision::Retry { target } => target,
             };
-            self.note_failure(&uri, &error, &target, &mut unreachable);
-            let target = retry::skip_stale_hint(target, &unreachable);
+            let target = self.note_failure(&route, &error, target, &mut unreachable);
             let remaining = deadline.saturating_duration_since(Instant::now());
             let pause = retry::read_backoff(&error, &target, attempt, remaining);
             if pause >= remaining {
                 return Err(retry::read_deadline_passed(&error, timeout));
             }
             tokio::time::sleep(pause).await;
-            uri = self.retarget(target, uri, &unreachable);
+            route = self
+                .reroute(route, target, &by, deadline, &unreachable)
+                .await;
         }
     }
 
@@ -403,81 +334,6 @@ impl Client {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
             Err(_) => Err(timed_out(uri, budget)),
-        }
-    }
-
-    fn first_target(&self) -> String {
-        if let Some(leader) = self.leader() {
-            return leader;
-        }
-        let endpoints = &self.inner.endpoints;
-        endpoints[self.inner.cursor.load(Ordering::Relaxed) % endpoints.len()].clone()
-    }
-
-    /// After a failed attempt at `uri` that will be retried: stop sending there first unless
-    /// it is to be asked again, and remember it if it could not be reached or did not answer.
-    /// A lost answer does not make a node unreachable: it may be the leader, and a
-    /// follower's hint must lead back to it (a crashed node shows as unreachable at the
-    /// next connection attempt).
-    fn note_failure(
-        &self,
-        uri: &str,
-        error: &AttemptError,
-        target: &Target,
-        unreachable: &mut Vec<String>,
-    ) {
-        if *target != Target::Same {
-            self.forget_leader(uri);
-        }
-        if matches!(error, AttemptError::NotSent(_) | AttemptError::TimedOut(_)) {
-            unreachable.push(uri.to_string());
-        }
-    }
-
-    /// The URI of `target`, `current` being the last one tried. Rotation passes over
-    /// endpoints that were unreachable during this request while others remain, so attempts
-    /// are not spent on a crashed node.
-    fn retarget(&self, target: Target, current: String, unreachable: &[String]) -> String {
-        match target {
-            Target::Same => return current,
-            Target::Hinted(addr) => {
-                // `skip_stale_hint` turned unparsable hints into `Next`; this is a second guard.
-                if let Ok(uri) = endpoints::normalize(&addr.addr) {
-                    self.set_leader(Some(uri.clone()));
-                    return uri;
-                }
-            }
-            Target::Next => {}
-        }
-        let endpoints = &self.inner.endpoints;
-        let mut next = String::new();
-        for _ in 0..endpoints.len() {
-            let index = self.inner.cursor.fetch_add(1, Ordering::Relaxed) + 1;
-            next = endpoints[index % endpoints.len()].clone();
-            if !unreachable.contains(&next) {
-                break;
-            }
-        }
-        next
-    }
-
-    fn leader(&self) -> Option<String> {
-        self.inner
-            .leader
-            .lock()
-            .expect("leader lock poisoned")
-            .clone()
-    }
-
-    fn set_leader(&self, uri: Option<String>) {
-        *self.inner.leader.lock().expect("leader lock poisoned") = uri;
-    }
-
-    /// After a failure at `uri`, stop sending there first if it was the cached leader.
-    fn forget_leader(&self, uri: &str) {
-        let mut leader = self.inner.leader.lock().expect("leader lock poisoned");
-        if leader.as_deref() == Some(uri) {
-            *leader = None;
         }
     }
 }

@@ -1,11 +1,30 @@
 //! Keel's Rust client. Depends only on `keel-types` and `keel-proto`; knows nothing of
-//! servers, storage or Raft.
+//! servers, storage, Raft or placement: its range table is a cache the cluster corrects.
 //!
 //! # Routing
-//! The client caches the leader's endpoint: the one that last served a leader-only request
-//! (writes, linearizable and lease reads), or the one a replica named in `NotLeader`. Requests
-//! go there with `no_forward = true`, or to the next configured endpoint when the leader is
-//! unknown. A named leader need not be in the configured list.
+//! The client keeps the cluster's range table (`Cluster.Ranges`: each range's span, replicas
+//! and leader, and the nodes' addresses), fetched on first use by one request for all.
+//! A request goes to the leader of the range holding its key (a scan's start, a batch's
+//! first key, a lock's name, an idempotency record's key), or to a replica of it in turn
+//! while the leader is unknown, with `no_forward = true`; a `NotLeader` hint sets that
+//! range's leader. The table is refreshed when an answer shows it is stale: `KeyOutOfRange`,
+//! `EpochMismatch`, a `NotLeader` naming another range than the table picked (the request is
+//! then sent again through the new table, same request id), or a success from another range
+//! (the next request refreshes first). One refresh runs at a time and concurrent requests
+//! share it; fetches are at least `ClientOptions::range_refresh_interval` apart.
+//!
+//! A cluster that answers `Cluster.Ranges` with UNIMPLEMENTED (a server from before ranges)
+//! is one range: requests go to the leader that last served a leader-only request, or that
+//! a replica named; else to the next configured endpoint. A named leader need not be in the
+//! configured list.
+//!
+//! # Batches and scans across ranges
+//! A range applies a batch atomically; `Client::batch` refuses, before sending, a batch whose
+//! keys the table places in more than one range (`InvalidArgument`, naming two of them).
+//! `Client::batch_non_atomic` sends such ops in parts, one per range, each an atomic batch
+//! with its own request id; the parts are not atomic together. `Client::scan` gathers a page
+//! across range ends (each range's part routed by the key it starts at), so following
+//! `next_start` lists each key once, in order, however the keyspace is split.
 //!
 //! # Request ids
 //! Every write (put, delete, batch, increment, and the lock and idempotency writes: acquire,
@@ -45,6 +64,10 @@
 //! session and a new id, once; otherwise it is returned: the write may have been applied
 //! under the expired id, and sending it under a new one could apply it twice.
 //!
+//! `KeyOutOfRange` (and `EpochMismatch` on a data request) also means not applied: the server
+//! refuses before it stores a request record, so the write is sent again, same id, through
+//! the refreshed table. On `Client::split` (no request id) `EpochMismatch` is final.
+//!
 //! A hint naming an endpoint that could not be reached during the request is stale (replicas
 //! name a crashed leader until they elect a new one) and is ignored, and rotation passes over
 //! such endpoints while others remain.
@@ -83,8 +106,11 @@ mod errors;
 mod guard;
 mod options;
 mod random;
+mod range_cache;
+mod range_table;
 mod results;
 pub mod retry;
+mod scan_page;
 mod session;
 mod stub;
 
@@ -96,7 +122,8 @@ pub use options::{
     AcquireOptions, BatchOptions, ClientOptions, DeleteOptions, IdempotentOptions, PutOptions,
 };
 pub use results::{
-    AbortResult, AcquireResult, BatchResult, BeginResult, CompleteResult, DeleteResult, GetResult,
-    IdempotencyGetResult, IncrementResult, InspectResult, LockHolder, PutResult, RecordState,
-    ReleaseResult, RenewResult, ScanResult,
+    AbortResult, AcquireResult, BatchPart, BatchResult, BeginResult, CompleteResult, DeleteResult,
+    GetResult, IdempotencyGetResult, IncrementResult, InspectResult, LockHolder,
+    NonAtomicBatchResult, PutResult, RangeInfo, RecordState, ReleaseResult, RenewResult,
+    ScanResult,
 };

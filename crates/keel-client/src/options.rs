@@ -26,6 +26,10 @@ pub struct ClientOptions {
     pub session_max_age: Duration,
     /// Budget for opening one connection.
     pub connect_timeout: Duration,
+    /// Least time between two fetches of the range table (`Cluster.Ranges`). A request
+    /// refused for reaching the wrong range waits for the next fetch at most this long;
+    /// concurrent ones share it.
+    pub range_refresh_interval: Duration,
 }
 
 impl Default for ClientOptions {
@@ -37,6 +41,7 @@ impl Default for ClientOptions {
             write_attempt_timeout: Duration::from_secs(5),
             session_max_age: Duration::from_secs(5 * 60),
             connect_timeout: Duration::from_secs(1),
+            range_refresh_interval: Duration::from_millis(100),
         }
     }
 }

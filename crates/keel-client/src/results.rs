@@ -8,11 +8,13 @@ use keel_types::{KeyValue, KvError, NodeId, OpResult, Revision};
 
 pub(crate) mod idempotency;
 pub(crate) mod lock;
+pub(crate) mod ranges;
 
 pub use idempotency::{
     AbortResult, BeginResult, CompleteResult, IdempotencyGetResult, RecordState,
 };
 pub use lock::{AcquireResult, InspectResult, LockHolder, ReleaseResult, RenewResult};
+pub use ranges::RangeInfo;
 
 /// A read of one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +68,9 @@ pub struct IncrementResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanResult {
     pub kvs: Vec<KeyValue>,
-    /// The range's applied revision the page reflects.
+    /// The range's applied revision the page reflects. A page that crosses range boundaries
+    /// reflects each range at its own revision (revisions are per range); this is the first
+    /// range's.
     pub revision: Revision,
     /// `Some` when more rows follow: scan again from this key.
     pub next_start: Option<Vec<u8>>,
@@ -81,6 +85,89 @@ pub struct BatchResult {
     /// The batch had been applied by an earlier attempt; this is that attempt's answer.
     pub replayed: bool,
 }
+
+/// What `Client::batch_non_atomic` did. The ops were sent in parts, one per range; each part
+/// was applied atomically (all its ops at one revision of its range) or not at all, but the
+/// parts are independent: some may be applied and others not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonAtomicBatchResult {
+    /// One per op, in the caller's order: its result if its part was applied, else its
+    /// part's error (`OutcomeUnknown`: the part may have been applied; any other error: it
+    /// was not).
+    pub results: Vec<Result<OpResult, KvError>>,
+    /// The parts as last sent, in key order of their ranges.
+    pub parts: Vec<BatchPart>,
+}
+
+/// One part of a non-atomic batch: the ops of one range, sent as one atomic batch with its
+/// own request id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPart {
+    /// Indexes of the caller's ops it carried, ascending.
+    pub ops: Vec<usize>,
+    /// The revision the part was applied at, or its error.
+    pub revision: Result<Revision, KvError>,
+    /// The part had been applied by an earlier attempt; this is that attempt's answer.
+    pub replayed: bool,
+}
+
+impl NonAtomicBatchResult {
+    /// Whether every part was applied.
+    pub fn applied(&self) -> bool {
+        self.parts.iter().all(|part| part.revision.is_ok())
+    }
+
+    /// Every op's result in the caller's order if every part was applied; else the error
+    /// of the first op (in the caller's order) whose part was not.
+    pub fn into_results(self) -> Result<Vec<OpResult>, KvError> {
+        self.results.into_iter().collect()
+    }
+}
+
+/// A response that says which range served it (`ResponseHeader::range_id`; 0 = not said).
+pub(crate) trait Served {
+    fn range_id(&self) -> u64;
+}
+
+macro_rules! served {
+    ($($response:ty),*) => {$(
+        impl Served for $response {
+            fn range_id(&self) -> u64 {
+                self.header.as_ref().map_or(0, |header| header.range_id)
+            }
+        }
+    )*};
+}
+
+served!(
+    v1::GetResponse,
+    v1::PutResponse,
+    v1::DeleteResponse,
+    v1::IncrementResponse,
+    v1::ScanResponse,
+    v1::BatchResponse,
+    v1::AcquireResponse,
+    v1::RenewResponse,
+    v1::ReleaseResponse,
+    v1::InspectResponse,
+    v1::BeginResponse,
+    v1::CompleteResponse,
+    v1::AbortResponse,
+    v1::IdempotencyGetResponse
+);
+
+/// Answers that do not say which range served them.
+macro_rules! unserved {
+    ($($response:ty),*) => {$(
+        impl Served for $response {
+            fn range_id(&self) -> u64 {
+                0
+            }
+        }
+    )*};
+}
+
+unserved!(v1::OpenSessionResponse, v1::SplitResponse);
 
 /// The header every successful response must carry. A response without one breaks the
 /// protocol; for a write that was answered, the outcome is then unknown.

@@ -8,10 +8,15 @@
 //! the data or the caller's standing, which sending again cannot change: a failed condition,
 //! a bad argument, a non-counter or an overflow, a fenced-out write, a lock not held, an
 //! idempotency record not owned.
+//!
+//! Ranges: `KeyOutOfRange` (and `EpochMismatch` on a data request) means the request reached
+//! a range that does not hold its key and nothing was applied (the server refuses before it
+//! stores a request record): refresh the range table and send again, same id. On a split,
+//! `EpochMismatch` is final (the range changed, or the key already starts a range).
 
 use std::time::Duration;
 
-use keel_types::{KvError, NodeAddr, limits};
+use keel_types::{KvError, NodeAddr, RangeDescriptor, limits};
 
 use crate::attempt::AttemptError;
 use crate::endpoints;
@@ -30,6 +35,8 @@ pub enum Target {
     Next,
     /// The endpoint that answered: it is the right one, only busy (`Overloaded`).
     Same,
+    /// The request reached the wrong range: refresh the range table and route again.
+    Refresh,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +90,9 @@ fn effect(error: &AttemptError) -> Effect {
         AttemptError::Server(KvError::NotLeader { .. } | KvError::Unavailable { .. })
         | AttemptError::NotSent(_) => Effect::NotApplied(Target::Next),
         AttemptError::Server(KvError::Overloaded { .. }) => Effect::NotApplied(Target::Same),
+        AttemptError::Server(KvError::KeyOutOfRange { .. } | KvError::EpochMismatch { .. }) => {
+            Effect::NotApplied(Target::Refresh)
+        }
         AttemptError::Server(
             KvError::Timeout { .. } | KvError::Fatal { .. } | KvError::OutcomeUnknown { .. },
         )
@@ -137,6 +147,49 @@ pub fn decide_write(error: &AttemptError, progress: &mut WriteProgress) -> Write
     WriteDecision::Retry { target }
 }
 
+/// Decides after attempt number `attempt` of a split failed with `error`. A split carries no
+/// request id: it is sent again only after answers that say it was not applied, and an
+/// attempt that may have been applied ends the call with `OutcomeUnknown`. `EpochMismatch`
+/// is final: the range changed since the split was asked for, or `at` already starts one.
+pub fn decide_split(error: &AttemptError, attempt: u32) -> Decision {
+    if let AttemptError::Server(KvError::EpochMismatch { .. }) = error {
+        return Decision::GiveUp(final_error(error));
+    }
+    let target = match effect(error) {
+        Effect::NotApplied(target) => target,
+        Effect::MaybeApplied => {
+            return Decision::GiveUp(KvError::OutcomeUnknown {
+                message: format!(
+                    "{error}; the split may or may not have happened (`keel cluster ranges` shows the table)"
+                ),
+            });
+        }
+        Effect::IdExpired | Effect::Final => return Decision::GiveUp(final_error(error)),
+    };
+    if attempt >= limits::CLIENT_READ_ATTEMPTS_MAX {
+        return Decision::GiveUp(read_exhausted(error, &format!("{attempt} attempts")));
+    }
+    Decision::Retry { target }
+}
+
+/// Whether a write whose keys the range table now places in more than one range was
+/// certainly applied nowhere, so it may be refused (an atomic batch) or split into new
+/// requests with new ids (a part of a non-atomic batch). Ranges only split, and a child
+/// range starts with its parent's request records, so an applied write is answered from its
+/// record by whichever range now holds its first key. Hence: no attempt may have been
+/// applied, or the range holding the first key said `KeyOutOfRange` (it has no record).
+pub fn spanning_write_not_applied(
+    progress: &WriteProgress,
+    last: &AttemptError,
+    first_key: &[u8],
+) -> bool {
+    if !progress.maybe_applied {
+        return true;
+    }
+    let refused_by_owner = |range: &RangeDescriptor| range.contains(first_key);
+    matches!(last, AttemptError::Server(KvError::KeyOutOfRange { range, .. }) if refused_by_owner(range))
+}
+
 /// The error to return when the deadline of a read passes before a retry the policy wanted.
 pub fn read_deadline_passed(error: &AttemptError, timeout: Duration) -> KvError {
     read_exhausted(error, &format!("{} ms", timeout.as_millis()))
@@ -162,7 +215,8 @@ pub fn write_gave_up(error: &AttemptError, progress: &WriteProgress, spent: &str
 /// Pause before attempt `attempt + 1` of a read, given the error of attempt `attempt`, where
 /// the next attempt goes, and the time left before the deadline:
 ///
-/// - none when following a hint to a leader;
+/// - none when following a hint to a leader, or to a refreshed range table (the refresh
+///   itself is rate-limited);
 /// - while the range has no leader (`NotLeader` without a usable hint, `Unavailable`), the
 ///   time left spread evenly over the attempts left, within 100 ms..1 s: elections take
 ///   seconds, and attempts spent early would be missing when the new leader is up;
@@ -174,7 +228,7 @@ pub fn read_backoff(
     attempt: u32,
     remaining: Duration,
 ) -> Duration {
-    if let Target::Hinted(_) = target {
+    if let Target::Hinted(_) | Target::Refresh = target {
         return Duration::ZERO;
     }
     match error {
@@ -187,12 +241,12 @@ pub fn read_backoff(
     }
 }
 
-/// Pause before attempt `attempt + 1` of a write: none when following a hint to a leader,
-/// else exponential from `WRITE_BACKOFF_MS_MIN` to `WRITE_BACKOFF_MS_MAX`, of which a
+/// Pause before attempt `attempt + 1` of a write: none when following a hint to a leader or
+/// a refreshed range table (whose refresh is rate-limited), else exponential from `WRITE_BACKOFF_MS_MIN` to `WRITE_BACKOFF_MS_MAX`, of which a
 /// random part (`jitter`, 0..=1) is kept in the second half, so that many clients retrying
 /// after one failure spread out.
 pub fn write_backoff(target: &Target, attempt: u32, jitter: f64) -> Duration {
-    if let Target::Hinted(_) = target {
+    if let Target::Hinted(_) | Target::Refresh = target {
         return Duration::ZERO;
     }
     let exponent = attempt.saturating_sub(1).min(16);
@@ -212,7 +266,7 @@ pub fn skip_stale_hint(target: Target, unreachable: &[String]) -> Target {
             Ok(uri) if !unreachable.contains(&uri) => target,
             _ => Target::Next,
         },
-        Target::Next | Target::Same => target,
+        Target::Next | Target::Same | Target::Refresh => target,
     }
 }
 

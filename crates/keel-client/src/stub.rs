@@ -1,6 +1,7 @@
 //! The generated gRPC clients of Keel's services, made from a channel with Keel's message
 //! limits, so the request loops can send to any service. Knows nothing of retries.
 
+use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::idempotency_client::IdempotencyClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::lock_client::LockClient;
@@ -32,6 +33,14 @@ impl Stub for LockClient<Channel> {
 impl Stub for IdempotencyClient<Channel> {
     fn on(channel: Channel) -> Self {
         IdempotencyClient::new(channel)
+            .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+    }
+}
+
+impl Stub for ClusterClient<Channel> {
+    fn on(channel: Channel) -> Self {
+        ClusterClient::new(channel)
             .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
     }

@@ -11,7 +11,7 @@
 use keel_types::validate::check_fence;
 use keel_types::{
     BatchOp, Condition, ConditionFailed, Consistency, Fence, KeyValue, KvError, LockHold, NodeAddr,
-    RequestId, validate,
+    RangeDescriptor, RangeId, RequestId, validate,
 };
 
 use crate::v1;
@@ -278,6 +278,17 @@ impl From<&KvError> for v1::ErrorDetail {
                 token,
                 current_token,
             }),
+            KvError::KeyOutOfRange { key, range } => Kind::KeyOutOfRange(v1::KeyOutOfRange {
+                key,
+                range: Some((*range).into()),
+            }),
+            KvError::EpochMismatch {
+                expected_epoch,
+                range,
+            } => Kind::EpochMismatch(v1::EpochMismatch {
+                expected_epoch,
+                range: Some((*range).into()),
+            }),
         };
         v1::ErrorDetail { kind: Some(kind) }
     }
@@ -351,14 +362,47 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
             token: e.token,
             current_token: e.current_token,
         },
+        Kind::KeyOutOfRange(e) => KvError::KeyOutOfRange {
+            key: e.key,
+            range: Box::new(e.range?.into()),
+        },
+        Kind::EpochMismatch(e) => KvError::EpochMismatch {
+            expected_epoch: e.expected_epoch,
+            range: Box::new(e.range?.into()),
+        },
     };
     Some(error)
+}
+
+impl From<RangeDescriptor> for v1::RangeDescriptor {
+    fn from(range: RangeDescriptor) -> Self {
+        v1::RangeDescriptor {
+            range_id: range.id.0,
+            start: range.start,
+            end: range.end,
+            epoch: range.epoch,
+            conf_version: range.conf_version,
+            replicas: range.replicas,
+        }
+    }
+}
+
+impl From<v1::RangeDescriptor> for RangeDescriptor {
+    fn from(range: v1::RangeDescriptor) -> Self {
+        RangeDescriptor {
+            id: RangeId(range.range_id),
+            start: range.start,
+            end: range.end,
+            epoch: range.epoch,
+            conf_version: range.conf_version,
+            replicas: range.replicas,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_types::RangeId;
 
     #[test]
     fn errors_survive_the_wire() {
@@ -420,6 +464,28 @@ mod tests {
                 id: b"i".to_vec(),
                 token: 3,
                 current_token: Some(4),
+            },
+            KvError::KeyOutOfRange {
+                key: b"q".to_vec(),
+                range: Box::new(RangeDescriptor {
+                    id: RangeId(3),
+                    start: b"a".to_vec(),
+                    end: Some(b"m".to_vec()),
+                    epoch: 4,
+                    conf_version: 2,
+                    replicas: vec![1, 2, 3],
+                }),
+            },
+            KvError::EpochMismatch {
+                expected_epoch: 3,
+                range: Box::new(RangeDescriptor {
+                    id: RangeId(3),
+                    start: Vec::new(),
+                    end: None,
+                    epoch: 4,
+                    conf_version: 0,
+                    replicas: vec![2],
+                }),
             },
         ];
         for error in errors {

@@ -12,12 +12,13 @@ use crate::wire::WireError;
 pub enum GroupError {
     #[error("invalid raft settings: {0}")]
     Config(String),
-    #[error("range {0} is already hosted on this node")]
-    AlreadyHosted(RangeId),
     #[error("starting raft of range {range}: {message}")]
     Start { range: RangeId, message: String },
     #[error("initializing range {range}: {message}")]
     Initialize { range: RangeId, message: String },
+    /// The node is shutting down: no group starts any more.
+    #[error("range {0} not started: the node is shutting down")]
+    ShuttingDown(RangeId),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -35,6 +36,11 @@ pub enum InboundError {
     SnapshotStream(String),
     #[error("writing an incoming snapshot: {0}")]
     Io(#[from] std::io::Error),
+    /// Installing the snapshot of `range` would overwrite keys of `other`, a range with state
+    /// on this node whose span overlaps the snapshot's (`other` has not applied the split
+    /// that made `range` yet). The leader sends it again later.
+    #[error("snapshot of range {range} overlaps range {other} on this node; refused")]
+    Overlap { range: RangeId, other: RangeId },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -1,6 +1,7 @@
 //! One range's Raft group on this node: its openraft instance and state machine, and the
-//! client-facing operations on it (propose a write, make a read consistent, report status)
-//! with openraft's errors already turned into `KvError`s. Knows nothing of tonic or routing.
+//! operations on it (propose a write, a split or a meta command, make a read consistent,
+//! report status and descriptor) with openraft's errors already turned into `KvError`s.
+//! Knows nothing of tonic or routing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,10 +10,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use keel_storage::raft_types::TypeConfig;
-use keel_storage::{StateMachine, Store};
+use keel_storage::{StateMachine, StorageError, Store};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
-    Command, CommandOutcome, Consistency, KvError, NodeAddr, NodeId, RangeId, limits,
+    Command, CommandOutcome, Consistency, KvError, MetaCommand, MetaOutcome, NodeAddr, NodeId,
+    RangeDescriptor, RangeId, Split, limits,
 };
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::ForwardReason;
@@ -180,6 +182,12 @@ impl RaftGroup {
         Some((leader, addr.clone()))
     }
 
+    /// The members of the group's membership as this replica knows it (none before it has
+    /// one).
+    pub fn members(&self) -> Vec<Member> {
+        members(&self.raft.metrics().borrow_watched())
+    }
+
     /// Asks this replica, which must lead, to hand leadership to voter `to`. Returns once
     /// the hand-over has started; the new leader is elected a round trip later (or, if `to`
     /// cannot win, this replica keeps leading).
@@ -211,6 +219,62 @@ impl RaftGroup {
             .transfer_leader(to)
             .await
             .map_err(|e| KvError::fatal(format!("raft of range {} stopped: {e}", self.range)))
+    }
+
+    /// Whether this replica leads its group, as far as it knows.
+    pub fn is_leader(&self) -> bool {
+        self.leader().is_some_and(|(id, _)| id == self.node_id)
+    }
+
+    /// Starts an election at once (a no-op on a leader). For a range just split off, whose
+    /// replicas would otherwise wait an election timeout.
+    pub async fn elect(&self) -> Result<(), KvError> {
+        self.raft
+            .trigger()
+            .elect(false)
+            .await
+            .map_err(|e| fatal(self.range, &e))
+    }
+
+    /// The range as this replica has applied it: span, epoch, conf_version and voters.
+    pub async fn descriptor(&self) -> Result<RangeDescriptor, KvError> {
+        self.state_machine.descriptor().await.map_err(|e| match e {
+            StorageError::SnapshotInstalling { .. } => KvError::unavailable(e.to_string()),
+            e => KvError::fatal(format!("range {}: {e}", self.range)),
+        })
+    }
+
+    /// Proposes splitting the range at `at` into a new range `child` (this replica must
+    /// lead) and waits until it is applied: the range keeps `[start, at)` and `child` takes
+    /// `[at, end)`, both at the next epoch. Returns both descriptors after the split.
+    /// `EpochMismatch` when the range's epoch is no longer `expected_epoch` or `at` is not
+    /// strictly inside its span (nothing changed).
+    pub async fn split(
+        &self,
+        at: Vec<u8>,
+        child: RangeId,
+        expected_epoch: u64,
+    ) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
+        let split = Split {
+            at,
+            child,
+            expected_epoch,
+        };
+        match self.write(Command::Split(split)).await? {
+            CommandOutcome::Split { left, right } => Ok((left, right)),
+            CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// Proposes a command of the meta range (this replica must lead the meta range) and
+    /// waits until it is applied.
+    pub async fn propose_meta(&self, command: MetaCommand) -> Result<MetaOutcome, KvError> {
+        match self.write(Command::Meta(command)).await? {
+            CommandOutcome::Meta(outcome) => Ok(outcome),
+            CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+            other => Err(self.unexpected(&other)),
+        }
     }
 
     /// This replica's current term.
@@ -325,16 +389,7 @@ impl RaftGroup {
             .await
             .map_err(|e| KvError::fatal(format!("range {}: {e}", self.range)))?;
         let metrics = self.raft.metrics().borrow_watched().clone();
-        let membership = metrics.membership_config.membership();
-        let voters: Vec<NodeId> = membership.voter_ids().collect();
-        let members = membership
-            .nodes()
-            .map(|(id, addr)| Member {
-                id: *id,
-                addr: addr.clone(),
-                voter: voters.contains(id),
-            })
-            .collect();
+        let members = members(&metrics);
         Ok(GroupStatus {
             range: self.range,
             leader: metrics.current_leader,
@@ -395,6 +450,16 @@ impl RaftGroup {
         Err(ReadFailure::Error(error))
     }
 
+    /// A command applied with an outcome it cannot have: its fate is not known from it.
+    fn unexpected(&self, outcome: &CommandOutcome) -> KvError {
+        KvError::OutcomeUnknown {
+            message: format!(
+                "range {} applied the command with an outcome it cannot have: {outcome:?}",
+                self.range
+            ),
+        }
+    }
+
     fn not_leader(&self, forward: &ForwardToLeader<TypeConfig>) -> KvError {
         let leader = match (forward.leader_id, &forward.leader_node) {
             (Some(id), Some(addr)) if id != self.node_id => Some((id, addr.clone())),
@@ -419,6 +484,19 @@ enum ReadFailure {
     /// The leader's lease lapsed; a ReadIndex round may still succeed.
     LeaseExpired,
     Error(KvError),
+}
+
+fn members(metrics: &openraft::RaftMetrics<TypeConfig>) -> Vec<Member> {
+    let membership = metrics.membership_config.membership();
+    let voters: Vec<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, addr)| Member {
+            id: *id,
+            addr: addr.clone(),
+            voter: voters.contains(id),
+        })
+        .collect()
 }
 
 fn role(state: ServerState, running: bool) -> Role {

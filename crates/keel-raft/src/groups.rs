@@ -1,55 +1,97 @@
 //! The Raft groups hosted by one node, keyed by range, and the receiving side of the
 //! `Transport`: decode a peer's message, hand it to the right group, encode the reply.
 //! Knows nothing of tonic; the server's Raft service calls these with the raw bytes.
+//!
+//! A group starts only through `ensure`, called by the node for the ranges it knows it hosts
+//! (its store's ranges, the meta range's descriptors naming it, a split it applied); never
+//! because a peer sent a message for an unknown range, so a stray message cannot make a node
+//! host a range. `ensure` is serialized: one group per range, never two.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
+use keel_storage::Store;
 use keel_storage::raft_types::TypeConfig;
-use keel_types::RangeId;
+use keel_types::{KvError, RangeDescriptor, RangeId};
 use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use crate::error::{GroupError, InboundError};
 use crate::group::RaftGroup;
 use crate::snapshot::SnapshotHeader;
-use crate::transport::RpcKind;
+use crate::timings::RaftTimings;
+use crate::transport::{RpcKind, Transport};
 use crate::wire;
 
+/// Starts the replica of a range on this node from whatever the store holds for it.
+pub type Starter =
+    Arc<dyn Fn(RangeId) -> BoxFuture<'static, Result<RaftGroup, GroupError>> + Send + Sync>;
+
 /// The groups of one node. Clone shares the same set.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Groups {
-    groups: Arc<RwLock<BTreeMap<RangeId, Arc<RaftGroup>>>>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    groups: RwLock<BTreeMap<RangeId, Arc<RaftGroup>>>,
+    starter: Starter,
+    /// Held while a group starts, so a range gets one group; `true` once shut down.
+    starting: tokio::sync::Mutex<bool>,
 }
 
 impl Groups {
-    pub fn new() -> Groups {
-        Groups::default()
+    /// Groups started by `starter`.
+    pub fn new(starter: Starter) -> Groups {
+        Groups {
+            inner: Arc::new(Inner {
+                groups: RwLock::default(),
+                starter,
+                starting: tokio::sync::Mutex::new(false),
+            }),
+        }
     }
 
-    /// Adds a started group; a node hosts at most one replica of a range.
-    pub fn insert(&self, group: RaftGroup) -> Result<Arc<RaftGroup>, GroupError> {
-        let mut groups = self.groups.write().expect("groups lock poisoned");
-        let range = group.range();
-        if groups.contains_key(&range) {
-            return Err(GroupError::AlreadyHosted(range));
+    /// Groups of node `node_id` whose replicas keep their log and state in `store` and talk
+    /// to peers through `transport`.
+    pub fn on_store<T: Transport>(
+        node_id: keel_types::NodeId,
+        store: Store,
+        timings: RaftTimings,
+        transport: Arc<T>,
+    ) -> Groups {
+        let starter: Starter = Arc::new(move |range| {
+            let (store, timings, transport) = (store.clone(), timings.clone(), transport.clone());
+            Box::pin(
+                async move { RaftGroup::start(node_id, range, &store, &timings, transport).await },
+            )
+        });
+        Groups::new(starter)
+    }
+
+    /// The group of `range`, started first if this node runs none yet.
+    pub async fn ensure(&self, range: RangeId) -> Result<Arc<RaftGroup>, GroupError> {
+        if let Some(group) = self.get(range) {
+            return Ok(group);
         }
-        let group = Arc::new(group);
-        groups.insert(range, group.clone());
+        let closed = self.inner.starting.lock().await;
+        if *closed {
+            return Err(GroupError::ShuttingDown(range));
+        }
+        if let Some(group) = self.get(range) {
+            return Ok(group);
+        }
+        let group = Arc::new((self.inner.starter)(range).await?);
+        self.write().insert(range, group.clone());
+        info!(range_id = range.0, "group started");
         Ok(group)
     }
 
-    /// Removes a group from the set; the caller shuts it down.
-    pub fn remove(&self, range: RangeId) -> Option<Arc<RaftGroup>> {
-        self.groups
-            .write()
-            .expect("groups lock poisoned")
-            .remove(&range)
-    }
-
     pub fn get(&self, range: RangeId) -> Option<Arc<RaftGroup>> {
-        self.groups
+        self.inner
+            .groups
             .read()
             .expect("groups lock poisoned")
             .get(&range)
@@ -58,7 +100,8 @@ impl Groups {
 
     /// Every hosted group, in range order.
     pub fn all(&self) -> Vec<Arc<RaftGroup>> {
-        self.groups
+        self.inner
+            .groups
             .read()
             .expect("groups lock poisoned")
             .values()
@@ -66,9 +109,36 @@ impl Groups {
             .collect()
     }
 
-    /// Removes and shuts down every group.
+    /// Splits `parent`, which this node leads, at `at` into a new range `child` (see
+    /// `RaftGroup::split`), starts the child's group here and makes it campaign at once: its
+    /// replicas are the parent's, so the parent's leader is the one most likely to be up to
+    /// date everywhere, and nobody else would campaign before an election timeout. A child
+    /// that fails to start here is started later from the store's range events.
+    pub async fn split(
+        &self,
+        parent: &RaftGroup,
+        at: Vec<u8>,
+        child: RangeId,
+        expected_epoch: u64,
+    ) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
+        let halves = parent.split(at, child, expected_epoch).await?;
+        match self.ensure(child).await {
+            Ok(group) => {
+                if let Err(error) = group.elect().await {
+                    warn!(range_id = child.0, %error, "new range could not campaign");
+                }
+            }
+            Err(error) => warn!(range_id = child.0, %error, "starting the new range's group"),
+        }
+        Ok(halves)
+    }
+
+    /// Stops every group; no group starts afterwards.
     pub async fn shutdown(&self) {
-        let groups = std::mem::take(&mut *self.groups.write().expect("groups lock poisoned"));
+        let mut closed = self.inner.starting.lock().await;
+        *closed = true;
+        let groups = std::mem::take(&mut *self.write());
+        drop(closed);
         for group in groups.into_values() {
             group.shutdown().await;
         }
@@ -106,8 +176,9 @@ impl Groups {
     }
 
     /// Receives a snapshot for `range`: the encoded header, then the file's bytes in chunks.
-    /// Chunks are written to disk as they arrive, so memory stays bounded. Returns the
-    /// encoded `Result<SnapshotResponse, Fatal>` to send back.
+    /// Chunks are written to disk as they arrive, so memory stays bounded. A snapshot whose
+    /// span overlaps another range with state on this node is refused (`Overlap`) and its
+    /// file deleted. Returns the encoded `Result<SnapshotResponse, Fatal>` to send back.
     pub async fn install_snapshot<S, E>(
         &self,
         range: RangeId,
@@ -120,7 +191,8 @@ impl Groups {
     {
         let group = self.get(range).ok_or(InboundError::UnknownRange(range))?;
         let header: SnapshotHeader = wire::decode(header)?;
-        let mut incoming = group.store().incoming_snapshot(range).await?;
+        let store = group.store();
+        let mut incoming = store.incoming_snapshot(range).await?;
         let mut chunks = std::pin::pin!(chunks);
         let mut bytes = 0usize;
         while let Some(chunk) = chunks.next().await {
@@ -130,6 +202,23 @@ impl Groups {
         }
         let file = incoming.finish().await?;
         debug!(range_id = range.0, bytes, "snapshot received");
+        let overlap = store.snapshot_overlap(range, &file).await;
+        match overlap {
+            Ok(None) => {}
+            Ok(Some(other)) => {
+                remove_snapshot(&file).await;
+                info!(
+                    range_id = range.0,
+                    other = other.0,
+                    "snapshot overlaps a local range; refused"
+                );
+                return Err(InboundError::Overlap { range, other });
+            }
+            Err(error) => {
+                remove_snapshot(&file).await;
+                return Err(error.into());
+            }
+        }
         let snapshot = openraft::alias::SnapshotOf::<TypeConfig, _> {
             meta: header.meta,
             snapshot: file,
@@ -139,5 +228,16 @@ impl Groups {
             .install_full_snapshot(header.vote, snapshot)
             .await;
         Ok(wire::encode(&reply)?)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<RangeId, Arc<RaftGroup>>> {
+        self.inner.groups.write().expect("groups lock poisoned")
+    }
+}
+
+/// Deletes a received snapshot that will not be installed.
+async fn remove_snapshot(file: &keel_storage::SnapshotFile) {
+    if let Err(error) = tokio::fs::remove_file(file.path()).await {
+        warn!(path = %file.path().display(), %error, "removing a refused snapshot");
     }
 }

@@ -1,5 +1,5 @@
-//! Raft groups on a node: create and remove groups, the network seam (`Transport`) and
-//! snapshot streaming. Knows nothing of tonic, gRPC or client-facing routing; the server
+//! Raft groups on a node: start groups (never from a peer's message), split them, the network
+//! seam (`Transport`) and snapshot streaming. Knows nothing of tonic, gRPC or client-facing routing; the server
 //! crate plugs a real network in through `Transport` and serves `Groups` to its peers.
 //!
 //! openraft types stay behind this crate: callers write and read through `RaftGroup`, whose
@@ -12,11 +12,11 @@ mod network;
 mod snapshot;
 mod timings;
 mod transport;
-mod wire;
+pub mod wire;
 
 pub use error::{GroupError, InboundError};
 pub use group::{GroupStatus, KeelRaft, Member, RaftGroup, Role};
-pub use groups::Groups;
+pub use groups::{Groups, Starter};
 pub use snapshot::SnapshotReader;
 pub use timings::RaftTimings;
 pub use transport::{Peer, RaftMessage, RpcKind, Transport, TransportError};

@@ -8,7 +8,8 @@ use std::time::Duration;
 use keel_storage::SnapshotFile;
 use keel_storage::raft_types::{Entry, TypeConfig, Vote};
 use keel_types::{
-    Acquirer, BatchOp, Command, Condition, CoordinationOp, NodeAddr, NodeId, RangeId, limits,
+    Acquirer, BatchOp, Command, Condition, CoordinationOp, MetaCommand, NodeAddr, NodeId,
+    RangeDescriptor, RangeId, limits,
 };
 use openraft::error::{
     Fatal, NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Timeout,
@@ -196,6 +197,8 @@ fn entry_bytes(entry: &Entry) -> usize {
             let keys: usize = records.clone().map(|record| record.key.len()).sum();
             keys + FRAMING_BYTES * (records.count() + 1)
         }
+        EntryPayload::Normal(Command::Split(split)) => split.at.len() + FRAMING_BYTES * 2,
+        EntryPayload::Normal(Command::Meta(meta)) => meta_bytes(meta) + FRAMING_BYTES * 2,
         EntryPayload::Blank => FRAMING_BYTES,
         EntryPayload::Membership(membership) => {
             let nodes: usize = membership.nodes().map(|(_, node)| node.addr.len()).sum();
@@ -216,6 +219,19 @@ fn coordination_bytes(op: &CoordinationOp) -> usize {
         CoordinationOp::Begin { key, owner, .. } => key.len() + owner.len(),
         CoordinationOp::Complete { key, result, .. } => key.len() + result.len(),
         CoordinationOp::Abort { key, .. } => key.len(),
+    }
+}
+
+/// Bytes of keys, addresses and replica ids a meta command carries.
+fn meta_bytes(meta: &MetaCommand) -> usize {
+    let descriptor = |range: &RangeDescriptor| {
+        let end = range.end().map_or(0, <[u8]>::len);
+        range.start.len() + end + 8 * range.replicas.len() + 64
+    };
+    match meta {
+        MetaCommand::UpdateRanges { ranges } => ranges.iter().map(descriptor).sum(),
+        MetaCommand::AllocateRangeIds { .. } => 0,
+        MetaCommand::RegisterNode(node) => node.addr.addr.len(),
     }
 }
 
@@ -369,6 +385,36 @@ mod tests {
             let summed: usize = entries[..count].iter().map(entry_bytes).sum();
             assert_eq!(bytes, summed);
         }
+    }
+
+    #[test]
+    fn split_and_meta_entries_count_the_bytes_they_carry() {
+        let split = keel_types::Split {
+            at: vec![b'm'; 1_000],
+            child: RangeId(5),
+            expected_epoch: 1,
+        };
+        let entry = Entry::new_normal(log_id(1), Command::Split(split));
+        assert_eq!(entry_bytes(&entry), 1_000 + 2 * 64);
+        let range = RangeDescriptor {
+            id: RangeId(5),
+            start: vec![b'a'; 100],
+            end: Some(vec![b'z'; 200]),
+            epoch: 2,
+            conf_version: 0,
+            replicas: vec![1, 2, 3],
+        };
+        let update = MetaCommand::UpdateRanges {
+            ranges: vec![range.clone(), range],
+        };
+        let entry = Entry::new_normal(log_id(2), Command::Meta(update));
+        assert_eq!(entry_bytes(&entry), 2 * (300 + 24 + 64) + 2 * 64);
+        let register = MetaCommand::RegisterNode(keel_types::NodeDescriptor {
+            id: 1,
+            addr: NodeAddr::new("127.0.0.1:7001"),
+        });
+        let entry = Entry::new_normal(log_id(3), Command::Meta(register));
+        assert_eq!(entry_bytes(&entry), 14 + 2 * 64);
     }
 
     #[test]

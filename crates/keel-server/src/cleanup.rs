@@ -1,14 +1,14 @@
-//! The leader's cleanup loop: every `cleanup_interval_ms`, each group this node leads looks
-//! for keys whose TTL has passed, client sessions idle longer than the dedup window, lock
-//! records that became free and idempotency records that expired, and proposes their removal
-//! through Raft in bounded batches. All of them are already hidden from reads; this only
+//! The leader's cleanup loop: every `cleanup_interval_ms`, each data range this node leads
+//! (never the meta range) looks for keys whose TTL has passed, client sessions idle longer
+//! than the dedup window, lock records that became free and idempotency records that expired,
+//! and proposes their removal through Raft in bounded batches. All of them are already hidden from reads; this only
 //! reclaims their space. Knows nothing of gRPC.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_raft::RaftGroup;
-use keel_types::{Command, KvError};
+use keel_types::{Command, KvError, RangeId};
 use tracing::debug;
 
 use crate::shared::Shared;
@@ -24,7 +24,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             continue;
         }
         for group in shared.groups.all() {
-            if group.leader().map(|(id, _)| id) != Some(shared.node_id) {
+            // The meta range keeps no keys, sessions, locks or records to clean up.
+            if group.range() == RangeId::META || !group.is_leader() {
                 continue;
             }
             if let Err(error) = clean(&shared, &group).await {

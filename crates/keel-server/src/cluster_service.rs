@@ -1,30 +1,47 @@
-//! The `keel.v1.Cluster` service: this node's view of itself and of each range it hosts, and
-//! leader transfer (forwarded once to the range's leader). Knows nothing of Kv request
-//! handling.
+//! The `keel.v1.Cluster` service: this node's view of itself and of each range it hosts, the
+//! range table (from the meta range's leader), splits (on the leader of the range holding the
+//! split key) and leader transfer (forwarded once to the range's leader). Knows nothing of Kv
+//! request handling.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use keel_meta::RangeTable;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::cluster_server::Cluster;
 use keel_proto::v1::{
-    Member, RangeStatus, StatusRequest, StatusResponse, TransferLeaderRequest,
-    TransferLeaderResponse,
+    Member, RangeInfo, RangeStatus, RangesRequest, RangesResponse, SplitRequest, SplitResponse,
+    StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 };
 use keel_raft::{GroupStatus, RaftGroup};
 use keel_storage::{RangeCounts, StorageError};
-use keel_types::{CoordinationCounts, KvError, RangeId};
+use keel_types::validate::check_key;
+use keel_types::{
+    Consistency, CoordinationCounts, KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor,
+    RangeId,
+};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
+use tracing::{Instrument, info_span};
 
+use crate::meta_client;
+use crate::router::{Hop, Router};
 use crate::shared::Shared;
+use crate::splits;
 use crate::status::to_status;
 
 pub(crate) struct ClusterService {
     shared: Arc<Shared>,
+    router: Router,
 }
 
 impl ClusterService {
     pub fn new(shared: Arc<Shared>) -> ClusterService {
-        ClusterService { shared }
+        ClusterService {
+            router: Router::new(shared.clone()),
+            shared,
+        }
     }
 }
 
@@ -58,6 +75,118 @@ impl ClusterService {
             Ok(answer) => answer,
             Err(_) => Err(unreachable(format!("no answer within {deadline:?}"))),
         }
+    }
+
+    /// The range table, answered by the meta range's leader (this node, or forwarded once).
+    async fn serve_ranges(&self, request: &RangesRequest) -> Result<RangesResponse, KvError> {
+        self.shared.health.check()?;
+        let meta = self.shared.group(RangeId::META)?;
+        if meta.is_leader() {
+            return self.ranges_here(&meta).await;
+        }
+        if request.no_forward {
+            return Err(KvError::NotLeader {
+                range_id: RangeId::META,
+                leader: meta.leader().filter(|(id, _)| *id != self.shared.node_id),
+            });
+        }
+        meta_client::ranges_from_leader(&self.shared).await
+    }
+
+    /// The range table on the meta range's leader: its descriptors read linearizably (with
+    /// this node's own, newer ones where it has them), the registered nodes, and what this
+    /// node's replicas know of each range's leader, size and load.
+    async fn ranges_here(&self, meta: &RaftGroup) -> Result<RangesResponse, KvError> {
+        meta.read_barrier(Consistency::Linearizable).await?;
+        let state_machine = meta.state_machine();
+        let recorded = state_machine.meta_ranges().await.map_err(stored)?;
+        let registered = state_machine.meta_nodes().await.map_err(stored)?;
+        let local = self.shared.store.descriptors().await.map_err(stored)?;
+        let table = RangeTable::from_descriptors(recorded.into_iter().chain(local).collect());
+        let mut ranges = Vec::with_capacity(table.len());
+        for range in table.ranges() {
+            ranges.push(self.range_info(range.clone()).await?);
+        }
+        Ok(RangesResponse {
+            ranges,
+            nodes: self.nodes(registered),
+            meta_leader_id: self.shared.node_id,
+        })
+    }
+
+    /// A range as this node sees it: leader, size and keys from its replica here (if any),
+    /// requests per second if it leads it.
+    async fn range_info(&self, range: RangeDescriptor) -> Result<RangeInfo, KvError> {
+        let group = self.shared.groups.get(range.id);
+        let leader_id = group
+            .as_ref()
+            .and_then(|group| group.leader())
+            .map(|(id, _)| id);
+        let counts = match &group {
+            Some(group) => group.state_machine().counts().await.unwrap_or_default(),
+            None => RangeCounts::default(),
+        };
+        let leads = leader_id == Some(self.shared.node_id);
+        let requests_per_sec = if leads {
+            self.shared.load.requests_per_sec(range.id)
+        } else {
+            0.0
+        };
+        Ok(RangeInfo {
+            descriptor: Some(range.into()),
+            leader_id,
+            size_bytes: counts.size_bytes,
+            keys: counts.keys,
+            requests_per_sec,
+        })
+    }
+
+    /// The registered nodes, and the initial cluster's nodes not registered yet, by id.
+    fn nodes(&self, registered: Vec<NodeDescriptor>) -> Vec<Member> {
+        let mut nodes: BTreeMap<NodeId, NodeAddr> = self
+            .shared
+            .cluster
+            .iter()
+            .map(|(id, addr)| (*id, NodeAddr::new(addr)))
+            .collect();
+        nodes.extend(registered.into_iter().map(|node| (node.id, node.addr)));
+        nodes
+            .into_iter()
+            .map(|(node_id, addr)| Member {
+                node_id,
+                addr: addr.addr,
+                voter: true,
+            })
+            .collect()
+    }
+
+    async fn serve_split(&self, request: &SplitRequest) -> Result<SplitResponse, KvError> {
+        check_key(&request.at)?;
+        let split = |group| self.split_on(group, &request.at);
+        self.router.on_range(&request.at, split).await
+    }
+
+    /// Splits `group`'s range at `at`. A split already made there (a retry whose answer was
+    /// lost) is answered with the two ranges it made.
+    async fn split_on(&self, group: Arc<RaftGroup>, at: &[u8]) -> Result<SplitResponse, KvError> {
+        let range = group.descriptor().await?;
+        let (left, right) = match self.split_made_at(&range, at) {
+            Some(left) => (left, range),
+            None => splits::split_range(&self.shared, &group, at.to_vec()).await?,
+        };
+        Ok(SplitResponse {
+            left: Some(left.into()),
+            right: Some(right.into()),
+        })
+    }
+
+    /// The local range ending where `range` starts, when `range` starts at `at`.
+    fn split_made_at(&self, range: &RangeDescriptor, at: &[u8]) -> Option<RangeDescriptor> {
+        if range.start != at {
+            return None;
+        }
+        let local = self.shared.ranges.local_ranges();
+        local.into_iter().find(|left| left.end() == Some(at))
     }
 }
 
@@ -107,20 +236,65 @@ impl Cluster for ClusterService {
             version: env!("CARGO_PKG_VERSION").to_string(),
         }))
     }
+
+    async fn ranges(
+        &self,
+        request: Request<RangesRequest>,
+    ) -> Result<Response<RangesResponse>, Status> {
+        let request = request.into_inner();
+        let span = info_span!("cluster", op = "ranges", node_id = self.shared.node_id);
+        match self.serve_ranges(&request).instrument(span).await {
+            Ok(response) => Ok(Response::new(response)),
+            Err(error) => Err(to_status(&error)),
+        }
+    }
+
+    async fn split(
+        &self,
+        request: Request<SplitRequest>,
+    ) -> Result<Response<SplitResponse>, Status> {
+        let request = request.into_inner();
+        let forward =
+            |mut cluster: ClusterClient<Channel>, r| async move { cluster.split(r).await };
+        let span = info_span!("cluster", op = "split", node_id = self.shared.node_id);
+        async move {
+            let served = self.serve_split(&request).await;
+            // A split proposes up to three commands: the id allocation, the split, the publish.
+            let wait = Duration::from_millis(2 * self.shared.timings.write_timeout_ms);
+            let hop = Hop { write: true, wait };
+            self.router.answer(served, request, hop, forward).await
+        }
+        .instrument(span)
+        .await
+    }
 }
 
-/// This replica's view of `group`'s range, with what its state machine keeps.
+fn stored(error: StorageError) -> KvError {
+    KvError::fatal(error.to_string())
+}
+
+/// This replica's view of `group`'s range, with what its state machine keeps (nothing while
+/// it installs a snapshot).
 async fn range_status(group: &RaftGroup) -> Result<RangeStatus, KvError> {
     let state_machine = group.state_machine();
-    let stored = |e: StorageError| KvError::fatal(e.to_string());
-    let counts = state_machine.counts().await.map_err(stored)?;
-    let coordination = state_machine.coordination_counts().await.map_err(stored)?;
+    let kept = async {
+        let counts = state_machine.counts().await?;
+        let coordination = state_machine.coordination_counts().await?;
+        let descriptor = state_machine.descriptor().await?;
+        Ok::<_, StorageError>((counts, coordination, Some(descriptor)))
+    };
+    let (counts, coordination, descriptor) = match kept.await {
+        Ok(kept) => kept,
+        Err(StorageError::SnapshotInstalling { .. }) => Default::default(),
+        Err(error) => return Err(stored(error)),
+    };
     let status = group.status().await?;
-    Ok(status_message(status, counts, coordination))
+    Ok(status_message(status, descriptor, counts, coordination))
 }
 
 fn status_message(
     status: GroupStatus,
+    descriptor: Option<RangeDescriptor>,
     counts: RangeCounts,
     coordination: CoordinationCounts,
 ) -> RangeStatus {
@@ -150,5 +324,8 @@ fn status_message(
                 voter: member.voter,
             })
             .collect(),
+        descriptor: descriptor.map(Into::into),
+        keys: counts.keys,
+        size_bytes: counts.size_bytes,
     }
 }

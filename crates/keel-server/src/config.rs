@@ -30,7 +30,7 @@ pub struct NodeConfig {
     pub faults: Faults,
 }
 
-/// Settings of the key-value state a node keeps.
+/// Settings of the key-value state a node keeps, and of how it is cut into ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvSettings {
     /// How long an idle client session and its request records are kept: a retry within it
@@ -38,6 +38,8 @@ pub struct KvSettings {
     pub dedup_window_ms: u64,
     /// How often a leader looks for expired keys and idle sessions to remove.
     pub cleanup_interval_ms: u64,
+    /// When the ranges this node leads split.
+    pub split: SplitSettings,
 }
 
 impl Default for KvSettings {
@@ -45,6 +47,35 @@ impl Default for KvSettings {
         KvSettings {
             dedup_window_ms: 10 * 60 * 1000,
             cleanup_interval_ms: 1_000,
+            split: SplitSettings::default(),
+        }
+    }
+}
+
+/// When a range splits by itself: the fields of `keel_meta::SplitPolicy` (same defaults,
+/// checked by a test of the split driver), and how often a leader checks its ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitSettings {
+    /// A range holding more bytes (keys + values) splits in two halves of about equal size.
+    pub range_bytes_max: u64,
+    /// A range serving more requests than this in every one of the last `load_secs` seconds
+    /// splits at the median of its sampled request keys; 0 turns load splits off.
+    pub requests_per_sec_max: u64,
+    /// Seconds the load must last.
+    pub load_secs: u64,
+    /// How often a leader checks the ranges it leads.
+    pub check_interval_ms: u64,
+}
+
+impl Default for SplitSettings {
+    /// 64 MiB, or more than 2,500 requests/s for 10 s, checked every second (see
+    /// `keel_meta::SplitPolicy::default` for why).
+    fn default() -> Self {
+        SplitSettings {
+            range_bytes_max: 64 * 1024 * 1024,
+            requests_per_sec_max: 2_500,
+            load_secs: 10,
+            check_interval_ms: 1_000,
         }
     }
 }
@@ -54,6 +85,16 @@ const DEDUP_WINDOW_MS_MIN: u64 = 1_000;
 /// Bounds of the cleanup interval.
 const CLEANUP_INTERVAL_MS_MIN: u64 = 10;
 const CLEANUP_INTERVAL_MS_MAX: u64 = 60_000;
+/// Bounds of the split size: below 1 KiB a range splits on almost every write; above 64 GiB
+/// a new replica waits for a snapshot of that size.
+const RANGE_SPLIT_BYTES_MIN: u64 = 1024;
+const RANGE_SPLIT_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
+/// Longest sustained load a split may wait for: the seconds a node keeps per range
+/// (`keel_meta::limits::LOAD_WINDOW_SECS`, checked by a test of the split driver).
+pub(crate) const RANGE_SPLIT_LOAD_SECS_MAX: u64 = 60;
+/// Bounds of the split check interval.
+const SPLIT_CHECK_INTERVAL_MS_MIN: u64 = 10;
+const SPLIT_CHECK_INTERVAL_MS_MAX: u64 = 60_000;
 
 /// `keel serve` flags. `--config keel.toml` reads the same keys from a file (snake_case);
 /// flags given on the command line win over the file.
@@ -89,6 +130,22 @@ pub struct ServeArgs {
     /// 10 minutes): retries within it are answered from the record, never applied twice.
     #[arg(long)]
     pub dedup_window_ms: Option<u64>,
+    /// A range holding more bytes than this (keys + values) splits in two halves of about
+    /// equal size (default 67108864, 64 MiB; 1 KiB to 64 GiB).
+    #[arg(long)]
+    pub range_split_bytes: Option<u64>,
+    /// A range serving more requests per second than this for --range-split-load-secs
+    /// splits at the median of its sampled request keys (default 2500; 0 = no load splits).
+    #[arg(long, visible_alias = "range-split-rps")]
+    #[serde(alias = "range_split_rps")]
+    pub range_split_requests_per_sec: Option<u64>,
+    /// Seconds the load must last before a range splits for load (default 10; 1 to 60).
+    #[arg(long)]
+    pub range_split_load_secs: Option<u64>,
+    /// How often a leader checks its ranges' size and load for a split (default 1000 ms;
+    /// 10 to 60000).
+    #[arg(long)]
+    pub split_check_interval_ms: Option<u64>,
     /// Test-only: drop the response of this percentage of Kv mutations after applying them,
     /// as a lossy network would.
     #[cfg(feature = "fault-injection")]
@@ -146,6 +203,18 @@ pub enum ConfigError {
         "cleanup interval is {0} ms; it must be {CLEANUP_INTERVAL_MS_MIN} to {CLEANUP_INTERVAL_MS_MAX} ms"
     )]
     CleanupInterval(u64),
+    #[error(
+        "range split size is {0} bytes; it must be {RANGE_SPLIT_BYTES_MIN} bytes (1 KiB) to {RANGE_SPLIT_BYTES_MAX} bytes (64 GiB)"
+    )]
+    RangeSplitBytes(u64),
+    #[error(
+        "range split load is {0} s; it must be 1 to {RANGE_SPLIT_LOAD_SECS_MAX} s of sustained load"
+    )]
+    RangeSplitLoadSecs(u64),
+    #[error(
+        "split check interval is {0} ms; it must be {SPLIT_CHECK_INTERVAL_MS_MIN} to {SPLIT_CHECK_INTERVAL_MS_MAX} ms"
+    )]
+    SplitCheckInterval(u64),
     #[error("{0}")]
     Faults(String),
 }
@@ -167,6 +236,14 @@ impl ServeArgs {
                 .election_timeout_ms_max
                 .or(file.election_timeout_ms_max),
             dedup_window_ms: self.dedup_window_ms.or(file.dedup_window_ms),
+            range_split_bytes: self.range_split_bytes.or(file.range_split_bytes),
+            range_split_requests_per_sec: self
+                .range_split_requests_per_sec
+                .or(file.range_split_requests_per_sec),
+            range_split_load_secs: self.range_split_load_secs.or(file.range_split_load_secs),
+            split_check_interval_ms: self
+                .split_check_interval_ms
+                .or(file.split_check_interval_ms),
             #[cfg(feature = "fault-injection")]
             fault_response_loss_percent: self
                 .fault_response_loss_percent
@@ -196,6 +273,7 @@ impl NodeConfig {
             .election_timeout_ms_max
             .unwrap_or(raft.election_timeout_ms_max);
         let faults = faults_from(&args);
+        let split = split_settings(&args);
         let cluster = args
             .initial_cluster
             .ok_or(ConfigError::Missing("initial_cluster", "initial-cluster"))?;
@@ -215,6 +293,7 @@ impl NodeConfig {
                 dedup_window_ms: args
                     .dedup_window_ms
                     .unwrap_or(KvSettings::default().dedup_window_ms),
+                split,
                 ..KvSettings::default()
             },
             clock: SystemClock::shared(),
@@ -260,6 +339,7 @@ impl NodeConfig {
         if !(CLEANUP_INTERVAL_MS_MIN..=CLEANUP_INTERVAL_MS_MAX).contains(&interval) {
             return Err(ConfigError::CleanupInterval(interval));
         }
+        self.kv.split.validate()?;
         self.faults.validate().map_err(ConfigError::Faults)
     }
 
@@ -276,6 +356,38 @@ impl NodeConfig {
     /// Where snapshots are built and received.
     pub fn snapshot_dir(&self) -> PathBuf {
         self.data_dir.join("snapshots")
+    }
+}
+
+impl SplitSettings {
+    /// Checks each setting against its bounds.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(RANGE_SPLIT_BYTES_MIN..=RANGE_SPLIT_BYTES_MAX).contains(&self.range_bytes_max) {
+            return Err(ConfigError::RangeSplitBytes(self.range_bytes_max));
+        }
+        if !(1..=RANGE_SPLIT_LOAD_SECS_MAX).contains(&self.load_secs) {
+            return Err(ConfigError::RangeSplitLoadSecs(self.load_secs));
+        }
+        let interval = self.check_interval_ms;
+        if !(SPLIT_CHECK_INTERVAL_MS_MIN..=SPLIT_CHECK_INTERVAL_MS_MAX).contains(&interval) {
+            return Err(ConfigError::SplitCheckInterval(interval));
+        }
+        Ok(())
+    }
+}
+
+/// The split settings `args` give, defaults for the others.
+fn split_settings(args: &ServeArgs) -> SplitSettings {
+    let default = SplitSettings::default();
+    SplitSettings {
+        range_bytes_max: args.range_split_bytes.unwrap_or(default.range_bytes_max),
+        requests_per_sec_max: args
+            .range_split_requests_per_sec
+            .unwrap_or(default.requests_per_sec_max),
+        load_secs: args.range_split_load_secs.unwrap_or(default.load_secs),
+        check_interval_ms: args
+            .split_check_interval_ms
+            .unwrap_or(default.check_interval_ms),
     }
 }
 
@@ -356,3 +468,154 @@ fn check_listen(listen: SocketAddr, cluster: &str) -> Result<(), ConfigError> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod split_settings_tests {
+    //! The split settings: flags, file keys, defaults and bounds.
+
+    use std::io::Write;
+
+    use super::*;
+
+    fn args(split: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            node_id: Some(1),
+            listen: Some("127.0.0.1:7001".parse().unwrap()),
+            data_dir: Some(PathBuf::from("/tmp/keel")),
+            initial_cluster: Some("1=127.0.0.1:7001".to_string()),
+            ..split
+        }
+    }
+
+    #[test]
+    fn split_settings_default_and_are_bounded() {
+        let default = NodeConfig::from_args(&args(ServeArgs::default())).unwrap();
+        assert_eq!(default.kv.split, SplitSettings::default());
+        assert_eq!(default.kv.split.range_bytes_max, 64 * 1024 * 1024);
+        let cases: Vec<(ServeArgs, Result<SplitSettings, &str>)> = vec![
+            (
+                ServeArgs {
+                    range_split_bytes: Some(1024),
+                    range_split_requests_per_sec: Some(0),
+                    range_split_load_secs: Some(60),
+                    split_check_interval_ms: Some(10),
+                    ..ServeArgs::default()
+                },
+                Ok(SplitSettings {
+                    range_bytes_max: 1024,
+                    requests_per_sec_max: 0,
+                    load_secs: 60,
+                    check_interval_ms: 10,
+                }),
+            ),
+            (
+                ServeArgs {
+                    range_split_bytes: Some(1023),
+                    ..ServeArgs::default()
+                },
+                Err("range split size is 1023 bytes; it must be 1024 bytes (1 KiB)"),
+            ),
+            (
+                ServeArgs {
+                    range_split_bytes: Some(RANGE_SPLIT_BYTES_MAX + 1),
+                    ..ServeArgs::default()
+                },
+                Err("to 68719476736 bytes (64 GiB)"),
+            ),
+            (
+                ServeArgs {
+                    range_split_load_secs: Some(0),
+                    ..ServeArgs::default()
+                },
+                Err("range split load is 0 s; it must be 1 to 60 s"),
+            ),
+            (
+                ServeArgs {
+                    range_split_load_secs: Some(61),
+                    ..ServeArgs::default()
+                },
+                Err("range split load is 61 s"),
+            ),
+            (
+                ServeArgs {
+                    split_check_interval_ms: Some(9),
+                    ..ServeArgs::default()
+                },
+                Err("split check interval is 9 ms; it must be 10 to 60000 ms"),
+            ),
+        ];
+        for (split, expected) in cases {
+            let result = NodeConfig::from_args(&args(split.clone()));
+            match expected {
+                Ok(settings) => assert_eq!(result.unwrap().kv.split, settings, "{split:?}"),
+                Err(message) => {
+                    let error = result.expect_err(message).to_string();
+                    assert!(error.contains(message), "{error:?} lacks {message:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn split_settings_come_from_flags_over_the_file() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        writeln!(
+            file,
+            "range_split_bytes = 4096\nrange_split_rps = 50\nrange_split_load_secs = 3\n\
+             split_check_interval_ms = 200"
+        )
+        .unwrap();
+        let from_file = args(ServeArgs {
+            config: Some(file.path().to_path_buf()),
+            ..ServeArgs::default()
+        });
+        let config = NodeConfig::from_args(&from_file).unwrap();
+        let expected = SplitSettings {
+            range_bytes_max: 4096,
+            requests_per_sec_max: 50,
+            load_secs: 3,
+            check_interval_ms: 200,
+        };
+        assert_eq!(config.kv.split, expected);
+        let overridden = ServeArgs {
+            range_split_requests_per_sec: Some(70),
+            range_split_load_secs: Some(5),
+            ..from_file
+        };
+        let config = NodeConfig::from_args(&overridden).unwrap();
+        let expected = SplitSettings {
+            requests_per_sec_max: 70,
+            load_secs: 5,
+            ..expected
+        };
+        assert_eq!(config.kv.split, expected);
+    }
+
+    #[test]
+    fn split_flags_parse() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "keel",
+            "--range-split-bytes",
+            "2048",
+            "--range-split-rps",
+            "9",
+            "--range-split-load-secs",
+            "4",
+            "--split-check-interval-ms",
+            "250",
+        ])
+        .unwrap();
+        assert_eq!(cli.serve.range_split_bytes, Some(2048));
+        assert_eq!(cli.serve.range_split_requests_per_sec, Some(9));
+        assert_eq!(cli.serve.range_split_load_secs, Some(4));
+        assert_eq!(cli.serve.split_check_interval_ms, Some(250));
+        let long = Cli::try_parse_from(["keel", "--range-split-requests-per-sec", "11"]).unwrap();
+        assert_eq!(long.serve.range_split_requests_per_sec, Some(11));
+    }
+}

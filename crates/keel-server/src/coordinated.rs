@@ -37,7 +37,9 @@ impl Coordinated {
             CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
             other @ (CommandOutcome::Applied { .. }
             | CommandOutcome::Internal
-            | CommandOutcome::Replayed(_)) => Err(unexpected(&other)),
+            | CommandOutcome::Replayed(_)
+            | CommandOutcome::Split { .. }
+            | CommandOutcome::Meta(_)) => Err(unexpected(&other)),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The `keel.v1.Idempotency` service: validates every request, proposes begins, completes
-//! and aborts on the range's leader (stamped with its clock), reads records for Get, and
+//! The `keel.v1.Idempotency` service: validates every request, routes it by its idempotency
+//! key (`scope + 0x00 + id`) to the range holding it, proposes begins, completes and aborts on
+//! that range's leader (stamped with its clock), reads records for Get, and
 //! otherwise forwards once or answers `NotLeader` (`router.rs`). Expiries leave as
 //! milliseconds remaining by this node's clock. Knows nothing of openraft or redb.
 
@@ -13,15 +14,19 @@ use keel_proto::v1::{
     Completed, IdempotencyGetRequest, IdempotencyGetResponse, InProgress, Started, begin_response,
     idempotency_get_response,
 };
+use keel_raft::RaftGroup;
 use keel_types::validate::{
     check_duration_ms, check_idempotency_key, check_idempotency_result, check_owner, show_key,
 };
-use keel_types::{CoordinationOp, CoordinationResult, IdempotencyRecord, KvError, RangeId, limits};
+use keel_types::{
+    Consistency, CoordinationOp, CoordinationResult, IdempotencyRecord, KvError, RequestId,
+    Revision, limits,
+};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, info_span};
 
-use crate::coordinated::{self, unexpected};
+use crate::coordinated::{self, Coordinated, unexpected};
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
 
@@ -39,17 +44,46 @@ impl IdempotencyService {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        info_span!(
-            "idempotency",
-            op,
-            node_id = self.shared.node_id,
-            range_id = RangeId::FIRST.0
-        )
+        info_span!("idempotency", op, node_id = self.shared.node_id)
     }
 
     /// Milliseconds from this node's clock until `at_ms`.
     fn remaining_ms(&self, at_ms: u64) -> u64 {
         at_ms.saturating_sub(self.shared.clock.now_ms())
+    }
+
+    /// Proposes `op` on the range holding idempotency key `key`.
+    async fn propose(
+        &self,
+        key: &[u8],
+        id: Option<RequestId>,
+        op: CoordinationOp,
+    ) -> Result<(Arc<RaftGroup>, Coordinated), KvError> {
+        let propose = |group: Arc<RaftGroup>| {
+            let op = op.clone();
+            async move {
+                let done = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
+                Ok((group, done))
+            }
+        };
+        self.router.on_range(key, propose).await
+    }
+
+    /// The record of `key` on `group`'s replica, read as `consistency` asks.
+    async fn read_record(
+        &self,
+        group: Arc<RaftGroup>,
+        key: &[u8],
+        consistency: Consistency,
+    ) -> Result<(Arc<RaftGroup>, Option<IdempotencyRecord>, Revision), KvError> {
+        group.read_barrier(consistency).await?;
+        let (record, revision) = group
+            .state_machine()
+            .idempotency_record(key, self.shared.clock.now_ms())
+            .await
+            .map_err(|e| self.router.storage_failed(e))?;
+        self.router.check_span(&group, key).await?;
+        Ok((group, record, revision))
     }
 
     async fn serve_begin(&self, request: &BeginRequest) -> Result<BeginResponse, KvError> {
@@ -58,13 +92,12 @@ impl IdempotencyService {
         let what = format!("TTL of idempotency record {}", show_key(&request.id));
         let ttl_ms = check_duration_ms(&what, request.ttl_ms, 1, limits::TTL_MS_MAX)?;
         let id = convert::request_id(request.request_id)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
         let op = CoordinationOp::Begin {
-            key,
+            key: key.clone(),
             owner: request.owner.clone(),
             ttl_ms,
         };
-        let begun = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
+        let (group, begun) = self.propose(&key, id, op).await?;
         let state = match begun.result {
             CoordinationResult::Started {
                 token,
@@ -101,14 +134,13 @@ impl IdempotencyService {
         let what = format!("result TTL of idempotency record {}", show_key(&request.id));
         let result_ttl_ms = check_duration_ms(&what, request.result_ttl_ms, 1, limits::TTL_MS_MAX)?;
         let id = convert::request_id(request.request_id)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
         let op = CoordinationOp::Complete {
-            key,
+            key: key.clone(),
             token: request.token,
             result: request.result.clone(),
             result_ttl_ms,
         };
-        let completed = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
+        let (group, completed) = self.propose(&key, id, op).await?;
         let CoordinationResult::Completed {
             result,
             expires_at_ms,
@@ -130,12 +162,11 @@ impl IdempotencyService {
     async fn serve_abort(&self, request: &AbortRequest) -> Result<AbortResponse, KvError> {
         let key = check_idempotency_key(&request.scope, &request.id)?;
         let id = convert::request_id(request.request_id)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
         let op = CoordinationOp::Abort {
-            key,
+            key: key.clone(),
             token: request.token,
         };
-        let aborted = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
+        let (group, aborted) = self.propose(&key, id, op).await?;
         if aborted.result != CoordinationResult::Aborted {
             return Err(unexpected(&aborted.result));
         }
@@ -152,13 +183,8 @@ impl IdempotencyService {
     ) -> Result<IdempotencyGetResponse, KvError> {
         let key = check_idempotency_key(&request.scope, &request.id)?;
         let consistency = convert::consistency(request.consistency)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
-        group.read_barrier(consistency).await?;
-        let (record, revision) = group
-            .state_machine()
-            .idempotency_record(&key, self.shared.clock.now_ms())
-            .await
-            .map_err(|e| self.router.storage_failed(e))?;
+        let read = |group| self.read_record(group, &key, consistency);
+        let (group, record, revision) = self.router.on_range(&key, read).await?;
         let state = record.map(|record| match record {
             IdempotencyRecord::InProgress {
                 owner,

@@ -1,6 +1,8 @@
-//! The `keel.v1.Kv` service: validates every request, serves it on this node's replica when
-//! it can (writes and consistent reads on the leader, follower reads anywhere) and otherwise
-//! forwards it once to the leader or answers `NotLeader` (`router.rs`). Errors leave through
+//! The `keel.v1.Kv` service: validates every request, routes it by key (a scan by its start, a
+//! batch by its first key) to the local range holding it, serves it on that range's replica
+//! when it can (writes and consistent reads on the leader, follower reads anywhere) and
+//! otherwise forwards it once to the leader or answers `NotLeader` (`router.rs`). A scan page
+//! ends at the serving range's end. Errors leave through
 //! `status.rs`. The leader stamps its clock into every mutation it proposes (TTLs count from
 //! there), and reads hide keys expired by this node's clock. A write with a fence is proposed
 //! as a fenced mutation. Knows nothing of openraft types: groups speak `KvError`.
@@ -18,8 +20,8 @@ use keel_proto::v1::{
 use keel_raft::RaftGroup;
 use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
 use keel_types::{
-    BatchOp, Command, CommandOutcome, Fence, KvError, Mutation, OpResult, RangeId, RequestId,
-    Revision,
+    BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
+    RangeDescriptor, RequestId, Revision,
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -53,12 +55,7 @@ impl KvService {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        info_span!(
-            "kv",
-            op,
-            node_id = self.shared.node_id,
-            range_id = RangeId::FIRST.0
-        )
+        info_span!("kv", op, node_id = self.shared.node_id)
     }
 
     fn write_header(&self, applied: &Applied) -> Option<ResponseHeader> {
@@ -66,11 +63,19 @@ impl KvService {
             .header(&applied.group, applied.revision, applied.replayed)
     }
 
-    async fn local_get(&self, request: &GetRequest) -> Result<GetResponse, KvError> {
-        self.shared.health.check()?;
+    async fn serve_get(&self, request: &GetRequest) -> Result<GetResponse, KvError> {
         check_key(&request.key)?;
         let consistency = convert::consistency(request.consistency)?;
-        let group = self.shared.group(RangeId::FIRST)?;
+        let get = |group| self.local_get(group, request, consistency);
+        self.router.on_range(&request.key, get).await
+    }
+
+    async fn local_get(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &GetRequest,
+        consistency: Consistency,
+    ) -> Result<GetResponse, KvError> {
         group.read_barrier(consistency).await?;
         let now_ms = self.shared.clock.now_ms();
         let (kv, revision) = group
@@ -78,17 +83,30 @@ impl KvService {
             .get(&request.key, now_ms)
             .await
             .map_err(|e| self.router.storage_failed(e))?;
+        self.router.check_span(&group, &request.key).await?;
         Ok(GetResponse {
             header: self.router.header(&group, revision, false),
             kv: kv.map(|kv| convert::key_value(kv, now_ms)),
         })
     }
 
-    async fn local_scan(&self, request: &ScanRequest) -> Result<ScanResponse, KvError> {
-        self.shared.health.check()?;
+    async fn serve_scan(&self, request: &ScanRequest) -> Result<ScanResponse, KvError> {
         let limit = check_scan(&request.start, &request.end, request.limit)?;
         let consistency = convert::consistency(request.consistency)?;
-        let group = self.shared.group(RangeId::FIRST)?;
+        let scan = |group| self.local_scan(group, request, limit, consistency);
+        self.router.on_range(&request.start, scan).await
+    }
+
+    /// One page of the scan from the range holding its start. The page ends at the range's
+    /// end: when the range has no more rows but the scan goes on beyond it, the answer says
+    /// `more` with `next_start` = the range's end, so a client pages on into the next range.
+    async fn local_scan(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &ScanRequest,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<ScanResponse, KvError> {
         group.read_barrier(consistency).await?;
         let now_ms = self.shared.clock.now_ms();
         let page = group
@@ -96,37 +114,58 @@ impl KvService {
             .scan(&request.start, &request.end, limit, now_ms)
             .await
             .map_err(|e| self.router.storage_failed(e))?;
+        // Read after the page: the span only shrinks, so rows up to this end were the range's.
+        let range = group.descriptor().await?;
+        if !range.contains(&request.start) {
+            return Err(KvError::KeyOutOfRange {
+                key: request.start.clone(),
+                range: Box::new(range),
+            });
+        }
+        let (kvs, next_start) = page_in_range(page.kvs, page.next_start, &range, &request.end);
         Ok(ScanResponse {
             header: self.router.header(&group, page.revision, false),
-            kvs: page
-                .kvs
+            kvs: kvs
                 .into_iter()
                 .map(|kv| convert::key_value(kv, now_ms))
                 .collect(),
-            more: page.next_start.is_some(),
-            next_start: page.next_start.unwrap_or_default(),
+            more: next_start.is_some(),
+            next_start: next_start.unwrap_or_default(),
         })
     }
 
-    /// Validates `ops` and proposes them, stamped with this node's clock, on this node's
-    /// replica, which must lead; guarded by `fence` when there is one.
-    async fn local_write(
+    /// Validates `ops` and proposes them, stamped with this node's clock, on the range
+    /// holding their first key, whose replica here must lead; guarded by `fence` when there
+    /// is one.
+    async fn write(
         &self,
         ops: Vec<BatchOp>,
         request: Option<RequestId>,
         fence: Option<Fence>,
     ) -> Result<Applied, KvError> {
-        self.shared.health.check()?;
         check_ops(&ops)?;
-        let op_count = ops.len();
-        let group = self.shared.group(RangeId::FIRST)?;
+        let key = ops.first().map(|op| op.key().to_vec()).unwrap_or_default();
+        let write = |group| self.local_write(group, &ops, request, fence.as_ref());
+        self.router.on_range(&key, write).await
+    }
+
+    async fn local_write(
+        &self,
+        group: Arc<RaftGroup>,
+        ops: &[BatchOp],
+        request: Option<RequestId>,
+        fence: Option<&Fence>,
+    ) -> Result<Applied, KvError> {
         let mutation = Mutation {
             request,
             now_ms: self.shared.clock.now_ms(),
-            ops,
+            ops: ops.to_vec(),
         };
         let command = match fence {
-            Some(fence) => Command::FencedMutate { fence, mutation },
+            Some(fence) => Command::FencedMutate {
+                fence: fence.clone(),
+                mutation,
+            },
             None => Command::Mutate(mutation),
         };
         let (outcome, replayed) = match group.write(command).await? {
@@ -137,7 +176,7 @@ impl KvService {
             CommandOutcome::Applied { revision, results } => {
                 assert_eq!(
                     results.len(),
-                    op_count,
+                    ops.len(),
                     "an applied write has one result per op"
                 );
                 Ok(Applied {
@@ -154,9 +193,32 @@ impl KvService {
                     message: "write was applied as an internal entry".to_string(),
                 })
             }
-            outcome @ CommandOutcome::Coordinated { .. } => Err(unexpected(&outcome)),
+            outcome @ (CommandOutcome::Coordinated { .. }
+            | CommandOutcome::Split { .. }
+            | CommandOutcome::Meta(_)) => Err(unexpected(&outcome)),
         }
     }
+}
+
+/// The rows of a page read from `range` that lie inside it, and where the next page starts:
+/// where the storage stopped, or the range's end when the range is exhausted but the scan
+/// (`[.., end)`, empty `end` = unbounded) goes on beyond it.
+fn page_in_range(
+    mut kvs: Vec<KeyValue>,
+    next_start: Option<Vec<u8>>,
+    range: &RangeDescriptor,
+    end: &[u8],
+) -> (Vec<KeyValue>, Option<Vec<u8>>) {
+    let Some(range_end) = range.end() else {
+        return (kvs, next_start);
+    };
+    kvs.retain(|kv| kv.key.as_slice() < range_end);
+    let next_start = next_start.filter(|next| next.as_slice() < range_end);
+    if next_start.is_some() {
+        return (kvs, next_start);
+    }
+    let beyond = end.is_empty() || end > range_end;
+    (kvs, beyond.then(|| range_end.to_vec()))
 }
 
 fn put_op(request: &PutRequest) -> Result<BatchOp, KvError> {
@@ -186,7 +248,7 @@ impl KvService {
     async fn serve_put(&self, request: &PutRequest) -> Result<PutResponse, KvError> {
         let id = convert::request_id(request.request_id)?;
         let fence = convert::fence(request.fence.clone())?;
-        let mut applied = self.local_write(vec![put_op(request)?], id, fence).await?;
+        let mut applied = self.write(vec![put_op(request)?], id, fence).await?;
         let now_ms = self.shared.clock.now_ms();
         Ok(PutResponse {
             header: self.write_header(&applied),
@@ -201,9 +263,7 @@ impl KvService {
     async fn serve_delete(&self, request: &DeleteRequest) -> Result<DeleteResponse, KvError> {
         let id = convert::request_id(request.request_id)?;
         let fence = convert::fence(request.fence.clone())?;
-        let mut applied = self
-            .local_write(vec![delete_op(request)?], id, fence)
-            .await?;
+        let mut applied = self.write(vec![delete_op(request)?], id, fence).await?;
         let result = applied.results.remove(0);
         let now_ms = self.shared.clock.now_ms();
         Ok(DeleteResponse {
@@ -216,7 +276,7 @@ impl KvService {
     async fn serve_batch(&self, request: &BatchRequest) -> Result<BatchResponse, KvError> {
         let id = convert::request_id(request.request_id)?;
         let fence = convert::fence(request.fence.clone())?;
-        let applied = self.local_write(batch_ops(request)?, id, fence).await?;
+        let applied = self.write(batch_ops(request)?, id, fence).await?;
         let now_ms = self.shared.clock.now_ms();
         Ok(BatchResponse {
             header: self.write_header(&applied),
@@ -237,7 +297,7 @@ impl KvService {
             key: request.key.clone(),
             delta: request.delta,
         };
-        let mut applied = self.local_write(vec![op], id, None).await?;
+        let mut applied = self.write(vec![op], id, None).await?;
         let value = applied
             .results
             .remove(0)
@@ -256,7 +316,7 @@ impl Kv for KvService {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.get(r).await };
         async move {
-            let served = self.local_get(&request).await;
+            let served = self.serve_get(&request).await;
             self.router
                 .answer(served, request, Hop::READ, forward)
                 .await
@@ -269,7 +329,7 @@ impl Kv for KvService {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.scan(r).await };
         async move {
-            let served = self.local_scan(&request).await;
+            let served = self.serve_scan(&request).await;
             self.router
                 .answer(served, request, Hop::READ, forward)
                 .await
@@ -372,5 +432,125 @@ fn op_result(result: OpResult, now_ms: u64) -> BatchOpResult {
         existed: result.existed,
         previous: result.previous.map(|kv| convert::key_value(kv, now_ms)),
         counter: result.counter,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_types::RangeId;
+
+    use super::*;
+
+    fn row(key: &str) -> KeyValue {
+        KeyValue {
+            key: key.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+            expires_at_ms: None,
+        }
+    }
+
+    fn range(end: Option<&str>) -> RangeDescriptor {
+        RangeDescriptor {
+            id: RangeId(2),
+            start: b"c".to_vec(),
+            end: end.map(|end| end.as_bytes().to_vec()),
+            epoch: 1,
+            conf_version: 0,
+            replicas: vec![1],
+        }
+    }
+
+    /// (rows read, storage's next start, range end, scan end) -> (rows kept, next start).
+    #[test]
+    fn pages_end_at_the_serving_ranges_end() {
+        type Case<'a> = (
+            Vec<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a str,
+            Vec<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            // The last range: the storage decides.
+            (vec!["c", "d"], None, None, "", vec!["c", "d"], None),
+            (
+                vec!["c", "d"],
+                Some("e"),
+                None,
+                "",
+                vec!["c", "d"],
+                Some("e"),
+            ),
+            // The range ends before the scan does: go on at the range's end.
+            (
+                vec!["c", "d"],
+                None,
+                Some("m"),
+                "",
+                vec!["c", "d"],
+                Some("m"),
+            ),
+            (
+                vec!["c", "d"],
+                None,
+                Some("m"),
+                "z",
+                vec!["c", "d"],
+                Some("m"),
+            ),
+            (vec![], None, Some("m"), "z", vec![], Some("m")),
+            // The scan ends inside the range, or at its end: done.
+            (vec!["c", "d"], None, Some("m"), "k", vec!["c", "d"], None),
+            (vec!["c", "d"], None, Some("m"), "m", vec!["c", "d"], None),
+            // More rows in the range: the storage's next start.
+            (
+                vec!["c", "d"],
+                Some("e"),
+                Some("m"),
+                "",
+                vec!["c", "d"],
+                Some("e"),
+            ),
+            // Rows read past a split that shrank the range meanwhile are left to the next page.
+            (
+                vec!["c", "m", "n"],
+                Some("o"),
+                Some("m"),
+                "",
+                vec!["c"],
+                Some("m"),
+            ),
+            (
+                vec!["c", "l"],
+                Some("m"),
+                Some("m"),
+                "",
+                vec!["c", "l"],
+                Some("m"),
+            ),
+        ];
+        for (rows, next, end, scan_end, kept, expected_next) in cases {
+            let rows: Vec<KeyValue> = rows.into_iter().map(row).collect();
+            let (got, got_next) = page_in_range(
+                rows,
+                next.map(|next| next.as_bytes().to_vec()),
+                &range(end),
+                scan_end.as_bytes(),
+            );
+            let got: Vec<String> = got
+                .iter()
+                .map(|kv| String::from_utf8(kv.key.clone()).unwrap())
+                .collect();
+            let got_next = got_next.map(|next| String::from_utf8(next).unwrap());
+            assert_eq!(got, kept, "{next:?} {end:?} {scan_end:?}");
+            assert_eq!(
+                got_next.as_deref(),
+                expected_next,
+                "{next:?} {end:?} {scan_end:?}"
+            );
+        }
     }
 }

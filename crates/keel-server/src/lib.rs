@@ -1,5 +1,6 @@
-//! A Keel node process: gRPC services (Kv, Lock, Idempotency, Cluster, Raft), the one table from errors to gRPC
-//! statuses, the gRPC Raft transport, configuration and cluster bootstrap. The only crate that
+//! A Keel node process: gRPC services (Kv, Lock, Idempotency, Cluster, Raft), the one table
+//! from errors to gRPC statuses, the gRPC Raft transport, configuration, cluster bootstrap,
+//! routing by key to ranges, splits and the tasks that keep the meta range informed. The only crate that
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
@@ -11,16 +12,22 @@ mod faults;
 mod health;
 mod idempotency_service;
 mod kv_service;
+mod load;
 mod lock_driver;
 mod lock_queue;
 mod lock_queues;
 mod lock_service;
+mod meta_client;
 mod node;
 mod peers;
+mod publisher;
 mod raft_service;
+mod ranges;
 mod router;
 mod run;
 mod shared;
+mod split_driver;
+mod splits;
 pub mod status;
 mod transport;
 

@@ -2,8 +2,9 @@
 //! from a bounded channel, reads the lock from this replica and proposes through the Raft
 //! group as `LockQueue` decides (one proposal at a time), answers callers through one-shot
 //! channels, and every tick drops waiters whose calls ended and checks that this node still
-//! leads the range in the same term and still serves (else everyone is answered and it
-//! stops). It ends when the queue is idle. Knows nothing of gRPC messages.
+//! leads the range in the same term, still serves, and (after a split) that the range still
+//! holds the lock's name (else everyone is answered and it stops). It ends when the queue is
+//! idle. Knows nothing of gRPC messages.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use keel_raft::RaftGroup;
 use keel_types::{Acquirer, CommandOutcome, KvError, RequestId, validate::show_key};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::debug;
 
@@ -29,6 +30,13 @@ pub(crate) const LOCK_QUEUE_TICK_MS: u64 = 50;
 
 /// Reads of the lock per decision; a read always leaves the queue able to decide.
 const READS_PER_STEP_MAX: usize = 2;
+
+/// The store's range events from now on.
+fn range_events_of(group: &RaftGroup) -> watch::Receiver<u64> {
+    let mut events = group.store().range_events();
+    events.mark_unchanged();
+    events
+}
 
 /// What callers send a lock's driver.
 pub(crate) enum Event {
@@ -78,6 +86,9 @@ pub(crate) struct LockDriver {
     waiters: HashMap<WaiterId, oneshot::Sender<Result<Grant, KvError>>>,
     releases: HashMap<ReleaseId, oneshot::Sender<Result<ReleaseDone, KvError>>>,
     events: mpsc::Receiver<Event>,
+    /// The store's range events: after one, the queue checks its lock's name is still in
+    /// its range (a split may have moved it to another range, with another queue).
+    range_events: watch::Receiver<u64>,
 }
 
 impl LockDriver {
@@ -89,6 +100,7 @@ impl LockDriver {
         events: mpsc::Receiver<Event>,
     ) -> LockDriver {
         LockDriver {
+            range_events: range_events_of(&group),
             term: group.term(),
             queue: LockQueue::new(key.1.clone()),
             shared,
@@ -156,7 +168,10 @@ impl LockDriver {
                 self.answer(answers)?;
             }
             () = tokio::time::sleep(delay.unwrap_or_default()), if delay.is_some() => {}
-            _ = tick.tick() => self.housekeep()?,
+            _ = tick.tick() => {
+                self.housekeep()?;
+                self.check_span().await?;
+            }
         }
         Ok(())
     }
@@ -255,6 +270,23 @@ impl LockDriver {
             )));
         }
         self.check_leader()
+    }
+
+    /// After a range event of the store: `KeyOutOfRange` when the lock's name left this
+    /// queue's range, so everyone waiting goes to the range holding it now.
+    async fn check_span(&mut self) -> Result<(), KvError> {
+        if !self.range_events.has_changed().unwrap_or(false) {
+            return Ok(());
+        }
+        self.range_events.mark_unchanged();
+        let range = self.group.descriptor().await?;
+        if range.contains(&self.key.1) {
+            return Ok(());
+        }
+        Err(KvError::KeyOutOfRange {
+            key: self.key.1.clone(),
+            range: Box::new(range),
+        })
     }
 
     fn check_leader(&self) -> Result<(), KvError> {

@@ -415,7 +415,11 @@ impl LockQueue {
     fn fail(&mut self, error: KvError) -> Vec<Answer> {
         self.seen = Seen::Unknown;
         match error {
-            KvError::NotLeader { .. } | KvError::Fatal { .. } => vec![Answer::Stop(error)],
+            // The lock's name left this range (it split): the queue belongs to the leader
+            // of the range holding the name now, where its callers go next.
+            KvError::NotLeader { .. } | KvError::Fatal { .. } | KvError::KeyOutOfRange { .. } => {
+                vec![Answer::Stop(error)]
+            }
             KvError::Unavailable { .. }
             | KvError::Timeout { .. }
             | KvError::OutcomeUnknown { .. } => {

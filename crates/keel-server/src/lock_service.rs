@@ -1,8 +1,9 @@
-//! The `keel.v1.Lock` service: validates every request, proposes acquires, renews and
-//! releases on the range's leader (stamped with its clock), lets an acquire that finds the
-//! lock busy wait in the leader's queue (`lock_queues.rs`), reads holders for Inspect, and
-//! otherwise forwards once or answers `NotLeader` (`router.rs`). Times leave as milliseconds
-//! remaining by this node's clock. Knows nothing of openraft or redb.
+//! The `keel.v1.Lock` service: validates every request, routes it by the lock's name to the
+//! range holding it, proposes acquires, renews and releases on that range's leader (stamped
+//! with its clock), lets an acquire that finds the lock busy wait in the queue of that
+//! range's leader (`lock_queues.rs`), reads holders for Inspect, and otherwise forwards once
+//! or answers `NotLeader` (`router.rs`). Times leave as milliseconds remaining by this node's
+//! clock. Knows nothing of openraft or redb.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +20,8 @@ use keel_types::validate::{
     check_lock_delay_ms, check_lock_name, check_lock_ttl_ms, check_lock_wait_ms, check_owner,
 };
 use keel_types::{
-    Acquirer, CoordinationOp, CoordinationResult, KvError, LockHold, LockPhase, RangeId, RequestId,
-    Revision,
+    Acquirer, Consistency, CoordinationOp, CoordinationResult, KvError, LockHold, LockPhase,
+    RequestId, Revision,
 };
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -83,12 +84,7 @@ impl LockService {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        info_span!(
-            "lock",
-            op,
-            node_id = self.shared.node_id,
-            range_id = RangeId::FIRST.0
-        )
+        info_span!("lock", op, node_id = self.shared.node_id)
     }
 
     /// Takes the lock, or waits for it until `started + wait` in the leader's queue.
@@ -98,7 +94,16 @@ impl LockService {
         started: Instant,
     ) -> Result<AcquireResponse, KvError> {
         let args = AcquireArgs::check(request)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
+        let acquire = |group| self.local_acquire(group, &args, started);
+        self.router.on_range(&args.name, acquire).await
+    }
+
+    async fn local_acquire(
+        &self,
+        group: Arc<RaftGroup>,
+        args: &AcquireArgs,
+        started: Instant,
+    ) -> Result<AcquireResponse, KvError> {
         let mut attempt =
             coordinated::propose(&group, self.shared.clock.as_ref(), args.request, args.op())
                 .await?;
@@ -127,10 +132,10 @@ impl LockService {
     async fn wait(
         &self,
         group: &Arc<RaftGroup>,
-        args: AcquireArgs,
+        args: &AcquireArgs,
         started: Instant,
     ) -> Result<AcquireResponse, KvError> {
-        let mut waiting = self.queues.wait(group, &args.name, args.acquirer)?;
+        let mut waiting = self.queues.wait(group, &args.name, args.acquirer.clone())?;
         if let Some(answer) = waiting.until(started + args.wait).await {
             let grant = answer?;
             return Ok(self.acquired(group, grant.hold, grant.revision, false));
@@ -140,6 +145,7 @@ impl LockService {
             .lock(&args.name, self.shared.clock.now_ms())
             .await
             .map_err(|e| self.router.storage_failed(e))?;
+        self.router.check_span(group, &args.name).await?;
         Ok(self.busy(group, hold, revision, false))
     }
 
@@ -190,7 +196,17 @@ impl LockService {
         check_lock_name(&request.name)?;
         let ttl_ms = check_lock_ttl_ms(&request.name, request.ttl_ms)?;
         let id = convert::request_id(request.request_id)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
+        let renew = |group| self.local_renew(group, request, ttl_ms, id);
+        self.router.on_range(&request.name, renew).await
+    }
+
+    async fn local_renew(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &RenewRequest,
+        ttl_ms: u64,
+        id: Option<RequestId>,
+    ) -> Result<RenewResponse, KvError> {
         let op = CoordinationOp::Renew {
             name: request.name.clone(),
             token: request.token,
@@ -211,7 +227,16 @@ impl LockService {
     async fn serve_release(&self, request: &ReleaseRequest) -> Result<ReleaseResponse, KvError> {
         check_lock_name(&request.name)?;
         let id = convert::request_id(request.request_id)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
+        let release = |group| self.local_release(group, request, id);
+        self.router.on_range(&request.name, release).await
+    }
+
+    async fn local_release(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &ReleaseRequest,
+        id: Option<RequestId>,
+    ) -> Result<ReleaseResponse, KvError> {
         let done = self
             .queues
             .release(&group, &request.name, request.token, id)
@@ -228,13 +253,23 @@ impl LockService {
     async fn serve_inspect(&self, request: &InspectRequest) -> Result<InspectResponse, KvError> {
         check_lock_name(&request.name)?;
         let consistency = convert::consistency(request.consistency)?;
-        let group = self.shared.serving_group(RangeId::FIRST)?;
+        let inspect = |group| self.local_inspect(group, request, consistency);
+        self.router.on_range(&request.name, inspect).await
+    }
+
+    async fn local_inspect(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &InspectRequest,
+        consistency: Consistency,
+    ) -> Result<InspectResponse, KvError> {
         group.read_barrier(consistency).await?;
         let (hold, revision) = group
             .state_machine()
             .lock(&request.name, self.shared.clock.now_ms())
             .await
             .map_err(|e| self.router.storage_failed(e))?;
+        self.router.check_span(&group, &request.name).await?;
         let (holder, available_in_ms) = self.holder(hold);
         Ok(InspectResponse {
             header: self.router.header(&group, revision, false),

@@ -1,10 +1,12 @@
-//! A running node: opens the store, starts the node's Raft groups, serves Kv, Lock,
-//! Idempotency, Cluster and Raft over gRPC, initializes the cluster on first start, watches its
-//! own health, runs the cleanup of expired keys, idle sessions, free locks and expired
-//! idempotency records, and shuts down in order. Knows nothing of request semantics (see the
+//! A running node: opens the store, starts the node's Raft groups (the first range, the meta
+//! range and every range of its store), serves Kv, Lock, Idempotency, Cluster and Raft over
+//! gRPC, initializes the cluster on first start, watches its own health, and runs its
+//! background tasks: cleanup of expired keys, idle sessions, free locks and expired
+//! idempotency records; the range watcher (`ranges.rs`); the descriptor publisher; the split
+//! driver. Shuts down in order. Knows nothing of request semantics (see the
 //! `*_service` modules).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +17,9 @@ use keel_proto::v1::cluster_server::ClusterServer;
 use keel_proto::v1::idempotency_server::IdempotencyServer;
 use keel_proto::v1::kv_server::KvServer;
 use keel_proto::v1::lock_server::LockServer;
-use keel_raft::{Groups, RaftGroup};
+use keel_raft::Groups;
 use keel_storage::{Store, StoreOptions};
-use keel_types::{NodeAddr, NodeId, RangeId, limits};
+use keel_types::{NodeAddr, NodeId, RangeDescriptor, RangeId, limits};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -31,10 +33,15 @@ use crate::config::NodeConfig;
 use crate::health::Health;
 use crate::idempotency_service::IdempotencyService;
 use crate::kv_service::KvService;
+use crate::load::LoadTracker;
 use crate::lock_service::LockService;
+use crate::meta_client::META_REPLICAS;
 use crate::peers::Peers;
+use crate::publisher::{self, Published};
 use crate::raft_service::RaftService;
+use crate::ranges::{self, RangeTables};
 use crate::shared::Shared;
+use crate::split_driver;
 use crate::transport::GrpcTransport;
 
 /// How often the node checks its store and Raft groups for a failure.
@@ -49,8 +56,8 @@ pub struct Node {
     shared: Arc<Shared>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     stop_server: oneshot::Sender<()>,
-    watcher: JoinHandle<()>,
-    cleaner: JoinHandle<()>,
+    /// Health watch, cleanup, range watcher, descriptor publisher, split driver.
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Node {
@@ -70,20 +77,20 @@ impl Node {
         let node_id = config.node_id;
         let addr = listener.local_addr()?;
         let span = info_span!("node", node_id);
-        let (store, has_state) = open_store(&config).instrument(span.clone()).await?;
+        let (store, stored) = open_store(&config).instrument(span.clone()).await?;
         let source = Some(config.listen.ip()).filter(|ip| !ip.is_unspecified());
         let peers = Arc::new(Peers::new(source));
         let transport = Arc::new(GrpcTransport::new(peers.clone()));
-        let groups = Groups::new();
-        let group = RaftGroup::start(node_id, RangeId::FIRST, &store, &config.raft, transport)
-            .await
-            .context("starting raft group")?;
-        let group = groups.insert(group)?;
+        let groups = Groups::on_store(node_id, store.clone(), config.raft.clone(), transport);
         let shared = Arc::new(Shared {
             node_id,
             addr: config.initial_cluster[&node_id].clone(),
+            cluster: config.initial_cluster.clone(),
             groups,
             store: store.clone(),
+            ranges: RangeTables::default(),
+            load: LoadTracker::new(config.clock.clone()),
+            published: Published::default(),
             peers,
             health: Health::new(store),
             timings: config.raft.clone(),
@@ -91,22 +98,36 @@ impl Node {
             clock: config.clock.clone(),
             faults: config.faults,
         });
+        let started = start_groups(&shared, &stored)
+            .instrument(span.clone())
+            .await;
+        if let Err(error) = started {
+            shared.groups.shutdown().await;
+            shared.store.shutdown();
+            return Err(error.context("starting raft groups"));
+        }
         let (stop_server, stopped) = oneshot::channel();
         let server =
             tokio::spawn(serve(shared.clone(), listener, stopped).instrument(span.clone()));
-        let watcher = tokio::spawn(watch_health(shared.clone()).instrument(span.clone()));
-        let cleaner = tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone()));
+        let tasks = vec![
+            tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
+            tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
+            tokio::spawn(ranges::watch(shared.clone()).instrument(span.clone())),
+            tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
+            tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
+        ];
         let node = Node {
             node_id,
             addr,
             shared,
             server,
             stop_server,
-            watcher,
-            cleaner,
+            tasks,
         };
-        if let Err(error) = bootstrap(&config, has_state, &group).instrument(span).await {
-            drop(group);
+        if let Err(error) = bootstrap(&config, &stored, &node.shared)
+            .instrument(span)
+            .await
+        {
             node.shutdown().await?;
             return Err(error.context("bootstrapping the cluster"));
         }
@@ -136,6 +157,19 @@ impl Node {
         self.shared.store.inject_commit_failure();
     }
 
+    /// Test hook: the node's local range table (the ranges with state it routes keys to).
+    #[doc(hidden)]
+    pub fn local_ranges(&self) -> Vec<RangeDescriptor> {
+        self.shared.ranges.local_ranges()
+    }
+
+    /// Test hook: replaces the node's local range table, as if it had not yet seen the
+    /// store's latest range event (a stale table until the next event or a `KeyOutOfRange`).
+    #[doc(hidden)]
+    pub fn set_local_ranges(&self, ranges: Vec<RangeDescriptor>) {
+        self.shared.ranges.set_local(ranges);
+    }
+
     /// Stops accepting requests, lets in-flight ones finish (bounded), stops the Raft groups
     /// and flushes the store.
     pub async fn shutdown(self) -> anyhow::Result<()> {
@@ -157,8 +191,9 @@ impl Node {
                 server.abort();
             }
         }
-        self.watcher.abort();
-        self.cleaner.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
         self.shared.groups.shutdown().await;
         let store = self.shared.store.clone();
         tokio::task::spawn_blocking(move || store.shutdown())
@@ -169,41 +204,64 @@ impl Node {
     }
 }
 
-/// Opens DATA_DIR/keel.redb (creating the directories) and says whether the first range
-/// already has Raft state, off the async workers.
-async fn open_store(config: &NodeConfig) -> anyhow::Result<(Store, bool)> {
+/// The ranges a store held when the node opened it.
+struct Stored {
+    /// Ranges with persisted Raft state.
+    raft: BTreeSet<RangeId>,
+}
+
+impl Stored {
+    fn has(&self, range: RangeId) -> bool {
+        self.raft.contains(&range)
+    }
+}
+
+/// Opens DATA_DIR/keel.redb (creating the directories) and lists the ranges with Raft state
+/// in it, off the async workers.
+async fn open_store(config: &NodeConfig) -> anyhow::Result<(Store, Stored)> {
     let path = config.store_path();
     let snapshot_dir = config.snapshot_dir();
     let options = StoreOptions {
         lose_unsynced_writes: config.faults.lose_unsynced_writes,
     };
-    tokio::task::spawn_blocking(move || -> anyhow::Result<(Store, bool)> {
+    tokio::task::spawn_blocking(move || -> anyhow::Result<(Store, Stored)> {
         std::fs::create_dir_all(&snapshot_dir)
             .with_context(|| format!("creating {}", snapshot_dir.display()))?;
         let store = Store::open_with(&path, &snapshot_dir, options)
             .with_context(|| format!("opening {}", path.display()))?;
-        let has_state = store.ranges()?.contains(&RangeId::FIRST);
-        Ok((store, has_state))
+        let raft = store.ranges()?.into_iter().collect();
+        Ok((store, Stored { raft }))
     })
     .await?
 }
 
-/// Initializes the first range exactly once: only on the node with the smallest id, only when
-/// its store holds no Raft state. Every other node waits to be contacted by the leader.
-async fn bootstrap(config: &NodeConfig, has_state: bool, group: &RaftGroup) -> anyhow::Result<()> {
-    if has_state {
-        info!("raft state found; rejoining the cluster");
-        return Ok(());
+/// Starts the groups of the first range, the meta range and every range of the store, and
+/// reads the store's ranges into the local range table.
+async fn start_groups(shared: &Shared, stored: &Stored) -> anyhow::Result<()> {
+    let always = [RangeId::META, RangeId::FIRST];
+    for range in always.into_iter().chain(stored.raft.iter().copied()) {
+        shared.groups.ensure(range).await?;
     }
+    ranges::refresh_local(shared).await?;
+    Ok(())
+}
+
+/// Initializes the first range and the meta range exactly once: only on the node with the
+/// smallest id, only for a range its store holds no Raft state of. The first range gets every
+/// initial member as a voter, the meta range the first `META_REPLICAS` by id. Every other
+/// node waits to be contacted by the leaders. A store of a release before the meta range (a
+/// first range, no meta range) gets its meta range on the next start of that node.
+async fn bootstrap(config: &NodeConfig, stored: &Stored, shared: &Shared) -> anyhow::Result<()> {
     let bootstrap_node = config.bootstrap_node();
     if bootstrap_node != Some(config.node_id) {
-        info!(
-            ?bootstrap_node,
-            "fresh node; waiting for the cluster to contact it"
-        );
-        return Ok(());
-    }
-    if group.is_initialized().await? {
+        if stored.has(RangeId::FIRST) {
+            info!("raft state found; rejoining the cluster");
+        } else {
+            info!(
+                ?bootstrap_node,
+                "fresh node; waiting for the cluster to contact it"
+            );
+        }
         return Ok(());
     }
     let members: BTreeMap<NodeId, NodeAddr> = config
@@ -211,8 +269,23 @@ async fn bootstrap(config: &NodeConfig, has_state: bool, group: &RaftGroup) -> a
         .iter()
         .map(|(id, addr)| (*id, NodeAddr::new(addr.clone())))
         .collect();
-    info!(members = members.len(), "initializing the cluster");
-    group.initialize(members).await?;
+    let meta_members = members
+        .iter()
+        .take(META_REPLICAS)
+        .map(|(id, addr)| (*id, addr.clone()))
+        .collect();
+    for (range, members) in [(RangeId::FIRST, members), (RangeId::META, meta_members)] {
+        if stored.has(range) {
+            info!(%range, "raft state found; rejoining");
+            continue;
+        }
+        let group = shared.groups.ensure(range).await?;
+        if group.is_initialized().await? {
+            continue;
+        }
+        info!(%range, members = members.len(), "initializing");
+        group.initialize(members).await?;
+    }
     Ok(())
 }
 
@@ -231,7 +304,7 @@ async fn serve(
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let cluster = ClusterServer::new(ClusterService::new(shared.clone()));
-    let raft = RaftServer::new(RaftService::new(shared.groups.clone()))
+    let raft = RaftServer::new(RaftService::new(shared.clone()))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));

@@ -1,19 +1,45 @@
-//! The `keel.raft.v1.Raft` service: the receiving side of the gRPC transport. Hands raw
-//! payloads to `Groups` and returns their encoded replies. Knows nothing of openraft types.
+//! The `keel.raft.v1.Raft` service: the receiving side of the gRPC transport, and meta
+//! proposals from other nodes. Hands raw payloads to `Groups` and returns their encoded
+//! replies; decodes a meta command and proposes it on the meta range's leader (here, or
+//! forwarded once). Knows nothing of openraft types.
+
+use std::sync::Arc;
 
 use keel_proto::raft::raft_server::Raft;
-use keel_proto::raft::{RaftReply, RaftRequest, SnapshotChunk};
-use keel_raft::{Groups, InboundError, RpcKind};
-use keel_types::RangeId;
+use keel_proto::raft::{MetaProposal, RaftReply, RaftRequest, SnapshotChunk};
+use keel_raft::{Groups, InboundError, RpcKind, wire};
+use keel_types::{KvError, MetaCommand, MetaOutcome, RangeId};
 use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, info_span};
+
+use crate::meta_client;
+use crate::shared::Shared;
+use crate::status::to_status;
 
 pub(crate) struct RaftService {
+    shared: Arc<Shared>,
     groups: Groups,
 }
 
 impl RaftService {
-    pub fn new(groups: Groups) -> RaftService {
-        RaftService { groups }
+    pub fn new(shared: Arc<Shared>) -> RaftService {
+        RaftService {
+            groups: shared.groups.clone(),
+            shared,
+        }
+    }
+
+    /// Proposes a peer's meta command: on this node's meta replica if it leads, else (unless
+    /// the peer said `no_forward`) on the leader it knows.
+    async fn serve_meta(&self, proposal: &MetaProposal) -> Result<MetaOutcome, KvError> {
+        self.shared.health.check()?;
+        let command: MetaCommand = wire::decode(&proposal.payload).map_err(|e| {
+            KvError::invalid(format!("meta proposal from node {}: {e}", proposal.from))
+        })?;
+        if proposal.no_forward {
+            return meta_client::propose_here(&self.shared, command).await;
+        }
+        meta_client::propose_meta(&self.shared, command).await
     }
 
     async fn handle(
@@ -74,6 +100,18 @@ impl Raft for RaftService {
             .map_err(|e| inbound_status(&e))?;
         Ok(Response::new(RaftReply { payload }))
     }
+
+    async fn propose_meta(
+        &self,
+        request: Request<MetaProposal>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let proposal = request.into_inner();
+        let span = info_span!("meta", node_id = self.shared.node_id, from = proposal.from);
+        let outcome = self.serve_meta(&proposal).instrument(span).await;
+        let outcome = outcome.map_err(|e| to_status(&e))?;
+        let payload = wire::encode(&outcome).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftReply { payload }))
+    }
 }
 
 /// The data of every chunk, starting with the first one already read; an error if the stream
@@ -109,6 +147,7 @@ fn inbound_status(error: &InboundError) -> Status {
         InboundError::Malformed(_) | InboundError::SnapshotStream(_) => {
             Status::invalid_argument(error.to_string())
         }
+        InboundError::Overlap { .. } => Status::failed_precondition(error.to_string()),
         InboundError::Io(_) | InboundError::Storage(_) => Status::internal(error.to_string()),
     }
 }

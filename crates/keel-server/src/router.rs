@@ -1,28 +1,31 @@
-//! What every `keel.v1` service (Kv, Lock, Idempotency) does with a request it could not
-//! serve on this node: forward it once to the range's leader or answer the error, relay the
-//! leader's answer, and let a configured fault drop a mutation's answer. Also the response
-//! header every answer carries. Generic over the service's gRPC client; knows nothing of what
-//! the requests mean.
+//! What every `keel.v1` service (Kv, Lock, Idempotency, Cluster.Split) does with a request:
+//! serve it on the local range holding its key (`on_range`, which routes again once when the
+//! range split under the request), or else forward it once to the range's leader (or a
+//! replica the meta table names) or answer the error, relay that node's answer, and let a
+//! configured fault drop a mutation's answer. Also the response header every answer carries.
+//! Generic over the service's gRPC client; knows nothing of what the requests mean.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::idempotency_client::IdempotencyClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::lock_client::LockClient;
 use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
     GetRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest, PutRequest,
-    ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest,
+    ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest, SplitRequest,
 };
 use keel_raft::RaftGroup;
 use keel_storage::StorageError;
-use keel_types::{KvError, NodeAddr, NodeId, Revision, limits};
+use keel_types::{KvError, NodeAddr, NodeId, RangeId, Revision, limits};
 use tonic::transport::Channel;
 use tonic::{Response, Status};
 use tracing::{debug, info};
 
+use crate::ranges;
 use crate::shared::Shared;
 use crate::status::{kv_error, never_sent, to_status};
 
@@ -56,7 +59,8 @@ forwardable!(
     BeginRequest,
     CompleteRequest,
     AbortRequest,
-    IdempotencyGetRequest
+    IdempotencyGetRequest,
+    SplitRequest
 );
 
 /// The gRPC client of a service, made on a channel to a peer.
@@ -76,7 +80,7 @@ macro_rules! peer_client {
     )*};
 }
 
-peer_client!(KvClient, LockClient, IdempotencyClient);
+peer_client!(KvClient, LockClient, IdempotencyClient, ClusterClient);
 
 /// What a forwarded request is: a read or a write (a write that fails after it was sent has
 /// an unknown outcome), and how long the leader may hold it beyond its own deadline (an
@@ -133,6 +137,55 @@ impl Router {
         }
     }
 
+    /// Serves a request routed by `key` with `serve`, on the group of the local range holding
+    /// the key. When the apply (or a read's span check) says the key is no longer in that
+    /// range, the local table is refreshed from the store and the request routed again, once;
+    /// the command was not applied, so this is safe for writes. Counts the request in the
+    /// node's load when a local range served it (not when it goes elsewhere).
+    pub async fn on_range<T, F, Fut>(&self, key: &[u8], serve: F) -> Result<T, KvError>
+    where
+        F: Fn(Arc<RaftGroup>) -> Fut,
+        Fut: Future<Output = Result<T, KvError>>,
+    {
+        let group = ranges::route(&self.shared, key).await?;
+        let range = group.range();
+        let (range, served) = match serve(group).await {
+            Err(KvError::KeyOutOfRange { .. }) => {
+                debug!(%range, "key left the range; routing again");
+                ranges::refresh_local(&self.shared).await?;
+                let group = ranges::route(&self.shared, key).await?;
+                (group.range(), serve(group).await)
+            }
+            served => (range, served),
+        };
+        self.count(range, key, &served);
+        served
+    }
+
+    /// Counts a request `range` served (not one it sent elsewhere).
+    fn count<T>(&self, range: RangeId, key: &[u8], served: &Result<T, KvError>) {
+        if !matches!(
+            served,
+            Err(KvError::NotLeader { .. } | KvError::KeyOutOfRange { .. })
+        ) {
+            self.shared.load.record(range, key);
+        }
+    }
+
+    /// `KeyOutOfRange` unless `group`'s range still holds `key`. A read calls it after
+    /// reading: a range's span only shrinks, so a key still inside was inside when it read,
+    /// and an answer of "absent" was not caused by a split that moved the key away.
+    pub async fn check_span(&self, group: &RaftGroup, key: &[u8]) -> Result<(), KvError> {
+        let range = group.descriptor().await?;
+        if range.contains(key) {
+            return Ok(());
+        }
+        Err(KvError::KeyOutOfRange {
+            key: key.to_vec(),
+            range: Box::new(range),
+        })
+    }
+
     /// A mutation's answer as it leaves the node; with a response-loss fault configured,
     /// some answers are lost after the mutation was applied.
     pub fn deliver<T>(&self, answer: Result<Response<T>, Status>) -> Result<Response<T>, Status> {
@@ -159,8 +212,12 @@ impl Router {
         })
     }
 
-    /// A storage failure on a read: the node may be poisoned now, so recheck its health.
+    /// A storage failure on a read: the node may be poisoned now, so recheck its health. A
+    /// range in the middle of a snapshot install is only unavailable for a moment.
     pub fn storage_failed(&self, error: StorageError) -> KvError {
+        if let StorageError::SnapshotInstalling { .. } = error {
+            return KvError::unavailable(error.to_string());
+        }
         self.shared
             .health
             .check()

@@ -1,24 +1,38 @@
-//! What the gRPC services of one node share: its id and address, its groups, store, peer
-//! channels and health. Knows nothing of request semantics.
+//! What the gRPC services and background tasks of one node share: its id and address, the
+//! initial cluster, its groups, store, range tables, load counters, peer channels and health.
+//! Knows nothing of request semantics.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_raft::{Groups, RaftGroup, RaftTimings};
+use keel_raft::{GroupError, Groups, RaftGroup, RaftTimings};
 use keel_storage::Store;
 use keel_types::{KvError, NodeId, RangeId, SharedClock};
 
 use crate::config::KvSettings;
 use crate::faults::Faults;
 use crate::health::Health;
+use crate::load::LoadTracker;
 use crate::peers::Peers;
+use crate::publisher::Published;
+use crate::ranges::RangeTables;
 
 pub(crate) struct Shared {
     pub node_id: NodeId,
     /// The address peers and clients use for this node.
     pub addr: String,
+    /// The initial cluster's nodes and addresses (the meta range's first replicas are its
+    /// first three ids).
+    pub cluster: BTreeMap<NodeId, String>,
     pub groups: Groups,
     pub store: Store,
+    /// The local range table (routing) and the cached meta table (forwarding).
+    pub ranges: RangeTables,
+    /// Requests served per range, for splits by load and `Cluster.Ranges`.
+    pub load: LoadTracker,
+    /// The descriptors this node last published to the meta range.
+    pub published: Published,
     pub peers: Arc<Peers>,
     pub health: Health,
     pub timings: RaftTimings,
@@ -38,11 +52,16 @@ impl Shared {
         })
     }
 
-    /// The group serving `range`, on a node that serves: `Fatal` once the node stopped
-    /// (storage failed), `Unavailable` while it hosts no such group.
-    pub fn serving_group(&self, range: RangeId) -> Result<Arc<RaftGroup>, KvError> {
-        self.health.check()?;
-        self.group(range)
+    /// The group of `range`, started first if this node runs none yet (a range its store
+    /// holds: the caller found it in the local table).
+    pub async fn ensure_group(&self, range: RangeId) -> Result<Arc<RaftGroup>, KvError> {
+        self.groups
+            .ensure(range)
+            .await
+            .map_err(|error| match error {
+                GroupError::ShuttingDown(_) => KvError::unavailable(error.to_string()),
+                error => KvError::fatal(error.to_string()),
+            })
     }
 
     /// How long a forwarded request may take: the leader's own deadline plus one second of

@@ -18,9 +18,14 @@
 //! | FencedOut         | FAILED_PRECONDITION | key fenced by a newer token or another lock        |
 //! | LockNotHeld       | FAILED_PRECONDITION | the token lost the lock (expired, taken, released) |
 //! | RecordNotOwned    | FAILED_PRECONDITION | the token lost the idempotency record              |
+//! | KeyOutOfRange     | FAILED_PRECONDITION | key left the range (split); refresh ranges, retry  |
+//! | EpochMismatch     | FAILED_PRECONDITION | the range changed first; refresh ranges, retry     |
 //!
 //! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
 //! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
+//! KeyOutOfRange and EpochMismatch are FAILED_PRECONDITION: nothing was applied, but the same
+//! request to the same place fails again; the detail carries the range as it is now, and a
+//! client retries after refreshing its range table.
 //! Only this module (and the services) name `tonic::Status`.
 
 use keel_proto::v1;
@@ -45,6 +50,7 @@ pub fn code(error: &KvError) -> Code {
         KvError::FencedOut { .. }
         | KvError::LockNotHeld { .. }
         | KvError::RecordNotOwned { .. } => Code::FailedPrecondition,
+        KvError::KeyOutOfRange { .. } | KvError::EpochMismatch { .. } => Code::FailedPrecondition,
     }
 }
 
@@ -181,6 +187,32 @@ mod tests {
                 id: b"i".to_vec(),
                 token: 3,
                 current_token: Some(4),
+            },
+            Code::FailedPrecondition,
+        );
+    }
+
+    #[test]
+    fn range_errors_are_failed_preconditions_with_the_range() {
+        let range = keel_types::RangeDescriptor {
+            id: RangeId(4),
+            start: b"m".to_vec(),
+            end: None,
+            epoch: 3,
+            conf_version: 1,
+            replicas: vec![1, 2, 3],
+        };
+        check(
+            KvError::KeyOutOfRange {
+                key: b"a".to_vec(),
+                range: Box::new(range.clone()),
+            },
+            Code::FailedPrecondition,
+        );
+        check(
+            KvError::EpochMismatch {
+                expected_epoch: 2,
+                range: Box::new(range),
             },
             Code::FailedPrecondition,
         );

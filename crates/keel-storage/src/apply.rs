@@ -16,6 +16,15 @@
 //! not seen before, and their outcome (a refusal included) is its record. An applied fenced
 //! write records its fence on every key it writes; an applied unfenced write drops the fence
 //! of every key it deletes.
+//!
+//! Ranges: after deduplication every data command (`Mutate`, `FencedMutate`, `Coordinate`,
+//! the legacy `Write`) checks each key it touches (op keys, the lock name, the idempotency
+//! key) against the range's span; one outside refuses it whole with `KeyOutOfRange` and the
+//! range's descriptor, and stores nothing, not even a request record or a session change.
+//! Cleanups and reclaims skip items outside the span. `Split` is carried out by `split`.
+//! The meta range applies `Meta` commands (`meta`, each taking a revision), cleanups and
+//! reclaims, and refuses everything else with `WrongRangeKind`; data ranges refuse `Meta`
+//! the same way. Every membership entry raises the range's `conf_version`.
 
 use std::collections::BTreeMap;
 
@@ -34,9 +43,10 @@ use crate::error::StorageError;
 use crate::raft_types::Entry;
 use crate::session::{self, RangeSessions, RequestPlan, SessionLimits, Verdict};
 use crate::tables::{
-    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, REQUESTS, SESSIONS, SM_META,
+    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, LOCKS, META, REQUESTS, SESSIONS, SM_META,
     Session, SmState, TTL,
 };
+use crate::{meta, split};
 
 /// What a mutation's ops do to the data, decided before anything is written.
 #[derive(Debug, PartialEq, Eq)]
@@ -152,15 +162,18 @@ fn op_after(
 }
 
 /// The tables an apply writes, open in its transaction.
-struct Tables<'txn> {
-    kv: Table<'txn, Bytes, Bytes>,
-    ttl: Table<'txn, Bytes, Bytes>,
-    sessions: Table<'txn, Bytes, Bytes>,
-    requests: Table<'txn, Bytes, Bytes>,
-    locks: Table<'txn, Bytes, Bytes>,
-    fences: Table<'txn, Bytes, Bytes>,
-    idempotency: Table<'txn, Bytes, Bytes>,
-    deadlines: Table<'txn, Bytes, Bytes>,
+pub(crate) struct Tables<'txn> {
+    /// For the tables only a split or a meta command touches.
+    pub txn: &'txn WriteTransaction,
+    pub sm_meta: Table<'txn, Bytes, Bytes>,
+    pub kv: Table<'txn, Bytes, Bytes>,
+    pub ttl: Table<'txn, Bytes, Bytes>,
+    pub sessions: Table<'txn, Bytes, Bytes>,
+    pub requests: Table<'txn, Bytes, Bytes>,
+    pub locks: Table<'txn, Bytes, Bytes>,
+    pub fences: Table<'txn, Bytes, Bytes>,
+    pub idempotency: Table<'txn, Bytes, Bytes>,
+    pub deadlines: Table<'txn, Bytes, Bytes>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -170,6 +183,8 @@ impl<'txn> Tables<'txn> {
                 .map_err(|e| StorageError::redb(name, e))
         };
         Ok(Tables {
+            txn,
+            sm_meta: open(SM_META, "open sm_meta")?,
             kv: open(KV, "open kv")?,
             ttl: open(TTL, "open ttl")?,
             sessions: open(SESSIONS, "open sessions")?,
@@ -182,20 +197,17 @@ impl<'txn> Tables<'txn> {
     }
 }
 
-/// Applies `entries` to `range` (owning `span`) inside `txn` and records the last applied
-/// log id, the last membership, the revision, the clock and the session state in the same
-/// transaction. Returns one outcome per entry.
+/// Applies `entries` to `range` inside `txn` and records the last applied log id, the last
+/// membership, the revision, the clock, the span and the session state in the same
+/// transaction. Returns one outcome per entry. Every entry sees the span the entries before
+/// it left (a split shrinks it at once).
 pub(crate) fn apply_entries(
     txn: &WriteTransaction,
     range: RangeId,
-    span: &KeySpan,
     entries: &[Entry],
 ) -> Result<Vec<CommandOutcome>, StorageError> {
-    let mut sm_meta = txn
-        .open_table(SM_META)
-        .map_err(|e| StorageError::redb("open sm_meta", e))?;
     let mut tables = Tables::open(txn)?;
-    let mut state = tables::read_sm_state(&sm_meta, range)?;
+    let mut state = tables::read_sm_state(&tables.sm_meta, range)?;
     assert!(
         state.installing.is_none(),
         "range {range}: apply while a snapshot install is unfinished"
@@ -206,76 +218,131 @@ pub(crate) fn apply_entries(
             EntryPayload::Blank => CommandOutcome::Internal,
             EntryPayload::Membership(membership) => {
                 state.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
+                state.conf_version += 1;
                 CommandOutcome::Internal
             }
             EntryPayload::Normal(command) => {
-                apply_command(&mut tables, &mut state, range, span, command)?
+                apply_command(&mut tables, &mut state, range, command)?
             }
         };
         state.applied = Some(entry.log_id);
         outcomes.push(outcome);
     }
-    tables::write_sm_state(&mut sm_meta, range, &state)?;
+    tables::write_sm_state(&mut tables.sm_meta, range, &state)?;
     Ok(outcomes)
 }
 
-/// Applies one client or leader command at the range clock it advances to.
+/// Applies one command. The meta range applies meta commands, cleanups and reclaims only;
+/// data ranges apply everything but meta commands. A data command with a key outside the
+/// span is refused (`KeyOutOfRange`) after its request id was checked (see `deduplicated`).
 fn apply_command(
     tables: &mut Tables,
     state: &mut SmState,
     range: RangeId,
-    span: &KeySpan,
+    command: &Command,
+) -> Result<CommandOutcome, StorageError> {
+    let wrong_kind = || {
+        Ok(CommandOutcome::Rejected(Rejection::WrongRangeKind {
+            range,
+        }))
+    };
+    match command {
+        Command::Cleanup(cleanup) => apply_cleanup(tables, state, range, cleanup),
+        Command::Reclaim(reclaim) => apply_reclaim(tables, state, reclaim),
+        Command::Meta(command) if range == RangeId::META => {
+            let mut table = tables
+                .txn
+                .open_table(META)
+                .map_err(|e| StorageError::redb("open meta", e))?;
+            let outcome = meta::apply_meta(&mut table, command)?;
+            if matches!(outcome, CommandOutcome::Meta(_)) {
+                state.revision += 1;
+            }
+            Ok(outcome)
+        }
+        Command::Meta(_) => wrong_kind(),
+        _ if range == RangeId::META => wrong_kind(),
+        Command::Split(split) => split::apply_split(tables, state, range, split),
+        _ => apply_data_command(tables, state, range, command),
+    }
+}
+
+/// Applies a client command of a data range at the range clock it advances to.
+fn apply_data_command(
+    tables: &mut Tables,
+    state: &mut SmState,
+    range: RangeId,
     command: &Command,
 ) -> Result<CommandOutcome, StorageError> {
     match command {
         Command::Write { ops } => {
             let ops: Vec<BatchOp> = ops.iter().cloned().map(BatchOp::from).collect();
             let clock_ms = state.clock_ms;
-            apply_unfenced(tables, state, &ops, clock_ms)
+            let keys: Vec<&[u8]> = ops.iter().map(BatchOp::key).collect();
+            deduplicated(tables, state, range, None, &keys, |tables, state| {
+                apply_unfenced(tables, state, &ops, clock_ms)
+            })
         }
         Command::Mutate(mutation) => {
             let clock_ms = state.advance_clock(mutation.now_ms);
-            deduplicated(
-                tables,
-                state,
-                range,
-                mutation.request.as_ref(),
-                |tables, state| apply_unfenced(tables, state, &mutation.ops, clock_ms),
-            )
+            let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
+            let request = mutation.request.as_ref();
+            deduplicated(tables, state, range, request, &keys, |tables, state| {
+                apply_unfenced(tables, state, &mutation.ops, clock_ms)
+            })
         }
         Command::FencedMutate { fence, mutation } => {
             let clock_ms = state.advance_clock(mutation.now_ms);
-            deduplicated(
-                tables,
-                state,
-                range,
-                mutation.request.as_ref(),
-                |tables, state| apply_fenced(tables, state, fence, &mutation.ops, clock_ms),
-            )
+            let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
+            let request = mutation.request.as_ref();
+            deduplicated(tables, state, range, request, &keys, |tables, state| {
+                apply_fenced(tables, state, fence, &mutation.ops, clock_ms)
+            })
         }
         Command::Coordinate(coordination) => {
             let clock_ms = state.advance_clock(coordination.now_ms);
             let request = coordination.request.as_ref();
-            deduplicated(tables, state, range, request, |tables, state| {
+            let key = match coordination::subject(&coordination.op) {
+                Subject::Lock(name) => name,
+                Subject::Record(key) => key,
+            };
+            deduplicated(tables, state, range, request, &[key], |tables, state| {
                 apply_coordination(tables, state, &coordination.op, clock_ms)
             })
         }
-        Command::Cleanup(cleanup) => apply_cleanup(tables, state, range, span, cleanup),
-        Command::Reclaim(reclaim) => apply_reclaim(tables, state, span, reclaim),
+        Command::Cleanup(_) | Command::Reclaim(_) | Command::Split(_) | Command::Meta(_) => {
+            unreachable!("{command} is not a data command")
+        }
     }
+}
+
+/// `KeyOutOfRange` for the first of `keys` outside the range's span.
+fn outside_span(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejection> {
+    let key = keys.iter().find(|key| !state.span.contains(key))?;
+    Some(Rejection::KeyOutOfRange {
+        key: key.to_vec(),
+        range: state.descriptor(range),
+    })
 }
 
 /// Runs `run` for a client command deduplicated by its request id, if it has one (see
 /// `session`): a request applied before is answered from its record, a refused one is not
-/// run, and the outcome of one that runs is recorded. The range clock is advanced already.
+/// run, and the outcome of one that runs is recorded. A request that would run but touches
+/// a key outside the span (`keys`) is refused with `KeyOutOfRange` and leaves no trace, no
+/// record and no session change: it was not applied, so a retry under the same id at the
+/// right range is safe. The range clock is advanced already.
 fn deduplicated(
     tables: &mut Tables,
     state: &mut SmState,
     range: RangeId,
     request: Option<&RequestId>,
+    keys: &[&[u8]],
     run: impl FnOnce(&mut Tables, &mut SmState) -> Result<CommandOutcome, StorageError>,
 ) -> Result<CommandOutcome, StorageError> {
     let Some(id) = request else {
+        if let Some(rejection) = outside_span(state, range, keys) {
+            return Ok(CommandOutcome::Rejected(rejection));
+        }
         return run(tables, state);
     };
     let stored = tables::read_session(&tables.sessions, range, id.client_id)?;
@@ -291,12 +358,17 @@ fn deduplicated(
         SessionLimits::default(),
         |sequences| tables::count_requests(&tables.requests, range, id.client_id, sequences),
     )?;
-    store_session(tables, state, range, id.client_id, stored, &plan)?;
-    let verdict = match plan.verdict {
+    let verdict = match &plan.verdict {
         // The planted bug applies a retried request again instead of replaying its record.
         Verdict::Replay if planted::active(PlantedBug::DoubleApply) => Verdict::Apply,
-        verdict => verdict,
+        verdict => verdict.clone(),
     };
+    if verdict == Verdict::Apply
+        && let Some(rejection) = outside_span(state, range, keys)
+    {
+        return Ok(CommandOutcome::Rejected(rejection));
+    }
+    store_session(tables, state, range, id.client_id, stored, &plan)?;
     match verdict {
         Verdict::Reject(rejection) => Ok(CommandOutcome::Rejected(rejection)),
         Verdict::Replay => {
@@ -476,7 +548,7 @@ fn apply_ops(
         tables::write_kv(
             &mut tables.kv,
             &mut tables.ttl,
-            &mut state.keys_with_ttl,
+            &mut state.kv,
             &key,
             after.as_ref(),
         )?;
@@ -492,12 +564,11 @@ fn apply_cleanup(
     tables: &mut Tables,
     state: &mut SmState,
     range: RangeId,
-    span: &KeySpan,
     cleanup: &Cleanup,
 ) -> Result<CommandOutcome, StorageError> {
     let clock_ms = state.advance_clock(cleanup.now_ms);
     for expired in &cleanup.keys {
-        if !span.contains(&expired.key) || expired.expires_at_ms > clock_ms {
+        if !state.span.contains(&expired.key) || expired.expires_at_ms > clock_ms {
             continue;
         }
         let stored = tables
@@ -509,7 +580,7 @@ fn apply_cleanup(
             .flatten();
         if stored == Some(expired.expires_at_ms) {
             let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
-            tables::write_kv(kv, ttl, &mut state.keys_with_ttl, &expired.key, None)?;
+            tables::write_kv(kv, ttl, &mut state.kv, &expired.key, None)?;
         }
     }
     for &client_id in &cleanup.sessions {
@@ -543,10 +614,10 @@ fn apply_cleanup(
 fn apply_reclaim(
     tables: &mut Tables,
     state: &mut SmState,
-    span: &KeySpan,
     reclaim: &Reclaim,
 ) -> Result<CommandOutcome, StorageError> {
     let clock_ms = state.advance_clock(reclaim.now_ms);
+    let span = state.span.clone();
     let due = |item: &ExpiredRecord| span.contains(&item.key) && item.at_ms <= clock_ms;
     for item in reclaim.locks.iter().filter(|item| due(item)) {
         let stored: Option<LockHold> = tables::read_row(&tables.locks, &item.key, "lock")?;

@@ -10,6 +10,17 @@
 //!   `locks`, `fences`, `idempotency` and `deadlines` and their `sm_meta` counts appeared
 //!   (`tables`); snapshot files gained record kinds for locks, fences and idempotency
 //!   records (`snapshot`). Enums only gained variants at their end.
+//! - 4: ranges split and the meta range holds the cluster's table. `sm_meta` gained each
+//!   range's span, epoch, conf_version and counts of keys and bytes (`tables`; a range of an
+//!   older file has no span row, so range 1 spans the whole keyspace, and gets its key and
+//!   byte counts when the store first opens the file); the `meta` table appeared; log
+//!   entries may hold `Command::{Split, Meta}` and request records
+//!   `CommandOutcome::{Split, Meta}` and the rejections `KeyOutOfRange`, `EpochMismatch` and
+//!   `WrongRangeKind`; snapshot files gained a `Range` record (span, epoch, conf_version)
+//!   right after the header and records for the meta range's rows (`snapshot`). A snapshot
+//!   file of format 1-3 still installs (with the span its range has without a span row); a
+//!   build of format 3 refuses a file of format 4 (`UnknownVersion`), so nodes of both
+//!   builds cannot send each other snapshots.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -19,7 +30,7 @@ use serde::de::DeserializeOwned;
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 3;
+pub(crate) const FORMAT_VERSION: u8 = 4;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

@@ -5,14 +5,13 @@ use keel_types::coordination::idempotency_key;
 use keel_types::{
     Acquirer, BatchOp, Command, CommandOutcome, Condition, Coordination, CoordinationCounts,
     CoordinationOp, CoordinationResult, ExpiredRecord, Fence, IdempotencyRecord, LockHold,
-    Mutation, RangeId, Reclaim, Rejection, RequestId, Revision,
+    Mutation, RangeId, Reclaim, Rejection, RequestId, Revision, Split,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 use super::StateMachine;
 use super::exactly_once_tests::Applier;
 use super::tests::{delete, mutate, open, put};
-use crate::tables::KeySpan;
 
 fn acquirer(owner: &str, ttl_ms: u64, lock_delay_ms: u64) -> Acquirer {
     Acquirer {
@@ -535,11 +534,18 @@ async fn reads_and_reclaim_plans_stay_within_the_span() {
             .apply(at(1_000, begin(name.as_bytes(), "o", 100)))
             .await;
     }
-    let span = KeySpan {
-        start: b"m".to_vec(),
-        end: None,
+    let split = Split {
+        at: b"m".to_vec(),
+        child: RangeId(2),
+        expected_epoch: 0,
     };
-    let sm = StateMachine::new(store.clone(), RangeId(1), span);
+    let outcome = applier.apply(Command::Split(split)).await;
+    assert!(
+        matches!(outcome, CommandOutcome::Split { .. }),
+        "{outcome:?}"
+    );
+    // The child owns `[m, +inf)`.
+    let sm = store.state_machine(RangeId(2));
     assert_eq!(holder(&sm, "a-lock", 0).await, None);
     assert!(holder(&sm, "z-lock", 0).await.is_some());
     assert_eq!(sm.idempotency_record(b"a-lock", 0).await.unwrap().0, None);

@@ -44,6 +44,11 @@ pub enum StorageError {
     #[error("corrupt {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
 
+    /// A snapshot of `range` spans keys of `other`, another range with state in this file;
+    /// installing it would overwrite that range's data.
+    #[error("a snapshot of range {range} overlaps range {other}, which this store holds")]
+    SpanOverlap { range: RangeId, other: RangeId },
+
     /// The range is in the middle of a snapshot install; its data is not readable yet.
     #[error("range {range} is installing a snapshot; its data is not readable yet")]
     SnapshotInstalling { range: RangeId },

@@ -8,11 +8,17 @@
 //! so a crash can leave it half done. Therefore:
 //! 1. the snapshot file is first made the range's current snapshot (fsynced, renamed);
 //! 2. a durable commit writes an *installing* marker into `sm_meta`;
-//! 3. the range's request records and sessions and the span's rows, locks, fences and
-//!    idempotency records are cleared (with their TTL-index and `deadlines` rows), then the
-//!    file's records are written (with those index rows rebuilt);
+//! 3. the range's request records and sessions and the rows, locks, fences and idempotency
+//!    records of both its current span and the snapshot's span (and, for the meta range, the
+//!    `meta` table) are cleared (with their TTL-index and `deadlines` rows), then the file's
+//!    records are written (with those index rows rebuilt);
 //! 4. one durable commit writes the applied log id, membership, revision, clock, session
-//!    horizon and counts and removes the marker.
+//!    horizon, span, epoch, conf_version and counts and removes the marker.
+//!
+//! A snapshot whose span overlaps another range with state in this file is refused before
+//! step 1 (`StorageError::SpanOverlap`): installing it would delete that range's rows.
+//! keel-raft asks `Store::snapshot_overlap` first; this check is the last line. A range that
+//! has never applied anything here claims no rows, whatever its unrecorded span.
 //!
 //! While the marker is present, `applied_state` reports nothing applied and the range's data
 //! cannot be read or snapshotted. After a crash, openraft sees a current snapshot newer than
@@ -26,12 +32,13 @@ use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 use crate::codec::decode;
 
 use crate::error::StorageError;
+use crate::meta::{self, MetaRow};
 use crate::raft_types::SnapshotMeta;
-use crate::snapshot::{self, Record, SnapshotFile, SnapshotHeader, SnapshotReader};
+use crate::snapshot::{self, RangeFacts, Record, SnapshotFile, SnapshotHeader, SnapshotReader};
 use crate::store::Store;
 use crate::tables::{
-    self, Bytes, DEADLINES, Deadlined, FENCES, IDEMPOTENCY, InstallMarker, KV, KeySpan, LOCKS,
-    REQUESTS, SESSIONS, SM_INSTALLING, SM_META, Session, SmState, TTL,
+    self, Bytes, DEADLINES, Deadlined, FENCES, IDEMPOTENCY, InstallMarker, KV, KeySpan, KvCounts,
+    LOCKS, META, REQUESTS, SESSIONS, SM_INSTALLING, SM_META, Session, SmState, TTL,
 };
 use crate::writer::{Op, Outcome};
 
@@ -47,6 +54,8 @@ pub(crate) struct InstallBatch {
     pub fences: Vec<(Vec<u8>, Fence)>,
     /// Idempotency records by key.
     pub records: Vec<(Vec<u8>, IdempotencyRecord)>,
+    /// Rows of the meta range's `meta` table.
+    pub meta: Vec<MetaRow>,
     bytes: usize,
 }
 
@@ -58,6 +67,7 @@ impl InstallBatch {
             + self.locks.len()
             + self.fences.len()
             + self.records.len()
+            + self.meta.len()
     }
 
     fn is_empty(&self) -> bool {
@@ -70,16 +80,17 @@ impl InstallBatch {
     }
 }
 
-/// Replaces the data and state-machine metadata of `range` (rows in `span`) with the
-/// snapshot in `snapshot`, which must match `meta`.
+/// Replaces the data and state-machine metadata of `range` with the snapshot in `snapshot`,
+/// which must match `meta`: clears the range's old span and the snapshot's span, then writes
+/// the snapshot's records and takes its span, epoch and conf_version. Refused
+/// (`SpanOverlap`) when another range of the file with state overlaps the snapshot's span.
 pub(crate) async fn install(
     store: &Store,
     range: RangeId,
-    span: &KeySpan,
     meta: &SnapshotMeta,
     snapshot: SnapshotFile,
 ) -> Result<(), StorageError> {
-    let (mut reader, header) = SnapshotReader::open_with_header(snapshot.path()).await?;
+    let (mut reader, header, recorded) = SnapshotReader::open_with_facts(snapshot.path()).await?;
     if header.meta() != *meta {
         return Err(StorageError::corrupt(
             "snapshot file",
@@ -89,6 +100,10 @@ pub(crate) async fn install(
             ),
         ));
     }
+    let facts = recorded
+        .clone()
+        .unwrap_or_else(|| RangeFacts::unrecorded(range));
+    refuse_overlap(store, range, &facts.span).await?;
     let dir = store.snapshot_dir().to_path_buf();
     let last_log_id = meta.last_log_id;
     tokio::task::spawn_blocking(move || {
@@ -102,32 +117,54 @@ pub(crate) async fn install(
     store.call(Op::InstallBegin { range, marker }).await?;
     let clear = || Op::InstallClear {
         range,
-        span: span.clone(),
+        span: facts.span.clone(),
     };
     while let Outcome::More(true) = store.call(clear()).await? {}
-    let state = copy_records(store, range, span, &header, &mut reader).await?;
+    let counted = u64::from(recorded.is_some());
+    let state = copy_records(store, range, &header, facts, counted, &mut reader).await?;
     store.call(Op::InstallFinish { range, state }).await?;
     tracing::info!(%range, last_log_id = ?meta.last_log_id, "snapshot installed");
     Ok(())
 }
 
+/// `Err(SpanOverlap)` if another range of the file with state overlaps `span`.
+async fn refuse_overlap(store: &Store, range: RangeId, span: &KeySpan) -> Result<(), StorageError> {
+    let owned = span.clone();
+    let other = store
+        .read(move |txn| {
+            let sm_meta = txn
+                .open_table(SM_META)
+                .map_err(|e| StorageError::redb("open sm_meta", e))?;
+            crate::store::overlapping_range(&sm_meta, range, &owned)
+        })
+        .await?;
+    match other {
+        None => Ok(()),
+        Some(other) => Err(StorageError::SpanOverlap { range, other }),
+    }
+}
+
 /// Writes the records of the file in bounded transactions until its `End` record; returns
-/// the range's state-machine metadata as the file describes it.
+/// the range's state-machine metadata as the file describes it. `records`: records after the
+/// header already read (the `Range` record).
 async fn copy_records(
     store: &Store,
     range: RangeId,
-    span: &KeySpan,
     header: &SnapshotHeader,
+    facts: RangeFacts,
+    mut records: u64,
     reader: &mut SnapshotReader,
 ) -> Result<SmState, StorageError> {
     let mut state = SmState {
         applied: header.last_log_id,
         membership: header.last_membership.clone(),
         revision: header.revision,
+        span: facts.span,
+        epoch: facts.epoch,
+        conf_version: facts.conf_version,
         ..SmState::default()
     };
     let mut batch = InstallBatch::default();
-    let mut records = 0u64;
     let mut session_records = 0u64;
     loop {
         let record = reader.next().await?;
@@ -143,7 +180,7 @@ async fn copy_records(
             Record::Session { session, .. } => session_records += session.records,
             _ => {}
         }
-        add_record(record, span, &mut state, &mut batch)?;
+        add_record(record, range, &mut state, &mut batch)?;
         records += 1;
         if batch.is_full() {
             let batch = std::mem::take(&mut batch);
@@ -165,17 +202,19 @@ async fn copy_records(
     Ok(state)
 }
 
-/// Adds one record (not `End`) to the batch and the counts of `state`.
+/// Adds one record (not `End`) to the batch and the counts of `state` (whose span the
+/// record's key must lie in).
 fn add_record(
     record: Record,
-    span: &KeySpan,
+    range: RangeId,
     state: &mut SmState,
     batch: &mut InstallBatch,
 ) -> Result<(), StorageError> {
+    let span = &state.span;
     match record {
-        Record::Row(row) => add_row(row.into_key_value(None), span, state, batch),
+        Record::Row(row) => add_row(row.into_key_value(None), state, batch),
         Record::ExpiringRow { row, expires_at_ms } => {
-            add_row(row.into_key_value(Some(expires_at_ms)), span, state, batch)
+            add_row(row.into_key_value(Some(expires_at_ms)), state, batch)
         }
         Record::Clock {
             clock_ms,
@@ -200,38 +239,55 @@ fn add_record(
             Ok(())
         }
         Record::Lock { name, hold } => {
+            add_keyed(&mut batch.locks, name, hold, span, "a lock")?;
             state.locks += 1;
-            add_keyed(&mut batch.locks, name, hold, span, "a lock")
+            Ok(())
         }
         Record::Fence { key, fence } => {
+            add_keyed(&mut batch.fences, key, fence, span, "a fence")?;
             state.fenced_keys += 1;
-            add_keyed(&mut batch.fences, key, fence, span, "a fence")
+            Ok(())
         }
         Record::Idempotency { key, record } => {
+            let what = "an idempotency record";
+            add_keyed(&mut batch.records, key, record, span, what)?;
             state.idempotency_records += 1;
-            add_keyed(
-                &mut batch.records,
-                key,
-                record,
-                span,
-                "an idempotency record",
-            )
+            Ok(())
         }
+        Record::MetaRange(_) | Record::MetaNode(_) | Record::MetaNextRangeId(_)
+            if range != RangeId::META =>
+        {
+            Err(StorageError::corrupt(
+                "snapshot file",
+                format!("a meta record in a snapshot of range {range}"),
+            ))
+        }
+        Record::MetaRange(descriptor) => add_meta(batch, MetaRow::Range(descriptor)),
+        Record::MetaNode(node) => add_meta(batch, MetaRow::Node(node)),
+        Record::MetaNextRangeId(next) => add_meta(batch, MetaRow::NextRangeId(next)),
+        Record::Range(_) => Err(StorageError::corrupt(
+            "snapshot file",
+            "a range record after the first record",
+        )),
         Record::Header(_) => Err(StorageError::corrupt("snapshot file", "a second header")),
         Record::End { .. } => unreachable!("the caller handles End"),
     }
 }
 
+fn add_meta(batch: &mut InstallBatch, row: MetaRow) -> Result<(), StorageError> {
+    batch.meta.push(row);
+    Ok(())
+}
+
 fn add_row(
     row: KeyValue,
-    span: &KeySpan,
     state: &mut SmState,
     batch: &mut InstallBatch,
 ) -> Result<(), StorageError> {
-    check_within(span, &row.key, "a row")?;
-    if row.expires_at_ms.is_some() {
-        state.keys_with_ttl += 1;
-    }
+    check_within(&state.span, &row.key, "a row")?;
+    state
+        .kv
+        .count(&row.key, row.value.len(), row.expires_at_ms.is_some(), true);
     batch.rows.push(row);
     Ok(())
 }
@@ -272,19 +328,37 @@ pub(crate) fn begin(
 }
 
 /// Writer op: deletes up to `SNAPSHOT_INSTALL_ROWS_PER_TXN` rows of the range's request
-/// records, then its sessions, then the rows of `span` (with their TTL-index rows), then the
-/// span's locks, fences and idempotency records (with their `deadlines` rows); returns
+/// records, then its sessions, then the rows of its current span and of `span` (the
+/// snapshot's; with their TTL-index rows), then the locks, fences and idempotency records of
+/// both spans (with their `deadlines` rows), then (meta range) the `meta` table; returns
 /// whether rows remain.
 pub(crate) fn clear(
     txn: &WriteTransaction,
     range: RangeId,
     span: &KeySpan,
 ) -> Result<bool, StorageError> {
+    let old = {
+        let sm_meta = open(txn, SM_META)?;
+        tables::owned_span(&sm_meta, range)?.unwrap_or_else(KeySpan::none)
+    };
     let mut budget = limits::SNAPSHOT_INSTALL_ROWS_PER_TXN;
     let more = clear_exactly_once(txn, range, &mut budget)?
+        || clear_kv(txn, &old, &mut budget)?
         || clear_kv(txn, span, &mut budget)?
-        || clear_coordination(txn, span, &mut budget)?;
+        || clear_coordination(txn, &old, &mut budget)?
+        || clear_coordination(txn, span, &mut budget)?
+        || (range == RangeId::META && clear_meta(txn, &mut budget)?);
     Ok(more)
+}
+
+/// Clears the `meta` table within `budget`; whether rows remain.
+fn clear_meta(txn: &WriteTransaction, budget: &mut usize) -> Result<bool, StorageError> {
+    let mut meta = open(txn, META)?;
+    let bounds = (Bound::Included(&[][..]), Bound::Unbounded);
+    Ok(spend(
+        clear_rows(&mut meta, bounds, *budget, |_, _| Ok(()))?,
+        budget,
+    ))
 }
 
 /// Clears the range's request records and sessions within `budget`; whether rows remain.
@@ -432,8 +506,9 @@ pub(crate) fn insert_records(
     let (mut kv, mut ttl) = (open(txn, KV)?, open(txn, TTL)?);
     // The install counts rows from the file; the counts these writes keep are dropped.
     let mut uncounted = 0;
+    let mut uncounted_kv = KvCounts::default();
     for row in &batch.rows {
-        tables::write_kv(&mut kv, &mut ttl, &mut uncounted, &row.key, Some(row))?;
+        tables::write_kv(&mut kv, &mut ttl, &mut uncounted_kv, &row.key, Some(row))?;
     }
     let mut sessions = open(txn, SESSIONS)?;
     for (client_id, session) in &batch.sessions {
@@ -455,6 +530,10 @@ pub(crate) fn insert_records(
     let mut fences = open(txn, FENCES)?;
     for (key, fence) in &batch.fences {
         tables::write_fence(&mut fences, &mut uncounted, key, Some(fence))?;
+    }
+    let mut meta = open(txn, META)?;
+    for row in &batch.meta {
+        meta::write_row(&mut meta, row)?;
     }
     Ok(())
 }

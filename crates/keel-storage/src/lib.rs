@@ -5,6 +5,13 @@
 //! commits (see `writer`). Each range gets a [`LogStore`] (openraft's `RaftLogStorage`) and a
 //! [`StateMachine`] (openraft's `RaftStateMachine`, snapshots as [`SnapshotFile`]s).
 //!
+//! Ranges share the file's data tables and own disjoint key spans, recorded with each
+//! range's state: a split (`split`) is applied in one transaction that shrinks the parent and
+//! creates the child, and every read and apply takes the span from the state it reads. The
+//! meta range (range 0) owns no key; it keeps the cluster's range descriptors, nodes and range
+//! id allocator (`meta`). `Store::descriptors` and `Store::range_events` tell the layers above
+//! which ranges the file holds and when that changed.
+//!
 //! The state machine also keeps each range's exactly-once state (client sessions and the
 //! first outcome of each request, `session`), key expiry (a TTL index), locks with fencing
 //! tokens, per-key fences and idempotency records (`coordination`, with a `deadlines` index
@@ -19,9 +26,11 @@ mod install;
 mod log_store;
 #[cfg(feature = "fault-injection")]
 pub mod lossy;
+mod meta;
 pub mod raft_types;
 mod session;
 mod snapshot;
+mod split;
 mod state_machine;
 mod store;
 mod tables;

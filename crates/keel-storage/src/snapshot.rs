@@ -9,9 +9,13 @@
 //! `ExpiringRow` for a key with an expiry, expired or not), then (format 3) one `Lock`, `Fence`
 //! and `Idempotency` record per lock, fenced key and idempotency record of the range's span
 //! (free or expired ones included), then `End` with the number of records between header and
-//! end, so a truncated file is detected. A format-1 file has only header, rows and end, and
-//! installs with clock and horizon 0 and no sessions; a file of format 1 or 2 installs with
-//! no locks, fences or idempotency records. Files are
+//! end, so a truncated file is detected. Format 4 adds a `Range` record (span, epoch,
+//! conf_version) right after the header, keeps rows, locks, fences and idempotency records to
+//! that span, and for the meta range ends with its `meta` rows (`MetaRange`, `MetaNode`,
+//! `MetaNextRangeId`). A format-1 file has only header, rows and end, and installs with clock
+//! and horizon 0 and no sessions; a file of format 1 or 2 installs with no locks, fences or
+//! idempotency records; a file of format 1-3 installs with the span its range has without a
+//! span row (range 1: the whole keyspace), epoch 0 and conf_version 0. Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
 //!
@@ -24,7 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use keel_types::{
-    CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, Revision, limits,
+    CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, RangeDescriptor,
+    RangeId, Revision, limits,
 };
 use openraft::storage::RaftSnapshotBuilder;
 use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
@@ -34,10 +39,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::codec::{decode, encode};
 use crate::error::StorageError;
+use crate::meta::{self, MetaRow};
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::store::Store;
 use crate::tables::{
-    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, REQUESTS, SESSIONS, SM_META, Session,
+    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, SESSIONS, SM_META,
+    Session,
 };
 
 /// Buffer size of snapshot readers and writers.
@@ -125,7 +132,6 @@ impl Drop for IncomingSnapshot {
 pub struct SnapshotBuilder {
     pub(crate) store: Store,
     pub(crate) range: RangeId,
-    pub(crate) span: KeySpan,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -134,8 +140,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let db = self.store.db()?;
         let dir = self.store.snapshot_dir().to_path_buf();
-        let (range, span) = (self.range, self.span.clone());
-        let task = tokio::task::spawn_blocking(move || build(&db, &dir, range, &span));
+        let range = self.range;
+        let task = tokio::task::spawn_blocking(move || build(&db, &dir, range));
         let (meta, snapshot) = task.await.map_err(io::Error::other)??;
         tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes, "snapshot built");
         Ok(Snapshot { meta, snapshot })
@@ -232,6 +238,34 @@ pub(crate) enum Record {
         key: Vec<u8>,
         record: IdempotencyRecord,
     },
+    /// Format 4: the range's span, epoch and conf_version; right after the header.
+    Range(RangeFacts),
+    /// Format 4: a range descriptor the meta range records.
+    MetaRange(RangeDescriptor),
+    /// Format 4: a node the meta range records.
+    MetaNode(NodeDescriptor),
+    /// Format 4: the meta range's next range id.
+    MetaNextRangeId(u64),
+}
+
+/// What a snapshot says about its range besides the header: span, epoch, conf_version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RangeFacts {
+    pub span: KeySpan,
+    pub epoch: u64,
+    pub conf_version: u64,
+}
+
+impl RangeFacts {
+    /// The facts of a snapshot file of format 1-3, which has no `Range` record: it was taken
+    /// before ranges split, so `range` had its unrecorded span, epoch 0 and conf_version 0.
+    pub fn unrecorded(range: RangeId) -> RangeFacts {
+        RangeFacts {
+            span: KeySpan::unrecorded(range),
+            epoch: 0,
+            conf_version: 0,
+        }
+    }
 }
 
 impl Record {
@@ -254,6 +288,8 @@ pub(crate) struct SnapshotReader {
     reader: BufReader<tokio::fs::File>,
     path: PathBuf,
     record: Vec<u8>,
+    /// A record read ahead (looking for `Range` in a file without one); `next` returns it.
+    pending: Option<Record>,
 }
 
 impl SnapshotReader {
@@ -265,6 +301,7 @@ impl SnapshotReader {
             reader: BufReader::with_capacity(SNAPSHOT_BUFFER_BYTES, file),
             path: path.to_path_buf(),
             record: Vec::new(),
+            pending: None,
         })
     }
 
@@ -282,12 +319,30 @@ impl SnapshotReader {
         }
     }
 
+    /// Opens a snapshot file and reads its header and range facts.
+    /// `None`: the file has no `Range` record (format 1-3).
+    pub async fn open_with_facts(
+        path: &Path,
+    ) -> Result<(SnapshotReader, SnapshotHeader, Option<RangeFacts>), StorageError> {
+        let (mut reader, header) = SnapshotReader::open_with_header(path).await?;
+        match reader.next().await? {
+            Record::Range(facts) => Ok((reader, header, Some(facts))),
+            other => {
+                reader.pending = Some(other);
+                Ok((reader, header, None))
+            }
+        }
+    }
+
     /// Bytes of the record `next` returned last.
     pub fn last_record_bytes(&self) -> usize {
         self.record.len()
     }
 
     pub async fn next(&mut self) -> Result<Record, StorageError> {
+        if let Some(record) = self.pending.take() {
+            return Ok(record);
+        }
         let mut length = [0u8; 4];
         self.read_exact_into(&mut length).await?;
         let length = u32::from_be_bytes(length) as usize;
@@ -371,13 +426,13 @@ impl SnapshotOut {
     }
 }
 
-/// Writes a snapshot of `range` (rows of `span`) from one read transaction into a new file,
-/// fsyncs it and makes it the range's current snapshot. Blocking.
+/// Writes a snapshot of `range` (the rows of its span, and for the meta range the `meta`
+/// table) from one read transaction into a new file, fsyncs it and makes it the range's
+/// current snapshot. Blocking.
 pub(crate) fn build(
     db: &Database,
     dir: &Path,
     range: RangeId,
-    span: &KeySpan,
 ) -> Result<(SnapshotMeta, SnapshotFile), StorageError> {
     let txn = db
         .begin_read()
@@ -397,13 +452,21 @@ pub(crate) fn build(
     let temp = dir.join(format!("r{}-build-{}.tmp", range.0, nonce()));
     let mut out = SnapshotOut::create(temp)?;
     out.write(&Record::Header(header.clone()))?;
+    out.write(&Record::Range(RangeFacts {
+        span: state.span.clone(),
+        epoch: state.epoch,
+        conf_version: state.conf_version,
+    }))?;
     out.write(&Record::Clock {
         clock_ms: state.clock_ms,
         session_horizon_ms: state.session_horizon_ms,
     })?;
     write_sessions(&txn, range, &mut out)?;
-    write_rows(&txn, span, &mut out)?;
-    write_coordination(&txn, span, &mut out)?;
+    write_rows(&txn, &state.span, &mut out)?;
+    write_coordination(&txn, &state.span, &mut out)?;
+    if range == RangeId::META {
+        write_meta_rows(&txn, &mut out)?;
+    }
     let (temp, len_bytes) = out.finish()?;
     let path = publish(dir, range, &temp, header.last_log_id.as_ref())?;
     Ok((header.meta(), SnapshotFile { path, len_bytes }))
@@ -517,6 +580,27 @@ fn write_keyed<T: DeserializeOwned>(
     Ok(())
 }
 
+/// Writes every row of the meta range's `meta` table.
+fn write_meta_rows(txn: &ReadTransaction, out: &mut SnapshotOut) -> Result<(), StorageError> {
+    let table = txn
+        .open_table(META)
+        .map_err(|e| StorageError::redb("open meta", e))?;
+    for row in meta::read_rows(&table)? {
+        out.write(&match row {
+            MetaRow::Range(range) => Record::MetaRange(range),
+            MetaRow::Node(node) => Record::MetaNode(node),
+            MetaRow::NextRangeId(next) => Record::MetaNextRangeId(next),
+        })?;
+    }
+    Ok(())
+}
+
+/// The range facts of a snapshot file of `range` (see `SnapshotReader::open_with_facts`).
+pub(crate) async fn read_facts(path: &Path, range: RangeId) -> Result<RangeFacts, StorageError> {
+    let (_, _, facts) = SnapshotReader::open_with_facts(path).await?;
+    Ok(facts.unwrap_or_else(|| RangeFacts::unrecorded(range)))
+}
+
 /// Renames a complete temporary file to a snapshot name, fsyncs the directory and deletes
 /// the range's older snapshots. Blocking.
 pub(crate) fn publish(
@@ -611,7 +695,12 @@ pub(crate) async fn current(dir: &Path, range: RangeId) -> Result<Option<Snapsho
         match newest {
             None if vanished => continue,
             None => return Ok(None),
-            Some((header, path)) => return snapshot_at(header, path).await.map(Some),
+            // A concurrent lookup may have removed it as stale just now: look again.
+            Some((header, path)) => match snapshot_at(header, path).await {
+                Err(StorageError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound => {}
+                found => return found.map(Some),
+            },
         }
     }
 }

@@ -8,13 +8,20 @@
 //! crash rolls both back together). Reads run redb read transactions on blocking threads and
 //! hide keys expired, locks free and idempotency records expired at `max(now_ms, the range
 //! clock)`.
+//!
+//! The state machine holds no span of its own: every read takes the range's span (and
+//! epoch) from the state it reads in the same read transaction, so a read after a split sees
+//! the smaller span, and a key outside it is absent. The range's descriptor, its key and
+//! byte counts and the key to split it at for size (`split_key`) come from the same state;
+//! the meta range's state machine also reads the `meta` table (`meta_ranges`,
+//! `meta_nodes`).
 
 use std::io;
 
 use futures::{Stream, StreamExt};
 use keel_types::{
     Cleanup, CoordinationCounts, ExpiredKey, ExpiredRecord, IdempotencyRecord, KeyValue, LockHold,
-    LockPhase, RangeId, Reclaim, Revision, limits,
+    LockPhase, NodeDescriptor, RangeDescriptor, RangeId, Reclaim, Revision, limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::RaftStateMachine;
@@ -23,13 +30,15 @@ use tokio::sync::oneshot;
 
 use crate::codec::decode;
 use crate::error::StorageError;
+use crate::meta::{self, MetaRow};
 use crate::raft_types::{
     EntryResponder, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::snapshot::{self, SnapshotBuilder, SnapshotFile};
 use crate::store::Store;
 use crate::tables::{
-    self, DEADLINES, IDEMPOTENCY, KV, KeySpan, LOCKS, SESSIONS, SM_META, Session, SmState, TTL,
+    self, DEADLINES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, Session, SmState,
+    TTL,
 };
 use crate::writer::{Done, Op};
 use crate::{apply, install};
@@ -45,7 +54,7 @@ pub struct ScanPage {
     pub next_start: Option<Vec<u8>>,
 }
 
-/// How much exactly-once and TTL state a range keeps.
+/// How much data, exactly-once and TTL state a range keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RangeCounts {
     /// Client sessions.
@@ -54,19 +63,23 @@ pub struct RangeCounts {
     pub requests: u64,
     /// Keys with an expiry, expired ones not yet cleaned up included.
     pub keys_with_ttl: u64,
+    /// Keys, expired ones not yet cleaned up included.
+    pub keys: u64,
+    /// Key plus value bytes of those keys.
+    pub size_bytes: u64,
 }
 
-/// The state machine of one range. Cheap to clone.
+/// The state machine of one range. Cheap to clone. Every read takes the range's key span
+/// from its state in the same read transaction, so a split is seen at once.
 #[derive(Clone)]
 pub struct StateMachine {
     store: Store,
     range: RangeId,
-    span: KeySpan,
 }
 
 impl StateMachine {
-    pub(crate) fn new(store: Store, range: RangeId, span: KeySpan) -> StateMachine {
-        StateMachine { store, range, span }
+    pub(crate) fn new(store: Store, range: RangeId) -> StateMachine {
+        StateMachine { store, range }
     }
 
     /// The range this state machine belongs to.
@@ -81,11 +94,11 @@ impl StateMachine {
         key: &[u8],
         now_ms: u64,
     ) -> Result<(Option<KeyValue>, Revision), StorageError> {
-        let (range, span, key) = (self.range, self.span.clone(), key.to_vec());
+        let (range, key) = (self.range, key.to_vec());
         self.store
             .read(move |txn| {
                 let state = readable_state(txn, range)?;
-                if !span.contains(&key) {
+                if !state.span.contains(&key) {
                     return Ok((None, state.revision));
                 }
                 let kv = txn
@@ -114,7 +127,7 @@ impl StateMachine {
             0 => limits::SCAN_LIMIT_DEFAULT,
             limit => limit.min(limits::SCAN_LIMIT_MAX),
         } as usize;
-        let (range, span) = (self.range, self.span.clone());
+        let range = self.range;
         let (start, end) = (start.to_vec(), end.to_vec());
         self.store
             .read(move |txn| {
@@ -126,7 +139,8 @@ impl StateMachine {
                     rows: limit,
                     now_ms: now_ms.max(state.clock_ms),
                 };
-                scan_page(&kv, span.clamp(&start, &end), page, state.revision)
+                let bounds = state.span.clamp(&start, &end);
+                scan_page(&kv, bounds, page, state.revision)
             })
             .await
     }
@@ -140,14 +154,14 @@ impl StateMachine {
         now_ms: u64,
         sessions_idle_before_ms: u64,
     ) -> Result<Cleanup, StorageError> {
-        let (range, span) = (self.range, self.span.clone());
+        let range = self.range;
         self.store
             .read(move |txn| {
                 let state = readable_state(txn, range)?;
                 let ttl = txn
                     .open_table(TTL)
                     .map_err(|e| StorageError::redb("open ttl", e))?;
-                let keys = expired_keys(&ttl, &span, now_ms.max(state.clock_ms))?;
+                let keys = expired_keys(&ttl, &state.span, now_ms.max(state.clock_ms))?;
                 let sessions = txn
                     .open_table(SESSIONS)
                     .map_err(|e| StorageError::redb("open sessions", e))?;
@@ -162,18 +176,55 @@ impl StateMachine {
             .await
     }
 
-    /// How many sessions, request records and keys with a TTL the range keeps.
+    /// How many sessions, request records, keys with a TTL, keys and bytes the range keeps.
     pub async fn counts(&self) -> Result<RangeCounts, StorageError> {
-        let range = self.range;
-        let state = self
-            .store
-            .read(move |txn| readable_state(txn, range))
-            .await?;
+        let state = self.state().await?;
         Ok(RangeCounts {
             sessions: state.sessions,
             requests: state.requests,
-            keys_with_ttl: state.keys_with_ttl,
+            keys_with_ttl: state.kv.keys_with_ttl,
+            keys: state.kv.keys,
+            size_bytes: state.kv.bytes,
         })
+    }
+
+    /// The range as it is now: span, epoch, conf_version and voters (`replicas`, in node-id
+    /// order). The meta range owns no key: its span is `[[], [])`.
+    pub async fn descriptor(&self) -> Result<RangeDescriptor, StorageError> {
+        let range = self.range;
+        Ok(self.state().await?.descriptor(range))
+    }
+
+    /// Where to split the range for size: the first key at which the key plus value bytes of
+    /// the rows before it reach half of the range's bytes (rows expired but not cleaned up
+    /// included), so both halves keep at least one key; `None` for a range of fewer than two
+    /// keys. The key lies strictly inside the span.
+    pub async fn split_key(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                if state.kv.keys < 2 {
+                    return Ok(None);
+                }
+                let kv = txn
+                    .open_table(KV)
+                    .map_err(|e| StorageError::redb("open kv", e))?;
+                middle_key(&kv, &state.span, state.kv.bytes)
+            })
+            .await
+    }
+
+    /// The range descriptors the meta range records, by start key; empty on any other range.
+    pub async fn meta_ranges(&self) -> Result<Vec<RangeDescriptor>, StorageError> {
+        let rows = self.meta_rows().await?;
+        Ok(meta::ranges_by_start(&rows))
+    }
+
+    /// The nodes the meta range records, by id; empty on any other range.
+    pub async fn meta_nodes(&self) -> Result<Vec<NodeDescriptor>, StorageError> {
+        let rows = self.meta_rows().await?;
+        Ok(meta::nodes_by_id(&rows))
     }
 
     /// The lock's hold unless it is free at `max(now_ms, range clock)` (or the name lies
@@ -209,14 +260,15 @@ impl StateMachine {
     /// expired then, earliest first. The result carries `now_ms` as given. Applying it checks
     /// every item again.
     pub async fn plan_reclaim(&self, now_ms: u64) -> Result<Reclaim, StorageError> {
-        let (range, span) = (self.range, self.span.clone());
+        let range = self.range;
         self.store
             .read(move |txn| {
                 let state = readable_state(txn, range)?;
                 let deadlines = txn
                     .open_table(DEADLINES)
                     .map_err(|e| StorageError::redb("open deadlines", e))?;
-                let (locks, records) = due_records(&deadlines, &span, now_ms.max(state.clock_ms))?;
+                let now_ms = now_ms.max(state.clock_ms);
+                let (locks, records) = due_records(&deadlines, &state.span, now_ms)?;
                 Ok(Reclaim {
                     now_ms,
                     locks,
@@ -229,11 +281,7 @@ impl StateMachine {
     /// How many locks, fenced keys and idempotency records the range keeps (free locks and
     /// expired records not yet reclaimed included).
     pub async fn coordination_counts(&self) -> Result<CoordinationCounts, StorageError> {
-        let range = self.range;
-        let state = self
-            .store
-            .read(move |txn| readable_state(txn, range))
-            .await?;
+        let state = self.state().await?;
         Ok(CoordinationCounts {
             locks: state.locks,
             fenced_keys: state.fenced_keys,
@@ -254,6 +302,29 @@ impl StateMachine {
 }
 
 impl StateMachine {
+    /// The range's readable state (not in the middle of an install).
+    async fn state(&self) -> Result<SmState, StorageError> {
+        let range = self.range;
+        self.store.read(move |txn| readable_state(txn, range)).await
+    }
+
+    /// Every row of the `meta` table if this is the meta range; none otherwise.
+    async fn meta_rows(&self) -> Result<Vec<MetaRow>, StorageError> {
+        let range = self.range;
+        if range != RangeId::META {
+            return Ok(Vec::new());
+        }
+        self.store
+            .read(move |txn| {
+                readable_state(txn, range)?;
+                let table = txn
+                    .open_table(META)
+                    .map_err(|e| StorageError::redb("open meta", e))?;
+                meta::read_rows(&table)
+            })
+            .await
+    }
+
     /// The decoded row of `key` in `table` (none outside the range), the range's applied
     /// revision, and `max(now_ms, range clock)` to judge it at.
     async fn read_row<T>(
@@ -266,12 +337,12 @@ impl StateMachine {
     where
         T: serde::de::DeserializeOwned + Send + 'static,
     {
-        let (range, span) = (self.range, self.span.clone());
+        let range = self.range;
         self.store
             .read(move |txn| {
                 let state = readable_state(txn, range)?;
                 let now_ms = now_ms.max(state.clock_ms);
-                if !span.contains(&key) {
+                if !state.span.contains(&key) {
                     return Ok((None, state.revision, now_ms));
                 }
                 let rows = txn
@@ -313,7 +384,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let (reply, applied) = oneshot::channel();
         let op = Op::Apply {
             range: self.range,
-            span: self.span.clone(),
             entries,
         };
         self.store
@@ -327,7 +397,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             store: self.store.clone(),
             range: self.range,
-            span: self.span.clone(),
         }
     }
 
@@ -336,7 +405,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta,
         snapshot: SnapshotFile,
     ) -> Result<(), io::Error> {
-        install::install(&self.store, self.range, &self.span, meta, snapshot).await?;
+        install::install(&self.store, self.range, meta, snapshot).await?;
         Ok(())
     }
 
@@ -421,6 +490,32 @@ where
         revision,
         next_start,
     })
+}
+
+/// The first key of `span` at which the key plus value bytes of the rows before it reach half
+/// of `bytes`, never the span's first row; the last row's key if the rows hold less than
+/// `bytes` (counts and rows disagree only if a count is wrong); `None` under two rows.
+fn middle_key<R>(kv: &R, span: &KeySpan, bytes: u64) -> Result<Option<Vec<u8>>, StorageError>
+where
+    R: ReadableTable<tables::Bytes, tables::Bytes>,
+{
+    let rows = kv
+        .range::<&[u8]>(span.bounds())
+        .map_err(|e| StorageError::redb("read kv", e))?;
+    let mut before = 0u64;
+    let mut last: Option<Vec<u8>> = None;
+    for (index, row) in rows.enumerate() {
+        let (key, value) = row.map_err(|e| StorageError::redb("read kv", e))?;
+        if index > 0 && before.saturating_mul(2) >= bytes {
+            return Ok(Some(key.value().to_vec()));
+        }
+        let value_len = tables::decode_kv_value_len(value.value())?;
+        before += (key.value().len() + value_len) as u64;
+        if index > 0 {
+            last = Some(key.value().to_vec());
+        }
+    }
+    Ok(last)
 }
 
 /// Keys of `span` in the TTL index expired at `now_ms`, earliest expiry first; at most
@@ -528,3 +623,11 @@ mod exactly_once_tests;
 #[cfg(test)]
 #[path = "coordination_sm_tests.rs"]
 mod coordination_sm_tests;
+
+#[cfg(test)]
+#[path = "split_sm_tests.rs"]
+mod split_sm_tests;
+
+#[cfg(test)]
+#[path = "meta_sm_tests.rs"]
+mod meta_sm_tests;

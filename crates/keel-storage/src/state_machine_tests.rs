@@ -8,7 +8,6 @@ use openraft::entry::RaftEntry;
 
 use crate::raft_types::{Entry, TypeConfig};
 use crate::store::Store;
-use crate::tables::KeySpan;
 use crate::writer::{Op, Outcome};
 
 pub(super) fn open() -> (tempfile::TempDir, Store) {
@@ -50,6 +49,16 @@ pub(super) async fn apply_commands(
     first_index: u64,
     commands: Vec<Command>,
 ) -> Vec<CommandOutcome> {
+    apply_commands_to(store, RangeId(1), first_index, commands).await
+}
+
+/// Applies one command per item to `range` at consecutive log indexes; returns the outcomes.
+pub(super) async fn apply_commands_to(
+    store: &Store,
+    range: RangeId,
+    first_index: u64,
+    commands: Vec<Command>,
+) -> Vec<CommandOutcome> {
     let entries: Vec<Entry> = commands
         .into_iter()
         .enumerate()
@@ -58,11 +67,7 @@ pub(super) async fn apply_commands(
             Entry::new_normal(log_id, command)
         })
         .collect();
-    let op = Op::Apply {
-        range: RangeId(1),
-        span: KeySpan::default(),
-        entries,
-    };
+    let op = Op::Apply { range, entries };
     match store.call(op).await.unwrap() {
         Outcome::Applied(outcomes) => outcomes,
         _ => panic!("apply yields outcomes"),
@@ -195,7 +200,6 @@ async fn revisions_grow_by_one_per_applied_write_only() {
     let blank = Entry::new_blank(openraft::testing::log_id::<TypeConfig>(1, 1, 1));
     let op = Op::Apply {
         range: RangeId(1),
-        span: KeySpan::default(),
         entries: vec![blank],
     };
     assert!(

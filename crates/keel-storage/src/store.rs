@@ -3,22 +3,28 @@
 //!
 //! Writes go through the writer thread (`writer`); reads run redb read transactions on
 //! `tokio::task::spawn_blocking`, never on async worker threads.
+//!
+//! Opening a file of format 1-3 counts the keys and bytes of its ranges once (in the same
+//! transaction that creates missing tables). The store lists the ranges it holds
+//! (`descriptors`), signals when they change (`range_events`: after a split or a snapshot
+//! install) and says whether an incoming snapshot would overlap another range it holds
+//! (`snapshot_overlap`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use keel_types::RangeId;
-use redb::{Database, ReadTransaction, ReadableDatabase};
-use tokio::sync::{mpsc, oneshot};
+use keel_types::{RangeDescriptor, RangeId};
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
 use crate::log_store::LogStore;
-use crate::snapshot::{self, IncomingSnapshot};
+use crate::snapshot::{self, IncomingSnapshot, SnapshotFile};
 use crate::state_machine::StateMachine;
 use crate::tables::{
-    self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, RAFT_LOG, RAFT_META, REQUESTS,
-    SESSIONS, SM_META, TTL,
+    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, RAFT_LOG, RAFT_META,
+    REQUESTS, SESSIONS, SM_META, TTL,
 };
 use crate::writer::{self, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer};
 
@@ -86,9 +92,56 @@ impl Store {
         LogStore::new(self.clone(), range)
     }
 
-    /// The state machine of one range. Its key span is the whole keyspace until ranges split.
+    /// The state machine of one range. Its key span is read from the range's state with
+    /// every read and apply (`KeySpan::unrecorded` for a range without one).
     pub fn state_machine(&self, range: RangeId) -> StateMachine {
-        StateMachine::new(self.clone(), range, KeySpan::default())
+        StateMachine::new(self.clone(), range)
+    }
+
+    /// The descriptor of every range of this file with applied state (not in the middle of a
+    /// snapshot install), in range-id order; the meta range's has the empty span
+    /// `[[], [])`.
+    pub async fn descriptors(&self) -> Result<Vec<RangeDescriptor>, StorageError> {
+        self.read(|txn| {
+            let sm_meta = txn
+                .open_table(SM_META)
+                .map_err(|e| StorageError::redb("open sm_meta", e))?;
+            let mut descriptors = Vec::new();
+            for range in tables::ranges_in(&sm_meta)? {
+                let state = tables::read_sm_state(&sm_meta, range)?;
+                if state.applied.is_some() && state.installing.is_none() {
+                    descriptors.push(state.descriptor(range));
+                }
+            }
+            Ok(descriptors)
+        })
+        .await
+    }
+
+    /// A counter bumped after every commit that applied a split or finished a snapshot
+    /// install: the file's ranges or their spans changed (see `descriptors`).
+    pub fn range_events(&self) -> watch::Receiver<u64> {
+        self.inner.shared.range_events()
+    }
+
+    /// Another range with state in this file (applied or being installed) whose span overlaps
+    /// the span of `snapshot`, a snapshot of `range`; installing it would overwrite that
+    /// range's data, so the caller refuses it. A snapshot file of format 1-3 has the span
+    /// `range` has without a span row (`RangeId::FIRST`: the whole keyspace).
+    pub async fn snapshot_overlap(
+        &self,
+        range: RangeId,
+        snapshot: &SnapshotFile,
+    ) -> Result<Option<RangeId>, StorageError> {
+        self.check()?;
+        let facts = snapshot::read_facts(snapshot.path(), range).await?;
+        self.read(move |txn| {
+            let sm_meta = txn
+                .open_table(SM_META)
+                .map_err(|e| StorageError::redb("open sm_meta", e))?;
+            overlapping_range(&sm_meta, range, &facts.span)
+        })
+        .await
     }
 
     /// Ranges with persisted Raft state (a vote, a committed or purged log id, or log
@@ -310,12 +363,45 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
         FENCES,
         IDEMPOTENCY,
         DEADLINES,
+        META,
     ];
     for table in all {
         txn.open_table(table)
             .map_err(|e| StorageError::redb("create table", e))?;
     }
+    {
+        // A file of format 1-3 has no key and byte counts: count them once.
+        let mut sm_meta = txn
+            .open_table(SM_META)
+            .map_err(|e| StorageError::redb("open sm_meta", e))?;
+        let kv = txn
+            .open_table(KV)
+            .map_err(|e| StorageError::redb("open kv", e))?;
+        for range in tables::count_unrecorded_kv(&mut sm_meta, &kv)? {
+            tracing::info!(%range, "counted the keys and bytes of a range of an older format");
+        }
+    }
     txn.commit().map_err(|e| StorageError::redb("commit", e))
+}
+
+/// A range other than `range` with state in this file whose span overlaps `span`.
+pub(crate) fn overlapping_range<R>(
+    sm_meta: &R,
+    range: RangeId,
+    span: &KeySpan,
+) -> Result<Option<RangeId>, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    for other in tables::ranges_in(sm_meta)? {
+        if other == range || !tables::has_sm_state(sm_meta, other)? {
+            continue;
+        }
+        if tables::read_sm_state(sm_meta, other)?.span.overlaps(span) {
+            return Ok(Some(other));
+        }
+    }
+    Ok(None)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -6,7 +6,7 @@
 //! |---------------|---------------------------------------|----------------------------------------|
 //! | `raft_log`    | range id (u64 BE) + log index (u64 BE) | openraft entry                         |
 //! | `raft_meta`   | range id (u64 BE) + kind (u8)          | vote / committed log id / purged log id |
-//! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records |
+//! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records / (format 4) span, epoch, conf_version, counts of keys and bytes |
 //! | `kv`          | user key                              | create and mod revision, expiry (format 2), then the raw value |
 //! | `ttl`         | expiry ms (u64 BE) + user key          | empty                                  |
 //! | `sessions`    | range id (u64 BE) + client id (u64 BE) | `Session`                              |
@@ -15,9 +15,16 @@
 //! | `fences`      | user key (format 3)                   | `Fence`: the lock and highest token accepted |
 //! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
 //! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3) | empty |
+//! | `meta`        | kind (u8) + range or node id (u64 BE) (format 4) | `RangeDescriptor` / `NodeDescriptor` / next range id (kind 3, id 0) |
 //!
-//! Ranges have disjoint key spans, so all ranges of a file share the one `kv` table and a
-//! split changes metadata only; `ttl` is shared the same way (filter it by span). Every value
+//! Ranges with state in one file have disjoint key spans, so they share the one `kv` table
+//! and a split changes metadata only; `ttl` is shared the same way (filter it by span). A
+//! range's span is its `sm_meta` span row; without one (`KeySpan::unrecorded`) range 1 spans
+//! the whole keyspace (files of formats 1-3, a fresh first range) and any other range, the
+//! meta range included, no key. `sm_meta` also counts the range's rows in `kv` and their key
+//! plus value bytes, kept in step by `write_kv` (expired rows not yet cleaned up included);
+//! a file of format 1-3 lacks these counts until the store opens it
+//! (`count_unrecorded_kv`). Every value
 //! starts with a format-version byte (`codec`), except `ttl` rows, which have no value: the
 //! index holds a row `(e, key)` exactly when `kv` holds `key` with expiry `e`, and is kept in
 //! step by every write of `kv`.
@@ -33,12 +40,18 @@
 //! it holds `(at, kind, key)` exactly when the table of that kind holds `key` with that
 //! instant, kept in step by `write_deadlined`, so a reclaim plan reads it in time order.
 //! `sm_meta` counts the range's rows of all three tables.
+//!
+//! `meta` is the meta range's (range 0's) table of the cluster: range descriptors, nodes and
+//! the range id allocator (`meta`). No other range reads or writes it.
 
 use std::ops::Bound;
 
 use std::ops::RangeInclusive;
 
-use keel_types::{CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, Revision};
+use keel_types::{
+    CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, NodeId, RangeDescriptor, RangeId,
+    Revision,
+};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +72,7 @@ pub(crate) const LOCKS: TableDefinition<Bytes, Bytes> = TableDefinition::new("lo
 pub(crate) const FENCES: TableDefinition<Bytes, Bytes> = TableDefinition::new("fences");
 pub(crate) const IDEMPOTENCY: TableDefinition<Bytes, Bytes> = TableDefinition::new("idempotency");
 pub(crate) const DEADLINES: TableDefinition<Bytes, Bytes> = TableDefinition::new("deadlines");
+pub(crate) const META: TableDefinition<Bytes, Bytes> = TableDefinition::new("meta");
 
 /// Kinds of `raft_meta` rows.
 pub(crate) const RAFT_VOTE: u8 = 1;
@@ -78,6 +92,22 @@ pub(crate) const SM_KEYS_WITH_TTL: u8 = 9;
 pub(crate) const SM_LOCKS: u8 = 10;
 pub(crate) const SM_FENCED_KEYS: u8 = 11;
 pub(crate) const SM_IDEMPOTENCY_RECORDS: u8 = 12;
+/// Format 4: the range's `KeySpan`; absent = `KeySpan::unrecorded`.
+pub(crate) const SM_SPAN: u8 = 13;
+/// Format 4: splits of the range so far.
+pub(crate) const SM_EPOCH: u8 = 14;
+/// Format 4: membership entries the range applied so far (from format 4 on).
+pub(crate) const SM_CONF_VERSION: u8 = 15;
+/// Format 4: the range's rows in `kv`; absent in a file of an older format until the store
+/// opens it (`count_kv_rows`).
+pub(crate) const SM_KEYS: u8 = 16;
+/// Format 4: key plus value bytes of the range's rows in `kv`.
+pub(crate) const SM_BYTES: u8 = 17;
+
+/// Kinds of `meta` rows (the first byte of their key).
+pub(crate) const META_RANGE: u8 = 1;
+pub(crate) const META_NODE: u8 = 2;
+pub(crate) const META_NEXT_RANGE_ID: u8 = 3;
 
 /// Kinds of `deadlines` rows: which table the row's key is in.
 pub(crate) const DEADLINE_LOCK: u8 = 1;
@@ -109,6 +139,15 @@ pub(crate) fn meta_key(range: RangeId, kind: u8) -> [u8; 9] {
     let mut key = [0u8; 9];
     key[..8].copy_from_slice(&range.0.to_be_bytes());
     key[8] = kind;
+    key
+}
+
+/// Key of a `meta` row: its kind, then (for descriptors and nodes) the id, big-endian, so rows
+/// of one kind sort by id.
+pub(crate) fn meta_row_key(kind: u8, id: u64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = kind;
+    key[1..].copy_from_slice(&id.to_be_bytes());
     key
 }
 
@@ -176,19 +215,71 @@ pub(crate) fn deadline_key_parts(row: &[u8]) -> (u64, u8, &[u8]) {
 }
 
 /// The half-open user-key span `[start, end)` a range owns; `end = None` is unbounded.
-/// Until ranges split, every range owns the whole keyspace (`KeySpan::default()`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// `Default` is the whole keyspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct KeySpan {
+    #[serde(with = "serde_bytes")]
     pub start: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub end: Option<Vec<u8>>,
 }
 
 impl KeySpan {
+    /// The span that owns no key: `[[], [])`, the meta range's.
+    pub fn none() -> KeySpan {
+        KeySpan {
+            start: Vec::new(),
+            end: Some(Vec::new()),
+        }
+    }
+
+    /// The span of a range without a span row: the whole keyspace for `RangeId::FIRST` (files
+    /// of formats 1-3, a fresh first range), no key for any other range (the meta range, a
+    /// range without state).
+    pub fn unrecorded(range: RangeId) -> KeySpan {
+        if range == RangeId::FIRST {
+            KeySpan::default()
+        } else {
+            KeySpan::none()
+        }
+    }
+
     pub fn contains(&self, key: &[u8]) -> bool {
         key >= self.start.as_slice() && self.end.as_deref().is_none_or(|end| key < end)
     }
 
-    /// The part of `[start, end)` (empty `end` = unbounded) inside this span, as redb bounds.
+    /// Whether the span owns no key at all.
+    pub fn is_empty(&self) -> bool {
+        self.end
+            .as_deref()
+            .is_some_and(|end| end <= self.start.as_slice())
+    }
+
+    /// Whether some key lies in both spans.
+    pub fn overlaps(&self, other: &KeySpan) -> bool {
+        let before =
+            |span: &KeySpan, start: &[u8]| span.end.as_deref().is_none_or(|end| start < end);
+        !self.is_empty()
+            && !other.is_empty()
+            && before(self, &other.start)
+            && before(other, &self.start)
+    }
+
+    /// Whether every key of `inner` lies in this span (an empty `inner` lies anywhere).
+    pub fn covers(&self, inner: &KeySpan) -> bool {
+        if inner.is_empty() {
+            return true;
+        }
+        let end_within = match (self.end.as_deref(), inner.end.as_deref()) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(own), Some(end)) => end <= own,
+        };
+        inner.start >= self.start && end_within
+    }
+
+    /// The part of `[start, end)` (empty `end` = unbounded) inside this span, as redb bounds
+    /// (redb reads reversed bounds as empty).
     pub fn clamp<'a>(
         &'a self,
         start: &'a [u8],
@@ -206,7 +297,74 @@ impl KeySpan {
 
     /// The whole span as redb bounds.
     pub fn bounds(&self) -> (Bound<&[u8]>, Bound<&[u8]>) {
-        self.clamp(&self.start, &[])
+        let upper = match self.end.as_deref() {
+            None => Bound::Unbounded,
+            Some(end) => Bound::Excluded(end),
+        };
+        (Bound::Included(self.start.as_slice()), upper)
+    }
+
+    /// This span as a descriptor of `range` (with the rest of its facts).
+    pub fn descriptor(
+        &self,
+        range: RangeId,
+        epoch: u64,
+        conf_version: u64,
+        replicas: Vec<NodeId>,
+    ) -> RangeDescriptor {
+        RangeDescriptor {
+            id: range,
+            start: self.start.clone(),
+            end: self.end.clone(),
+            epoch,
+            conf_version,
+            replicas,
+        }
+    }
+}
+
+/// Live rows of a range in `kv` (expired ones not yet cleaned up included): how many, how
+/// many bytes of key and value, and how many have an expiry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KvCounts {
+    pub keys: u64,
+    /// Key plus value lengths.
+    pub bytes: u64,
+    /// Rows of this range in `ttl`.
+    pub keys_with_ttl: u64,
+}
+
+impl KvCounts {
+    /// Counts `row` in (`sign` true) or out.
+    pub fn count(&mut self, key: &[u8], value_len: usize, expiring: bool, sign: bool) {
+        let bytes = (key.len() + value_len) as u64;
+        let change = |count: &mut u64, by: u64, what: &str| {
+            *count = if sign {
+                *count + by
+            } else {
+                count
+                    .checked_sub(by)
+                    .unwrap_or_else(|| panic!("the range's count of {what} covers its rows"))
+            }
+        };
+        change(&mut self.keys, 1, "keys");
+        change(&mut self.bytes, bytes, "bytes");
+        if expiring {
+            change(&mut self.keys_with_ttl, 1, "keys with a TTL");
+        }
+    }
+
+    /// The counts of `self` without those of `part`, which it includes.
+    pub fn without(self, part: KvCounts) -> KvCounts {
+        let less = |all: u64, some: u64| {
+            all.checked_sub(some)
+                .expect("a range's kv counts cover every part of it")
+        };
+        KvCounts {
+            keys: less(self.keys, part.keys),
+            bytes: less(self.bytes, part.bytes),
+            keys_with_ttl: less(self.keys_with_ttl, part.keys_with_ttl),
+        }
     }
 }
 
@@ -228,8 +386,14 @@ pub(crate) struct SmState {
     pub sessions: u64,
     /// Rows of this range in `requests`.
     pub requests: u64,
-    /// Keys written by this range that have an expiry (rows of this range in `ttl`).
-    pub keys_with_ttl: u64,
+    /// The key span the range owns (`KeySpan::unrecorded` without a span row).
+    pub span: KeySpan,
+    /// Grows by one on every split of the range.
+    pub epoch: u64,
+    /// Grows by one on every membership entry the range applies.
+    pub conf_version: u64,
+    /// The range's rows in `kv`: keys, bytes, keys with a TTL.
+    pub kv: KvCounts,
     /// Rows of this range in `locks`, free ones not yet reclaimed included.
     pub locks: u64,
     /// Rows of this range in `fences`.
@@ -239,6 +403,15 @@ pub(crate) struct SmState {
 }
 
 impl SmState {
+    /// The range's descriptor: its span, epoch, conf_version and voters.
+    pub fn descriptor(&self, range: RangeId) -> RangeDescriptor {
+        let mut replicas: Vec<NodeId> = self.membership.voter_ids().collect();
+        replicas.sort_unstable();
+        replicas.dedup();
+        self.span
+            .descriptor(range, self.epoch, self.conf_version, replicas)
+    }
+
     /// Moves the clock to `now_ms` if that is later, and returns it.
     pub fn advance_clock(&mut self, now_ms: u64) -> u64 {
         self.clock_ms = self.clock_ms.max(now_ms);
@@ -298,6 +471,11 @@ pub(crate) fn decode_kv(key: &[u8], bytes: &[u8]) -> Result<KeyValue, StorageErr
         mod_revision: header.mod_revision,
         expires_at_ms: header.expires_at_ms,
     })
+}
+
+/// The length of the user value of a stored `kv` value, without copying it.
+pub(crate) fn decode_kv_value_len(bytes: &[u8]) -> Result<usize, StorageError> {
+    Ok(decode_kv_header(bytes)?.1.len())
 }
 
 /// The expiry of a stored `kv` value, without copying the value.
@@ -420,26 +598,35 @@ pub(crate) fn read_sm_state<R>(sm_meta: &R, range: RangeId) -> Result<SmState, S
 where
     R: ReadableTable<Bytes, Bytes>,
 {
+    let count = |kind, what| -> Result<u64, StorageError> {
+        Ok(read_meta(sm_meta, range, kind, what)?.unwrap_or(0))
+    };
     Ok(SmState {
         applied: read_meta(sm_meta, range, SM_APPLIED, "applied log id")?,
         membership: read_meta(sm_meta, range, SM_MEMBERSHIP, "membership")?.unwrap_or_default(),
-        revision: read_meta(sm_meta, range, SM_REVISION, "revision")?.unwrap_or(0),
+        revision: count(SM_REVISION, "revision")?,
         installing: read_meta(sm_meta, range, SM_INSTALLING, "install marker")?,
-        clock_ms: read_meta(sm_meta, range, SM_CLOCK, "clock")?.unwrap_or(0),
-        session_horizon_ms: read_meta(sm_meta, range, SM_SESSION_HORIZON, "session horizon")?
-            .unwrap_or(0),
-        sessions: read_meta(sm_meta, range, SM_SESSIONS, "session count")?.unwrap_or(0),
-        requests: read_meta(sm_meta, range, SM_REQUESTS, "request count")?.unwrap_or(0),
-        keys_with_ttl: read_meta(sm_meta, range, SM_KEYS_WITH_TTL, "TTL key count")?.unwrap_or(0),
-        locks: read_meta(sm_meta, range, SM_LOCKS, "lock count")?.unwrap_or(0),
-        fenced_keys: read_meta(sm_meta, range, SM_FENCED_KEYS, "fenced key count")?.unwrap_or(0),
-        idempotency_records: read_meta(sm_meta, range, SM_IDEMPOTENCY_RECORDS, "record count")?
-            .unwrap_or(0),
+        clock_ms: count(SM_CLOCK, "clock")?,
+        session_horizon_ms: count(SM_SESSION_HORIZON, "session horizon")?,
+        sessions: count(SM_SESSIONS, "session count")?,
+        requests: count(SM_REQUESTS, "request count")?,
+        span: read_meta(sm_meta, range, SM_SPAN, "key span")?
+            .unwrap_or_else(|| KeySpan::unrecorded(range)),
+        epoch: count(SM_EPOCH, "epoch")?,
+        conf_version: count(SM_CONF_VERSION, "conf version")?,
+        kv: KvCounts {
+            keys: count(SM_KEYS, "key count")?,
+            bytes: count(SM_BYTES, "byte count")?,
+            keys_with_ttl: count(SM_KEYS_WITH_TTL, "TTL key count")?,
+        },
+        locks: count(SM_LOCKS, "lock count")?,
+        fenced_keys: count(SM_FENCED_KEYS, "fenced key count")?,
+        idempotency_records: count(SM_IDEMPOTENCY_RECORDS, "record count")?,
     })
 }
 
-/// Writes applied log id, membership, revision, clock, session horizon and counts (not the
-/// install marker).
+/// Writes applied log id, membership, revision, clock, session horizon, span, epoch,
+/// conf_version and counts (not the install marker).
 pub(crate) fn write_sm_state(
     sm_meta: &mut Table<Bytes, Bytes>,
     range: RangeId,
@@ -450,25 +637,118 @@ pub(crate) fn write_sm_state(
         None => remove_meta(sm_meta, range, SM_APPLIED)?,
     }
     write_meta(sm_meta, range, SM_MEMBERSHIP, &state.membership)?;
-    write_meta(sm_meta, range, SM_REVISION, &state.revision)?;
-    write_meta(sm_meta, range, SM_CLOCK, &state.clock_ms)?;
-    write_meta(
-        sm_meta,
-        range,
-        SM_SESSION_HORIZON,
-        &state.session_horizon_ms,
-    )?;
-    write_meta(sm_meta, range, SM_SESSIONS, &state.sessions)?;
-    write_meta(sm_meta, range, SM_REQUESTS, &state.requests)?;
-    write_meta(sm_meta, range, SM_KEYS_WITH_TTL, &state.keys_with_ttl)?;
-    write_meta(sm_meta, range, SM_LOCKS, &state.locks)?;
-    write_meta(sm_meta, range, SM_FENCED_KEYS, &state.fenced_keys)?;
-    write_meta(
-        sm_meta,
-        range,
-        SM_IDEMPOTENCY_RECORDS,
-        &state.idempotency_records,
-    )
+    write_meta(sm_meta, range, SM_SPAN, &state.span)?;
+    let numbers = [
+        (SM_REVISION, state.revision),
+        (SM_CLOCK, state.clock_ms),
+        (SM_SESSION_HORIZON, state.session_horizon_ms),
+        (SM_SESSIONS, state.sessions),
+        (SM_REQUESTS, state.requests),
+        (SM_EPOCH, state.epoch),
+        (SM_CONF_VERSION, state.conf_version),
+        (SM_KEYS, state.kv.keys),
+        (SM_BYTES, state.kv.bytes),
+        (SM_KEYS_WITH_TTL, state.kv.keys_with_ttl),
+        (SM_LOCKS, state.locks),
+        (SM_FENCED_KEYS, state.fenced_keys),
+        (SM_IDEMPOTENCY_RECORDS, state.idempotency_records),
+    ];
+    for (kind, value) in numbers {
+        write_meta(sm_meta, range, kind, &value)?;
+    }
+    Ok(())
+}
+
+/// Whether the range has state-machine state in this file: an applied log id or an
+/// unfinished install.
+pub(crate) fn has_sm_state<R>(sm_meta: &R, range: RangeId) -> Result<bool, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    for kind in [SM_APPLIED, SM_INSTALLING] {
+        let key = meta_key(range, kind);
+        let row = sm_meta
+            .get(key.as_slice())
+            .map_err(|e| StorageError::redb("read meta", e))?;
+        if row.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The span whose rows belong to the range in this file: its span row, else (an applied
+/// range of format 1-3) `KeySpan::unrecorded`; `None` for a range that has never applied
+/// anything here, whose unrecorded span is no claim on the rows.
+pub(crate) fn owned_span<R>(sm_meta: &R, range: RangeId) -> Result<Option<KeySpan>, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    if let Some(span) = read_meta(sm_meta, range, SM_SPAN, "key span")? {
+        return Ok(Some(span));
+    }
+    let applied: Option<LogId> = read_meta(sm_meta, range, SM_APPLIED, "applied log id")?;
+    Ok(applied.map(|_| KeySpan::unrecorded(range)))
+}
+
+/// Counts the rows of `kv` within `span`: keys, key plus value bytes, keys with an expiry.
+pub(crate) fn count_kv_rows<R>(kv: &R, span: &KeySpan) -> Result<KvCounts, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let mut counts = KvCounts::default();
+    for row in kv
+        .range::<&[u8]>(span.bounds())
+        .map_err(|e| StorageError::redb("count kv rows", e))?
+    {
+        let (key, value) = row.map_err(|e| StorageError::redb("count kv rows", e))?;
+        let (header, value) = decode_kv_header(value.value())?;
+        let expiring = header.expires_at_ms.is_some();
+        counts.count(key.value(), value.len(), expiring, true);
+    }
+    Ok(counts)
+}
+
+/// Rows of `table` (keyed by user key, lock name or idempotency key) within `span`.
+pub(crate) fn count_rows<R>(table: &R, span: &KeySpan) -> Result<u64, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let mut count = 0;
+    for row in table
+        .range::<&[u8]>(span.bounds())
+        .map_err(|e| StorageError::redb("count rows", e))?
+    {
+        row.map_err(|e| StorageError::redb("count rows", e))?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// Writes the key and byte counts of every range with applied state that has none (a file
+/// of format 1-3), counted from its rows. A range in the middle of an install is left alone:
+/// finishing the install writes its counts. Returns the ranges it counted.
+pub(crate) fn count_unrecorded_kv(
+    sm_meta: &mut Table<Bytes, Bytes>,
+    kv: &Table<Bytes, Bytes>,
+) -> Result<Vec<RangeId>, StorageError> {
+    let mut counted = Vec::new();
+    for range in ranges_in(sm_meta)? {
+        let recorded: Option<u64> = read_meta(sm_meta, range, SM_KEYS, "key count")?;
+        let state = read_sm_state(sm_meta, range)?;
+        if recorded.is_some() || state.applied.is_none() || state.installing.is_some() {
+            continue;
+        }
+        let counts = count_kv_rows(kv, &state.span)?;
+        assert_eq!(
+            counts.keys_with_ttl, state.kv.keys_with_ttl,
+            "range {range}: the count of keys with a TTL matches its rows"
+        );
+        write_meta(sm_meta, range, SM_KEYS, &counts.keys)?;
+        write_meta(sm_meta, range, SM_BYTES, &counts.bytes)?;
+        counted.push(range);
+    }
+    Ok(counted)
 }
 
 /// A range's session of `client_id`, if it has one.
@@ -571,11 +851,11 @@ pub(crate) fn remove_requests(
 }
 
 /// Writes a `kv` row (or removes it, for `None`) and keeps the TTL index and the range's
-/// count of keys with a TTL in step with the expiry it replaces.
+/// counts of keys, bytes and keys with a TTL in step with the row it replaces.
 pub(crate) fn write_kv(
     kv: &mut Table<Bytes, Bytes>,
     ttl: &mut Table<Bytes, Bytes>,
-    keys_with_ttl: &mut u64,
+    counts: &mut KvCounts,
     key: &[u8],
     after: Option<&KeyValue>,
 ) -> Result<(), StorageError> {
@@ -584,9 +864,18 @@ pub(crate) fn write_kv(
         None => kv.remove(key),
     }
     .map_err(|e| StorageError::redb("write kv", e))?
-    .map(|old| decode_kv_expiry(old.value()))
-    .transpose()?
-    .flatten();
+    .map(|old| -> Result<_, StorageError> {
+        let (header, value) = decode_kv_header(old.value())?;
+        Ok((header.expires_at_ms, value.len()))
+    })
+    .transpose()?;
+    if let Some((expires_at_ms, value_len)) = before {
+        counts.count(key, value_len, expires_at_ms.is_some(), false);
+    }
+    if let Some(after) = after {
+        counts.count(key, after.value.len(), after.expires_at_ms.is_some(), true);
+    }
+    let before = before.and_then(|(expires_at_ms, _)| expires_at_ms);
     let after = after.and_then(|value| value.expires_at_ms);
     if before == after {
         return Ok(());
@@ -599,14 +888,10 @@ pub(crate) fn write_kv(
             removed.is_some(),
             "a kv row with an expiry has a ttl index row"
         );
-        *keys_with_ttl = keys_with_ttl
-            .checked_sub(1)
-            .expect("the count of keys with a TTL covers every ttl index row");
     }
     if let Some(expires_at_ms) = after {
         ttl.insert(ttl_key(expires_at_ms, key).as_slice(), [].as_slice())
             .map_err(|e| StorageError::redb("write ttl index", e))?;
-        *keys_with_ttl += 1;
     }
     Ok(())
 }
@@ -827,6 +1112,84 @@ mod tests {
             (6, DEADLINE_IDEMPOTENCY, &b"a"[..])
         );
         assert_eq!(deadline_key_parts(&rows[4]), (256, DEADLINE_LOCK, &b""[..]));
+    }
+
+    fn span(start: &str, end: Option<&str>) -> KeySpan {
+        KeySpan {
+            start: start.as_bytes().to_vec(),
+            end: end.map(|end| end.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn spans_overlap_only_when_they_share_a_key() {
+        let cases = [
+            (span("", None), span("m", Some("n")), true),
+            (span("a", Some("m")), span("m", None), false),
+            (span("a", Some("m")), span("l", Some("z")), true),
+            (span("n", None), span("a", Some("n")), false),
+            (span("n", None), span("a", Some("n\0")), true),
+            (KeySpan::none(), span("", None), false),
+            (span("c", Some("c")), span("a", Some("z")), false),
+        ];
+        for (one, other, expected) in cases {
+            assert_eq!(one.overlaps(&other), expected, "{one:?} {other:?}");
+            assert_eq!(other.overlaps(&one), expected, "{other:?} {one:?}");
+        }
+        assert_eq!(KeySpan::unrecorded(RangeId::FIRST), span("", None));
+        assert_eq!(KeySpan::unrecorded(RangeId::META), KeySpan::none());
+        assert_eq!(KeySpan::unrecorded(RangeId(7)), KeySpan::none());
+        assert!(KeySpan::none().is_empty() && !KeySpan::none().contains(b""));
+    }
+
+    #[test]
+    fn spans_cover_their_parts() {
+        let parent = span("b", Some("p"));
+        let cases = [
+            (span("b", Some("p")), true),
+            (span("c", Some("d")), true),
+            (span("a", Some("d")), false),
+            (span("c", Some("q")), false),
+            (span("c", None), false),
+            (KeySpan::none(), true),
+        ];
+        for (inner, expected) in cases {
+            assert_eq!(parent.covers(&inner), expected, "{inner:?}");
+        }
+        assert!(span("", None).covers(&span("x", None)));
+    }
+
+    #[test]
+    fn kv_counts_follow_every_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        let (mut kv, mut ttl) = (txn.open_table(KV).unwrap(), txn.open_table(TTL).unwrap());
+        let mut counts = KvCounts::default();
+        let row = |value: &str, expires_at_ms| KeyValue {
+            key: b"key".to_vec(),
+            value: value.as_bytes().to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+            expires_at_ms,
+        };
+        let steps = [
+            (Some(row("v", None)), (1, 4, 0)),
+            (Some(row("value", Some(9))), (1, 8, 1)),
+            (Some(row("", None)), (1, 3, 0)),
+            (None, (0, 0, 0)),
+            (None, (0, 0, 0)),
+        ];
+        for (after, (keys, bytes, keys_with_ttl)) in steps {
+            write_kv(&mut kv, &mut ttl, &mut counts, b"key", after.as_ref()).unwrap();
+            let expected = KvCounts {
+                keys,
+                bytes,
+                keys_with_ttl,
+            };
+            assert_eq!(counts, expected, "after {after:?}");
+            assert_eq!(count_kv_rows(&kv, &KeySpan::default()).unwrap(), expected);
+        }
     }
 
     #[test]

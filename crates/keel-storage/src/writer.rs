@@ -6,7 +6,9 @@
 //! already queued, executes them all in one redb write transaction, commits it with
 //! `Durability::Immediate` if any of them needs durability (else `Durability::None`), and only
 //! then fires every callback. Any error poisons the store: the batch and every later request
-//! fail, nothing is retried.
+//! fail, nothing is retried. After a commit that applied a split or finished a snapshot
+//! install, and before any callback, it bumps the store's range events
+//! (`Store::range_events`).
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{CommandOutcome, RangeId, limits};
 use redb::{Database, Durability, WriteTransaction};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
 use crate::install::InstallBatch;
@@ -48,8 +50,6 @@ pub(crate) enum Op {
     },
     Apply {
         range: RangeId,
-        /// The range's key span: a cleanup or reclaim removes nothing outside it.
-        span: KeySpan,
         entries: Vec<Entry>,
     },
     InstallBegin {
@@ -58,6 +58,7 @@ pub(crate) enum Op {
     },
     InstallClear {
         range: RangeId,
+        /// The snapshot's span; the range's current span is cleared too.
         span: KeySpan,
     },
     InstallRecords {
@@ -136,6 +137,8 @@ pub struct StoreStats {
 #[derive(Default)]
 pub(crate) struct Shared {
     poison: OnceLock<String>,
+    /// Bumped after every commit that applied a split or finished a snapshot install.
+    range_events: watch::Sender<u64>,
     /// Test seam: 0 = off; n = the n-th commit from now fails.
     fail_commit_in: AtomicU64,
     requests: AtomicU64,
@@ -167,6 +170,10 @@ impl Shared {
                 left.checked_sub(1)
             });
         update == Ok(1)
+    }
+
+    pub fn range_events(&self) -> watch::Receiver<u64> {
+        self.range_events.subscribe()
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -241,6 +248,13 @@ impl Writer {
         let committed = panic::catch_unwind(AssertUnwindSafe(|| self.commit(&batch, durable)));
         match committed {
             Ok(Ok(outcomes)) => {
+                let ranges_changed = batch
+                    .iter()
+                    .zip(&outcomes)
+                    .any(|(request, outcome)| changes_ranges(&request.op, outcome));
+                if ranges_changed {
+                    self.shared.range_events.send_modify(|events| *events += 1);
+                }
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     succeed(request.done, outcome);
                 }
@@ -309,15 +323,25 @@ fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
             done(log_store::truncate_after(txn, *range, last.as_ref()))
         }
         Op::Purge { range, upto } => done(log_store::purge(txn, *range, upto)),
-        Op::Apply {
-            range,
-            span,
-            entries,
-        } => apply::apply_entries(txn, *range, span, entries).map(Outcome::Applied),
+        Op::Apply { range, entries } => {
+            apply::apply_entries(txn, *range, entries).map(Outcome::Applied)
+        }
         Op::InstallBegin { range, marker } => done(install::begin(txn, *range, marker)),
         Op::InstallClear { range, span } => install::clear(txn, *range, span).map(Outcome::More),
         Op::InstallRecords { range, batch } => done(install::insert_records(txn, *range, batch)),
         Op::InstallFinish { range, state } => done(install::finish(txn, *range, state)),
+    }
+}
+
+/// Whether a committed op changed the file's ranges or their spans: an apply that split a
+/// range, or the end of a snapshot install.
+fn changes_ranges(op: &Op, outcome: &Outcome) -> bool {
+    match (op, outcome) {
+        (Op::InstallFinish { .. }, _) => true,
+        (_, Outcome::Applied(outcomes)) => outcomes
+            .iter()
+            .any(|outcome| matches!(outcome, CommandOutcome::Split { .. })),
+        _ => false,
     }
 }
 

@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::coordination::{Coordination, CoordinationOp, CoordinationResult, Fence, Reclaim};
-use crate::ids::Revision;
+use crate::ids::{RangeId, Revision};
+use crate::range::{MetaCommand, MetaOutcome, RangeDescriptor, Split};
 
 /// A key with its value and revisions, as stored.
 ///
@@ -200,6 +201,10 @@ pub enum Command {
     Coordinate(Coordination),
     /// Removal of free lock records and expired idempotency records.
     Reclaim(Reclaim),
+    /// Split the range at a key (see `Split`).
+    Split(Split),
+    /// A command of the meta range.
+    Meta(MetaCommand),
 }
 
 impl std::fmt::Display for Command {
@@ -233,6 +238,21 @@ impl std::fmt::Display for Command {
                 reclaim.locks.len(),
                 reclaim.records.len()
             ),
+            Command::Split(split) => write!(
+                f,
+                "split(at {}, child {})",
+                crate::validate::show_key(&split.at),
+                split.child
+            ),
+            Command::Meta(meta) => match meta {
+                MetaCommand::UpdateRanges { ranges } => {
+                    write!(f, "meta-update-ranges({})", ranges.len())
+                }
+                MetaCommand::AllocateRangeIds { count } => {
+                    write!(f, "meta-allocate-range-ids({count})")
+                }
+                MetaCommand::RegisterNode(node) => write!(f, "meta-register-node({})", node.id),
+            },
         }
     }
 }
@@ -369,6 +389,25 @@ pub enum Rejection {
         token: u64,
         current_token: Option<u64>,
     },
+    /// A key (or lock name, or idempotency key) of the command lies outside the range's
+    /// span: the range split (or the request was routed on a stale table) before the command
+    /// was applied. `range` is the range's descriptor when it refused.
+    KeyOutOfRange {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        range: RangeDescriptor,
+    },
+    /// A split named an epoch the range has left behind, or a split key not strictly inside
+    /// its span; `range` is the range's descriptor when it refused.
+    EpochMismatch {
+        expected_epoch: u64,
+        range: RangeDescriptor,
+    },
+    /// A meta command reached a range that is not the meta range, or a data command reached
+    /// the meta range.
+    WrongRangeKind { range: RangeId },
+    /// A meta command outside its limits (too many descriptors, an id count out of bounds).
+    InvalidMetaCommand { message: String },
 }
 
 /// What applying one log entry produced. Every replica computes the same outcome.
@@ -394,6 +433,13 @@ pub enum CommandOutcome {
         revision: Revision,
         result: CoordinationResult,
     },
+    /// A split was applied: the parent now spans `left`, the new child `right`.
+    Split {
+        left: RangeDescriptor,
+        right: RangeDescriptor,
+    },
+    /// A meta command was applied.
+    Meta(MetaOutcome),
 }
 
 /// How a read is made consistent.

@@ -5,6 +5,7 @@ use thiserror::Error;
 
 use crate::command::{ConditionFailed, Rejection};
 use crate::ids::{NodeAddr, NodeId, RangeId};
+use crate::range::RangeDescriptor;
 
 /// The errors of the key-value API. Retry-elsewhere errors (`NotLeader`, `Unavailable`) are
 /// kept apart from "this node has stopped" (`Fatal`).
@@ -111,6 +112,23 @@ pub enum KvError {
         token: u64,
         current_token: Option<u64>,
     },
+
+    /// The key does not belong to the range the request reached (it split, or the caller's
+    /// range table is stale); nothing was applied. Refresh the range table and retry.
+    /// `range`: the descriptor of the range that refused, as it is now.
+    #[error("key {} is outside range {range}", crate::validate::show_key(.key))]
+    KeyOutOfRange {
+        key: Vec<u8>,
+        range: Box<RangeDescriptor>,
+    },
+
+    /// A split (or another range-table change) named an epoch the range has left behind, or a
+    /// split key not strictly inside its span; nothing was changed. `range`: as it is now.
+    #[error("range {range} does not match: expected epoch {expected_epoch}")]
+    EpochMismatch {
+        expected_epoch: u64,
+        range: Box<RangeDescriptor>,
+    },
 }
 
 impl From<Rejection> for KvError {
@@ -174,6 +192,21 @@ impl From<Rejection> for KvError {
                     current_token,
                 }
             }
+            Rejection::KeyOutOfRange { key, range } => KvError::KeyOutOfRange {
+                key,
+                range: Box::new(range),
+            },
+            Rejection::EpochMismatch {
+                expected_epoch,
+                range,
+            } => KvError::EpochMismatch {
+                expected_epoch,
+                range: Box::new(range),
+            },
+            Rejection::InvalidMetaCommand { message } => KvError::invalid(message),
+            Rejection::WrongRangeKind { range } => KvError::invalid(format!(
+                "range {range} cannot apply this command: meta commands go to the meta range, data commands to data ranges"
+            )),
         }
     }
 }

@@ -14,7 +14,10 @@ pub type Revision = u64;
 pub struct RangeId(pub u64);
 
 impl RangeId {
-    /// The range that covers the whole keyspace until range partitioning lands.
+    /// The meta range: range descriptors, the node registry and the range id allocator. It
+    /// holds no user keys.
+    pub const META: RangeId = RangeId(0);
+    /// The first data range: the whole keyspace when the cluster starts, split from then on.
     pub const FIRST: RangeId = RangeId(1);
 }
 

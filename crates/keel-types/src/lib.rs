@@ -10,6 +10,7 @@ pub mod error;
 pub mod ids;
 pub mod limits;
 pub mod planted;
+pub mod range;
 pub mod validate;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
@@ -23,3 +24,4 @@ pub use coordination::{
 };
 pub use error::KvError;
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};
+pub use range::{MetaCommand, MetaOutcome, NodeDescriptor, RangeDescriptor, Split};

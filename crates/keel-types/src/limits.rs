@@ -115,6 +115,11 @@ pub fn human_bytes(bytes: usize) -> String {
     }
 }
 
+/// Range descriptors one meta command records.
+pub const META_UPDATE_RANGES_MAX: usize = 64;
+/// Range ids one meta command hands out.
+pub const RANGE_IDS_ALLOCATE_MAX: u64 = 1_024;
+
 #[cfg(test)]
 mod tests {
     use super::*;

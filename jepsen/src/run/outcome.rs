@@ -11,7 +11,9 @@ use crate::history::Status;
 /// keel-client returns `NotLeader`, `Unavailable` and `Overloaded` only when no attempt of the
 /// write can have been applied (otherwise it answers `OutcomeUnknown`); `ConditionFailed`,
 /// `InvalidArgument`, `NotACounter`, `Overflow`, `FencedOut`, `LockNotHeld` and
-/// `RecordNotOwned` are the server's final word that nothing was applied. `RequestIdExpired`
+/// `RecordNotOwned` are the server's final word that nothing was applied, as are
+/// `KeyOutOfRange` and `EpochMismatch` (refused before anything was stored; keel-client
+/// retries a write they refuse on the right range, so they reach here only from a split). `RequestIdExpired`
 /// says the write may have been applied once under its old id, so it is indeterminate, as
 /// are timeouts, lost answers and a stopped node.
 pub fn write_status(error: &KvError) -> Status {
@@ -25,7 +27,9 @@ pub fn write_status(error: &KvError) -> Status {
         | KvError::Overflow { .. }
         | KvError::FencedOut { .. }
         | KvError::LockNotHeld { .. }
-        | KvError::RecordNotOwned { .. } => Status::Fail,
+        | KvError::RecordNotOwned { .. }
+        | KvError::KeyOutOfRange { .. }
+        | KvError::EpochMismatch { .. } => Status::Fail,
         KvError::OutcomeUnknown { .. }
         | KvError::Timeout { .. }
         | KvError::Fatal { .. }
@@ -56,6 +60,8 @@ pub fn error_name(error: &KvError) -> &'static str {
         KvError::FencedOut { .. } => "fenced-out",
         KvError::LockNotHeld { .. } => "lock-not-held",
         KvError::RecordNotOwned { .. } => "record-not-owned",
+        KvError::KeyOutOfRange { .. } => "key-out-of-range",
+        KvError::EpochMismatch { .. } => "epoch-mismatch",
     }
 }
 

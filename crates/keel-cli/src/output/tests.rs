@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::*;
-use keel_types::RangeId;
+use keel_client::RangeInfo;
+use keel_types::{RangeDescriptor, RangeId};
 
 fn kv(key: &[u8], value: &[u8]) -> KeyValue {
     KeyValue {
@@ -102,6 +103,22 @@ fn exit_codes_follow_the_table() {
                 current_token: None,
             },
             1,
+        ),
+        // A split at a key that starts a range already: refused on the state found.
+        (
+            KvError::EpochMismatch {
+                expected_epoch: 2,
+                range: Box::new(descriptor(3, b"m", None, 3)),
+            },
+            1,
+        ),
+        // Retried by the client through a refreshed table; seen only when that ran out.
+        (
+            KvError::KeyOutOfRange {
+                key: b"q".to_vec(),
+                range: Box::new(descriptor(1, b"", Some(b"m"), 3)),
+            },
+            3,
         ),
     ];
     for (error, expected) in cases {
@@ -393,4 +410,106 @@ fn cluster_status_fails_when_nobody_answers() {
     let report = status(&rows, Output::Text);
     assert_eq!(report.code, 3);
     assert_eq!(report.stderr, "error: no endpoint answered");
+}
+
+fn descriptor(id: u64, start: &[u8], end: Option<&[u8]>, epoch: u64) -> RangeDescriptor {
+    RangeDescriptor {
+        id: RangeId(id),
+        start: start.to_vec(),
+        end: end.map(<[u8]>::to_vec),
+        epoch,
+        conf_version: 1,
+        replicas: vec![1, 2, 3],
+    }
+}
+
+fn range_info(descriptor: RangeDescriptor, leader: Option<u64>, keys: u64) -> RangeInfo {
+    RangeInfo {
+        descriptor,
+        leader,
+        size_bytes: keys * 10,
+        keys,
+        requests_per_sec: 2.5,
+    }
+}
+
+#[test]
+fn cluster_ranges_is_a_table_whose_rows_split_on_whitespace() {
+    let ranges = [
+        range_info(descriptor(1, b"", Some(b"k0100"), 3), Some(1), 100),
+        range_info(descriptor(7, b"k0100", Some(b"\xff\x00"), 3), None, 0),
+        range_info(descriptor(4, b"\xff\x00", None, 2), Some(3), 7),
+    ];
+    let report = cluster::ranges(&ranges, Output::Text);
+    assert_eq!(report.code, 0);
+    let table = text(&report);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    // Keys that are not UTF-8 are shown lossily, quoted, as in error messages.
+    let binary = keel_types::validate::show_key(b"\xff\x00");
+    let (middle, last) = (format!(r#"["k0100",{binary})"#), format!("[{binary},+inf)"));
+    let expected: Vec<Vec<&str>> = vec![
+        vec![
+            "id", "span", "epoch", "replicas", "leader", "size", "keys", "req/s",
+        ],
+        vec![
+            "1",
+            r#"["","k0100")"#,
+            "3",
+            "1,2,3",
+            "1",
+            "1000",
+            "100",
+            "2.5",
+        ],
+        vec!["7", &middle, "3", "1,2,3", "-", "0", "0", "2.5"],
+        vec!["4", &last, "2", "1,2,3", "3", "70", "7", "2.5"],
+    ];
+    assert_eq!(rows, expected, "{table}");
+    // Columns are aligned: every row's span starts where the header's does.
+    let at = table.lines().next().unwrap().find("span").unwrap();
+    assert!(
+        table
+            .lines()
+            .skip(1)
+            .all(|line| line[at..].starts_with('[')),
+        "{table}"
+    );
+}
+
+#[test]
+fn cluster_ranges_in_json_has_raw_bytes_and_numbers() {
+    let ranges = [
+        range_info(descriptor(1, b"", Some(b"m"), 3), Some(1), 4),
+        range_info(descriptor(2, b"m", None, 3), None, 0),
+    ];
+    let json = parsed(&text(&cluster::ranges(&ranges, Output::Json)));
+    let expected = parsed(
+        r#"[{"range_id":1,"start":"","end":"m","epoch":3,"conf_version":1,"replicas":[1,2,3],
+            "leader":1,"size_bytes":40,"keys":4,"requests_per_sec":2.5},
+           {"range_id":2,"start":"m","end":null,"epoch":3,"conf_version":1,"replicas":[1,2,3],
+            "leader":null,"size_bytes":0,"keys":0,"requests_per_sec":2.5}]"#,
+    );
+    assert_eq!(json, expected);
+}
+
+#[test]
+fn cluster_split_prints_both_halves() {
+    let left = descriptor(1, b"", Some(b"m"), 4);
+    let right = descriptor(9, b"m", None, 4);
+    let report = cluster::split(&left, &right, Output::Text);
+    assert_eq!(
+        text(&report),
+        concat!(
+            "id  span        epoch  replicas\n",
+            "1   [\"\",\"m\")    4      1,2,3\n",
+            "9   [\"m\",+inf)  4      1,2,3\n",
+        )
+    );
+    let json = parsed(&text(&cluster::split(&left, &right, Output::Json)));
+    assert_eq!(json["left"]["end"], "m");
+    assert_eq!(json["right"]["range_id"], 9);
+    assert_eq!(json["right"]["end"], Value::Null);
 }

@@ -117,3 +117,26 @@ fn incr_help_shows_how_to_pass_a_negative_delta() {
     let help = String::from_utf8(output.stdout).unwrap();
     assert!(help.contains("keel incr n -- -5"), "{help}");
 }
+
+#[test]
+fn cluster_help_lists_ranges_and_split_and_split_needs_at() {
+    let output = keel(&["cluster", "--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for command in ["status", "ranges", "split"] {
+        assert!(
+            help.contains(command),
+            "cluster --help lacks {command}:\n{help}"
+        );
+    }
+    let output = keel(&["cluster", "split", "--help"]);
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("--at <KEY>"), "{help}");
+    let output = keel(&["--endpoints", "127.0.0.1:1", "cluster", "split"]);
+    assert_eq!(output.status.code(), Some(2));
+    // An empty key is refused before connecting.
+    let output = keel(&["--endpoints", "127.0.0.1:1", "cluster", "split", "--at", ""]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("key is empty"), "{stderr}");
+}

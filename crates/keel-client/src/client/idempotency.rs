@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use keel_proto::v1;
 use keel_proto::v1::idempotency_client::IdempotencyClient;
+use keel_types::coordination::idempotency_key;
 use keel_types::validate::{self, show_key};
 use keel_types::{Consistency, KvError, limits};
 use tonic::transport::Channel;
 
+use super::route::RouteBy;
 use super::{Client, WRITE, read};
 use crate::options::millis;
 use crate::results::{self, AbortResult, BeginResult, CompleteResult, IdempotencyGetResult};
@@ -27,6 +29,8 @@ impl Client {
         ttl: Duration,
     ) -> Result<BeginResult, KvError> {
         validate::check_idempotency_key(scope, id)?;
+        // Records are stored, and routed, under this key.
+        let key = idempotency_key(scope, id);
         let owner = owner.unwrap_or(self.owner());
         validate::check_owner(owner)?;
         let ttl_ms = checked_ttl_ms("TTL", scope, id, ttl)?;
@@ -41,6 +45,7 @@ impl Client {
         let response = self
             .write(
                 WRITE,
+                RouteBy::Key(&key),
                 |mut records: IdempotencyClient<Channel>, request_id| {
                     let request = v1::BeginRequest {
                         request_id: Some(request_id.into()),
@@ -65,6 +70,8 @@ impl Client {
         result_ttl: Duration,
     ) -> Result<CompleteResult, KvError> {
         validate::check_idempotency_key(scope, id)?;
+        // Records are stored, and routed, under this key.
+        let key = idempotency_key(scope, id);
         validate::check_idempotency_result(id, result)?;
         let result_ttl_ms = checked_ttl_ms("result TTL", scope, id, result_ttl)?;
         let request = v1::CompleteRequest {
@@ -79,6 +86,7 @@ impl Client {
         let response = self
             .write(
                 WRITE,
+                RouteBy::Key(&key),
                 |mut records: IdempotencyClient<Channel>, request_id| {
                     let request = v1::CompleteRequest {
                         request_id: Some(request_id.into()),
@@ -95,6 +103,8 @@ impl Client {
     /// `RecordNotOwned` if the token does not own it (any more).
     pub async fn abort(&self, scope: &[u8], id: &[u8], token: u64) -> Result<AbortResult, KvError> {
         validate::check_idempotency_key(scope, id)?;
+        // Records are stored, and routed, under this key.
+        let key = idempotency_key(scope, id);
         let request = v1::AbortRequest {
             scope: scope.to_vec(),
             id: id.to_vec(),
@@ -105,6 +115,7 @@ impl Client {
         let response = self
             .write(
                 WRITE,
+                RouteBy::Key(&key),
                 |mut records: IdempotencyClient<Channel>, request_id| {
                     let request = v1::AbortRequest {
                         request_id: Some(request_id.into()),
@@ -125,6 +136,8 @@ impl Client {
         consistency: Consistency,
     ) -> Result<IdempotencyGetResult, KvError> {
         validate::check_idempotency_key(scope, id)?;
+        // Records are stored, and routed, under this key.
+        let key = idempotency_key(scope, id);
         let request = v1::IdempotencyGetRequest {
             scope: scope.to_vec(),
             id: id.to_vec(),
@@ -135,6 +148,7 @@ impl Client {
         let response = self
             .call(
                 read(consistency),
+                RouteBy::Key(&key),
                 timeout,
                 |mut records: IdempotencyClient<Channel>| {
                     let request = request.clone();

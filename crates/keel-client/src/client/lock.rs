@@ -11,6 +11,7 @@ use keel_types::{Consistency, KvError, validate};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use super::route::RouteBy;
 use super::{Client, Kind, WRITE, read};
 use crate::errors::LockError;
 use crate::guard::{self, LockGuard, Renewal};
@@ -46,15 +47,19 @@ impl Client {
             ..WRITE
         };
         let response = self
-            .write(kind, |mut lock: LockClient<Channel>, id| {
-                let left = wait.saturating_sub(started.elapsed()).max(wait_min);
-                let request = v1::AcquireRequest {
-                    request_id: Some(id.into()),
-                    wait_ms: millis(left),
-                    ..request.clone()
-                };
-                async move { lock.acquire(request).await }
-            })
+            .write(
+                kind,
+                RouteBy::Key(name),
+                |mut lock: LockClient<Channel>, id| {
+                    let left = wait.saturating_sub(started.elapsed()).max(wait_min);
+                    let request = v1::AcquireRequest {
+                        request_id: Some(id.into()),
+                        wait_ms: millis(left),
+                        ..request.clone()
+                    };
+                    async move { lock.acquire(request).await }
+                },
+            )
             .await?;
         results::lock::acquire(response)
     }
@@ -78,13 +83,17 @@ impl Client {
             no_forward: true,
         };
         let response = self
-            .write(WRITE, |mut lock: LockClient<Channel>, id| {
-                let request = v1::RenewRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { lock.renew(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(name),
+                |mut lock: LockClient<Channel>, id| {
+                    let request = v1::RenewRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { lock.renew(request).await }
+                },
+            )
             .await?;
         results::lock::renew(response)
     }
@@ -101,13 +110,17 @@ impl Client {
             no_forward: true,
         };
         let response = self
-            .write(WRITE, |mut lock: LockClient<Channel>, id| {
-                let request = v1::ReleaseRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { lock.release(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(name),
+                |mut lock: LockClient<Channel>, id| {
+                    let request = v1::ReleaseRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { lock.release(request).await }
+                },
+            )
             .await?;
         results::lock::release(response)
     }
@@ -128,6 +141,7 @@ impl Client {
         let response = self
             .call(
                 read(consistency),
+                RouteBy::Key(name),
                 timeout,
                 |mut lock: LockClient<Channel>| {
                     let request = request.clone();

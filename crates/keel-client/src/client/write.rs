@@ -1,7 +1,9 @@
 //! The write loop: every write carries a request id from the client's session, and is sent
 //! again with that same id until it is answered, the answer is final, or `write_deadline`
 //! passes. Knows nothing of which write it sends, nor to which service: the caller's closure
-//! builds the request on the service's client.
+//! builds the request on the service's client. An atomic batch whose keys the range table
+//! places in more than one range ends with `WriteError::Spans`, before it is sent or once
+//! no attempt of it can have been applied.
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,9 +14,12 @@ use keel_types::{KvError, RequestId};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use super::route::{Route, RouteBy};
 use super::{Client, Kind};
-use crate::results;
-use crate::retry::{self, WriteDecision, WriteProgress};
+use crate::attempt::AttemptError;
+use crate::range_table::Spans;
+use crate::results::{self, Served};
+use crate::retry::{self, Target, WriteDecision, WriteProgress};
 use crate::session::Pending;
 use crate::stub::Stub;
 
@@ -25,13 +30,63 @@ const SESSION: Kind = Kind {
     held: Duration::ZERO,
 };
 
+/// Why a write returned no answer.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    Kv(KvError),
+    /// The range table places the write's keys in more than one range, and it was applied
+    /// nowhere.
+    Spans(Spans),
+}
+
+impl From<KvError> for WriteError {
+    fn from(error: KvError) -> Self {
+        WriteError::Kv(error)
+    }
+}
+
+/// What the attempts of one write have learned.
+struct Attempts {
+    progress: WriteProgress,
+    /// Endpoints that failed to connect or answer during this write.
+    unreachable: Vec<String>,
+    deadline: Instant,
+    budget: Duration,
+}
+
 impl Client {
     /// Runs `send` with a request id until it succeeds or the retry policy gives up, within
     /// `write_deadline` (plus `kind.held`). Every attempt carries the same id, except after
-    /// `Renew`. `kind` must be a write.
-    pub(super) async fn write<S, T, F, Fut>(&self, kind: Kind, mut send: F) -> Result<T, KvError>
+    /// `Renew`. `kind` must be a write; `by` routes it (a key).
+    pub(super) async fn write<S, T, F, Fut>(
+        &self,
+        kind: Kind,
+        by: RouteBy<'_>,
+        send: F,
+    ) -> Result<T, KvError>
     where
         S: Stub,
+        T: Served,
+        F: FnMut(S, RequestId) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match self.write_routed(kind, by, send).await {
+            Ok(response) => Ok(response),
+            Err(WriteError::Kv(error)) => Err(error),
+            Err(WriteError::Spans(spans)) => Err(super::batch::spanning_error(&spans)),
+        }
+    }
+
+    /// `write` for keys that may span ranges (`RouteBy::Keys`).
+    pub(super) async fn write_routed<S, T, F, Fut>(
+        &self,
+        kind: Kind,
+        by: RouteBy<'_>,
+        mut send: F,
+    ) -> Result<T, WriteError>
+    where
+        S: Stub,
+        T: Served,
         F: FnMut(S, RequestId) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
@@ -41,28 +96,35 @@ impl Client {
         );
         let budget = self.inner.options.write_deadline.saturating_add(kind.held);
         let deadline = Instant::now() + budget;
+        self.prepare_routing(&by, deadline).await;
+        if let Some(spans) = self.spans(&by) {
+            return Err(WriteError::Spans(spans));
+        }
         let mut pending = self.begin_write(deadline).await?;
-        let mut progress = WriteProgress::default();
-        let mut uri = self.first_target();
-        // Endpoints that failed to connect or answer during this write.
-        let mut unreachable: Vec<String> = Vec::new();
+        let mut attempts = Attempts {
+            progress: WriteProgress::default(),
+            unreachable: Vec::new(),
+            deadline,
+            budget,
+        };
+        let mut route = self.route(&by, &attempts.unreachable);
         loop {
-            progress.attempts += 1;
+            attempts.progress.attempts += 1;
             let id = pending.id();
             let outcome = self
-                .attempt(&uri, kind, deadline, &mut |stub| send(stub, id))
+                .attempt(&route.uri, kind, deadline, &mut |stub| send(stub, id))
                 .await;
             let error = match outcome {
                 Ok(response) => {
-                    self.set_leader(Some(uri));
+                    self.served(&route, response.range_id(), true);
                     return Ok(response);
                 }
                 Err(error) => error,
             };
-            let (attempt, sequence) = (progress.attempts, id.sequence);
-            tracing::debug!(%uri, attempt, sequence, %error, "keel write attempt failed");
-            let target = match retry::decide_write(&error, &mut progress) {
-                WriteDecision::GiveUp(error) => return Err(error),
+            let (attempt, sequence) = (attempts.progress.attempts, id.sequence);
+            tracing::debug!(uri = %route.uri, attempt, sequence, %error, "keel write attempt failed");
+            let target = match retry::decide_write(&error, &mut attempts.progress) {
+                WriteDecision::GiveUp(error) => return Err(error.into()),
                 WriteDecision::Renew => {
                     self.inner.sessions.retire(&id);
                     pending = self.begin_write(deadline).await?;
@@ -70,15 +132,40 @@ impl Client {
                 }
                 WriteDecision::Retry { target } => target,
             };
-            self.note_failure(&uri, &error, &target, &mut unreachable);
-            let target = retry::skip_stale_hint(target, &unreachable);
-            let pause = retry::write_backoff(&target, progress.attempts, crate::random::unit());
-            if pause >= deadline.saturating_duration_since(Instant::now()) {
-                let spent = format!("{} ms", budget.as_millis());
-                return Err(retry::write_gave_up(&error, &progress, &spent));
+            route = self
+                .next_write_route(route, target, &error, &by, &mut attempts)
+                .await?;
+        }
+    }
+
+    /// After a failed attempt the policy retries: pauses, and routes the next attempt; or
+    /// gives up when the pause would pass the deadline, or when the keys now span ranges
+    /// and the write was applied nowhere.
+    async fn next_write_route(
+        &self,
+        route: Route,
+        target: Target,
+        error: &AttemptError,
+        by: &RouteBy<'_>,
+        attempts: &mut Attempts,
+    ) -> Result<Route, WriteError> {
+        let target = self.note_failure(&route, error, target, &mut attempts.unreachable);
+        let progress = &attempts.progress;
+        let pause = retry::write_backoff(&target, progress.attempts, crate::random::unit());
+        if pause >= attempts.deadline.saturating_duration_since(Instant::now()) {
+            let spent = format!("{} ms", attempts.budget.as_millis());
+            return Err(retry::write_gave_up(error, progress, &spent).into());
+        }
+        tokio::time::sleep(pause).await;
+        let route = self
+            .reroute(route, target, by, attempts.deadline, &attempts.unreachable)
+            .await;
+        let first_key = by.key().unwrap_or_default();
+        match self.spans(by) {
+            Some(spans) if retry::spanning_write_not_applied(progress, error, first_key) => {
+                Err(WriteError::Spans(spans))
             }
-            tokio::time::sleep(pause).await;
-            uri = self.retarget(target, uri, &unreachable);
+            _ => Ok(route),
         }
     }
 
@@ -96,9 +183,14 @@ impl Client {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let timeout = self.inner.options.request_timeout.min(remaining);
         let opened = self
-            .call(SESSION, timeout, |mut kv: KvClient<Channel>| async move {
-                kv.open_session(v1::OpenSessionRequest {}).await
-            })
+            .call(
+                SESSION,
+                RouteBy::AnyNode,
+                timeout,
+                |mut kv: KvClient<Channel>| async move {
+                    kv.open_session(v1::OpenSessionRequest {}).await
+                },
+            )
             .await
             .and_then(results::session);
         opened.map_err(|error| KvError::Unavailable {

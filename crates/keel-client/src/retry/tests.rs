@@ -1,13 +1,14 @@
 //! Table tests of the retry policy.
 
 use super::*;
-use keel_types::{ConditionFailed, RangeId};
+use keel_types::{ConditionFailed, RangeDescriptor, RangeId};
 
 #[derive(Debug, PartialEq)]
 enum Want {
     Hinted,
     Next,
     Same,
+    Refresh,
     Renew,
     Gives(&'static str),
 }
@@ -28,6 +29,8 @@ fn kind(error: &KvError) -> &'static str {
         KvError::FencedOut { .. } => "fenced out",
         KvError::LockNotHeld { .. } => "lock not held",
         KvError::RecordNotOwned { .. } => "record not owned",
+        KvError::KeyOutOfRange { .. } => "key out of range",
+        KvError::EpochMismatch { .. } => "epoch mismatch",
     }
 }
 
@@ -36,6 +39,7 @@ fn want_target(target: &Target) -> Want {
         Target::Hinted(_) => Want::Hinted,
         Target::Next => Want::Next,
         Target::Same => Want::Same,
+        Target::Refresh => Want::Refresh,
     }
 }
 
@@ -129,6 +133,32 @@ fn record_not_owned() -> AttemptError {
     })
 }
 
+/// Range 2 as it is now: `["a", "m")`.
+fn range_now() -> Box<RangeDescriptor> {
+    Box::new(RangeDescriptor {
+        id: RangeId(2),
+        start: b"a".to_vec(),
+        end: Some(b"m".to_vec()),
+        epoch: 4,
+        conf_version: 1,
+        replicas: vec![1, 2, 3],
+    })
+}
+
+fn out_of_range() -> AttemptError {
+    server(KvError::KeyOutOfRange {
+        key: b"q".to_vec(),
+        range: range_now(),
+    })
+}
+
+fn epoch_mismatch() -> AttemptError {
+    server(KvError::EpochMismatch {
+        expected_epoch: 3,
+        range: range_now(),
+    })
+}
+
 fn overflow() -> AttemptError {
     server(KvError::Overflow {
         key: b"n".to_vec(),
@@ -152,6 +182,10 @@ fn reads_retry_everything_but_final_answers_within_their_attempts() {
         (timeout(), 1, Next),
         (server(KvError::fatal("disk")), 1, Next),
         (overloaded(), 1, Same),
+        // The wrong range: refresh the table and route again.
+        (out_of_range(), 1, Refresh),
+        (epoch_mismatch(), 1, Refresh),
+        (out_of_range(), max, Gives("unavailable")),
         (
             server(KvError::invalid("key is empty")),
             1,
@@ -200,6 +234,9 @@ fn writes_retry_with_the_same_id_unless_the_answer_is_final() {
         (server(KvError::unavailable("no quorum")), Next, false),
         (refused(), Next, false),
         (overloaded(), Same, false),
+        // The wrong range refused before storing a record: same id, after a refresh.
+        (out_of_range(), Refresh, false),
+        (epoch_mismatch(), Refresh, false),
         // Maybe applied: retry elsewhere, and remember it may have been applied.
         (lost(), Next, true),
         (timed_out(), Next, true),
@@ -301,6 +338,7 @@ fn read_backoff_is_bounded_and_skipped_for_hints() {
     let ms = Duration::from_millis;
     let cases = [
         (&leaderless, &hint, 3, 5 * second, Duration::ZERO),
+        (&leaderless, &Target::Refresh, 3, 5 * second, Duration::ZERO),
         (&refused, &Target::Next, 1, 5 * second, ms(50)),
         (&refused, &Target::Next, 2, 5 * second, ms(100)),
         (&refused, &Target::Next, 40, 5 * second, second),
@@ -324,6 +362,7 @@ fn write_backoff_doubles_to_a_cap_with_jitter_in_the_upper_half() {
     let ms = Duration::from_millis;
     let cases = [
         (&hint, 3, 0.5, Duration::ZERO),
+        (&Target::Refresh, 3, 0.5, Duration::ZERO),
         (&Target::Next, 1, 0.0, ms(25)),
         (&Target::Next, 1, 1.0, ms(50)),
         (&Target::Next, 2, 0.0, ms(50)),
@@ -354,4 +393,71 @@ fn hints_naming_unreachable_endpoints_are_skipped() {
     let garbage = Target::Hinted(NodeAddr::new("not an address"));
     assert_eq!(skip_stale_hint(garbage, &[]), Target::Next);
     assert_eq!(skip_stale_hint(Target::Same, &dead), Target::Same);
+    assert_eq!(skip_stale_hint(Target::Refresh, &dead), Target::Refresh);
+}
+
+#[test]
+fn splits_retry_only_what_was_not_applied_and_epoch_mismatch_is_final() {
+    let max = limits::CLIENT_READ_ATTEMPTS_MAX;
+    use Want::*;
+    let cases: Vec<(AttemptError, u32, Want)> = vec![
+        (hinted(), 1, Hinted),
+        (not_leader(None), 1, Next),
+        (refused(), 1, Next),
+        (server(KvError::unavailable("no quorum")), 1, Next),
+        (overloaded(), 1, Same),
+        (out_of_range(), 1, Refresh),
+        (epoch_mismatch(), 1, Gives("epoch mismatch")),
+        (
+            server(KvError::invalid("key is empty")),
+            1,
+            Gives("invalid"),
+        ),
+        // No request id: a split that may have happened is not sent again.
+        (lost(), 1, Gives("outcome unknown")),
+        (timed_out(), 1, Gives("outcome unknown")),
+        (unknown(), 1, Gives("outcome unknown")),
+        (refused(), max, Gives("unavailable")),
+    ];
+    for (error, attempt, want) in cases {
+        let got = match decide_split(&error, attempt) {
+            Decision::Retry { target } => want_target(&target),
+            Decision::GiveUp(error) => Gives(kind(&error)),
+        };
+        assert_eq!(got, want, "{error:?} attempt={attempt}");
+    }
+}
+
+#[test]
+fn a_write_spanning_ranges_is_settled_only_when_no_range_can_have_applied_it() {
+    let clean = WriteProgress {
+        attempts: 2,
+        ..WriteProgress::default()
+    };
+    let murky = WriteProgress {
+        maybe_applied: true,
+        ..clean
+    };
+    let elsewhere = server(KvError::KeyOutOfRange {
+        key: b"x".to_vec(),
+        range: Box::new(RangeDescriptor {
+            start: b"m".to_vec(),
+            end: None,
+            ..*range_now()
+        }),
+    });
+    // (progress, last error, first key) -> certainly applied nowhere
+    let cases = [
+        (clean, out_of_range(), b"b".as_slice(), true),
+        (clean, hinted(), b"b", true),
+        // May have been applied: only the range holding the first key can say it was not.
+        (murky, out_of_range(), b"b", true),
+        (murky, elsewhere, b"b", false),
+        (murky, out_of_range(), b"x", false),
+        (murky, hinted(), b"b", false),
+    ];
+    for (progress, last, first_key, expected) in cases {
+        let got = spanning_write_not_applied(&progress, &last, first_key);
+        assert_eq!(got, expected, "{progress:?} {last:?} {first_key:?}");
+    }
 }

@@ -2,12 +2,14 @@
 //! fallback reply once the script is empty; success by default), records which listener got
 //! which call and which request ids writes carried, and applies writes at most once per
 //! request id, as a Keel server does. It also serves the Lock and Idempotency services
-//! (`coordination`). Knows nothing of Raft or storage.
+//! (`coordination`), and, made with `Fake::cluster`, plays a cluster of several nodes whose
+//! keyspace is split into ranges (`ranged`). Knows nothing of Raft or storage.
 
 mod coordination;
+mod ranged;
 
 use std::any::Any;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -60,6 +62,8 @@ pub struct Fake {
     arrived: watch::Sender<usize>,
     sessions_opened: Mutex<u64>,
     store: Mutex<Store>,
+    /// The ranges, when the fake plays a cluster of ranges (`Fake::cluster`).
+    ranged: Mutex<Option<ranged::Ranged>>,
 }
 
 /// What the fake has applied.
@@ -67,6 +71,9 @@ pub struct Fake {
 struct Store {
     revision: u64,
     counter: i64,
+    /// Keys and values written (a cluster of ranges reads them; a plain fake answers every
+    /// get with `value`).
+    data: BTreeMap<Vec<u8>, Vec<u8>>,
     /// The answer of every applied write that had a request id, by (client, sequence).
     records: HashMap<(u64, u64), Applied>,
     /// Locks and idempotency records, and the answers of their writes by request id.
@@ -81,6 +88,55 @@ struct Applied {
     counters: Vec<Option<i64>>,
 }
 
+/// One op of a write, as the fake applies it. Increments add to one counter shared by all
+/// keys, and store its new value under their key.
+#[derive(Debug, Clone)]
+pub enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    Increment(Vec<u8>, i64),
+}
+
+impl Op {
+    fn key(&self) -> &[u8] {
+        match self {
+            Op::Put(key, _) | Op::Delete(key) | Op::Increment(key, _) => key,
+        }
+    }
+}
+
+/// A response with a header the fake fills in.
+pub trait Headed {
+    fn header_mut(&mut self) -> &mut Option<v1::ResponseHeader>;
+}
+
+macro_rules! headed {
+    ($($response:ty),*) => {$(
+        impl Headed for $response {
+            fn header_mut(&mut self) -> &mut Option<v1::ResponseHeader> {
+                &mut self.header
+            }
+        }
+    )*};
+}
+
+headed!(
+    v1::GetResponse,
+    v1::PutResponse,
+    v1::DeleteResponse,
+    v1::ScanResponse,
+    v1::BatchResponse,
+    v1::IncrementResponse,
+    v1::AcquireResponse,
+    v1::RenewResponse,
+    v1::ReleaseResponse,
+    v1::InspectResponse,
+    v1::BeginResponse,
+    v1::CompleteResponse,
+    v1::AbortResponse,
+    v1::IdempotencyGetResponse
+);
+
 impl Fake {
     pub fn new(node_id: u64, replies: Vec<Reply>) -> Arc<Fake> {
         Arc::new(Fake {
@@ -92,6 +148,7 @@ impl Fake {
             arrived: watch::channel(0).0,
             sessions_opened: Mutex::new(0),
             store: Mutex::new(Store::default()),
+            ranged: Mutex::new(None),
         })
     }
 
@@ -137,13 +194,23 @@ impl Fake {
     /// Serves the fake on a new loopback port; returns its address.
     pub async fn serve(self: &Arc<Fake>) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.serve_on(listener).await
+    }
+
+    /// Serves the fake on `listener`; the Cluster service only when it plays a cluster of
+    /// ranges (a plain fake is a server from before ranges: UNIMPLEMENTED).
+    async fn serve_on(self: &Arc<Fake>, listener: tokio::net::TcpListener) -> SocketAddr {
         let addr = listener.local_addr().unwrap();
         let service = KvServer::new(Service(self.clone()));
+        let cluster = self
+            .is_ranged()
+            .then(|| ranged::cluster_server(self.clone()));
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(service)
                 .add_service(coordination::lock_server(self.clone()))
                 .add_service(coordination::idempotency_server(self.clone()))
+                .add_optional_service(cluster)
                 .serve_with_incoming(TcpIncoming::from(listener)),
         );
         addr
@@ -159,14 +226,20 @@ impl Fake {
         self.calls.lock().unwrap().push((method, port));
     }
 
-    /// A read: the scripted reply, or `ok`.
-    async fn read<T, R>(
+    /// A read of `key`: routed (in a cluster of ranges), then the scripted reply, or `ok`
+    /// (its header says which node and range served it).
+    async fn read<T: Headed, R>(
         &self,
         method: &'static str,
         request: &Request<R>,
-        ok: T,
+        key: &[u8],
+        mut ok: T,
     ) -> Result<Response<T>, Status> {
         self.record(method, request);
+        let range = self
+            .route(request, &[key])
+            .map_err(|error| status(&error))?;
+        self.stamp(&mut ok, request, range);
         match self.next_reply() {
             None | Some(Reply::Lose) => Ok(Response::new(ok)),
             Some(Reply::Gate(gate)) => {
@@ -177,47 +250,80 @@ impl Fake {
         }
     }
 
-    /// A write of ops whose increments add `deltas` (`None` for puts and deletes): applied
-    /// at most once per request id; returns what was applied and whether it is a replay.
+    /// Sets who served `response`: the node that took `request`, and `range`.
+    fn stamp<T: Headed, R>(&self, response: &mut T, request: &Request<R>, range: u64) {
+        let node = self.node_of(request);
+        if let Some(header) = response.header_mut() {
+            header.served_by = node;
+            header.range_id = range;
+        }
+    }
+
+    /// A write of `ops`: recorded, routed (in a cluster of ranges: the first key picks the
+    /// range, which must hold every key), then applied at most once per request id. Returns
+    /// what was applied, whether it is a replay, and the range.
     async fn write<R>(
         &self,
         request: &Request<R>,
         write: Write,
-        deltas: Vec<Option<i64>>,
-    ) -> Result<(Applied, bool), Status> {
+        ops: Vec<Op>,
+    ) -> Result<(Applied, bool, u64), Status> {
         self.record(write.method, request);
         let id = write
             .request_id
             .as_ref()
             .map(|id| (id.client_id, id.sequence));
         self.writes.lock().unwrap().push(write);
-        self.arrived.send_modify(|n| *n += 1);
-        match self.next_reply() {
-            None => Ok(self.apply(id, &deltas)),
+        let mut arrived = 0;
+        self.arrived.send_modify(|n| {
+            *n += 1;
+            arrived = *n;
+        });
+        self.split_if_due(arrived);
+        let keys: Vec<&[u8]> = ops.iter().map(Op::key).collect();
+        let range = self.route(request, &keys).map_err(|error| status(&error))?;
+        let (applied, replayed) = match self.next_reply() {
+            None => self.apply(id, &ops),
             Some(Reply::Gate(gate)) => {
                 gate.notified().await;
-                Ok(self.apply(id, &deltas))
+                self.apply(id, &ops)
             }
             Some(Reply::Lose) => {
-                self.apply(id, &deltas);
-                Err(Status::new(Code::Unknown, "response lost"))
+                self.apply(id, &ops);
+                return Err(Status::new(Code::Unknown, "response lost"));
             }
-            Some(reply) => Err(refuse(reply).await),
-        }
+            Some(reply) => return Err(refuse(reply).await),
+        };
+        Ok((applied, replayed, range))
     }
 
-    fn apply(&self, id: Option<(u64, u64)>, deltas: &[Option<i64>]) -> (Applied, bool) {
+    fn apply(&self, id: Option<(u64, u64)>, ops: &[Op]) -> (Applied, bool) {
         let mut store = self.store.lock().unwrap();
         if let Some(applied) = id.and_then(|id| store.records.get(&id)) {
             return (applied.clone(), true);
         }
         store.revision += 1;
         let mut counters = Vec::new();
-        for delta in deltas {
-            counters.push(delta.map(|delta| {
-                store.counter += delta;
-                store.counter
-            }));
+        for op in ops {
+            let counter = match op {
+                Op::Put(key, value) => {
+                    store.data.insert(key.clone(), value.clone());
+                    None
+                }
+                Op::Delete(key) => {
+                    store.data.remove(key);
+                    None
+                }
+                Op::Increment(key, delta) => {
+                    store.counter += delta;
+                    let counter = store.counter;
+                    store
+                        .data
+                        .insert(key.clone(), counter.to_string().into_bytes());
+                    Some(counter)
+                }
+            };
+            counters.push(counter);
         }
         let applied = Applied {
             revision: store.revision,
@@ -261,7 +367,9 @@ pub fn status(error: &KvError) -> Status {
         | KvError::Overflow { .. }
         | KvError::FencedOut { .. }
         | KvError::LockNotHeld { .. }
-        | KvError::RecordNotOwned { .. } => Code::FailedPrecondition,
+        | KvError::RecordNotOwned { .. }
+        | KvError::KeyOutOfRange { .. }
+        | KvError::EpochMismatch { .. } => Code::FailedPrecondition,
         KvError::Unavailable { .. } => Code::Unavailable,
         KvError::Overloaded { .. } => Code::ResourceExhausted,
         KvError::Timeout { .. } => Code::DeadlineExceeded,
@@ -281,80 +389,94 @@ impl Kv for Service {
         request: Request<v1::GetRequest>,
     ) -> Result<Response<v1::GetResponse>, Status> {
         let key = request.get_ref().key.clone();
-        let kv = v1::KeyValue {
-            ttl_remaining_ms: (key == TTL_KEY).then_some(TTL_REMAINING_MS),
-            key,
-            value: b"value".to_vec(),
-            create_revision: 3,
-            mod_revision: 4,
+        let kv = match self.0.is_ranged() {
+            true => self.0.stored(&key),
+            false => Some(v1::KeyValue {
+                ttl_remaining_ms: (key == TTL_KEY).then_some(TTL_REMAINING_MS),
+                key: key.clone(),
+                value: b"value".to_vec(),
+                create_revision: 3,
+                mod_revision: 4,
+            }),
         };
         let response = v1::GetResponse {
             header: self.0.header(9, false),
-            kv: Some(kv),
+            kv,
         };
-        self.0.read("get", &request, response).await
+        self.0.read("get", &request, &key, response).await
     }
 
     async fn put(
         &self,
         request: Request<v1::PutRequest>,
     ) -> Result<Response<v1::PutResponse>, Status> {
+        let body = request.get_ref();
         let write = Write {
             method: "put",
-            request_id: request.get_ref().request_id,
-            ttl_ms: request.get_ref().ttl_ms,
-            fence: request.get_ref().fence.clone(),
+            request_id: body.request_id,
+            ttl_ms: body.ttl_ms,
+            fence: body.fence.clone(),
         };
-        let (applied, replayed) = self.0.write(&request, write, vec![None]).await?;
-        Ok(Response::new(v1::PutResponse {
+        let ops = vec![Op::Put(body.key.clone(), body.value.clone())];
+        let (applied, replayed, range) = self.0.write(&request, write, ops).await?;
+        let mut response = v1::PutResponse {
             header: self.0.header(applied.revision, replayed),
             previous: None,
-        }))
+        };
+        self.0.stamp(&mut response, &request, range);
+        Ok(Response::new(response))
     }
 
     async fn delete(
         &self,
         request: Request<v1::DeleteRequest>,
     ) -> Result<Response<v1::DeleteResponse>, Status> {
+        let body = request.get_ref();
         let write = Write {
             method: "delete",
-            request_id: request.get_ref().request_id,
+            request_id: body.request_id,
             ttl_ms: None,
-            fence: request.get_ref().fence.clone(),
+            fence: body.fence.clone(),
         };
-        let (applied, replayed) = self.0.write(&request, write, vec![None]).await?;
-        Ok(Response::new(v1::DeleteResponse {
+        let ops = vec![Op::Delete(body.key.clone())];
+        let (applied, replayed, range) = self.0.write(&request, write, ops).await?;
+        let mut response = v1::DeleteResponse {
             header: self.0.header(applied.revision, replayed),
             deleted: true,
             previous: None,
-        }))
+        };
+        self.0.stamp(&mut response, &request, range);
+        Ok(Response::new(response))
     }
 
     async fn scan(
         &self,
         request: Request<v1::ScanRequest>,
     ) -> Result<Response<v1::ScanResponse>, Status> {
+        let start = request.get_ref().start.clone();
+        let (kvs, next_start) = self.0.scan_rows(request.get_ref());
         let response = v1::ScanResponse {
             header: self.0.header(9, false),
-            kvs: Vec::new(),
-            more: false,
-            next_start: Vec::new(),
+            kvs,
+            more: next_start.is_some(),
+            next_start: next_start.unwrap_or_default(),
         };
-        self.0.read("scan", &request, response).await
+        self.0.read("scan", &request, &start, response).await
     }
 
     async fn batch(
         &self,
         request: Request<v1::BatchRequest>,
     ) -> Result<Response<v1::BatchResponse>, Status> {
-        let deltas = request.get_ref().ops.iter().map(increment_delta).collect();
+        let body = request.get_ref();
+        let ops = body.ops.iter().map(op).collect();
         let write = Write {
             method: "batch",
-            request_id: request.get_ref().request_id,
-            ttl_ms: request.get_ref().ops.iter().find_map(put_ttl_ms),
-            fence: request.get_ref().fence.clone(),
+            request_id: body.request_id,
+            ttl_ms: body.ops.iter().find_map(put_ttl_ms),
+            fence: body.fence.clone(),
         };
-        let (applied, replayed) = self.0.write(&request, write, deltas).await?;
+        let (applied, replayed, range) = self.0.write(&request, write, ops).await?;
         let results = applied
             .counters
             .iter()
@@ -363,28 +485,33 @@ impl Kv for Service {
                 ..Default::default()
             })
             .collect();
-        Ok(Response::new(v1::BatchResponse {
+        let mut response = v1::BatchResponse {
             header: self.0.header(applied.revision, replayed),
             results,
-        }))
+        };
+        self.0.stamp(&mut response, &request, range);
+        Ok(Response::new(response))
     }
 
     async fn increment(
         &self,
         request: Request<v1::IncrementRequest>,
     ) -> Result<Response<v1::IncrementResponse>, Status> {
+        let body = request.get_ref();
         let write = Write {
             method: "increment",
-            request_id: request.get_ref().request_id,
+            request_id: body.request_id,
             ttl_ms: None,
             fence: None,
         };
-        let delta = request.get_ref().delta;
-        let (applied, replayed) = self.0.write(&request, write, vec![Some(delta)]).await?;
-        Ok(Response::new(v1::IncrementResponse {
+        let ops = vec![Op::Increment(body.key.clone(), body.delta)];
+        let (applied, replayed, range) = self.0.write(&request, write, ops).await?;
+        let mut response = v1::IncrementResponse {
             header: self.0.header(applied.revision, replayed),
             value: applied.counters[0].unwrap(),
-        }))
+        };
+        self.0.stamp(&mut response, &request, range);
+        Ok(Response::new(response))
     }
 
     async fn open_session(
@@ -400,10 +527,14 @@ impl Kv for Service {
     }
 }
 
-fn increment_delta(op: &v1::BatchOp) -> Option<i64> {
+fn op(op: &v1::BatchOp) -> Op {
     match &op.op {
-        Some(v1::batch_op::Op::Increment(increment)) => Some(increment.delta),
-        _ => None,
+        Some(v1::batch_op::Op::Put(put)) => Op::Put(put.key.clone(), put.value.clone()),
+        Some(v1::batch_op::Op::Delete(delete)) => Op::Delete(delete.key.clone()),
+        Some(v1::batch_op::Op::Increment(increment)) => {
+            Op::Increment(increment.key.clone(), increment.delta)
+        }
+        None => panic!("a batch op without an op"),
     }
 }
 

@@ -2,5 +2,7 @@
 
 mod coordination;
 mod fake;
+mod ranges;
 mod routing;
+mod spans;
 mod writes;

@@ -128,11 +128,8 @@ impl TestNode {
             snapshot_logs_since_last: 20,
             ..RaftTimings::default()
         };
-        let group = RaftGroup::start(id, RangeId::FIRST, &store, &timings, network.clone())
-            .await
-            .unwrap();
-        let groups = Groups::new();
-        groups.insert(group).unwrap();
+        let groups = Groups::on_store(id, store.clone(), timings, network.clone());
+        groups.ensure(RangeId::FIRST).await.unwrap();
         network
             .nodes
             .lock()
@@ -148,6 +145,11 @@ impl TestNode {
 
     pub fn group(&self) -> Arc<RaftGroup> {
         self.groups.get(RangeId::FIRST).unwrap()
+    }
+
+    /// The group of `range`, which this node must run.
+    pub fn group_of(&self, range: RangeId) -> Arc<RaftGroup> {
+        self.groups.get(range).unwrap()
     }
 
     pub fn addr(id: NodeId) -> NodeAddr {

@@ -3,3 +3,4 @@
 
 mod loopback;
 mod replication;
+mod splits;

@@ -24,18 +24,22 @@ fn put(key: &str, value: &str) -> Command {
     })
 }
 
-async fn cluster(size: u64) -> (Arc<Loopback>, Vec<TestNode>) {
-    let network = Arc::new(Loopback::default());
+pub async fn cluster(size: u64) -> (Arc<Loopback>, Vec<TestNode>) {
+    cluster_on(&Arc::new(Loopback::default()), size).await
+}
+
+/// `size` nodes on `network`, their first range initialized with all of them.
+pub async fn cluster_on(network: &Arc<Loopback>, size: u64) -> (Arc<Loopback>, Vec<TestNode>) {
     let mut nodes = Vec::new();
     for id in 1..=size {
-        nodes.push(TestNode::start(id, &network).await);
+        nodes.push(TestNode::start(id, network).await);
     }
     let members: BTreeMap<NodeId, _> = (1..=size).map(|id| (id, TestNode::addr(id))).collect();
     nodes[0].group().initialize(members).await.unwrap();
-    (network, nodes)
+    (network.clone(), nodes)
 }
 
-async fn leader(nodes: &[TestNode]) -> NodeId {
+pub async fn leader(nodes: &[TestNode]) -> NodeId {
     let metrics = nodes[0]
         .group()
         .raft()

@@ -431,6 +431,35 @@ fn another_leader_stops_the_queue_and_answers_everyone() {
     );
 }
 
+/// A split moved the lock's name to another range: proposing here can never succeed again,
+/// so the queue stops (its callers route again to the range holding the name).
+#[test]
+fn a_lock_moved_by_a_split_stops_the_queue() {
+    use Act::*;
+    let moved = KvError::KeyOutOfRange {
+        key: b"a".to_vec(),
+        range: Box::new(keel_types::RangeDescriptor {
+            id: RangeId::FIRST,
+            start: Vec::new(),
+            end: Some(b"a".to_vec()),
+            epoch: 1,
+            conf_version: 0,
+            replicas: vec![1],
+        }),
+    };
+    run(
+        "key out of range",
+        vec![
+            Enqueue("a", 1),
+            Observe(None, 0),
+            Next(0, acquire(1, "a")),
+            Settle(Err(moved.clone()), vec![Answer::Stop(moved)]),
+            Drain(vec![1], vec![]),
+            IsIdle(true),
+        ],
+    );
+}
+
 #[test]
 fn a_drain_includes_the_release_in_flight() {
     use Act::*;

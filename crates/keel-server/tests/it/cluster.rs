@@ -1,131 +1,13 @@
 //! A three-node cluster in one process: election, a write forwarded by a follower,
 //! linearizable reads from every node, follower reads, and NotLeader with no_forward.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use keel_proto::v1::cluster_client::ClusterClient;
-use keel_proto::v1::kv_client::KvClient;
-use keel_proto::v1::{Consistency, GetRequest, PutRequest, StatusRequest, StatusResponse};
-use keel_server::{Faults, KvSettings, Node, NodeConfig, RaftTimings, status};
-use keel_types::{KvError, NodeId, SystemClock};
-use tokio::net::TcpListener;
-use tonic::transport::Channel;
+use keel_proto::v1::{Consistency, GetRequest, PutRequest};
+use keel_server::status;
+use keel_types::KvError;
 
-const DEADLINE: Duration = Duration::from_secs(30);
-
-struct Cluster {
-    nodes: Vec<Node>,
-    initial_cluster: BTreeMap<NodeId, String>,
-    dirs: Vec<tempfile::TempDir>,
-}
-
-impl Cluster {
-    async fn start(size: u64) -> Cluster {
-        let mut listeners = BTreeMap::new();
-        for id in 1..=size {
-            listeners.insert(id, TcpListener::bind("127.0.0.1:0").await.unwrap());
-        }
-        let initial_cluster: BTreeMap<NodeId, String> = listeners
-            .iter()
-            .map(|(id, l)| (*id, l.local_addr().unwrap().to_string()))
-            .collect();
-        let dirs: Vec<_> = (1..=size).map(|_| tempfile::tempdir().unwrap()).collect();
-        let mut nodes = Vec::new();
-        for (id, listener) in listeners {
-            let config = config(id, &initial_cluster, &dirs[id as usize - 1]);
-            nodes.push(Node::start_on(config, listener).await.unwrap());
-        }
-        Cluster {
-            nodes,
-            initial_cluster,
-            dirs,
-        }
-    }
-
-    /// Stops every node and starts them again on the same addresses and data dirs.
-    async fn restart(self) -> Cluster {
-        let Cluster {
-            nodes,
-            initial_cluster,
-            dirs,
-        } = self;
-        for node in nodes {
-            node.shutdown().await.unwrap();
-        }
-        let mut nodes = Vec::new();
-        for id in initial_cluster.keys() {
-            let config = config(*id, &initial_cluster, &dirs[*id as usize - 1]);
-            nodes.push(Node::start(config).await.unwrap());
-        }
-        Cluster {
-            nodes,
-            initial_cluster,
-            dirs,
-        }
-    }
-
-    async fn kv(&self, id: NodeId) -> KvClient<Channel> {
-        KvClient::connect(format!("http://{}", self.node(id).addr()))
-            .await
-            .unwrap()
-    }
-
-    fn node(&self, id: NodeId) -> &Node {
-        self.nodes.iter().find(|n| n.node_id() == id).unwrap()
-    }
-
-    async fn status(&self, id: NodeId) -> StatusResponse {
-        let mut client = ClusterClient::connect(format!("http://{}", self.node(id).addr()))
-            .await
-            .unwrap();
-        client.status(StatusRequest {}).await.unwrap().into_inner()
-    }
-
-    /// Waits until every node names the same leader of range 1.
-    async fn leader(&self) -> NodeId {
-        let start = Instant::now();
-        loop {
-            let mut seen = Vec::new();
-            for node in &self.nodes {
-                let status = self.status(node.node_id()).await;
-                assert!(status.healthy, "{status:?}");
-                seen.push(status.ranges[0].leader_id);
-            }
-            if let Some(Some(leader)) = seen.first()
-                && seen.iter().all(|s| *s == Some(*leader))
-            {
-                return *leader;
-            }
-            assert!(start.elapsed() < DEADLINE, "no agreed leader: {seen:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn shutdown(self) {
-        for node in self.nodes {
-            node.shutdown().await.unwrap();
-        }
-    }
-}
-
-fn config(id: NodeId, cluster: &BTreeMap<NodeId, String>, dir: &tempfile::TempDir) -> NodeConfig {
-    NodeConfig {
-        node_id: id,
-        listen: cluster[&id].parse().unwrap(),
-        data_dir: dir.path().to_path_buf(),
-        initial_cluster: cluster.clone(),
-        raft: RaftTimings {
-            heartbeat_ms: 50,
-            election_timeout_ms_min: 300,
-            election_timeout_ms_max: 600,
-            ..RaftTimings::default()
-        },
-        kv: KvSettings::default(),
-        clock: SystemClock::shared(),
-        faults: Faults::default(),
-    }
-}
+use crate::harness::{Cluster, DEADLINE, first_range};
 
 fn get(key: &[u8], consistency: Consistency) -> GetRequest {
     GetRequest {
@@ -242,7 +124,7 @@ async fn restart_keeps_data_and_does_not_reinitialize() {
         .unwrap()
         .into_inner();
     let revision = written.header.unwrap().revision;
-    let before = cluster.status(leader).await.ranges[0].clone();
+    let before = first_range(&cluster.status(leader).await).clone();
 
     let cluster = cluster.restart().await;
     let leader = cluster.leader().await;
@@ -254,7 +136,7 @@ async fn restart_keeps_data_and_does_not_reinitialize() {
         .unwrap()
         .into_inner();
     assert_eq!(read.kv.unwrap().mod_revision, revision);
-    let after = cluster.status(leader).await.ranges[0].clone();
+    let after = first_range(&cluster.status(leader).await).clone();
     // openraft may restore the old leader in its old term; nothing goes backwards.
     assert!(after.term >= before.term, "{before:?} -> {after:?}");
     assert!(

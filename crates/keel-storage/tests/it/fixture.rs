@@ -4,10 +4,12 @@
 //! `write_v1` made the v1 files with a format-1 build; it is kept (and checked against the
 //! same expectations, now written in the current format) so the fixture can be understood.
 //! `write_v2` made the v2 files (exactly-once sessions, request records, TTL keys, the range
-//! clock) and is kept the same way. `fixture_v3` makes and checks the v3 files (locks, fences,
-//! idempotency records); set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current
-//! format, v3 (only ever needed if they are lost); older formats cannot be written by this
-//! build.
+//! clock) and is kept the same way. `fixture_v3` checks the v3 files (locks, fences,
+//! idempotency records) the same way. `fixture_v4` makes and checks the v4 files (a split
+//! range, the meta range); set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current
+//! format, v4 (only ever needed if they are lost); older formats cannot be written by this
+//! build. Files of formats 1-3 have no key and byte counts: the store counts them when it
+//! opens the file, and the checks here see the result.
 
 use std::path::{Path, PathBuf};
 
@@ -154,6 +156,16 @@ async fn check_v1_data(sm: &mut StateMachine) {
         "a was deleted at revision 3"
     );
     assert_eq!(page.revision, 3);
+    let counts = RangeCounts {
+        keys: 1,
+        size_bytes: 2,
+        ..RangeCounts::default()
+    };
+    assert_eq!(
+        sm.counts().await.unwrap(),
+        counts,
+        "counted when the store opened"
+    );
 }
 
 /// Copies the committed fixture of `version` into a temporary directory (opening may repair
@@ -310,6 +322,8 @@ async fn check_v2_data(sm: &mut StateMachine) {
         sessions: 1,
         requests: 2,
         keys_with_ttl: 2,
+        keys: 4,
+        size_bytes: "shortslonglplainpn5".len() as u64,
     };
     assert_eq!(sm.counts().await.unwrap(), counts);
     // A file from before locks and idempotency records has none, and reads of them work.

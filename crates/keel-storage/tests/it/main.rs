@@ -1,12 +1,14 @@
 //! Integration tests of keel-storage through its public API: openraft's storage suite,
-//! restart, poisoning, group commit, snapshots and the format fixture.
+//! restart, poisoning, group commit, snapshots and the format fixtures.
 
 mod fixture;
 mod fixture_v3;
+mod fixture_v4;
 mod group_commit;
 mod poison;
 mod restart;
 mod snapshot;
+mod split_start;
 mod suite;
 
 use std::path::Path;

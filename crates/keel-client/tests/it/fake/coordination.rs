@@ -13,7 +13,7 @@ use keel_proto::v1::lock_server::{Lock, LockServer};
 use keel_types::KvError;
 use tonic::{Code, Request, Response, Status};
 
-use super::{Fake, Reply, Store, Write, refuse, status};
+use super::{Fake, Headed, Reply, Store, Write, refuse, status};
 
 /// How often a waiting acquire looks at the lock again.
 const POLL: Duration = Duration::from_millis(10);
@@ -50,29 +50,6 @@ enum Record {
 /// or a refusal. `bool`: final (an acquire that found the lock busy may try again).
 type Outcome<T> = (Result<(T, u64), KvError>, bool);
 
-trait Headed {
-    fn set_header(&mut self, header: Option<v1::ResponseHeader>);
-}
-
-macro_rules! headed {
-    ($($response:ty),*) => {$(
-        impl Headed for $response {
-            fn set_header(&mut self, header: Option<v1::ResponseHeader>) {
-                self.header = header;
-            }
-        }
-    )*};
-}
-
-headed!(
-    v1::AcquireResponse,
-    v1::RenewResponse,
-    v1::ReleaseResponse,
-    v1::BeginResponse,
-    v1::CompleteResponse,
-    v1::AbortResponse
-);
-
 pub fn lock_server(fake: Arc<Fake>) -> LockServer<Locks> {
     LockServer::new(Locks(fake))
 }
@@ -101,13 +78,14 @@ impl Fake {
         writes.into_iter().filter(|w| w.method == method).collect()
     }
 
-    /// A coordination write: recorded, answered by the script first, then applied with
-    /// `apply` at most once per request id (tried again every `POLL` while it is not final,
-    /// for up to `wait`).
+    /// A coordination write of `key` (a lock name, or an idempotency record's key):
+    /// recorded, routed, answered by the script first, then applied with `apply` at most
+    /// once per request id (tried again every `POLL` while it is not final, for up to
+    /// `wait`).
     async fn coordinate<R, T, F>(
         &self,
         method: &'static str,
-        request: &Request<R>,
+        (request, key): (&Request<R>, &[u8]),
         id: Option<v1::RequestId>,
         wait: Duration,
         mut apply: F,
@@ -116,7 +94,7 @@ impl Fake {
         T: Headed + Clone + Send + 'static,
         F: FnMut(&mut Store) -> Outcome<T>,
     {
-        let lose = self.admit(method, request, id).await?;
+        let (lose, range) = self.admit(method, request, id, key).await?;
         let key = id.map(|id| (id.client_id, id.sequence));
         let first = key.and_then(|key| {
             let store = self.store.lock().unwrap();
@@ -135,7 +113,8 @@ impl Fake {
             return Err(Status::new(Code::Unknown, "response lost"));
         }
         let (mut response, revision) = outcome.map_err(|error| status(&error))?;
-        response.set_header(self.header(revision, replayed));
+        *response.header_mut() = self.header(revision, replayed);
+        self.stamp(&mut response, request, range);
         Ok(Response::new(response))
     }
 
@@ -157,14 +136,15 @@ impl Fake {
         }
     }
 
-    /// Records a coordination write and takes its scripted reply: `Ok(true)` to apply it
-    /// and lose the answer, `Ok(false)` to apply it and answer.
+    /// Records a coordination write of `key`, routes it, and takes its scripted reply:
+    /// `true` to apply it and lose the answer, `false` to apply it and answer; and the range.
     async fn admit<R>(
         &self,
         method: &'static str,
         request: &Request<R>,
         request_id: Option<v1::RequestId>,
-    ) -> Result<bool, Status> {
+        key: &[u8],
+    ) -> Result<(bool, u64), Status> {
         self.record(method, request);
         let write = Write {
             method,
@@ -174,16 +154,25 @@ impl Fake {
         };
         self.writes.lock().unwrap().push(write);
         self.arrived.send_modify(|n| *n += 1);
-        match self.next_reply() {
-            None => Ok(false),
-            Some(Reply::Lose) => Ok(true),
+        let range = self
+            .route(request, &[key])
+            .map_err(|error| status(&error))?;
+        let lose = match self.next_reply() {
+            None => false,
+            Some(Reply::Lose) => true,
             Some(Reply::Gate(gate)) => {
                 gate.notified().await;
-                Ok(false)
+                false
             }
-            Some(reply) => Err(refuse(reply).await),
-        }
+            Some(reply) => return Err(refuse(reply).await),
+        };
+        Ok((lose, range))
     }
+}
+
+/// The key an idempotency record is stored and routed under.
+fn record_key(scope: &[u8], id: &[u8]) -> Vec<u8> {
+    keel_types::coordination::idempotency_key(scope, id)
 }
 
 fn left_ms(expires: Instant, now: Instant) -> u64 {
@@ -295,7 +284,13 @@ impl Lock for Locks {
         let wait = Duration::from_millis(body.wait_ms as u64);
         let apply = |store: &mut Store| acquire(store, &body);
         self.0
-            .coordinate("acquire", &request, body.request_id, wait, apply)
+            .coordinate(
+                "acquire",
+                (&request, &body.name),
+                body.request_id,
+                wait,
+                apply,
+            )
             .await
     }
 
@@ -306,7 +301,13 @@ impl Lock for Locks {
         let body = request.get_ref().clone();
         let apply = |store: &mut Store| renew(store, &body);
         self.0
-            .coordinate("renew", &request, body.request_id, Duration::ZERO, apply)
+            .coordinate(
+                "renew",
+                (&request, &body.name),
+                body.request_id,
+                Duration::ZERO,
+                apply,
+            )
             .await
     }
 
@@ -317,7 +318,13 @@ impl Lock for Locks {
         let body = request.get_ref().clone();
         let apply = |store: &mut Store| release(store, &body);
         self.0
-            .coordinate("release", &request, body.request_id, Duration::ZERO, apply)
+            .coordinate(
+                "release",
+                (&request, &body.name),
+                body.request_id,
+                Duration::ZERO,
+                apply,
+            )
             .await
     }
 
@@ -335,7 +342,8 @@ impl Lock for Locks {
                 holder: live.map(|hold| holder(&hold, now)),
             }
         };
-        self.0.read("inspect", &request, response).await
+        let name = request.get_ref().name.clone();
+        self.0.read("inspect", &request, &name, response).await
     }
 }
 
@@ -447,7 +455,13 @@ impl Idempotency for Records {
         let body = request.get_ref().clone();
         let apply = |store: &mut Store| begin(store, &body);
         self.0
-            .coordinate("begin", &request, body.request_id, Duration::ZERO, apply)
+            .coordinate(
+                "begin",
+                (&request, &record_key(&body.scope, &body.id)),
+                body.request_id,
+                Duration::ZERO,
+                apply,
+            )
             .await
     }
 
@@ -458,7 +472,13 @@ impl Idempotency for Records {
         let body = request.get_ref().clone();
         let apply = |store: &mut Store| complete(store, &body);
         self.0
-            .coordinate("complete", &request, body.request_id, Duration::ZERO, apply)
+            .coordinate(
+                "complete",
+                (&request, &record_key(&body.scope, &body.id)),
+                body.request_id,
+                Duration::ZERO,
+                apply,
+            )
             .await
     }
 
@@ -469,7 +489,13 @@ impl Idempotency for Records {
         let body = request.get_ref().clone();
         let apply = |store: &mut Store| abort(store, &body);
         self.0
-            .coordinate("abort", &request, body.request_id, Duration::ZERO, apply)
+            .coordinate(
+                "abort",
+                (&request, &record_key(&body.scope, &body.id)),
+                body.request_id,
+                Duration::ZERO,
+                apply,
+            )
             .await
     }
 
@@ -502,6 +528,9 @@ impl Idempotency for Records {
                 state,
             }
         };
-        self.0.read("idempotency get", &request, response).await
+        let record = record_key(&request.get_ref().scope, &request.get_ref().id);
+        self.0
+            .read("idempotency get", &request, &record, response)
+            .await
     }
 }

@@ -1,0 +1,139 @@
+//! The Cluster service: a node's status, the range table, splits and leader transfers.
+//! Administrative calls; the range table they read also refreshes the client's own.
+
+use std::future::Future;
+use std::time::Duration;
+
+use keel_proto::v1;
+use keel_proto::v1::cluster_client::ClusterClient;
+use keel_types::{KvError, NodeId, RangeDescriptor, RangeId, limits, validate};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::route::{RangesAnswer, RouteBy};
+use super::{Client, Kind, locate, timed_out};
+use crate::attempt;
+use crate::endpoints;
+use crate::range_table::RangeTable;
+use crate::results::{self, RangeInfo};
+use crate::retry;
+
+/// A split: any node takes it and forwards it to the range's leader, so no leader is
+/// learned from the answer; its attempts have a write's budget.
+const SPLIT: Kind = Kind {
+    is_write: true,
+    needs_leader: false,
+    held: Duration::ZERO,
+};
+
+impl Client {
+    /// The cluster as the node at `endpoint` sees it. One attempt, to that node only: the
+    /// answer is about the node asked.
+    pub async fn status(&self, endpoint: &str) -> Result<v1::StatusResponse, KvError> {
+        self.cluster_call(endpoint, |mut cluster| async move {
+            cluster.status(v1::StatusRequest {}).await
+        })
+        .await
+    }
+
+    /// The data ranges of the cluster in key order: descriptors from the meta range, with
+    /// the leader and load the answering node knows of. Any node answers (it forwards to the
+    /// meta range's leader); the nodes are asked in turn within `request_timeout`. Also
+    /// refreshes the client's own range table. A cluster from before ranges answers
+    /// `Fatal` ("does not serve Cluster.Ranges").
+    pub async fn ranges(&self) -> Result<Vec<RangeInfo>, KvError> {
+        let deadline = Instant::now() + self.inner.options.request_timeout;
+        let response = match self.ranges_answer(deadline, &[]).await {
+            RangesAnswer::Table(response) => response,
+            RangesAnswer::Unimplemented(error) | RangesAnswer::Failed(error) => return Err(error),
+        };
+        let ranges = results::ranges::ranges(&response)?;
+        match RangeTable::from_wire(response) {
+            Ok(table) => self.inner.ranges.install(table),
+            Err(error) => tracing::warn!(%error, "keel range table refused"),
+        }
+        Ok(ranges)
+    }
+
+    /// Splits the range holding `at` so that `at` starts a new range, and returns both
+    /// halves: the parent, now ending at `at`, and the new range. Sent to the range's leader
+    /// when known, else to any node (which forwards it), within `write_deadline`.
+    ///
+    /// A split carries no request id: it is sent again only after answers that say it was
+    /// not applied. `EpochMismatch` is final: `at` already starts a range, or the range
+    /// changed meanwhile. An attempt whose answer was lost ends with `OutcomeUnknown`
+    /// (`ranges` shows whether it happened).
+    pub async fn split(&self, at: &[u8]) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
+        validate::check_key(at)?;
+        let request = v1::SplitRequest {
+            at: at.to_vec(),
+            no_forward: false,
+        };
+        let timeout = self.inner.options.write_deadline;
+        let answer = self
+            .call_with(
+                SPLIT,
+                RouteBy::Key(at),
+                timeout,
+                retry::decide_split,
+                |mut cluster: ClusterClient<Channel>| {
+                    let request = request.clone();
+                    async move { cluster.split(request).await }
+                },
+            )
+            .await;
+        // A split, made or refused for a changed range, changes the table: refresh it before
+        // the next request.
+        if let Ok(_) | Err(KvError::EpochMismatch { .. } | KvError::OutcomeUnknown { .. }) = answer
+        {
+            self.inner.ranges.mark_stale();
+        }
+        results::ranges::split(answer?)
+    }
+
+    /// Asks the leader of `range` to hand leadership to its voter `node`. Any node accepts
+    /// the request and forwards it to the leader; the endpoints are tried in turn, one
+    /// attempt each. Returns once the hand-over has started.
+    pub async fn transfer_leader(&self, range: RangeId, node: NodeId) -> Result<(), KvError> {
+        let request = v1::TransferLeaderRequest {
+            range_id: range.0,
+            node_id: node,
+            no_forward: false,
+        };
+        let mut last = KvError::unavailable("the client has no endpoints");
+        for endpoint in &self.inner.endpoints {
+            let answer = self
+                .cluster_call(endpoint, |mut cluster| async move {
+                    cluster.transfer_leader(request).await
+                })
+                .await;
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(error @ KvError::InvalidArgument { .. }) => return Err(error),
+                Err(error) => last = error,
+            }
+        }
+        Err(last)
+    }
+
+    /// One call of the Cluster service at `endpoint`, within the request timeout.
+    async fn cluster_call<T, F, Fut>(&self, endpoint: &str, call: F) -> Result<T, KvError>
+    where
+        F: FnOnce(ClusterClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let uri = endpoints::normalize(endpoint)?;
+        let channel = self.inner.pool.channel(&uri)?;
+        let cluster =
+            ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+        let timeout = self.inner.options.request_timeout;
+        match tokio::time::timeout(timeout, call(cluster)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(retry::final_error(&locate(
+                &uri,
+                attempt::from_status(&status),
+            ))),
+            Err(_) => Err(retry::final_error(&timed_out(&uri, timeout))),
+        }
+    }
+}

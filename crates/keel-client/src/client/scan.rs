@@ -1,0 +1,83 @@
+//! Scans. A page is gathered from the ranges in key order: each part is routed by the key
+//! it starts at, and a range's part ends at its range's end; `scan_page` decides when the
+//! page is complete.
+
+use keel_proto::v1;
+use keel_proto::v1::kv_client::KvClient;
+use keel_types::{Consistency, KvError, validate};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::{Client, read};
+use crate::results::{self, ScanResult};
+use crate::scan_page::{Next, ScanPage};
+
+impl Client {
+    /// One page of the keys of `[start, end)` (empty `end` = to the end of the keyspace), at
+    /// most `limit` rows (0 = the default). Follow `next_start` for the next page. A page
+    /// may cross range boundaries: it holds what one range holding the whole span would
+    /// return, so following `next_start` to the end lists each key once, in key order,
+    /// however the ranges are split.
+    ///
+    /// Within `request_timeout` for the whole page; a range that fails after earlier ranges
+    /// gave rows ends the page there (its `next_start` is where it stopped), so the next call
+    /// meets the failure.
+    pub async fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<ScanResult, KvError> {
+        let limit = validate::check_scan(start, end, limit)?;
+        let deadline = Instant::now() + self.inner.options.request_timeout;
+        let mut page = ScanPage::new(limit);
+        let mut from = start.to_vec();
+        loop {
+            let part = self
+                .scan_part(&from, end, page.rows_left(), consistency, deadline)
+                .await;
+            let part = match part {
+                Ok(part) => part,
+                Err(_) if !page.is_empty() => return Ok(page.finish(Some(from))),
+                Err(error) => return Err(error),
+            };
+            match page.add(part, &from)? {
+                Next::Ask(next) => from = next,
+                Next::Done(next) => return Ok(page.finish(next)),
+            }
+        }
+    }
+
+    /// One range's part of a page: the request routed by `from`.
+    async fn scan_part(
+        &self,
+        from: &[u8],
+        end: &[u8],
+        limit: u32,
+        consistency: Consistency,
+        deadline: Instant,
+    ) -> Result<ScanResult, KvError> {
+        let request = v1::ScanRequest {
+            start: from.to_vec(),
+            end: end.to_vec(),
+            limit,
+            consistency: v1::Consistency::from(consistency).into(),
+            no_forward: true,
+        };
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let by = super::read_route(from, consistency);
+        let response = self
+            .call(
+                read(consistency),
+                by,
+                timeout,
+                |mut kv: KvClient<Channel>| {
+                    let request = request.clone();
+                    async move { kv.scan(request).await }
+                },
+            )
+            .await?;
+        results::scan(response)
+    }
+}

@@ -1,0 +1,125 @@
+//! Split decisions: whether a range should split (`plan_split`) and, when it is for load,
+//! where (`load_split_key`). A split for size is cut where the range's bytes are halved, which
+//! only the storage can tell (`StateMachine::split_key`).
+
+use keel_types::RangeDescriptor;
+
+use crate::limits::{LOAD_SPLIT_SAMPLES_MIN, LOAD_SPLIT_SIDE_PERCENT_MIN};
+
+/// When a range splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitPolicy {
+    /// A range holding more bytes (keys + values) splits in two halves of about equal size.
+    pub range_bytes_max: u64,
+    /// A range serving more requests than this in every one of the last `load_secs` seconds
+    /// splits at the median of its sampled request keys. 0 turns load splits off.
+    pub requests_per_sec_max: u64,
+    /// Seconds the load must last; at most `limits::LOAD_WINDOW_SECS`.
+    pub load_secs: u64,
+}
+
+impl Default for SplitPolicy {
+    /// 64 MiB, as TiKV's region split size: a snapshot (a new replica's whole range) stays
+    /// quick to send and install. 2,500 requests/s sustained for 10 s, as CockroachDB's load
+    /// split threshold (`kv.range_split.load_qps_threshold`): a burst never splits, a split
+    /// is metadata only, and a key that draws most of the load is never split away from
+    /// itself (`load_split_key`), so the cost of a load split that does not help is one
+    /// more Raft group. Until replicas and leaders are rebalanced, the halves of a load
+    /// split stay led by the same node and gain only a Raft pipeline each.
+    fn default() -> Self {
+        SplitPolicy {
+            range_bytes_max: 64 * 1024 * 1024,
+            requests_per_sec_max: 2_500,
+            load_secs: 10,
+        }
+    }
+}
+
+/// What a range holds and serves, as a split decision needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeLoad {
+    /// Bytes of keys and values (expired rows not yet cleaned up included).
+    pub size_bytes: u64,
+    pub keys: u64,
+    /// Requests served in each of the last completed seconds, oldest first.
+    pub requests_per_sec_history: Vec<u64>,
+}
+
+/// Why a range should split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitReason {
+    /// It holds more than `range_bytes_max`.
+    Size,
+    /// It served more than `requests_per_sec_max` in each of the last `load_secs` seconds.
+    Load,
+}
+
+impl std::fmt::Display for SplitReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SplitReason::Size => "size",
+            SplitReason::Load => "load",
+        })
+    }
+}
+
+/// Whether a range with `load` should split under `policy`, and why. Size goes before load.
+/// A range with fewer than 2 keys never splits: one side would be empty.
+pub fn plan_split(load: &RangeLoad, policy: &SplitPolicy) -> Option<SplitReason> {
+    if load.keys < 2 {
+        return None;
+    }
+    if load.size_bytes > policy.range_bytes_max {
+        return Some(SplitReason::Size);
+    }
+    if load_is_sustained(&load.requests_per_sec_history, policy) {
+        return Some(SplitReason::Load);
+    }
+    None
+}
+
+/// Where to split a range of span `span` for load, from keys sampled from its requests: the
+/// sampled key that divides the samples inside the span most evenly (the median, or the
+/// distinct key nearest to it when keys repeat), strictly after the span's start. `None`
+/// with fewer than `LOAD_SPLIT_SAMPLES_MIN` samples inside the span, or when the best split
+/// leaves either side less than `LOAD_SPLIT_SIDE_PERCENT_MIN` of them: the load sits on one
+/// key, and splitting would not divide it.
+pub fn load_split_key<'a>(
+    samples: impl IntoIterator<Item = &'a [u8]>,
+    span: &RangeDescriptor,
+) -> Option<Vec<u8>> {
+    let mut keys: Vec<&[u8]> = samples
+        .into_iter()
+        .filter(|key| span.contains(key))
+        .collect();
+    if keys.len() < LOAD_SPLIT_SAMPLES_MIN {
+        return None;
+    }
+    keys.sort_unstable();
+    let count = keys.len();
+    // Splitting at the first occurrence of a key puts `index` samples on the left. Every key
+    // is at least the start, so one greater than its predecessor lies strictly after it.
+    let (index, _) = (1..count)
+        .filter(|&index| keys[index] != keys[index - 1])
+        .map(|index| (index, (2 * index).abs_diff(count)))
+        .min_by_key(|&(_, imbalance)| imbalance)?;
+    let smaller_side = index.min(count - index);
+    if smaller_side * 100 < count * LOAD_SPLIT_SIDE_PERCENT_MIN {
+        return None;
+    }
+    Some(keys[index].to_vec())
+}
+
+/// Whether each of the last `load_secs` completed seconds saw more than the policy allows.
+fn load_is_sustained(history: &[u64], policy: &SplitPolicy) -> bool {
+    let secs = usize::try_from(policy.load_secs).unwrap_or(usize::MAX);
+    if policy.requests_per_sec_max == 0 || secs == 0 || history.len() < secs {
+        return false;
+    }
+    history[history.len() - secs..]
+        .iter()
+        .all(|&requests| requests > policy.requests_per_sec_max)
+}
+
+#[cfg(test)]
+mod tests;

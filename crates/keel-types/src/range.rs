@@ -1,0 +1,146 @@
+//! Ranges as the cluster knows them: descriptors, the split command a parent range applies,
+//! and the commands of the meta range (range 0), which keeps the descriptors and the node
+//! registry. No I/O; placement and split decisions live in `keel-meta`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{NodeAddr, NodeId, RangeId};
+
+/// One range: its key span `[start, end)` (`end = None`: unbounded), how often the span has
+/// changed (`epoch`, grows on every split) and how often its membership has (`conf_version`,
+/// grows on every membership change), and the nodes holding a voting replica.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RangeDescriptor {
+    pub id: RangeId,
+    #[serde(with = "serde_bytes")]
+    pub start: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub end: Option<Vec<u8>>,
+    pub epoch: u64,
+    pub conf_version: u64,
+    /// Voting replicas, in node-id order.
+    pub replicas: Vec<NodeId>,
+}
+
+impl RangeDescriptor {
+    /// Whether `key` lies in `[start, end)`.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end().is_none_or(|end| key < end)
+    }
+
+    /// The exclusive end; `None` = unbounded.
+    pub fn end(&self) -> Option<&[u8]> {
+        self.end.as_deref()
+    }
+
+    /// Whether this descriptor of the same range is newer than `other`: a later epoch, or the
+    /// same epoch and a later `conf_version`. The meta range keeps only the newest.
+    pub fn supersedes(&self, other: &RangeDescriptor) -> bool {
+        (self.epoch, self.conf_version) > (other.epoch, other.conf_version)
+    }
+
+    /// The span as text for messages: `["a", "m")`, with `+inf` for an unbounded end.
+    pub fn span_text(&self) -> String {
+        let end = match self.end() {
+            Some(end) => crate::validate::show_key(end),
+            None => "+inf".to_string(),
+        };
+        format!("[{}, {end})", crate::validate::show_key(&self.start))
+    }
+}
+
+impl std::fmt::Display for RangeDescriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} epoch {}", self.id, self.span_text(), self.epoch)
+    }
+}
+
+/// Proposed to a parent range: split it at `at`. The parent keeps `[start, at)` and the
+/// child `child` takes `[at, end)` with the parent's replicas, revision counter, clock,
+/// sessions and request records; no data is copied. Refused (`Rejection::EpochMismatch`)
+/// unless the parent's epoch is still `expected_epoch` and `start < at < end`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Split {
+    #[serde(with = "serde_bytes")]
+    pub at: Vec<u8>,
+    pub child: RangeId,
+    pub expected_epoch: u64,
+}
+
+/// A node as the meta range records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDescriptor {
+    pub id: NodeId,
+    pub addr: NodeAddr,
+}
+
+/// A command of the meta range (range 0). Applied only there; any other range refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaCommand {
+    /// Records each descriptor unless the meta range holds a descriptor of the same range
+    /// that is as new or newer (`RangeDescriptor::supersedes`). Also moves the range id
+    /// allocator past every id recorded.
+    UpdateRanges { ranges: Vec<RangeDescriptor> },
+    /// Hands out `count` range ids never handed out or recorded before.
+    AllocateRangeIds { count: u64 },
+    /// Records a node's address (a later record of the same id replaces it).
+    RegisterNode(NodeDescriptor),
+}
+
+/// What applying a `MetaCommand` produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaOutcome {
+    /// How many of the descriptors were recorded (the others were not newer).
+    RangesUpdated {
+        recorded: u32,
+    },
+    /// Ids `first .. first + count`.
+    RangeIdsAllocated {
+        first: RangeId,
+        count: u64,
+    },
+    NodeRegistered,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn descriptor(start: &[u8], end: Option<&[u8]>, epoch: u64, conf: u64) -> RangeDescriptor {
+        RangeDescriptor {
+            id: RangeId(7),
+            start: start.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+            epoch,
+            conf_version: conf,
+            replicas: vec![1, 2, 3],
+        }
+    }
+
+    #[test]
+    fn spans_are_half_open() {
+        /// (start, end, key, contained)
+        type Case = (&'static [u8], Option<&'static [u8]>, &'static [u8], bool);
+        let cases: Vec<Case> = vec![
+            (b"", None, b"any", true),
+            (b"b", Some(b"d"), b"a", false),
+            (b"b", Some(b"d"), b"b", true),
+            (b"b", Some(b"d"), b"c\xff", true),
+            (b"b", Some(b"d"), b"d", false),
+            (b"b", None, b"\xff\xff", true),
+        ];
+        for (start, end, key, expected) in cases {
+            let range = descriptor(start, end, 1, 1);
+            assert_eq!(range.contains(key), expected, "{range} contains {key:?}");
+        }
+    }
+
+    #[test]
+    fn newer_epochs_and_conf_versions_supersede() {
+        let base = descriptor(b"a", None, 2, 5);
+        assert!(descriptor(b"a", Some(b"m"), 3, 0).supersedes(&base));
+        assert!(descriptor(b"a", None, 2, 6).supersedes(&base));
+        assert!(!descriptor(b"a", None, 2, 5).supersedes(&base));
+        assert!(!descriptor(b"a", None, 1, 9).supersedes(&base));
+    }
+}
