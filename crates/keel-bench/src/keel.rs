@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use std::time::Duration;
 
-use keel_client::{AcquireOptions, Client, ClientOptions, PutOptions};
+use keel_client::{AcquireOptions, BatchOptions, Client, ClientOptions, PutOptions};
 use keel_types::{BatchOp, Condition, KvError};
 
 use crate::config::Config;
@@ -87,8 +87,17 @@ async fn preload_keyspace(
                     ttl_ms: None,
                 })
                 .collect();
-            let result = client.batch(ops).await.map_err(|error| error.to_string())?;
-            chunk.for_each(|index| revisions.observe(index, result.revision));
+            // Atomic per range only: the keyspace may be split into several ranges.
+            let result = client
+                .batch_non_atomic(ops, BatchOptions::default())
+                .await
+                .map_err(|error| error.to_string())?;
+            for part in result.parts {
+                let revision = part.revision.map_err(|error| error.to_string())?;
+                for op in part.ops {
+                    revisions.observe(chunk.start + op, revision);
+                }
+            }
             Ok(())
         }
     })

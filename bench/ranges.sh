@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Put throughput of Keel with the keyspace in 1 range versus split into N ranges (default 8),
+# on two 3-node clusters running side by side on loopback, data in one temp dir (same disk,
+# fsync on). The same keel-bench put cases run on both, alternating A/B and repeated, so the
+# disk's swings hit both alike. Prints one line per run and the median per case.
+#
+#   bench/ranges.sh                 # 3 repeats, 10 s per run, 16 and 64 clients, 8 ranges
+#   REPEATS=5 RANGES=4 bench/ranges.sh
+#
+# Every server is stopped at the end, whatever happens.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+REPEATS=${REPEATS:-3} DURATION=${DURATION:-10s} WARMUP=${WARMUP:-2s}
+RANGES=${RANGES:-8} CLIENTS=${CLIENTS:-"16 64"}
+VALUE_BYTES=256 KEYSPACE=10000 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10
+declare -A PORT_BASE=([one]=7400 [many]=7500)
+SERVER_PIDS=() BENCH_PID=
+WORK=$(mktemp -d /tmp/keel-ranges-bench.XXXXXX)
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+cleanup() {
+  trap - EXIT INT TERM
+  [ -z "$BENCH_PID" ] || kill "$BENCH_PID" 2>/dev/null || true
+  for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${SERVER_PIDS[@]}"; do
+    local waited=0
+    while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((STOP_TIMEOUT_S * 10)) ]; do
+      sleep 0.1; waited=$((waited + 1))
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  log "servers stopped; logs and runs are in $WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+endpoints() { # cluster
+  local i list=""
+  for i in 1 2 3; do list+="${list:+,}127.0.0.1:$((PORT_BASE[$1] + i))"; done
+  echo "$list"
+}
+
+start_cluster() { # cluster
+  local i initial=""
+  for i in 1 2 3; do initial+="${initial:+,}$i=127.0.0.1:$((PORT_BASE[$1] + i))"; done
+  for i in 1 2 3; do
+    "$KEEL" serve --node-id "$i" --listen "127.0.0.1:$((PORT_BASE[$1] + i))" \
+      --data-dir "$WORK/$1-$i" --initial-cluster "$initial" \
+      --range-split-requests-per-sec 0 >"$WORK/$1-$i.log" 2>&1 &
+    SERVER_PIDS+=($!)
+  done
+}
+
+wait_ready() { # cluster
+  local deadline=$((SECONDS + READY_TIMEOUT_S))
+  until "$BENCH" --target keel --endpoints "$(endpoints "$1")" --op put --keyspace 1 \
+      --duration 200ms --warmup 0s >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { log "$1 did not become ready; logs in $WORK"; exit 1; }
+    sleep 1
+  done
+}
+
+# Splits the "many" cluster's keyspace into $RANGES ranges of equal shares of the bench keys.
+split_many() {
+  local i at
+  for i in $(seq 1 $((RANGES - 1))); do
+    at=$(printf 'bench-%07d' $((KEYSPACE * i / RANGES)))
+    "$KEEL" cluster split --at "$at" --endpoints "$(endpoints many)" >/dev/null
+  done
+  "$KEEL" cluster ranges --endpoints "$(endpoints many)" >&2
+}
+
+run() { # cluster, clients, repeat
+  local out="$WORK/put-$2.$1.$3.json"
+  "$BENCH" --target keel --endpoints "$(endpoints "$1")" --op put --clients "$2" \
+    --connections "$(( $2 < 16 ? $2 : 16 ))" --duration "$DURATION" --warmup "$WARMUP" \
+    --value-bytes "$VALUE_BYTES" --keyspace "$KEYSPACE" --seed "$3" --json "$out" \
+    >>"$WORK/runs.log" 2>&1 &
+  BENCH_PID=$!
+  wait "$BENCH_PID" || log "put-$2 on $1 failed (see $WORK/runs.log)"
+  BENCH_PID=
+  python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["ops_per_sec"]))' "$out"
+}
+
+log "building release keel and keel-bench"
+(cd "$ROOT" && cargo build --release -q -p keel-cli -p keel-bench)
+KEEL=${CARGO_TARGET_DIR:-$ROOT/target}/release/keel
+BENCH=${CARGO_TARGET_DIR:-$ROOT/target}/release/keel-bench
+start_cluster one
+start_cluster many
+wait_ready one
+wait_ready many
+split_many
+declare -A SEEN=()
+for repeat in $(seq 1 "$REPEATS"); do
+  for clients in $CLIENTS; do
+    # Alternate which cluster goes first, so neither always runs on the warmer disk.
+    order="one many"; [ $((repeat % 2)) -eq 0 ] && order="many one"
+    for cluster in $order; do
+      ops=$(run "$cluster" "$clients" "$repeat")
+      log "repeat $repeat put-$clients $cluster: $ops ops/s"
+      SEEN[$clients.$cluster]+="$ops "
+    done
+  done
+done
+echo "case      1 range (ops/s, runs)       $RANGES ranges (ops/s, runs)     ratio of medians"
+for clients in $CLIENTS; do
+  python3 - "$clients" "${SEEN[$clients.one]}" "${SEEN[$clients.many]}" <<'EOF'
+import statistics, sys
+clients, one, many = sys.argv[1], [int(x) for x in sys.argv[2].split()], [int(x) for x in sys.argv[3].split()]
+m1, m8 = statistics.median(one), statistics.median(many)
+print(f"put-{clients:<5} {m1:>8.0f} {one!s:<22} {m8:>8.0f} {many!s:<22} {m8 / m1:.2f}x")
+EOF
+done
