@@ -288,6 +288,25 @@ than the bare commit (147–159 µs). A non-durable commit takes 9.5 µs, so the
 nine tenths of a one-entry append; the writer hop, log-state read, encoding and callback are the
 rest. Compare such figures within one run only: fsync latency here swings by about 10× over
 minutes.
+
+## Put throughput with 1 range and with 8 ranges
+
+`bench/ranges.sh` (not run by `compare-etcd.sh`; this section is not regenerated) starts two 3-node Keel clusters side by side (data in one temp dir), splits
+the second into 8 ranges of equal shares of the bench keys (every range led by the same node:
+there is no rebalancer yet), and runs the same keel-bench put cases on both, alternating which
+goes first, 3 repeats of 10 s (256-byte values, 10k keys). Run of 2026-12-01 at `10348a6`:
+
+| case | 1 range (ops/s, runs) | 8 ranges (ops/s, runs) | ratio of medians |
+|---|---|---|---|
+| put, 16 clients | 1163 (1163, 1156, 1166) | 628 (663, 603, 628) | 0.54× |
+| put, 64 clients | 2503 (2235, 2524, 2503) | 1308 (1325, 1308, 1262) | 0.52× |
+
+The machine was in a slow phase (put p50 at 16 clients 13 ms with 1 range). It is not a
+regression of the ranges change: an ad-hoc run of one 3-node cluster of `ec9a16c` beside one of
+`10348a6`, 3 repeats of 6 s, gave medians of 1261 vs 1265 puts/s at 16 clients and 246 vs 220
+at 1 client. With 8 ranges led by one node, each write of each range goes through its
+own openraft pipeline; throughput halves instead of growing. Rerun: `bench/ranges.sh`
+(`REPEATS`, `DURATION`, `RANGES`, `CLIENTS` override the defaults).
 """
 
 
