@@ -19,6 +19,9 @@ pub enum GroupError {
     /// The node is shutting down: no group starts any more.
     #[error("range {0} not started: the node is shutting down")]
     ShuttingDown(RangeId),
+    /// The node is removing its replica of the range.
+    #[error("range {0} not started: its replica is being removed from this node")]
+    Retired(RangeId),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -87,6 +87,9 @@ pub struct RaftGroup {
     store: Store,
     write_timeout: Duration,
     read_timeout: Duration,
+    /// Held by a split or a replica change of the range for its whole course: one at a
+    /// time.
+    changes: tokio::sync::Mutex<()>,
 }
 
 impl RaftGroup {
@@ -128,6 +131,7 @@ impl RaftGroup {
             store: store.clone(),
             write_timeout: Duration::from_millis(timings.write_timeout_ms),
             read_timeout: Duration::from_millis(timings.read_timeout_ms),
+            changes: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -226,6 +230,32 @@ impl RaftGroup {
         self.leader().is_some_and(|(id, _)| id == self.node_id)
     }
 
+    /// `NotLeader` (with the leader it knows of) unless this replica leads.
+    pub fn check_leader(&self) -> Result<(), KvError> {
+        match self.is_leader() {
+            true => Ok(()),
+            false => Err(self.not_leader_now()),
+        }
+    }
+
+    /// `NotLeader` naming the leader this replica knows of, if another.
+    pub(crate) fn not_leader_now(&self) -> KvError {
+        KvError::NotLeader {
+            range_id: self.range,
+            leader: self.leader().filter(|(id, _)| *id != self.node_id),
+        }
+    }
+
+    /// Takes the range's change lock: splits and replica changes run one at a time.
+    pub(crate) async fn lock_changes(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.changes.lock().await
+    }
+
+    /// The error for a Raft that stopped under a call.
+    pub(crate) fn stopped(&self, error: &impl std::fmt::Display) -> KvError {
+        fatal(self.range, error)
+    }
+
     /// Starts an election at once (a no-op on a leader). For a range just split off, whose
     /// replicas would otherwise wait an election timeout.
     pub async fn elect(&self) -> Result<(), KvError> {
@@ -260,6 +290,7 @@ impl RaftGroup {
             child,
             expected_epoch,
         };
+        let _change = self.lock_changes().await;
         match self.write(Command::Split(split)).await? {
             CommandOutcome::Split { left, right } => Ok((left, right)),
             CommandOutcome::Rejected(rejection) => Err(rejection.into()),

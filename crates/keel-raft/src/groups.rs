@@ -7,7 +7,7 @@
 //! because a peer sent a message for an unknown range, so a stray message cannot make a node
 //! host a range. `ensure` is serialized: one group per range, never two.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use futures::future::BoxFuture;
@@ -38,8 +38,17 @@ pub struct Groups {
 struct Inner {
     groups: RwLock<BTreeMap<RangeId, Arc<RaftGroup>>>,
     starter: Starter,
-    /// Held while a group starts, so a range gets one group; `true` once shut down.
-    starting: tokio::sync::Mutex<bool>,
+    /// Held while a group starts or retires, so a range gets one group.
+    starting: tokio::sync::Mutex<Starting>,
+}
+
+/// What keeps groups from starting.
+#[derive(Default)]
+struct Starting {
+    /// The node is shutting down: no group starts any more.
+    closed: bool,
+    /// Ranges whose replica is being removed from the store: none starts until released.
+    retired: BTreeSet<RangeId>,
 }
 
 impl Groups {
@@ -49,7 +58,7 @@ impl Groups {
             inner: Arc::new(Inner {
                 groups: RwLock::default(),
                 starter,
-                starting: tokio::sync::Mutex::new(false),
+                starting: tokio::sync::Mutex::default(),
             }),
         }
     }
@@ -76,9 +85,12 @@ impl Groups {
         if let Some(group) = self.get(range) {
             return Ok(group);
         }
-        let closed = self.inner.starting.lock().await;
-        if *closed {
+        let starting = self.inner.starting.lock().await;
+        if starting.closed {
             return Err(GroupError::ShuttingDown(range));
+        }
+        if starting.retired.contains(&range) {
+            return Err(GroupError::Retired(range));
         }
         if let Some(group) = self.get(range) {
             return Ok(group);
@@ -87,6 +99,24 @@ impl Groups {
         self.write().insert(range, group.clone());
         info!(range_id = range.0, "group started");
         Ok(group)
+    }
+
+    /// Stops the group of `range`, if one runs, and keeps one from starting until
+    /// `release(range)`: the node is removing its replica from the store.
+    pub async fn retire(&self, range: RangeId) {
+        let mut starting = self.inner.starting.lock().await;
+        starting.retired.insert(range);
+        let group = self.write().remove(&range);
+        drop(starting);
+        if let Some(group) = group {
+            group.shutdown().await;
+            info!(range_id = range.0, "group stopped for removal");
+        }
+    }
+
+    /// Lets a group of a retired range start again (its removal finished or failed).
+    pub async fn release(&self, range: RangeId) {
+        self.inner.starting.lock().await.retired.remove(&range);
     }
 
     pub fn get(&self, range: RangeId) -> Option<Arc<RaftGroup>> {
@@ -135,10 +165,10 @@ impl Groups {
 
     /// Stops every group; no group starts afterwards.
     pub async fn shutdown(&self) {
-        let mut closed = self.inner.starting.lock().await;
-        *closed = true;
+        let mut starting = self.inner.starting.lock().await;
+        starting.closed = true;
         let groups = std::mem::take(&mut *self.write());
-        drop(closed);
+        drop(starting);
         for group in groups.into_values() {
             group.shutdown().await;
         }

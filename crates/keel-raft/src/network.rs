@@ -230,7 +230,7 @@ fn meta_bytes(meta: &MetaCommand) -> usize {
     };
     match meta {
         MetaCommand::UpdateRanges { ranges } => ranges.iter().map(descriptor).sum(),
-        MetaCommand::AllocateRangeIds { .. } => 0,
+        MetaCommand::AllocateRangeIds { .. } | MetaCommand::SetNodeState { .. } => 0,
         MetaCommand::RegisterNode(node) => node.addr.addr.len(),
     }
 }

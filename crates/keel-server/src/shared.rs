@@ -59,7 +59,9 @@ impl Shared {
             .ensure(range)
             .await
             .map_err(|error| match error {
-                GroupError::ShuttingDown(_) => KvError::unavailable(error.to_string()),
+                GroupError::ShuttingDown(_) | GroupError::Retired(_) => {
+                    KvError::unavailable(error.to_string())
+                }
                 error => KvError::fatal(error.to_string()),
             })
     }

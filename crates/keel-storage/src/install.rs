@@ -254,7 +254,10 @@ fn add_record(
             state.idempotency_records += 1;
             Ok(())
         }
-        Record::MetaRange(_) | Record::MetaNode(_) | Record::MetaNextRangeId(_)
+        Record::MetaRange(_)
+        | Record::MetaNode(_)
+        | Record::MetaNextRangeId(_)
+        | Record::MetaNodeState(..)
             if range != RangeId::META =>
         {
             Err(StorageError::corrupt(
@@ -265,6 +268,7 @@ fn add_record(
         Record::MetaRange(descriptor) => add_meta(batch, MetaRow::Range(descriptor)),
         Record::MetaNode(node) => add_meta(batch, MetaRow::Node(node)),
         Record::MetaNextRangeId(next) => add_meta(batch, MetaRow::NextRangeId(next)),
+        Record::MetaNodeState(node, state) => add_meta(batch, MetaRow::NodeState(node, state)),
         Record::Range(_) => Err(StorageError::corrupt(
             "snapshot file",
             "a range record after the first record",

@@ -28,6 +28,7 @@ mod log_store;
 pub mod lossy;
 mod meta;
 pub mod raft_types;
+mod remove;
 mod session;
 mod snapshot;
 mod split;

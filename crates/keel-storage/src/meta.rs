@@ -10,20 +10,21 @@
 //! - `AllocateRangeIds` hands out `next .. next + count` and moves `next` (it starts at 2:
 //!   ids 0 and 1 are the meta range and the first range).
 //! - `RegisterNode` records (or replaces) a node's address.
+//! - `SetNodeState` records where a node stands; a `Removed` node stays removed (refused).
 //! - More than `META_UPDATE_RANGES_MAX` descriptors, or a count outside
 //!   `1..=RANGE_IDS_ALLOCATE_MAX`, is refused whole (`invalid_meta_command`).
 
 use std::collections::BTreeMap;
 
 use keel_types::{
-    CommandOutcome, MetaCommand, MetaOutcome, NodeDescriptor, RangeDescriptor, RangeId, Rejection,
-    limits,
+    CommandOutcome, MetaCommand, MetaOutcome, NodeDescriptor, NodeId, NodeState, RangeDescriptor,
+    RangeId, Rejection, limits,
 };
 use redb::{ReadableTable, Table};
 
 use crate::codec::{decode, encode};
 use crate::error::StorageError;
-use crate::tables::{self, Bytes, META_NEXT_RANGE_ID, META_NODE, META_RANGE};
+use crate::tables::{self, Bytes, META_NEXT_RANGE_ID, META_NODE, META_NODE_STATE, META_RANGE};
 
 /// The first range id the allocator hands out.
 pub(crate) const FIRST_ALLOCATED_RANGE_ID: u64 = 2;
@@ -34,6 +35,8 @@ pub(crate) enum MetaRow {
     Range(RangeDescriptor),
     Node(NodeDescriptor),
     NextRangeId(u64),
+    /// Format 5: where a node stands (no row: `Active`).
+    NodeState(NodeId, NodeState),
 }
 
 /// What a meta command answers and writes.
@@ -51,12 +54,13 @@ fn invalid_meta_command(message: String) -> Rejection {
     Rejection::InvalidMetaCommand { message }
 }
 
-/// Decides a meta command against the allocator's `next_range_id` and the stored descriptor
-/// of a range (`stored`).
+/// Decides a meta command against the allocator's `next_range_id`, the stored descriptor of
+/// a range (`stored`) and the stored state of a node (`node_state`).
 pub(crate) fn plan_meta(
     command: &MetaCommand,
     next_range_id: u64,
     mut stored: impl FnMut(RangeId) -> Result<Option<RangeDescriptor>, StorageError>,
+    mut node_state: impl FnMut(NodeId) -> Result<Option<NodeState>, StorageError>,
 ) -> Result<Result<MetaPlan, Rejection>, StorageError> {
     match command {
         MetaCommand::UpdateRanges { ranges } => {
@@ -110,6 +114,19 @@ pub(crate) fn plan_meta(
             outcome: MetaOutcome::NodeRegistered,
             rows: vec![MetaRow::Node(node.clone())],
         })),
+        MetaCommand::SetNodeState { node, state } => {
+            let removed = node_state(*node)? == Some(NodeState::Removed);
+            if removed && *state != NodeState::Removed {
+                return Ok(Err(invalid_meta_command(format!(
+                    "node {node} was removed from the cluster; it cannot become {} again",
+                    state.name()
+                ))));
+            }
+            Ok(Ok(MetaPlan {
+                outcome: MetaOutcome::NodeStateSet,
+                rows: vec![MetaRow::NodeState(*node, *state)],
+            }))
+        }
     }
 }
 
@@ -120,7 +137,12 @@ pub(crate) fn apply_meta(
     command: &MetaCommand,
 ) -> Result<CommandOutcome, StorageError> {
     let next = next_range_id(meta)?;
-    let plan = plan_meta(command, next, |range| read_range(meta, range))?;
+    let plan = plan_meta(
+        command,
+        next,
+        |range| read_range(meta, range),
+        |node| read_node_state(meta, node),
+    )?;
     match plan {
         Err(rejection) => Ok(CommandOutcome::Rejected(rejection)),
         Ok(plan) => {
@@ -150,12 +172,23 @@ where
     tables::read_row(meta, &key, "range descriptor")
 }
 
+fn read_node_state<R>(meta: &R, node: NodeId) -> Result<Option<NodeState>, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let key = tables::meta_row_key(META_NODE_STATE, node);
+    tables::read_row(meta, &key, "node state")
+}
+
 /// Writes one row of the `meta` table (replacing the row of the same range or node).
 pub(crate) fn write_row(meta: &mut Table<Bytes, Bytes>, row: &MetaRow) -> Result<(), StorageError> {
     let (key, value) = match row {
         MetaRow::Range(range) => (tables::meta_row_key(META_RANGE, range.id.0), encode(range)),
         MetaRow::Node(node) => (tables::meta_row_key(META_NODE, node.id), encode(node)),
         MetaRow::NextRangeId(next) => (tables::meta_row_key(META_NEXT_RANGE_ID, 0), encode(next)),
+        MetaRow::NodeState(node, state) => {
+            (tables::meta_row_key(META_NODE_STATE, *node), encode(state))
+        }
     };
     meta.insert(key.as_slice(), value.as_slice())
         .map_err(|e| StorageError::redb("write meta row", e))?;
@@ -180,6 +213,12 @@ where
             Some(&META_NEXT_RANGE_ID) => {
                 MetaRow::NextRangeId(decode("next range id", value.value())?)
             }
+            Some(&META_NODE_STATE) => {
+                let node = u64::from_be_bytes(key.value()[1..9].try_into().map_err(|_| {
+                    StorageError::corrupt("meta row", "a node state key of the wrong length")
+                })?);
+                MetaRow::NodeState(node, decode("node state", value.value())?)
+            }
             _ => return Err(StorageError::corrupt("meta row", "a key of unknown kind")),
         };
         rows.push(row);
@@ -198,6 +237,16 @@ pub(crate) fn ranges_by_start(rows: &[MetaRow]) -> Vec<RangeDescriptor> {
         .collect();
     ranges.sort_by(|a, b| (&a.start, a.id).cmp(&(&b.start, b.id)));
     ranges
+}
+
+/// Where each node with a recorded state stands, by id.
+pub(crate) fn node_states(rows: &[MetaRow]) -> BTreeMap<NodeId, NodeState> {
+    rows.iter()
+        .filter_map(|row| match row {
+            MetaRow::NodeState(node, state) => Some((*node, *state)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The recorded nodes, by id.
@@ -232,8 +281,13 @@ mod tests {
         Ok((id == RangeId(1)).then(|| range(1, "", 2, 3)))
     }
 
+    /// Node 9 was removed; every other node has no recorded state.
+    fn node_state(node: NodeId) -> Result<Option<NodeState>, StorageError> {
+        Ok((node == 9).then_some(NodeState::Removed))
+    }
+
     fn check(command: MetaCommand, expected: Result<MetaPlan, Rejection>) {
-        let plan = plan_meta(&command, 5, stored).unwrap();
+        let plan = plan_meta(&command, 5, stored, node_state).unwrap();
         assert_eq!(plan, expected, "{command:?}");
     }
 
@@ -328,7 +382,7 @@ mod tests {
         for (command, expected) in cases {
             check(command, expected);
         }
-        let overflow = plan_meta(&allocate(1), u64::MAX, stored).unwrap();
+        let overflow = plan_meta(&allocate(1), u64::MAX, stored, node_state).unwrap();
         assert_eq!(overflow, Err(refused(1, u64::MAX)));
     }
 
@@ -345,5 +399,36 @@ mod tests {
                 rows: vec![MetaRow::Node(node)],
             }),
         );
+    }
+
+    #[test]
+    fn node_states_are_recorded_and_a_removed_node_stays_removed() {
+        let set = |node, state| MetaCommand::SetNodeState { node, state };
+        let recorded = |node, state| {
+            Ok(MetaPlan {
+                outcome: MetaOutcome::NodeStateSet,
+                rows: vec![MetaRow::NodeState(node, state)],
+            })
+        };
+        let refused = |state: NodeState| {
+            Err(invalid_meta_command(format!(
+                "node 9 was removed from the cluster; it cannot become {} again",
+                state.name()
+            )))
+        };
+        let cases = vec![
+            (
+                set(4, NodeState::Draining),
+                recorded(4, NodeState::Draining),
+            ),
+            (set(4, NodeState::Active), recorded(4, NodeState::Active)),
+            (set(4, NodeState::Removed), recorded(4, NodeState::Removed)),
+            (set(9, NodeState::Removed), recorded(9, NodeState::Removed)),
+            (set(9, NodeState::Active), refused(NodeState::Active)),
+            (set(9, NodeState::Draining), refused(NodeState::Draining)),
+        ];
+        for (command, expected) in cases {
+            check(command, expected);
+        }
     }
 }

@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use keel_types::{
-    CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, RangeDescriptor,
-    RangeId, Revision, limits,
+    CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, NodeId,
+    NodeState, RangeDescriptor, RangeId, Revision, limits,
 };
 use openraft::storage::RaftSnapshotBuilder;
 use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
@@ -246,6 +246,8 @@ pub(crate) enum Record {
     MetaNode(NodeDescriptor),
     /// Format 4: the meta range's next range id.
     MetaNextRangeId(u64),
+    /// Format 5: where a node stands, as the meta range records it.
+    MetaNodeState(NodeId, NodeState),
 }
 
 /// What a snapshot says about its range besides the header: span, epoch, conf_version.
@@ -590,6 +592,7 @@ fn write_meta_rows(txn: &ReadTransaction, out: &mut SnapshotOut) -> Result<(), S
             MetaRow::Range(range) => Record::MetaRange(range),
             MetaRow::Node(node) => Record::MetaNode(node),
             MetaRow::NextRangeId(next) => Record::MetaNextRangeId(next),
+            MetaRow::NodeState(node, state) => Record::MetaNodeState(node, state),
         })?;
     }
     Ok(())
@@ -725,6 +728,19 @@ pub(crate) fn remove_unfinished(dir: &Path) -> Result<(), StorageError> {
         }
     }
     Ok(())
+}
+
+/// Deletes every complete snapshot file of `range` (its replica left this store). Blocking.
+pub(crate) fn remove_all(dir: &Path, range: RangeId) -> Result<(), StorageError> {
+    for (_, path) in snapshot_files(dir, range)? {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(StorageError::io(&path, e));
+            }
+            _ => {}
+        }
+    }
+    sync_dir(dir)
 }
 
 /// Complete snapshot files of `range` with the log index in their names. Blocking.

@@ -6,7 +6,9 @@
 //! A split of a parent `[start, end)` at `at` is applied by every replica at the same log
 //! position. It is refused (`Rejection::EpochMismatch`, nothing changes) unless the parent's
 //! epoch is the split's `expected_epoch` and `start < at < end`; a child id that names the
-//! meta range or the parent itself is refused with `Rejection::WrongRangeKind`. Applied, the
+//! meta range or the parent itself is refused with `Rejection::WrongRangeKind`; a parent
+//! whose membership is changing (learners or a joint configuration) refuses it with
+//! `Rejection::MembershipChanging`, so a child never inherits half a replica move. Applied, the
 //! parent keeps `[start, at)` and the child takes `[at, end)`, both at the parent's epoch + 1.
 //! No user data moves: ranges share the file's `kv`, `locks`, `fences` and `idempotency`
 //! tables, so only metadata changes. The child gets, in the same transaction:
@@ -102,6 +104,12 @@ pub(crate) fn apply_split(
         Ok(plan) => plan,
         Err(rejection) => return Ok(CommandOutcome::Rejected(rejection)),
     };
+    if membership_changing(state) {
+        let range = state.descriptor(range);
+        return Ok(CommandOutcome::Rejected(Rejection::MembershipChanging {
+            range,
+        }));
+    }
     let (left, right) = (span_of(&plan.left), span_of(&plan.right));
     let kept = if tables::has_sm_state(&tables.sm_meta, split.child)? {
         check_existing_child(tables, range, split, &right)?;
@@ -119,6 +127,13 @@ pub(crate) fn apply_split(
         left: plan.left,
         right: plan.right,
     })
+}
+
+/// Whether the range's membership is mid-change: a joint configuration or learners, which a
+/// child would inherit without the change that was to finish them.
+fn membership_changing(state: &SmState) -> bool {
+    let membership = state.membership.membership();
+    membership.get_joint_config().len() > 1 || membership.learner_ids().next().is_some()
 }
 
 /// Asserts that a split child this store already holds lies where the split puts it: its

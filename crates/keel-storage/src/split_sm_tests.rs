@@ -52,9 +52,19 @@ impl Ranges {
 
     /// Applies a membership entry making `voters` the range's voters.
     async fn membership(&mut self, range: RangeId, voters: &[u64]) {
+        self.membership_of(range, &[voters], &[]).await;
+    }
+
+    /// Applies a membership entry with the voter `configs` (two: joint) and `learners`.
+    async fn membership_of(&mut self, range: RangeId, configs: &[&[u64]], learners: &[u64]) {
         let index = self.index(range);
         let log_id = openraft::testing::log_id::<TypeConfig>(1, 1, index);
-        let membership = Membership::new_with_defaults(vec![voters.iter().copied().collect()], []);
+        let configs = configs
+            .iter()
+            .map(|voters| voters.iter().copied().collect())
+            .collect();
+        let learners: std::collections::BTreeSet<u64> = learners.iter().copied().collect();
+        let membership = Membership::new_with_defaults(configs, learners);
         let entries = vec![Entry::new_membership(log_id, membership)];
         let op = Op::Apply { range, entries };
         assert!(matches!(
@@ -537,6 +547,41 @@ async fn a_split_at_another_epoch_or_outside_the_span_changes_nothing() {
 }
 
 #[tokio::test]
+async fn a_split_of_a_range_changing_its_membership_is_refused() {
+    let (_dir, store) = open();
+    let mut ranges = Ranges::new(&store);
+    let first = RangeId::FIRST;
+    ranges
+        .apply(
+            first,
+            request(1, vec![put("a", "1", None), put("n", "2", None)]),
+        )
+        .await;
+    let joint: [&[u64]; 2] = [&[1, 2, 3], &[1, 2, 4]];
+    let changing: [(&[&[u64]], &[u64]); 2] = [(&[&[1, 2, 3]], &[4]), (&joint, &[])];
+    for (configs, learners) in changing {
+        ranges.membership_of(first, configs, learners).await;
+        let before = ranges.sm(first).descriptor().await.unwrap();
+        let outcome = ranges.apply(first, split("m", 2, before.epoch)).await;
+        assert_eq!(
+            outcome,
+            CommandOutcome::Rejected(Rejection::MembershipChanging {
+                range: before.clone()
+            }),
+            "{configs:?} learners {learners:?}"
+        );
+        assert_eq!(ranges.sm(first).descriptor().await.unwrap(), before);
+        assert_eq!(store.descriptors().await.unwrap(), vec![before]);
+    }
+    ranges.membership(first, &[1, 2, 4]).await;
+    let outcome = ranges.apply(first, split("m", 2, 0)).await;
+    assert!(
+        matches!(outcome, CommandOutcome::Split { .. }),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
 async fn conf_version_counts_membership_entries() {
     let (_dir, store) = open();
     let mut ranges = Ranges::new(&store);
@@ -850,4 +895,124 @@ async fn a_child_with_state_here_is_left_alone() {
         (2, 4),
         "the parent counts its half"
     );
+}
+
+/// Rows of `table` in the whole file, to show what a removal left behind.
+async fn rows_in(store: &Store, table: redb::TableDefinition<'static, &[u8], &[u8]>) -> u64 {
+    store
+        .read(move |txn| Ok(txn.open_table(table).unwrap().len().unwrap()))
+        .await
+        .unwrap()
+}
+
+/// A snapshot of range 2 of `split_filled`, from a store of its own (kept with its dir).
+async fn right_half_snapshot() -> ((tempfile::TempDir, Store), Snapshot) {
+    let (dir, store) = open();
+    let mut ranges = Ranges::new(&store);
+    split_filled(&mut ranges).await;
+    let snapshot = snapshot_of(&mut ranges.sm(RangeId(2))).await;
+    ((dir, store), snapshot)
+}
+
+#[tokio::test]
+async fn removing_a_range_deletes_its_rows_log_and_state_and_leaves_its_neighbour() {
+    let (dir, store) = open();
+    let mut ranges = Ranges::new(&store);
+    split_filled(&mut ranges).await;
+    let (kept, removed) = (RangeId(1), RangeId(2));
+    let kept_before = view(&ranges.sm(kept)).await;
+    snapshot_of(&mut ranges.sm(removed)).await;
+    let (_source_dir, source) = right_half_snapshot().await;
+    let snapshot_files = || {
+        std::fs::read_dir(dir.path().join("snapshots"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.starts_with("r2-"))
+            .count()
+    };
+    assert_eq!(snapshot_files(), 1);
+    assert!(store.ranges().unwrap().contains(&removed));
+    assert!(!store.was_removed(removed).await.unwrap());
+
+    store.remove_range(removed).await.unwrap();
+
+    assert_eq!(
+        view(&ranges.sm(kept)).await,
+        kept_before,
+        "the neighbour is intact"
+    );
+    let ids: Vec<RangeId> = store
+        .descriptors()
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(ids, [kept]);
+    assert!(!store.ranges().unwrap().contains(&removed));
+    assert!(store.removals().unwrap().is_empty());
+    assert!(store.was_removed(removed).await.unwrap());
+    assert!(!store.was_removed(kept).await.unwrap());
+    assert_eq!(snapshot_files(), 0);
+    assert_eq!(keys(&ranges.sm(kept)).await, ["a", "b", "c"]);
+    assert_eq!(
+        rows_in(&store, KV).await,
+        3,
+        "only the kept range's rows remain"
+    );
+    let fresh = ranges.sm(removed).descriptor().await.unwrap();
+    assert_eq!(
+        (fresh.epoch, fresh.conf_version),
+        (0, 0),
+        "no state left: {fresh}"
+    );
+    // Its span is free: a snapshot of it may be installed by another range now.
+    let file = source.snapshot.clone();
+    assert_eq!(
+        store.snapshot_overlap(RangeId(7), &file).await.unwrap(),
+        None
+    );
+    // Removing it again, or a range never held, changes nothing.
+    store.remove_range(removed).await.unwrap();
+    store.remove_range(RangeId(9)).await.unwrap();
+    assert_eq!(view(&ranges.sm(kept)).await, kept_before);
+}
+
+#[tokio::test]
+async fn a_removal_cut_short_hides_the_range_but_keeps_its_span_owned_until_finished() {
+    let (_dir, store) = open();
+    let mut ranges = Ranges::new(&store);
+    split_filled(&mut ranges).await;
+    let removed = RangeId(2);
+    let (_source_dir, snapshot) = right_half_snapshot().await;
+    // A crash right after the first step.
+    store
+        .call(Op::RemoveBegin { range: removed })
+        .await
+        .unwrap();
+
+    assert_eq!(store.removals().unwrap(), [removed]);
+    assert!(!store.ranges().unwrap().contains(&removed));
+    let ids: Vec<RangeId> = store
+        .descriptors()
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(ids, [RangeId::FIRST]);
+    let file = snapshot.snapshot.clone();
+    assert_eq!(
+        store.snapshot_overlap(RangeId(7), &file).await.unwrap(),
+        Some(removed),
+        "its rows are still there: nothing may be installed over them"
+    );
+
+    store.remove_range(removed).await.unwrap();
+    assert!(store.removals().unwrap().is_empty());
+    assert_eq!(
+        store.snapshot_overlap(RangeId(7), &file).await.unwrap(),
+        None
+    );
+    assert_eq!(rows_in(&store, KV).await, 3);
 }

@@ -16,12 +16,14 @@
 //! the meta range's state machine also reads the `meta` table (`meta_ranges`,
 //! `meta_nodes`).
 
+use std::collections::BTreeMap;
 use std::io;
 
 use futures::{Stream, StreamExt};
 use keel_types::{
     Cleanup, CoordinationCounts, ExpiredKey, ExpiredRecord, IdempotencyRecord, KeyValue, LockHold,
-    LockPhase, NodeDescriptor, RangeDescriptor, RangeId, Reclaim, Revision, limits,
+    LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, Revision,
+    limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::RaftStateMachine;
@@ -225,6 +227,13 @@ impl StateMachine {
     pub async fn meta_nodes(&self) -> Result<Vec<NodeDescriptor>, StorageError> {
         let rows = self.meta_rows().await?;
         Ok(meta::nodes_by_id(&rows))
+    }
+
+    /// Where each node the meta range records a state for stands (others are `Active`);
+    /// empty on any other range.
+    pub async fn meta_node_states(&self) -> Result<BTreeMap<NodeId, NodeState>, StorageError> {
+        let rows = self.meta_rows().await?;
+        Ok(meta::node_states(&rows))
     }
 
     /// The lock's hold unless it is free at `max(now_ms, range clock)` (or the name lies

@@ -99,8 +99,8 @@ impl Store {
     }
 
     /// The descriptor of every range of this file with applied state (not in the middle of a
-    /// snapshot install), in range-id order; the meta range's has the empty span
-    /// `[[], [])`.
+    /// snapshot install or of its removal), in range-id order; the meta range's has the empty
+    /// span `[[], [])`.
     pub async fn descriptors(&self) -> Result<Vec<RangeDescriptor>, StorageError> {
         self.read(|txn| {
             let sm_meta = txn
@@ -109,7 +109,8 @@ impl Store {
             let mut descriptors = Vec::new();
             for range in tables::ranges_in(&sm_meta)? {
                 let state = tables::read_sm_state(&sm_meta, range)?;
-                if state.applied.is_some() && state.installing.is_none() {
+                let serving = state.applied.is_some() && state.installing.is_none();
+                if serving && !tables::is_removing(&sm_meta, range)? {
                     descriptors.push(state.descriptor(range));
                 }
             }
@@ -118,8 +119,8 @@ impl Store {
         .await
     }
 
-    /// A counter bumped after every commit that applied a split or finished a snapshot
-    /// install: the file's ranges or their spans changed (see `descriptors`).
+    /// A counter bumped after every commit that applied a split, finished a snapshot install
+    /// or began a removal: the file's ranges or their spans changed (see `descriptors`).
     pub fn range_events(&self) -> watch::Receiver<u64> {
         self.inner.shared.range_events()
     }
@@ -145,8 +146,8 @@ impl Store {
     }
 
     /// Ranges with persisted Raft state (a vote, a committed or purged log id, or log
-    /// entries). Runs a read transaction on the calling thread: call it at startup, not from
-    /// an async task.
+    /// entries), those being removed aside. Runs a read transaction on the calling thread:
+    /// call it at startup, not from an async task.
     pub fn ranges(&self) -> Result<Vec<RangeId>, StorageError> {
         self.check()?;
         let txn = self
@@ -159,11 +160,62 @@ impl Store {
         let log = txn
             .open_table(RAFT_LOG)
             .map_err(|e| StorageError::redb("open raft_log", e))?;
+        let sm_meta = txn
+            .open_table(SM_META)
+            .map_err(|e| StorageError::redb("open sm_meta", e))?;
         let mut ranges = tables::ranges_in(&meta)?;
         ranges.extend(tables::ranges_in(&log)?);
         ranges.sort();
         ranges.dedup();
-        Ok(ranges)
+        let mut kept = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            if !tables::is_removing(&sm_meta, range)? {
+                kept.push(range);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Ranges whose removal a crash interrupted: finish each with `remove_range` before
+    /// starting groups. Runs a read transaction on the calling thread, as `ranges`.
+    pub fn removals(&self) -> Result<Vec<RangeId>, StorageError> {
+        self.check()?;
+        let txn = self
+            .db()?
+            .begin_read()
+            .map_err(|e| StorageError::redb("begin read", e))?;
+        let sm_meta = txn
+            .open_table(SM_META)
+            .map_err(|e| StorageError::redb("open sm_meta", e))?;
+        let mut removing = Vec::new();
+        for range in tables::ranges_in(&sm_meta)? {
+            if tables::is_removing(&sm_meta, range)? {
+                removing.push(range);
+            }
+        }
+        Ok(removing)
+    }
+
+    /// Whether this file once removed its replica of `range` (and has not held state of it
+    /// since: a tombstone).
+    pub async fn was_removed(&self, range: RangeId) -> Result<bool, StorageError> {
+        self.read(move |txn| {
+            let sm_meta = txn
+                .open_table(SM_META)
+                .map_err(|e| StorageError::redb("open sm_meta", e))?;
+            let tombstone: Option<bool> =
+                tables::read_meta(&sm_meta, range, tables::SM_REMOVED, "removed tombstone")?;
+            Ok(tombstone.is_some() && !tables::has_sm_state(&sm_meta, range)?)
+        })
+        .await
+    }
+
+    /// Deletes this file's replica of `range`: its log, Raft and state-machine metadata,
+    /// exactly-once state, and the rows, locks, fences and idempotency records of its span
+    /// (`remove`: crash-safe, in bounded transactions). Its group must be stopped first. A
+    /// range the file does not hold is a no-op.
+    pub async fn remove_range(&self, range: RangeId) -> Result<(), StorageError> {
+        crate::remove::remove_range(self, range).await
     }
 
     /// `Err(Poisoned)` after any write failure, `Err(Closed)` after `shutdown`.

@@ -103,11 +103,18 @@ pub(crate) const SM_CONF_VERSION: u8 = 15;
 pub(crate) const SM_KEYS: u8 = 16;
 /// Format 4: key plus value bytes of the range's rows in `kv`.
 pub(crate) const SM_BYTES: u8 = 17;
+/// The range's replica is being removed from this file (`remove`); present = listed
+/// nowhere, its rows and state are being deleted.
+pub(crate) const SM_REMOVING: u8 = 18;
+/// The range's replica was removed from this file (a tombstone, the only row left of it).
+pub(crate) const SM_REMOVED: u8 = 19;
 
 /// Kinds of `meta` rows (the first byte of their key).
 pub(crate) const META_RANGE: u8 = 1;
 pub(crate) const META_NODE: u8 = 2;
 pub(crate) const META_NEXT_RANGE_ID: u8 = 3;
+/// Format 5: where a node stands (`NodeState`), by node id.
+pub(crate) const META_NODE_STATE: u8 = 4;
 
 /// Kinds of `deadlines` rows: which table the row's key is in.
 pub(crate) const DEADLINE_LOCK: u8 = 1;
@@ -657,6 +664,15 @@ pub(crate) fn write_sm_state(
         write_meta(sm_meta, range, kind, &value)?;
     }
     Ok(())
+}
+
+/// Whether the range's replica is being removed from this file.
+pub(crate) fn is_removing<R>(sm_meta: &R, range: RangeId) -> Result<bool, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    let marker: Option<bool> = read_meta(sm_meta, range, SM_REMOVING, "removing marker")?;
+    Ok(marker.is_some())
 }
 
 /// Whether the range has state-machine state in this file: an applied log id or an

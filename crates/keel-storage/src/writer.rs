@@ -23,7 +23,7 @@ use crate::error::StorageError;
 use crate::install::InstallBatch;
 use crate::raft_types::{ApplyResponder, Entry, IoFlushed, LogId, Vote};
 use crate::tables::{InstallMarker, KeySpan, SmState};
-use crate::{apply, install, log_store};
+use crate::{apply, install, log_store, remove};
 
 /// A write to execute inside the writer's transaction.
 pub(crate) enum Op {
@@ -68,6 +68,12 @@ pub(crate) enum Op {
     InstallFinish {
         range: RangeId,
         state: SmState,
+    },
+    RemoveBegin {
+        range: RangeId,
+    },
+    RemoveFinish {
+        range: RangeId,
     },
 }
 
@@ -330,14 +336,16 @@ fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
         Op::InstallClear { range, span } => install::clear(txn, *range, span).map(Outcome::More),
         Op::InstallRecords { range, batch } => done(install::insert_records(txn, *range, batch)),
         Op::InstallFinish { range, state } => done(install::finish(txn, *range, state)),
+        Op::RemoveBegin { range } => done(remove::begin(txn, *range)),
+        Op::RemoveFinish { range } => done(remove::finish(txn, *range)),
     }
 }
 
 /// Whether a committed op changed the file's ranges or their spans: an apply that split a
-/// range, or the end of a snapshot install.
+/// range, the end of a snapshot install, or the start of a removal.
 fn changes_ranges(op: &Op, outcome: &Outcome) -> bool {
     match (op, outcome) {
-        (Op::InstallFinish { .. }, _) => true,
+        (Op::InstallFinish { .. } | Op::RemoveBegin { .. }, _) => true,
         (_, Outcome::Applied(outcomes)) => outcomes
             .iter()
             .any(|outcome| matches!(outcome, CommandOutcome::Split { .. })),

@@ -252,6 +252,9 @@ impl std::fmt::Display for Command {
                     write!(f, "meta-allocate-range-ids({count})")
                 }
                 MetaCommand::RegisterNode(node) => write!(f, "meta-register-node({})", node.id),
+                MetaCommand::SetNodeState { node, state } => {
+                    write!(f, "meta-set-node-state({node}, {})", state.name())
+                }
             },
         }
     }
@@ -408,6 +411,10 @@ pub enum Rejection {
     WrongRangeKind { range: RangeId },
     /// A meta command outside its limits (too many descriptors, an id count out of bounds).
     InvalidMetaCommand { message: String },
+    /// A split reached a range whose membership is changing (it has learners, or a joint
+    /// configuration): the child would inherit a half-done change. `range` is the range's
+    /// descriptor when it refused.
+    MembershipChanging { range: RangeDescriptor },
 }
 
 /// What applying one log entry produced. Every replica computes the same outcome.

@@ -204,6 +204,9 @@ impl From<Rejection> for KvError {
                 range: Box::new(range),
             },
             Rejection::InvalidMetaCommand { message } => KvError::invalid(message),
+            Rejection::MembershipChanging { range } => KvError::unavailable(format!(
+                "range {range} is changing its replicas; split it once that is done"
+            )),
             Rejection::WrongRangeKind { range } => KvError::invalid(format!(
                 "range {range} cannot apply this command: meta commands go to the meta range, data commands to data ranges"
             )),

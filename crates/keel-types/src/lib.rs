@@ -24,4 +24,4 @@ pub use coordination::{
 };
 pub use error::KvError;
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};
-pub use range::{MetaCommand, MetaOutcome, NodeDescriptor, RangeDescriptor, Split};
+pub use range::{MetaCommand, MetaOutcome, NodeDescriptor, NodeState, RangeDescriptor, Split};

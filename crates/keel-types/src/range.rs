@@ -74,6 +74,31 @@ pub struct NodeDescriptor {
     pub addr: NodeAddr,
 }
 
+/// Where a registered node stands: whether it takes replicas, gives them up, or has left.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum NodeState {
+    /// Takes replicas and leaderships.
+    #[default]
+    Active,
+    /// Being drained (`keel cluster remove-node`): its replicas and leaderships move to other
+    /// nodes; it takes none.
+    Draining,
+    /// Drained and gone: holds nothing and may not join again under its id.
+    Removed,
+}
+
+impl NodeState {
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Active => "active",
+            NodeState::Draining => "draining",
+            NodeState::Removed => "removed",
+        }
+    }
+}
+
 /// A command of the meta range (range 0). Applied only there; any other range refuses it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaCommand {
@@ -85,6 +110,9 @@ pub enum MetaCommand {
     AllocateRangeIds { count: u64 },
     /// Records a node's address (a later record of the same id replaces it).
     RegisterNode(NodeDescriptor),
+    /// Records where a node stands (a node without a record is `Active`). A `Removed` node
+    /// stays removed: the command is refused for it.
+    SetNodeState { node: NodeId, state: NodeState },
 }
 
 /// What applying a `MetaCommand` produced.
@@ -100,6 +128,7 @@ pub enum MetaOutcome {
         count: u64,
     },
     NodeRegistered,
+    NodeStateSet,
 }
 
 #[cfg(test)]

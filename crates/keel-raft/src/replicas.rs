@@ -1,0 +1,305 @@
+//! Changing which nodes replicate a range, on its leader: add a replica (as a learner that
+//! first receives a snapshot, then a voter), remove one, replace one by another in a single
+//! joint change, or drop a learner an interrupted change left behind. One change at a time
+//! per range (the group's change lock, shared with splits). Knows nothing of who decided the
+//! change or how the new replica's node was told to expect the range.
+//!
+//! A new replica must start from a snapshot, never from the log: the log may hold splits
+//! applied before the node was a member, and replaying one would make the node create the
+//! child range without being one of its replicas. So before the learner is added, the leader
+//! builds a snapshot of everything it applied and purges its log up to it; entries after the
+//! snapshot cannot hold a split, because splits take the same change lock and a split that
+//! returned was applied. A split that reaches the log anyway (from a new leader) while the
+//! range has a learner is refused when applied (`Rejection::MembershipChanging`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use keel_storage::raft_types::TypeConfig;
+use keel_types::{KvError, NodeAddr, NodeId, RangeDescriptor};
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, RaftMetrics};
+use tracing::info;
+
+use crate::group::RaftGroup;
+
+/// A change of a range's replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaChange {
+    /// Add `node` as a voter: learner, snapshot and log until caught up, then voter.
+    Add { node: NodeId, addr: NodeAddr },
+    /// Remove voter `node`, which must not be this leader.
+    Remove { node: NodeId },
+    /// Add `to` as a learner until caught up, then swap voter `from` (not this leader) for it
+    /// in one joint change.
+    Replace {
+        from: NodeId,
+        to: NodeId,
+        addr: NodeAddr,
+    },
+    /// Remove learner `node`.
+    RemoveLearner { node: NodeId },
+}
+
+impl ReplicaChange {
+    /// The node that gains a replica, if any.
+    pub fn added(&self) -> Option<(NodeId, &NodeAddr)> {
+        match self {
+            ReplicaChange::Add { node, addr } => Some((*node, addr)),
+            ReplicaChange::Replace { to, addr, .. } => Some((*to, addr)),
+            _ => None,
+        }
+    }
+
+    /// The node that loses its replica, if any.
+    pub fn removed(&self) -> Option<NodeId> {
+        match self {
+            ReplicaChange::Remove { node } | ReplicaChange::RemoveLearner { node } => Some(*node),
+            ReplicaChange::Replace { from, .. } => Some(*from),
+            ReplicaChange::Add { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ReplicaChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplicaChange::Add { node, .. } => write!(f, "add {node}"),
+            ReplicaChange::Remove { node } => write!(f, "remove {node}"),
+            ReplicaChange::Replace { from, to, .. } => write!(f, "replace {from} -> {to}"),
+            ReplicaChange::RemoveLearner { node } => write!(f, "remove learner {node}"),
+        }
+    }
+}
+
+/// A group's membership as one replica knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MembershipView {
+    /// Voters of every configuration (both, while joint), in id order.
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    /// Two configurations: a change is half done.
+    pub joint: bool,
+}
+
+impl RaftGroup {
+    /// The group's membership as this replica knows it.
+    pub fn membership(&self) -> MembershipView {
+        membership_view(&self.raft().metrics().borrow_watched())
+    }
+
+    /// Carries out `change` on this replica, which must lead, and returns the range's
+    /// descriptor after it. A node gaining a replica must already run an empty group for
+    /// the range (the caller prepares it). `catch_up` bounds the wait for a new replica to
+    /// receive its snapshot and the log after it.
+    ///
+    /// `NotLeader` when this replica does not lead; `InvalidArgument` when the change does
+    /// not fit the membership (removing the leader or a node that is not a voter, adding a
+    /// voter); `Unavailable` while another change is half done or when the new replica did
+    /// not catch up in time (it stays a learner; removing it is a later change).
+    pub async fn change_replicas(
+        &self,
+        change: &ReplicaChange,
+        catch_up: Duration,
+    ) -> Result<RangeDescriptor, KvError> {
+        let _change = self.lock_changes().await;
+        self.check_leader()?;
+        let current = self.membership();
+        check_change(self, &current, change)?;
+        info!(range_id = self.range().0, %change, "changing replicas");
+        if let Some((node, addr)) = change.added() {
+            if !current.learners.contains(&node) {
+                self.snapshot_for_learner(catch_up).await?;
+                self.propose_change(add_nodes(node, addr)).await?;
+            }
+            self.wait_caught_up(node, catch_up).await?;
+        }
+        let voters: BTreeSet<NodeId> = current.voters.iter().copied().collect();
+        let members = match change {
+            ReplicaChange::Add { node, .. } => Some(with(&voters, *node)),
+            ReplicaChange::Remove { node } => Some(without(&voters, *node)),
+            ReplicaChange::Replace { from, to, .. } => Some(with(&without(&voters, *from), *to)),
+            ReplicaChange::RemoveLearner { .. } => None,
+        };
+        match (members, change) {
+            (Some(voters), _) => {
+                self.propose_change(ChangeMembers::ReplaceAllVoters(voters))
+                    .await?
+            }
+            (None, ReplicaChange::RemoveLearner { node }) => {
+                let nodes = BTreeSet::from([*node]);
+                self.propose_change(ChangeMembers::RemoveNodes(nodes))
+                    .await?
+            }
+            (None, _) => unreachable!("every other change sets the voters"),
+        }
+        info!(range_id = self.range().0, %change, "replicas changed");
+        self.descriptor().await
+    }
+
+    /// Builds a snapshot of everything applied so far and purges the log up to it, so a
+    /// learner added next starts from the snapshot.
+    async fn snapshot_for_learner(&self, timeout: Duration) -> Result<(), KvError> {
+        let raft = self.raft();
+        let applied = raft
+            .metrics()
+            .borrow_watched()
+            .clone()
+            .last_applied
+            .map_or(0, |id| id.index);
+        raft.trigger()
+            .snapshot()
+            .await
+            .map_err(|e| self.stopped(&e))?;
+        let built = |m: &RaftMetrics<TypeConfig>| m.snapshot.is_some_and(|id| id.index >= applied);
+        let snapshot = self
+            .wait_for(timeout, built, "a snapshot for a new replica")
+            .await?;
+        let upto = snapshot.snapshot.map_or(0, |id| id.index);
+        raft.trigger()
+            .purge_log(upto)
+            .await
+            .map_err(|e| self.stopped(&e))?;
+        let purged = |m: &RaftMetrics<TypeConfig>| m.purged.is_some_and(|id| id.index >= upto);
+        self.wait_for(timeout, purged, "the log purged up to the snapshot")
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until `node`'s replica holds the entry that made it a member.
+    async fn wait_caught_up(&self, node: NodeId, timeout: Duration) -> Result<(), KvError> {
+        let joined = self
+            .raft()
+            .metrics()
+            .borrow_watched()
+            .clone()
+            .membership_config
+            .log_id()
+            .map_or(0, |id| id.index);
+        let caught_up = move |m: &RaftMetrics<TypeConfig>| {
+            m.replication
+                .as_ref()
+                .and_then(|replication| replication.get(&node).cloned().flatten())
+                .is_some_and(|matched| matched.index >= joined)
+        };
+        self.wait_for(timeout, caught_up, "the new replica to catch up")
+            .await
+            .map(|_| ())
+    }
+
+    /// Waits until the metrics satisfy `done`; `Unavailable` after `timeout` or once this
+    /// replica stops leading.
+    async fn wait_for(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&RaftMetrics<TypeConfig>) -> bool + Send + Sync,
+        what: &str,
+    ) -> Result<RaftMetrics<TypeConfig>, KvError> {
+        let node = self.node_id();
+        let waited = self
+            .raft()
+            .wait(Some(timeout))
+            .metrics(
+                |m| done(m) || m.current_leader != Some(node),
+                format!("range {}: {what}", self.range()),
+            )
+            .await;
+        match waited {
+            Ok(metrics) if done(&metrics) => Ok(metrics),
+            Ok(_) => Err(self.not_leader_now()),
+            Err(error) => Err(KvError::unavailable(format!(
+                "range {}: waiting for {what}: {error}",
+                self.range()
+            ))),
+        }
+    }
+
+    /// Proposes a membership change and waits until it is committed (both steps of a joint
+    /// change).
+    async fn propose_change(&self, change: ChangeMembers<NodeId, NodeAddr>) -> Result<(), KvError> {
+        match self.raft().change_membership(change, false).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(self.not_leader_now())
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(error))) => Err(
+                KvError::unavailable(format!("range {}: {error}", self.range())),
+            ),
+            Err(RaftError::APIError(error)) => Err(KvError::OutcomeUnknown {
+                message: format!("membership change of range {}: {error}", self.range()),
+            }),
+            Err(RaftError::Fatal(error)) => Err(KvError::OutcomeUnknown {
+                message: format!(
+                    "raft of range {} stopped while changing its membership ({error})",
+                    self.range()
+                ),
+            }),
+        }
+    }
+}
+
+/// Refuses a change that does not fit `current`.
+fn check_change(
+    group: &RaftGroup,
+    current: &MembershipView,
+    change: &ReplicaChange,
+) -> Result<(), KvError> {
+    let range = group.range();
+    if current.joint {
+        return Err(KvError::unavailable(format!(
+            "range {range} is in the middle of a membership change"
+        )));
+    }
+    let voter = |node: &NodeId| current.voters.contains(node);
+    let refuse = |why: String| Err(KvError::invalid(format!("range {range}: {why}")));
+    if let Some(node) = change.removed() {
+        if node == group.node_id() {
+            return refuse(format!(
+                "node {node} leads the range; hand leadership over before removing it"
+            ));
+        }
+        let learner_change = matches!(change, ReplicaChange::RemoveLearner { .. });
+        if learner_change && !current.learners.contains(&node) {
+            return refuse(format!("node {node} is not a learner"));
+        }
+        if !learner_change && !voter(&node) {
+            return refuse(format!("node {node} is not a voter"));
+        }
+    }
+    if let Some((node, _)) = change.added()
+        && voter(&node)
+    {
+        return refuse(format!("node {node} is already a voter"));
+    }
+    if matches!(change, ReplicaChange::Remove { .. }) && current.voters.len() == 1 {
+        return refuse("the last voter cannot be removed".to_string());
+    }
+    Ok(())
+}
+
+fn add_nodes(node: NodeId, addr: &NodeAddr) -> ChangeMembers<NodeId, NodeAddr> {
+    ChangeMembers::AddNodes(BTreeMap::from([(node, addr.clone())]))
+}
+
+fn with(voters: &BTreeSet<NodeId>, node: NodeId) -> BTreeSet<NodeId> {
+    let mut voters = voters.clone();
+    voters.insert(node);
+    voters
+}
+
+fn without(voters: &BTreeSet<NodeId>, node: NodeId) -> BTreeSet<NodeId> {
+    let mut voters = voters.clone();
+    voters.remove(&node);
+    voters
+}
+
+pub(crate) fn membership_view(metrics: &RaftMetrics<TypeConfig>) -> MembershipView {
+    let membership = metrics.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    MembershipView {
+        voters: voters.into_iter().collect(),
+        learners: membership.learner_ids().collect(),
+        joint: membership.get_joint_config().len() > 1,
+    }
+}
