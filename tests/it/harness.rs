@@ -1,16 +1,17 @@
 //! An in-process cluster for tests: real `keel_server::Node`s with real gRPC on loopback
 //! ports, data in a temporary directory, and clients that talk to them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keel_client::{Client, ClientOptions, GetResult};
 use keel_proto::v1::kv_client::KvClient;
-use keel_server::{Faults, KvSettings, Node, NodeConfig, RaftTimings};
-use keel_types::{Consistency, ManualClock, NodeId, RangeId};
+use keel_server::{Faults, KvSettings, Node, NodeConfig, PlacementSettings, RaftTimings};
+use keel_types::{Clock, Consistency, ManualClock, NodeId, RangeId};
 use tonic::transport::Channel;
 
 /// How long a test waits for a condition (an election, replication) before it fails.
@@ -25,6 +26,10 @@ pub struct Cluster {
     clocks: BTreeMap<NodeId, Arc<ManualClock>>,
     kv: KvSettings,
     faults: Faults,
+    placement: PlacementSettings,
+    /// Nodes that joined the running cluster (`--join` through node 1) rather than being of
+    /// the initial cluster.
+    joined: BTreeSet<NodeId>,
 }
 
 impl Cluster {
@@ -38,6 +43,15 @@ impl Cluster {
         Cluster::start_configured(size, timings, KvSettings::default(), Faults::default()).await
     }
 
+    /// Starts `size` nodes placing ranges by `placement` and waits until they agree on a
+    /// leader.
+    pub async fn start_placed(size: u64, placement: PlacementSettings) -> Cluster {
+        let mut cluster = Cluster::new(size, RaftTimings::default(), KvSettings::default());
+        cluster.placement = placement;
+        cluster.start_all(size).await;
+        cluster
+    }
+
     /// Starts `size` nodes with every setting given and waits until they agree on a leader.
     pub async fn start_configured(
         size: u64,
@@ -45,12 +59,21 @@ impl Cluster {
         kv: KvSettings,
         faults: Faults,
     ) -> Cluster {
+        let mut cluster = Cluster::new(size, timings, kv);
+        cluster.faults = faults;
+        cluster.start_all(size).await;
+        cluster
+    }
+
+    /// A cluster of `size` initial nodes, none started yet.
+    fn new(size: u64, timings: RaftTimings, kv: KvSettings) -> Cluster {
+        init_logs();
         let addrs = (1..=size).map(|id| (id, free_addr())).collect();
         let start_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_millis() as u64;
-        let mut cluster = Cluster {
+        Cluster {
             dir: tempfile::tempdir().unwrap(),
             timings,
             addrs,
@@ -59,13 +82,27 @@ impl Cluster {
                 .map(|id| (id, ManualClock::new(start_ms)))
                 .collect(),
             kv,
-            faults,
-        };
-        for id in 1..=size {
-            cluster.start_node(id).await;
+            faults: Faults::default(),
+            placement: PlacementSettings::default(),
+            joined: BTreeSet::new(),
         }
-        cluster.leader().await;
-        cluster
+    }
+
+    async fn start_all(&mut self, size: u64) {
+        for id in 1..=size {
+            self.start_node(id).await;
+        }
+        self.leader().await;
+    }
+
+    /// Starts a new node `id` that joins the running cluster through node 1.
+    pub async fn join_node(&mut self, id: NodeId) {
+        assert!(!self.addrs.contains_key(&id), "node {id} exists");
+        self.addrs.insert(id, free_addr());
+        let start_ms = self.clocks[&1].now_ms();
+        self.clocks.insert(id, ManualClock::new(start_ms));
+        self.joined.insert(id);
+        self.start_node(id).await;
     }
 
     pub fn ids(&self) -> Vec<NodeId> {
@@ -96,15 +133,25 @@ impl Cluster {
     }
 
     pub fn config(&self, id: NodeId) -> NodeConfig {
+        let joins = self.joined.contains(&id);
+        let initial_cluster = self
+            .addrs
+            .iter()
+            .filter(|(id, _)| !joins && !self.joined.contains(id))
+            .map(|(id, addr)| (*id, addr.to_string()))
+            .collect();
+        let join = match joins {
+            true => vec![self.endpoint(1)],
+            false => Vec::new(),
+        };
         NodeConfig {
             node_id: id,
             listen: self.addrs[&id],
             data_dir: self.dir.path().join(format!("node-{id}")),
-            initial_cluster: self
-                .addrs
-                .iter()
-                .map(|(id, addr)| (*id, addr.to_string()))
-                .collect(),
+            initial_cluster,
+            join,
+            advertise: None,
+            placement: self.placement,
             raft: self.timings.clone(),
             kv: self.kv,
             clock: self.clocks[&id].clone(),
@@ -200,7 +247,39 @@ where
     }
 }
 
+/// With `KEEL_TEST_LOG` set (a `RUST_LOG`-style filter), the nodes' logs go to the test's
+/// output.
+fn init_logs() {
+    if let Ok(filter) = std::env::var("KEEL_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// A free loopback address whose port lies below the kernel's ephemeral range: a stopped
+/// node restarts on its address, and an outgoing connection (which takes an ephemeral port)
+/// could otherwise hold it by then. Calls walk the ports from a start drawn once per
+/// process, so two calls never return the same port.
 fn free_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let low = 10_000u16.min(ephemeral_start / 2);
+    let span = u32::from(ephemeral_start - low);
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |now| now.subsec_nanos())
+        ^ std::process::id();
+    let _ = NEXT.compare_exchange(u32::MAX, start % span, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..span {
+        let port = low + (NEXT.fetch_add(1, Ordering::SeqCst) % span) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().unwrap();
+        }
+    }
+    panic!("no free port below the ephemeral range");
 }

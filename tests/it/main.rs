@@ -9,5 +9,6 @@ mod exactly_once;
 mod harness;
 mod idempotency;
 mod locks;
+mod placement;
 mod ranges;
 mod ttl;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::builder::{OsStringValueParser, TypedValueParser};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use keel_types::{Condition, Consistency, Fence, limits};
+use keel_types::{Condition, Consistency, Fence, NodeId, limits};
 
 use crate::duration;
 use crate::output::Output;
@@ -212,8 +212,14 @@ pub enum IdemCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Ask every endpoint for its view of the cluster.
-    Status,
+    /// The nodes: state (active, draining, removed), liveness, replicas and leaders each
+    /// holds, as the meta range's leader knows them. With --ranges: every endpoint's own view
+    /// of each range it hosts (role, leader, term, commit and applied index, revision).
+    Status {
+        /// Ask every endpoint for its view of each range it hosts instead.
+        #[arg(long)]
+        ranges: bool,
+    },
     /// List the ranges in key order: id, span, epoch, replicas, leader, size in bytes, live
     /// keys, requests per second (from the meta range and the answering node).
     Ranges,
@@ -228,6 +234,31 @@ pub enum ClusterCommand {
         #[arg(long, value_name = "KEY")]
         at: OsString,
     },
+    /// Register a node with the cluster as active, so that it gets replicas (a node started
+    /// with `keel serve --join` registers itself).
+    AddNode {
+        #[arg(long)]
+        node_id: NodeId,
+        /// The address peers and clients use for it ("host:port").
+        #[arg(long)]
+        addr: String,
+    },
+    /// Drain a node: its replicas and leaderships move to other nodes, then it is marked
+    /// removed and may be stopped. Waits until then, printing progress.
+    #[command(
+        after_help = "Refused (exit 2) when fewer active nodes than the replication factor                       would remain. Exits 3 if the wait runs out first; the drain goes on."
+    )]
+    RemoveNode {
+        node_id: NodeId,
+        /// Return once draining has started.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to wait for the drain, in seconds.
+        #[arg(long, default_value_t = 1800)]
+        wait_secs: u64,
+    },
+    /// Ask the leader of RANGE to hand leadership to its voter NODE.
+    TransferLeader { range: u64, node: NodeId },
 }
 
 #[derive(Debug, Args)]
@@ -526,6 +557,43 @@ mod tests {
         ));
         assert_eq!(cli.global.output, Output::Json);
         for args in [&["cluster", "split"][..], &["cluster", "split", "k0100"]] {
+            assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_membership_commands_parse() {
+        let cli = parse(&["cluster", "add-node", "--node-id", "4", "--addr", "h:7004"]).unwrap();
+        let Command::Cluster(ClusterCommand::AddNode { node_id, addr }) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!((node_id, addr.as_str()), (4, "h:7004"));
+        let cli = parse(&["cluster", "remove-node", "3", "--no-wait"]).unwrap();
+        let Command::Cluster(ClusterCommand::RemoveNode {
+            node_id,
+            no_wait,
+            wait_secs,
+        }) = cli.command
+        else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!((node_id, no_wait, wait_secs), (3, true, 1800));
+        let cli = parse(&["cluster", "transfer-leader", "7", "2"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Cluster(ClusterCommand::TransferLeader { range: 7, node: 2 })
+        ));
+        let cli = parse(&["cluster", "status", "--ranges"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Cluster(ClusterCommand::Status { ranges: true })
+        ));
+        for args in [
+            &["cluster", "add-node", "--node-id", "4"][..],
+            &["cluster", "remove-node"],
+            &["cluster", "transfer-leader", "7"],
+            &["cluster", "remove-node", "x"],
+        ] {
             assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
         }
     }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions, DeleteOptions, PutOptions};
-use keel_types::{Consistency, KvError, limits, validate};
+use keel_types::{Consistency, KvError, NodeId, RangeId, limits, validate};
 
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
 use crate::output::{self, Output, Report, StatusRow, code};
@@ -117,10 +117,34 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
         }
         Command::Lock(command) => lock::run(&client, command, out).await,
         Command::Idem(command) => idem::run(&client, command, out).await,
-        Command::Cluster(ClusterCommand::Status) => Ok(output::status(
+        Command::Cluster(ClusterCommand::Status { ranges: true }) => Ok(output::status(
             &status(&client, &global.endpoints).await,
             out,
         )),
+        Command::Cluster(ClusterCommand::Status { ranges: false }) => {
+            let members = client.members().await?;
+            Ok(output::cluster::members(&members, out))
+        }
+        Command::Cluster(ClusterCommand::AddNode { node_id, addr }) => {
+            let nodes = client.add_node(node_id, &addr).await?;
+            Ok(output::cluster::added(node_id, &nodes, out))
+        }
+        Command::Cluster(ClusterCommand::RemoveNode {
+            node_id,
+            no_wait,
+            wait_secs,
+        }) => {
+            client.remove_node(node_id).await?;
+            if no_wait {
+                return Ok(output::cluster::draining(node_id, out));
+            }
+            let wait = Duration::from_secs(wait_secs);
+            drain(&client, node_id, wait, out).await
+        }
+        Command::Cluster(ClusterCommand::TransferLeader { range, node }) => {
+            client.transfer_leader(RangeId(range), node).await?;
+            Ok(output::cluster::transferred(range, node, out))
+        }
         Command::Cluster(ClusterCommand::Ranges) => {
             let ranges = client.ranges().await?;
             Ok(output::cluster::ranges(&ranges, out))
@@ -134,6 +158,45 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
         }
     }
 }
+
+/// Waits until `node` is drained (marked removed), printing its progress to stderr when it
+/// changes; exit 3 when `wait` runs out first.
+async fn drain(
+    client: &Client,
+    node: NodeId,
+    wait: Duration,
+    out: Output,
+) -> Result<Report, KvError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut last = None;
+    loop {
+        let members = client.members().await?;
+        let entry = members.nodes.iter().find(|entry| entry.node_id == node);
+        let left = entry.map(|entry| (entry.state.clone(), entry.replicas, entry.leaders));
+        match &left {
+            None => return Ok(output::cluster::removed(node, out)),
+            Some((state, _, _)) if state == "removed" => {
+                return Ok(output::cluster::removed(node, out));
+            }
+            Some((state, replicas, leaders)) if last.as_ref() != left.as_ref() => {
+                eprintln!("node {node} {state}: {replicas} replicas, {leaders} leaders left");
+            }
+            Some(_) => {}
+        }
+        last = left;
+        if tokio::time::Instant::now() >= deadline {
+            return Err(KvError::Timeout {
+                message: format!(
+                    "node {node} is not drained after {wait:?}; the drain goes on (`keel cluster status` shows it)"
+                ),
+            });
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+}
+
+/// How often `cluster remove-node` looks at the drain.
+const DRAIN_POLL: Duration = Duration::from_secs(1);
 
 /// Prints pages of `[start, end)` as they arrive, until `limit` rows or the end.
 async fn scan(

@@ -14,7 +14,7 @@ use keel_storage::{StateMachine, StorageError, Store};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
     Command, CommandOutcome, Consistency, KvError, MetaCommand, MetaOutcome, NodeAddr, NodeId,
-    RangeDescriptor, RangeId, Split, limits,
+    RangeDescriptor, RangeId, ReplicaMembership, Split, limits,
 };
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::ForwardReason;
@@ -269,6 +269,15 @@ impl RaftGroup {
     /// The range as this replica has applied it: span, epoch, conf_version and voters.
     pub async fn descriptor(&self) -> Result<RangeDescriptor, KvError> {
         self.state_machine.descriptor().await.map_err(|e| match e {
+            StorageError::SnapshotInstalling { .. } => KvError::unavailable(e.to_string()),
+            e => KvError::fatal(format!("range {}: {e}", self.range)),
+        })
+    }
+
+    /// The range's applied membership (descriptor and learners) on this replica.
+    pub async fn replica_membership(&self) -> Result<ReplicaMembership, KvError> {
+        let membership = self.state_machine.replica_membership().await;
+        membership.map_err(|e| match e {
             StorageError::SnapshotInstalling { .. } => KvError::unavailable(e.to_string()),
             e => KvError::fatal(format!("range {}: {e}", self.range)),
         })

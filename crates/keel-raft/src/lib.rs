@@ -18,7 +18,7 @@ pub mod wire;
 pub use error::{GroupError, InboundError};
 pub use group::{GroupStatus, KeelRaft, Member, RaftGroup, Role};
 pub use groups::{Groups, Starter};
-pub use replicas::{MembershipView, ReplicaChange};
+pub use replicas::MembershipView;
 pub use snapshot::SnapshotReader;
 pub use timings::RaftTimings;
 pub use transport::{Peer, RaftMessage, RpcKind, Transport, TransportError};

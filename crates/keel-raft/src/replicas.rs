@@ -16,62 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use keel_storage::raft_types::TypeConfig;
-use keel_types::{KvError, NodeAddr, NodeId, RangeDescriptor};
+use keel_types::{KvError, NodeAddr, NodeId, RangeDescriptor, ReplicaChange};
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, RaftMetrics};
 use tracing::info;
 
 use crate::group::RaftGroup;
-
-/// A change of a range's replicas.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplicaChange {
-    /// Add `node` as a voter: learner, snapshot and log until caught up, then voter.
-    Add { node: NodeId, addr: NodeAddr },
-    /// Remove voter `node`, which must not be this leader.
-    Remove { node: NodeId },
-    /// Add `to` as a learner until caught up, then swap voter `from` (not this leader) for it
-    /// in one joint change.
-    Replace {
-        from: NodeId,
-        to: NodeId,
-        addr: NodeAddr,
-    },
-    /// Remove learner `node`.
-    RemoveLearner { node: NodeId },
-}
-
-impl ReplicaChange {
-    /// The node that gains a replica, if any.
-    pub fn added(&self) -> Option<(NodeId, &NodeAddr)> {
-        match self {
-            ReplicaChange::Add { node, addr } => Some((*node, addr)),
-            ReplicaChange::Replace { to, addr, .. } => Some((*to, addr)),
-            _ => None,
-        }
-    }
-
-    /// The node that loses its replica, if any.
-    pub fn removed(&self) -> Option<NodeId> {
-        match self {
-            ReplicaChange::Remove { node } | ReplicaChange::RemoveLearner { node } => Some(*node),
-            ReplicaChange::Replace { from, .. } => Some(*from),
-            ReplicaChange::Add { .. } => None,
-        }
-    }
-}
-
-impl std::fmt::Display for ReplicaChange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReplicaChange::Add { node, .. } => write!(f, "add {node}"),
-            ReplicaChange::Remove { node } => write!(f, "remove {node}"),
-            ReplicaChange::Replace { from, to, .. } => write!(f, "replace {from} -> {to}"),
-            ReplicaChange::RemoveLearner { node } => write!(f, "remove learner {node}"),
-        }
-    }
-}
 
 /// A group's membership as one replica knows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

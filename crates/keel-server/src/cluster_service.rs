@@ -11,8 +11,10 @@ use keel_meta::RangeTable;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::cluster_server::Cluster;
 use keel_proto::v1::{
-    Member, RangeInfo, RangeStatus, RangesRequest, RangesResponse, SplitRequest, SplitResponse,
-    StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
+    AddNodeRequest, AddNodeResponse, Member, MembersRequest, MembersResponse, RangeInfo,
+    RangeStatus, RangesRequest, RangesResponse, RemoveNodeRequest, RemoveNodeResponse,
+    SplitRequest, SplitResponse, StatusRequest, StatusResponse, TransferLeaderRequest,
+    TransferLeaderResponse,
 };
 use keel_raft::{GroupStatus, RaftGroup};
 use keel_storage::{RangeCounts, StorageError};
@@ -25,7 +27,9 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, info_span};
 
-use crate::meta_client;
+use crate::cluster_nodes;
+use crate::placement::{self, ClusterView};
+use crate::ranges::replica_hint;
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
 use crate::splits;
@@ -79,33 +83,30 @@ impl ClusterService {
 
     /// The range table, answered by the meta range's leader (this node, or forwarded once).
     async fn serve_ranges(&self, request: &RangesRequest) -> Result<RangesResponse, KvError> {
-        self.shared.health.check()?;
-        let meta = self.shared.group(RangeId::META)?;
-        if meta.is_leader() {
-            return self.ranges_here(&meta).await;
-        }
-        if request.no_forward {
-            return Err(KvError::NotLeader {
-                range_id: RangeId::META,
-                leader: meta.leader().filter(|(id, _)| *id != self.shared.node_id),
-            });
-        }
-        meta_client::ranges_from_leader(&self.shared).await
+        let shared = &self.shared;
+        let here = |meta: Arc<RaftGroup>| async move { self.ranges_here(&meta).await };
+        let remote = |node, addr| {
+            cluster_nodes::remote(shared, node, addr, false, |mut cluster| async move {
+                cluster.ranges(RangesRequest { no_forward: true }).await
+            })
+        };
+        cluster_nodes::on_meta_leader(shared, request.no_forward, here, remote).await
     }
 
     /// The range table on the meta range's leader: its descriptors read linearizably (with
-    /// this node's own, newer ones where it has them), the registered nodes, and what this
-    /// node's replicas know of each range's leader, size and load.
+    /// this node's own, newer ones where it has them), the registered nodes, and each range's
+    /// leader, size and load as its leader last reported them (or this node's replica knows).
     async fn ranges_here(&self, meta: &RaftGroup) -> Result<RangesResponse, KvError> {
         meta.read_barrier(Consistency::Linearizable).await?;
         let state_machine = meta.state_machine();
         let recorded = state_machine.meta_ranges().await.map_err(stored)?;
         let registered = state_machine.meta_nodes().await.map_err(stored)?;
         let local = self.shared.store.descriptors().await.map_err(stored)?;
+        let view = placement::gather(&self.shared, meta).await?;
         let table = RangeTable::from_descriptors(recorded.into_iter().chain(local).collect());
         let mut ranges = Vec::with_capacity(table.len());
         for range in table.ranges() {
-            ranges.push(self.range_info(range.clone()).await?);
+            ranges.push(self.range_info(range.clone(), &view).await);
         }
         Ok(RangesResponse {
             ranges,
@@ -114,9 +115,18 @@ impl ClusterService {
         })
     }
 
-    /// A range as this node sees it: leader, size and keys from its replica here (if any),
-    /// requests per second if it leads it.
-    async fn range_info(&self, range: RangeDescriptor) -> Result<RangeInfo, KvError> {
+    /// A range as its leader last reported it, else as this node's replica (if any) knows
+    /// it.
+    async fn range_info(&self, range: RangeDescriptor, view: &ClusterView) -> RangeInfo {
+        if let (Some(leader), Some(led)) = (view.leader_of(range.id), view.led.get(&range.id)) {
+            return RangeInfo {
+                descriptor: Some(range.into()),
+                leader_id: Some(leader),
+                size_bytes: led.size_bytes,
+                keys: led.keys,
+                requests_per_sec: led.requests_per_sec_milli as f64 / 1000.0,
+            };
+        }
         let group = self.shared.groups.get(range.id);
         let leader_id = group
             .as_ref()
@@ -126,19 +136,66 @@ impl ClusterService {
             Some(group) => group.state_machine().counts().await.unwrap_or_default(),
             None => RangeCounts::default(),
         };
-        let leads = leader_id == Some(self.shared.node_id);
-        let requests_per_sec = if leads {
-            self.shared.load.requests_per_sec(range.id)
-        } else {
-            0.0
-        };
-        Ok(RangeInfo {
+        RangeInfo {
             descriptor: Some(range.into()),
             leader_id,
             size_bytes: counts.size_bytes,
             keys: counts.keys,
-            requests_per_sec,
-        })
+            requests_per_sec: 0.0,
+        }
+    }
+
+    async fn serve_add_node(&self, request: AddNodeRequest) -> Result<AddNodeResponse, KvError> {
+        let shared = &self.shared;
+        let no_forward = request.no_forward;
+        let forwarded = AddNodeRequest {
+            no_forward: true,
+            ..request.clone()
+        };
+        let request = &request;
+        let here = |meta: Arc<RaftGroup>| async move {
+            cluster_nodes::add_node(shared, &meta, request).await
+        };
+        let remote = |node, addr| {
+            let forwarded = forwarded.clone();
+            cluster_nodes::remote(shared, node, addr, true, |mut cluster| async move {
+                cluster.add_node(forwarded).await
+            })
+        };
+        cluster_nodes::on_meta_leader(shared, no_forward, here, remote).await
+    }
+
+    async fn serve_remove_node(
+        &self,
+        request: RemoveNodeRequest,
+    ) -> Result<RemoveNodeResponse, KvError> {
+        let shared = &self.shared;
+        let forwarded = RemoveNodeRequest {
+            no_forward: true,
+            ..request
+        };
+        let here = |meta: Arc<RaftGroup>| async move {
+            cluster_nodes::remove_node(shared, &meta, &request).await
+        };
+        let remote = |node, addr| {
+            cluster_nodes::remote(shared, node, addr, true, move |mut cluster| async move {
+                cluster.remove_node(forwarded).await
+            })
+        };
+        cluster_nodes::on_meta_leader(shared, request.no_forward, here, remote).await
+    }
+
+    async fn serve_members(&self, request: MembersRequest) -> Result<MembersResponse, KvError> {
+        let shared = &self.shared;
+        let here = |meta: Arc<RaftGroup>| async move {
+            cluster_nodes::members(shared, &meta, &request).await
+        };
+        let remote = |node, addr| {
+            cluster_nodes::remote(shared, node, addr, false, |mut cluster| async move {
+                cluster.members(MembersRequest { no_forward: true }).await
+            })
+        };
+        cluster_nodes::on_meta_leader(shared, request.no_forward, here, remote).await
     }
 
     /// The registered nodes, and the initial cluster's nodes not registered yet, by id.
@@ -198,11 +255,16 @@ impl Cluster for ClusterService {
     ) -> Result<Response<TransferLeaderResponse>, Status> {
         let mut request = request.into_inner();
         self.shared.health.check().map_err(|e| to_status(&e))?;
-        let group = self
-            .shared
-            .group(RangeId(request.range_id))
-            .map_err(|e| to_status(&e))?;
-        match group.transfer_leader(request.node_id).await {
+        let range = RangeId(request.range_id);
+        // A node without a replica of the range sends it to one that has.
+        let transferred = match self.shared.groups.get(range) {
+            Some(group) => group.transfer_leader(request.node_id).await,
+            None => Err(KvError::NotLeader {
+                range_id: range,
+                leader: replica_hint(&self.shared, range),
+            }),
+        };
+        match transferred {
             Ok(()) => Ok(Response::new(TransferLeaderResponse {})),
             Err(error) if request.no_forward => Err(to_status(&error)),
             Err(error) => {
@@ -210,6 +272,34 @@ impl Cluster for ClusterService {
                 self.forward_transfer(error, request).await
             }
         }
+    }
+
+    async fn add_node(
+        &self,
+        request: Request<AddNodeRequest>,
+    ) -> Result<Response<AddNodeResponse>, Status> {
+        let span = info_span!("cluster", op = "add_node", node_id = self.shared.node_id);
+        let served = self.serve_add_node(request.into_inner()).instrument(span);
+        served.await.map(Response::new).map_err(|e| to_status(&e))
+    }
+
+    async fn remove_node(
+        &self,
+        request: Request<RemoveNodeRequest>,
+    ) -> Result<Response<RemoveNodeResponse>, Status> {
+        let span = info_span!("cluster", op = "remove_node", node_id = self.shared.node_id);
+        let served = self
+            .serve_remove_node(request.into_inner())
+            .instrument(span);
+        served.await.map(Response::new).map_err(|e| to_status(&e))
+    }
+
+    async fn members(
+        &self,
+        request: Request<MembersRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
+        let served = self.serve_members(request.into_inner());
+        served.await.map(Response::new).map_err(|e| to_status(&e))
     }
 
     async fn status(

@@ -19,8 +19,17 @@ pub struct NodeConfig {
     /// Where the gRPC server listens; also the address peers and clients use.
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    /// Node id -> "host:port" of every node of the first cluster.
+    /// Node id -> "host:port" of every node of the first cluster; empty for a node that joins
+    /// a running cluster.
     pub initial_cluster: BTreeMap<NodeId, String>,
+    /// Addresses of running nodes a new node joins the cluster through (instead of an
+    /// initial cluster); it uses them until it knows the cluster.
+    pub join: Vec<String>,
+    /// The address peers and clients use for this node when it joins ("host:port"; default:
+    /// the listen address). A node of the initial cluster has its address there.
+    pub advertise: Option<String>,
+    /// How ranges are placed on nodes and healed.
+    pub placement: PlacementSettings,
     pub raft: RaftTimings,
     pub kv: KvSettings,
     /// Wall-clock time for TTL stamps, TTL visibility and session starts (a seam: tests
@@ -80,6 +89,36 @@ impl Default for SplitSettings {
     }
 }
 
+/// How the cluster keeps ranges replicated and balanced (on the meta range's leader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacementSettings {
+    /// Voters each range should have, on distinct nodes.
+    pub replication_factor: u64,
+    /// A node not heard from for this long is dead: its replicas are re-created elsewhere.
+    pub node_dead_after_ms: u64,
+    /// How often the rebalancer looks at the cluster.
+    pub rebalance_interval_ms: u64,
+}
+
+impl Default for PlacementSettings {
+    /// 3 replicas (a range survives one lost node); a node is dead after 5 minutes without a
+    /// heartbeat, so a restart or a short outage does not copy its ranges; a look every second.
+    fn default() -> Self {
+        PlacementSettings {
+            replication_factor: 3,
+            node_dead_after_ms: 5 * 60 * 1000,
+            rebalance_interval_ms: 1_000,
+        }
+    }
+}
+
+/// Bounds of the placement settings.
+const REPLICATION_FACTOR_MAX: u64 = 7;
+const NODE_DEAD_AFTER_MS_MIN: u64 = 1_000;
+const NODE_DEAD_AFTER_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+const REBALANCE_INTERVAL_MS_MIN: u64 = 10;
+const REBALANCE_INTERVAL_MS_MAX: u64 = 60_000;
+
 /// Shortest dedup window a node accepts: a client must be able to retry within it.
 const DEDUP_WINDOW_MS_MIN: u64 = 1_000;
 /// Bounds of the cleanup interval.
@@ -111,8 +150,27 @@ pub struct ServeArgs {
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Every node of the first cluster: "1=127.0.0.1:7001,2=127.0.0.1:7002,...".
-    #[arg(long)]
+    #[arg(long, conflicts_with = "join")]
     pub initial_cluster: Option<String>,
+    /// Join a running cluster through these nodes ("host:port", comma-separated) instead of
+    /// starting one with --initial-cluster; the node registers itself and the rebalancer
+    /// moves replicas to it.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// The address peers and clients use for this node when it joins (default: --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Voters each range should have, on distinct nodes (default 3; 1 to 7).
+    #[arg(long)]
+    pub replication_factor: Option<u64>,
+    /// A node not heard from for this long is dead and its replicas are re-created on other
+    /// nodes (default 300000, 5 minutes; 1000 ms to 1 day).
+    #[arg(long)]
+    pub node_dead_after_ms: Option<u64>,
+    /// How often the meta range's leader looks for replicas to add, move or remove (default
+    /// 1000 ms; 10 to 60000).
+    #[arg(long)]
+    pub rebalance_interval_ms: Option<u64>,
     /// A TOML file with the same settings.
     #[arg(long)]
     #[serde(skip)]
@@ -176,6 +234,28 @@ pub enum ConfigError {
     #[error("initial cluster is empty")]
     EmptyCluster,
     #[error(
+        "missing setting initial_cluster or join: pass --initial-cluster to start a cluster or --join to join one"
+    )]
+    NoCluster,
+    #[error("initial_cluster and join are both set: a node starts a cluster or joins one")]
+    ClusterAndJoin,
+    #[error("join address {0:?} is not host:port")]
+    JoinAddress(String),
+    #[error(
+        "advertised address {0:?} cannot be dialled: give --advertise host:port (or a listen address with a specific IP and port)"
+    )]
+    Advertise(String),
+    #[error("replication factor is {0}; it must be 1 to {REPLICATION_FACTOR_MAX}")]
+    ReplicationFactor(u64),
+    #[error(
+        "node dead timeout is {0} ms; it must be {NODE_DEAD_AFTER_MS_MIN} ms to {NODE_DEAD_AFTER_MS_MAX} ms (1 day)"
+    )]
+    NodeDeadAfter(u64),
+    #[error(
+        "rebalance interval is {0} ms; it must be {REBALANCE_INTERVAL_MS_MIN} to {REBALANCE_INTERVAL_MS_MAX} ms"
+    )]
+    RebalanceInterval(u64),
+    #[error(
         "initial cluster has {count} nodes; limit is {} nodes",
         limits::CLUSTER_NODES_MAX
     )]
@@ -227,6 +307,11 @@ impl ServeArgs {
             listen: self.listen.or(file.listen),
             data_dir: self.data_dir.or(file.data_dir),
             initial_cluster: self.initial_cluster.or(file.initial_cluster),
+            join: self.join.or(file.join),
+            advertise: self.advertise.or(file.advertise),
+            replication_factor: self.replication_factor.or(file.replication_factor),
+            node_dead_after_ms: self.node_dead_after_ms.or(file.node_dead_after_ms),
+            rebalance_interval_ms: self.rebalance_interval_ms.or(file.rebalance_interval_ms),
             config: self.config,
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             election_timeout_ms_min: self
@@ -274,9 +359,13 @@ impl NodeConfig {
             .unwrap_or(raft.election_timeout_ms_max);
         let faults = faults_from(&args);
         let split = split_settings(&args);
-        let cluster = args
-            .initial_cluster
-            .ok_or(ConfigError::Missing("initial_cluster", "initial-cluster"))?;
+        let placement = placement_settings(&args);
+        let (initial_cluster, join) = match (&args.initial_cluster, &args.join) {
+            (Some(_), Some(_)) => return Err(ConfigError::ClusterAndJoin),
+            (None, None) => return Err(ConfigError::NoCluster),
+            (Some(cluster), None) => (parse_initial_cluster(cluster)?, Vec::new()),
+            (None, Some(join)) => (BTreeMap::new(), parse_join(join)?),
+        };
         let config = NodeConfig {
             node_id: args
                 .node_id
@@ -287,7 +376,10 @@ impl NodeConfig {
             data_dir: args
                 .data_dir
                 .ok_or(ConfigError::Missing("data_dir", "data-dir"))?,
-            initial_cluster: parse_initial_cluster(&cluster)?,
+            initial_cluster,
+            join,
+            advertise: args.advertise.clone(),
+            placement,
             raft,
             kv: KvSettings {
                 dedup_window_ms: args
@@ -303,8 +395,17 @@ impl NodeConfig {
         Ok(config)
     }
 
-    /// Checks the cluster (size, duplicates, this node in it, listen address) and timings.
+    /// Checks the cluster (size, duplicates, this node in it, listen address), the
+    /// placement settings and the timings.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.placement.validate()?;
+        if !self.join.is_empty() {
+            if !self.initial_cluster.is_empty() {
+                return Err(ConfigError::ClusterAndJoin);
+            }
+            self.addr()?;
+            return self.validate_settings();
+        }
         if self.initial_cluster.is_empty() {
             return Err(ConfigError::EmptyCluster);
         }
@@ -328,6 +429,31 @@ impl NodeConfig {
             .get(&self.node_id)
             .ok_or(ConfigError::NotInCluster(self.node_id))?;
         check_listen(self.listen, own)?;
+        self.validate_settings()
+    }
+
+    /// The address peers and clients use for this node: its entry in the initial cluster,
+    /// else `advertise`, else the listen address (which must name an IP and a port).
+    pub fn addr(&self) -> Result<String, ConfigError> {
+        if let Some(addr) = self.initial_cluster.get(&self.node_id) {
+            return Ok(addr.clone());
+        }
+        if let Some(addr) = &self.advertise {
+            return match addr.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    Ok(addr.clone())
+                }
+                _ => Err(ConfigError::Advertise(addr.clone())),
+            };
+        }
+        if self.listen.ip().is_unspecified() || self.listen.port() == 0 {
+            return Err(ConfigError::Advertise(self.listen.to_string()));
+        }
+        Ok(self.listen.to_string())
+    }
+
+    /// Checks the timings, key-value and fault settings.
+    fn validate_settings(&self) -> Result<(), ConfigError> {
         self.raft
             .openraft_config()
             .map_err(|e| ConfigError::Timings(e.to_string()))?;
@@ -357,6 +483,56 @@ impl NodeConfig {
     pub fn snapshot_dir(&self) -> PathBuf {
         self.data_dir.join("snapshots")
     }
+}
+
+impl PlacementSettings {
+    /// Checks each setting against its bounds.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=REPLICATION_FACTOR_MAX).contains(&self.replication_factor) {
+            return Err(ConfigError::ReplicationFactor(self.replication_factor));
+        }
+        if !(NODE_DEAD_AFTER_MS_MIN..=NODE_DEAD_AFTER_MS_MAX).contains(&self.node_dead_after_ms) {
+            return Err(ConfigError::NodeDeadAfter(self.node_dead_after_ms));
+        }
+        let interval = self.rebalance_interval_ms;
+        if !(REBALANCE_INTERVAL_MS_MIN..=REBALANCE_INTERVAL_MS_MAX).contains(&interval) {
+            return Err(ConfigError::RebalanceInterval(interval));
+        }
+        Ok(())
+    }
+}
+
+/// The placement settings `args` give, defaults for the others.
+fn placement_settings(args: &ServeArgs) -> PlacementSettings {
+    let default = PlacementSettings::default();
+    PlacementSettings {
+        replication_factor: args
+            .replication_factor
+            .unwrap_or(default.replication_factor),
+        node_dead_after_ms: args
+            .node_dead_after_ms
+            .unwrap_or(default.node_dead_after_ms),
+        rebalance_interval_ms: args
+            .rebalance_interval_ms
+            .unwrap_or(default.rebalance_interval_ms),
+    }
+}
+
+/// Parses "127.0.0.1:7001,127.0.0.1:7002".
+fn parse_join(text: &str) -> Result<Vec<String>, ConfigError> {
+    let mut seeds = Vec::new();
+    for addr in text.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                seeds.push(addr.to_string())
+            }
+            _ => return Err(ConfigError::JoinAddress(addr.to_string())),
+        }
+    }
+    if seeds.is_empty() {
+        return Err(ConfigError::JoinAddress(text.to_string()));
+    }
+    Ok(seeds)
 }
 
 impl SplitSettings {

@@ -5,12 +5,15 @@
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
 mod cleanup;
+mod cluster_nodes;
 mod cluster_service;
 mod config;
 mod coordinated;
 mod faults;
 mod health;
+mod heartbeat;
 mod idempotency_service;
+mod join;
 mod kv_service;
 mod load;
 mod lock_driver;
@@ -19,10 +22,14 @@ mod lock_queues;
 mod lock_service;
 mod meta_client;
 mod node;
+mod peer_rpc;
 mod peers;
+mod placement;
 mod publisher;
 mod raft_service;
 mod ranges;
+mod rebalancer;
+mod replicas;
 mod router;
 mod run;
 mod shared;
@@ -31,7 +38,9 @@ mod splits;
 pub mod status;
 mod transport;
 
-pub use config::{ConfigError, KvSettings, NodeConfig, ServeArgs, parse_initial_cluster};
+pub use config::{
+    ConfigError, KvSettings, NodeConfig, PlacementSettings, ServeArgs, parse_initial_cluster,
+};
 pub use faults::Faults;
 pub use keel_raft::RaftTimings;
 pub use node::Node;

@@ -21,6 +21,7 @@ use keel_types::{
 };
 use tonic::Status;
 
+use crate::heartbeat;
 use crate::ranges::node_addr;
 use crate::shared::Shared;
 use crate::status::{kv_error, never_sent};
@@ -118,19 +119,21 @@ where
     Err(last)
 }
 
-/// The nodes to ask for the meta range's leader, best first.
+/// The nodes to ask for the meta range's leader, best first: the leader this node's replica
+/// (or its heartbeats) knows of, else the meta range's voters, else the first three nodes of
+/// the initial cluster.
 fn targets(shared: &Shared) -> Vec<(NodeId, NodeAddr)> {
-    let group = shared.groups.get(RangeId::META);
-    if let Some((leader, addr)) = group.as_ref().and_then(|group| group.leader())
-        && leader != shared.node_id
+    let members = heartbeat::meta_members(shared);
+    let leader = members.leader.filter(|id| *id != shared.node_id);
+    if let Some(leader) = leader
+        && let Some(addr) = node_addr(shared, leader)
     {
         return vec![(leader, addr)];
     }
-    let members = group.map(|group| group.members()).unwrap_or_default();
     let voters: Vec<(NodeId, NodeAddr)> = members
+        .voters
         .into_iter()
-        .filter(|member| member.voter)
-        .map(|member| (member.id, member.addr))
+        .map(|voter| (voter.id, voter.addr))
         .collect();
     let voters = if voters.is_empty() {
         let first = shared.cluster.keys().take(META_REPLICAS);

@@ -31,15 +31,20 @@ use crate::cleanup;
 use crate::cluster_service::ClusterService;
 use crate::config::NodeConfig;
 use crate::health::Health;
+use crate::heartbeat::{self, Heartbeats};
 use crate::idempotency_service::IdempotencyService;
+use crate::join;
 use crate::kv_service::KvService;
 use crate::load::LoadTracker;
 use crate::lock_service::LockService;
 use crate::meta_client::META_REPLICAS;
 use crate::peers::Peers;
+use crate::placement::MetaLeadership;
 use crate::publisher::{self, Published};
 use crate::raft_service::RaftService;
 use crate::ranges::{self, RangeTables};
+use crate::rebalancer;
+use crate::replicas::Prepared;
 use crate::shared::Shared;
 use crate::split_driver;
 use crate::transport::GrpcTransport;
@@ -78,14 +83,17 @@ impl Node {
         let addr = listener.local_addr()?;
         let span = info_span!("node", node_id);
         let (store, stored) = open_store(&config).instrument(span.clone()).await?;
+        let awaits_bootstrap = awaited_ranges(&config, &store, &stored).await?;
         let source = Some(config.listen.ip()).filter(|ip| !ip.is_unspecified());
         let peers = Arc::new(Peers::new(source));
         let transport = Arc::new(GrpcTransport::new(peers.clone()));
         let groups = Groups::on_store(node_id, store.clone(), config.raft.clone(), transport);
         let shared = Arc::new(Shared {
             node_id,
-            addr: config.initial_cluster[&node_id].clone(),
+            addr: config.addr()?,
             cluster: config.initial_cluster.clone(),
+            join: config.join.clone(),
+            awaits_bootstrap,
             groups,
             store: store.clone(),
             ranges: RangeTables::default(),
@@ -93,6 +101,10 @@ impl Node {
             published: Published::default(),
             peers,
             health: Health::new(store),
+            heartbeats: Heartbeats::default(),
+            prepared: Prepared::default(),
+            meta_leadership: MetaLeadership::default(),
+            placement: config.placement,
             timings: config.raft.clone(),
             kv: config.kv,
             clock: config.clock.clone(),
@@ -115,6 +127,8 @@ impl Node {
             tokio::spawn(ranges::watch(shared.clone()).instrument(span.clone())),
             tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
             tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
+            tokio::spawn(heartbeat::run(shared.clone()).instrument(span.clone())),
+            tokio::spawn(rebalancer::run(shared.clone()).instrument(span.clone())),
         ];
         let node = Node {
             node_id,
@@ -124,12 +138,19 @@ impl Node {
             stop_server,
             tasks,
         };
-        if let Err(error) = bootstrap(&config, &stored, &node.shared)
-            .instrument(span)
+        if let Err(error) = bootstrap(&config, &node.shared)
+            .instrument(span.clone())
             .await
         {
             node.shutdown().await?;
             return Err(error.context("bootstrapping the cluster"));
+        }
+        if !config.join.is_empty() {
+            let joining = join::run(node.shared.clone()).instrument(span);
+            let mut node = node;
+            node.tasks.push(tokio::spawn(joining));
+            info!(node_id, %addr, "node started; joining the cluster");
+            return Ok(node);
         }
         info!(node_id, %addr, "node started");
         Ok(node)
@@ -208,12 +229,38 @@ impl Node {
 struct Stored {
     /// Ranges with persisted Raft state.
     raft: BTreeSet<RangeId>,
+    /// Ranges whose removal a crash interrupted.
+    removals: Vec<RangeId>,
 }
 
 impl Stored {
     fn has(&self, range: RangeId) -> bool {
         self.raft.contains(&range)
     }
+}
+
+/// Of the first range and the meta range, those this node waits to receive from the
+/// bootstrap's log: it is one of their initial replicas (every node of the initial cluster
+/// for the first range, the first `META_REPLICAS` for the meta range) and its store has
+/// never held state of them (no state now, and none removed).
+async fn awaited_ranges(
+    config: &NodeConfig,
+    store: &Store,
+    stored: &Stored,
+) -> anyhow::Result<BTreeSet<RangeId>> {
+    let initial: Vec<NodeId> = config.initial_cluster.keys().copied().collect();
+    let meta_replicas = &initial[..initial.len().min(META_REPLICAS)];
+    let mut awaited = BTreeSet::new();
+    for (range, replicas) in [
+        (RangeId::FIRST, &initial[..]),
+        (RangeId::META, meta_replicas),
+    ] {
+        let fresh = !stored.has(range) && !store.was_removed(range).await?;
+        if fresh && replicas.contains(&config.node_id) {
+            awaited.insert(range);
+        }
+    }
+    Ok(awaited)
 }
 
 /// Opens DATA_DIR/keel.redb (creating the directories) and lists the ranges with Raft state
@@ -230,16 +277,22 @@ async fn open_store(config: &NodeConfig) -> anyhow::Result<(Store, Stored)> {
         let store = Store::open_with(&path, &snapshot_dir, options)
             .with_context(|| format!("opening {}", path.display()))?;
         let raft = store.ranges()?.into_iter().collect();
-        Ok((store, Stored { raft }))
+        let removals = store.removals()?;
+        Ok((store, Stored { raft, removals }))
     })
     .await?
 }
 
-/// Starts the groups of the first range, the meta range and every range of the store, and
-/// reads the store's ranges into the local range table.
+/// Finishes the removals a crash interrupted, starts the groups of every range of the store
+/// and of the ranges this node awaits from the bootstrap, and reads the store's ranges into
+/// the local range table.
 async fn start_groups(shared: &Shared, stored: &Stored) -> anyhow::Result<()> {
-    let always = [RangeId::META, RangeId::FIRST];
-    for range in always.into_iter().chain(stored.raft.iter().copied()) {
+    for range in &stored.removals {
+        info!(%range, "finishing the removal of a replica");
+        shared.store.remove_range(*range).await?;
+    }
+    let awaited = shared.awaits_bootstrap.iter().copied();
+    for range in awaited.chain(stored.raft.iter().copied()) {
         shared.groups.ensure(range).await?;
     }
     ranges::refresh_local(shared).await?;
@@ -247,20 +300,21 @@ async fn start_groups(shared: &Shared, stored: &Stored) -> anyhow::Result<()> {
 }
 
 /// Initializes the first range and the meta range exactly once: only on the node with the
-/// smallest id, only for a range its store holds no Raft state of. The first range gets every
-/// initial member as a voter, the meta range the first `META_REPLICAS` by id. Every other
-/// node waits to be contacted by the leaders. A store of a release before the meta range (a
-/// first range, no meta range) gets its meta range on the next start of that node.
-async fn bootstrap(config: &NodeConfig, stored: &Stored, shared: &Shared) -> anyhow::Result<()> {
+/// smallest id, only for a range its store has never held (no Raft state, not removed). The
+/// first range gets every initial member as a voter, the meta range the first
+/// `META_REPLICAS` by id. Every other node waits to be contacted by the leaders. A store of a
+/// release before the meta range (a first range, no meta range) gets its meta range on the
+/// next start of that node.
+async fn bootstrap(config: &NodeConfig, shared: &Shared) -> anyhow::Result<()> {
     let bootstrap_node = config.bootstrap_node();
     if bootstrap_node != Some(config.node_id) {
-        if stored.has(RangeId::FIRST) {
-            info!("raft state found; rejoining the cluster");
-        } else {
+        if shared.awaits_bootstrap.contains(&RangeId::FIRST) {
             info!(
                 ?bootstrap_node,
                 "fresh node; waiting for the cluster to contact it"
             );
+        } else {
+            info!("rejoining the cluster");
         }
         return Ok(());
     }
@@ -275,8 +329,8 @@ async fn bootstrap(config: &NodeConfig, stored: &Stored, shared: &Shared) -> any
         .map(|(id, addr)| (*id, addr.clone()))
         .collect();
     for (range, members) in [(RangeId::FIRST, members), (RangeId::META, meta_members)] {
-        if stored.has(range) {
-            info!(%range, "raft state found; rejoining");
+        if !shared.awaits_bootstrap.contains(&range) {
+            info!(%range, "held before; rejoining");
             continue;
         }
         let group = shared.groups.ensure(range).await?;

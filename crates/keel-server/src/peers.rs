@@ -45,6 +45,11 @@ impl Peers {
         channels.insert(node, (addr.to_string(), channel.clone()));
         Ok(channel)
     }
+
+    /// A channel, not kept, to an address whose node is not known yet (a join address).
+    pub fn seed_channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+        Ok(endpoint(addr)?.local_address(self.source).connect_lazy())
+    }
 }
 
 fn endpoint(addr: &str) -> Result<Endpoint, tonic::transport::Error> {

@@ -1,18 +1,26 @@
-//! The `keel.raft.v1.Raft` service: the receiving side of the gRPC transport, and meta
-//! proposals from other nodes. Hands raw payloads to `Groups` and returns their encoded
-//! replies; decodes a meta command and proposes it on the meta range's leader (here, or
-//! forwarded once). Knows nothing of openraft types.
+//! The `keel.raft.v1.Raft` service: the receiving side of the gRPC transport, meta
+//! proposals, heartbeats and replica calls from other nodes. Hands raw payloads to `Groups`
+//! and returns their encoded replies; decodes a meta command and proposes it on the meta
+//! range's leader (here, or forwarded once); records heartbeats; serves replica calls here
+//! (`replicas`) or forwards them once to the range's leader. Knows nothing of openraft types.
 
 use std::sync::Arc;
 
+use keel_proto::raft::raft_client::RaftClient;
 use keel_proto::raft::raft_server::Raft;
-use keel_proto::raft::{MetaProposal, RaftReply, RaftRequest, SnapshotChunk};
+use keel_proto::raft::{MetaProposal, NodeMessage, RaftReply, RaftRequest, SnapshotChunk};
 use keel_raft::{Groups, InboundError, RpcKind, wire};
-use keel_types::{KvError, MetaCommand, MetaOutcome, RangeId};
+use keel_types::{
+    KvError, MetaCommand, MetaOutcome, NodeReport, RangeId, ReplicaChange, ReplicaMembership,
+};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span};
 
+use crate::heartbeat;
 use crate::meta_client;
+use crate::peer_rpc::PeerCall;
+use crate::replicas;
 use crate::shared::Shared;
 use crate::status::to_status;
 
@@ -40,6 +48,56 @@ impl RaftService {
             return meta_client::propose_here(&self.shared, command).await;
         }
         meta_client::propose_meta(&self.shared, command).await
+    }
+
+    /// Serves a replica call on this node, or (unless `no_forward`) forwards it once to the
+    /// node a `NotLeader` names; the reply carries the encoded answer.
+    async fn replica_call<P, T, F, Fut, R, RFut>(
+        &self,
+        request: Request<NodeMessage>,
+        write: bool,
+        serve: F,
+        forward: R,
+    ) -> Result<Response<RaftReply>, Status>
+    where
+        P: serde::de::DeserializeOwned + serde::Serialize,
+        T: serde::Serialize + serde::de::DeserializeOwned,
+        F: FnOnce(P) -> Fut,
+        Fut: std::future::Future<Output = Result<T, KvError>>,
+        R: FnOnce(RaftClient<Channel>, NodeMessage) -> RFut,
+        RFut: std::future::Future<Output = Result<Response<RaftReply>, Status>>,
+    {
+        let message = request.into_inner();
+        let range = RangeId(message.range_id);
+        let payload: P = wire::decode(&message.payload).map_err(|e| {
+            to_status(&KvError::invalid(format!(
+                "replica call from node {}: {e}",
+                message.from
+            )))
+        })?;
+        let answer = match serve(payload).await {
+            Err(KvError::NotLeader {
+                leader: Some((node, addr)),
+                ..
+            }) if !message.no_forward && node != self.shared.node_id => {
+                let payload: P = wire::decode(&message.payload)
+                    .map_err(|e| Status::internal(format!("decoding a payload again: {e}")))?;
+                let call = PeerCall {
+                    node,
+                    addr: &addr,
+                    range,
+                    payload: &payload,
+                    forward: false,
+                    write,
+                    deadline: self.shared.forward_deadline(write),
+                };
+                call.send::<T, _, _>(&self.shared, forward).await
+            }
+            answer => answer,
+        };
+        let answer = answer.map_err(|e| to_status(&e))?;
+        let payload = wire::encode(&answer).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftReply { payload }))
     }
 
     async fn handle(
@@ -99,6 +157,82 @@ impl Raft for RaftService {
             .await
             .map_err(|e| inbound_status(&e))?;
         Ok(Response::new(RaftReply { payload }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let message = request.into_inner();
+        let report: NodeReport = wire::decode(&message.payload).map_err(|e| {
+            Status::invalid_argument(format!("heartbeat from node {}: {e}", message.from))
+        })?;
+        self.shared.heartbeats.record(message.from, report);
+        let members = heartbeat::meta_members(&self.shared);
+        let payload = wire::encode(&members).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftReply { payload }))
+    }
+
+    async fn prepare_replica(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let range = RangeId(request.get_ref().range_id);
+        let shared = self.shared.clone();
+        let serve =
+            |view: ReplicaMembership| async move { replicas::prepare(&shared, range, &view).await };
+        let forward = |mut client: RaftClient<Channel>, message| async move {
+            client.prepare_replica(message).await
+        };
+        self.replica_call(request, false, serve, forward).await
+    }
+
+    async fn remove_replica(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let range = RangeId(request.get_ref().range_id);
+        let shared = self.shared.clone();
+        let serve =
+            |view: ReplicaMembership| async move { replicas::remove(&shared, range, &view).await };
+        let forward = |mut client: RaftClient<Channel>, message| async move {
+            client.remove_replica(message).await
+        };
+        self.replica_call(request, false, serve, forward).await
+    }
+
+    async fn replica_membership(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let range = RangeId(request.get_ref().range_id);
+        let shared = self.shared.clone();
+        let serve = |()| async move { replicas::membership(&shared, range).await };
+        let forward = |mut client: RaftClient<Channel>, message| async move {
+            client.replica_membership(message).await
+        };
+        self.replica_call(request, false, serve, forward).await
+    }
+
+    async fn change_replicas(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let range = RangeId(request.get_ref().range_id);
+        let span = info_span!(
+            "replicas",
+            node_id = self.shared.node_id,
+            range_id = range.0
+        );
+        let shared = self.shared.clone();
+        let serve =
+            |change: ReplicaChange| async move { replicas::change(&shared, range, &change).await };
+        let forward = |mut client: RaftClient<Channel>, message| async move {
+            client.change_replicas(message).await
+        };
+        self.replica_call(request, true, serve, forward)
+            .instrument(span)
+            .await
     }
 
     async fn propose_meta(

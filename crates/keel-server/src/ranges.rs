@@ -12,9 +12,10 @@
 //! The watcher starts a group for every range of the store, and for every range the meta
 //! table says this node replicates when no local range with state overlaps it (a replica
 //! that missed the split, as when its parent caught up from a snapshot taken after it: it
-//! gets the new range by snapshot), once the first range has state here. A group is never
-//! started for a range that overlaps a local range with state, and such a snapshot is refused
-//! (`keel_raft::Groups`).
+//! gets the new range by snapshot), unless it still waits for the first range from the
+//! bootstrap. A group is never started for a range that overlaps a local range with state,
+//! and such a snapshot is refused (`keel_raft::Groups`). After each read of the meta range it
+//! collects the replicas this node should no longer have (`replicas::collect_garbage`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -23,11 +24,14 @@ use std::time::{Duration, Instant};
 use keel_meta::RangeTable;
 use keel_raft::RaftGroup;
 use keel_types::validate::show_key;
-use keel_types::{KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor, RangeId};
+use keel_types::{
+    KvError, MetaMembers, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor, RangeId,
+};
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, warn};
 
 use crate::meta_client;
+use crate::replicas;
 use crate::shared::Shared;
 
 /// How often the watcher reads the meta range.
@@ -42,6 +46,8 @@ pub(crate) struct RangeTables {
     meta: RwLock<MetaView>,
     /// When the meta table was last read (`None`: never).
     meta_read_at: Mutex<Option<Instant>>,
+    /// The meta range's voters and leader as heartbeats (or a join) told this node.
+    meta_members: RwLock<MetaMembers>,
 }
 
 /// This node's cache of the meta range.
@@ -80,6 +86,28 @@ impl RangeTables {
     /// Every range the meta table records, in key order.
     pub fn meta_ranges(&self) -> Vec<RangeDescriptor> {
         read(&self.meta).table.ranges().cloned().collect()
+    }
+
+    /// The ids of the nodes the meta table records.
+    pub fn meta_node_ids(&self) -> Vec<NodeId> {
+        read(&self.meta).nodes.keys().copied().collect()
+    }
+
+    /// The meta range's members as heartbeats (or a join) told this node.
+    pub fn meta_members(&self) -> MetaMembers {
+        read(&self.meta_members).clone()
+    }
+
+    pub fn set_meta_members(&self, members: MetaMembers) {
+        *write(&self.meta_members) = members;
+    }
+
+    /// Adds nodes to the cached meta table's nodes (what a join answered).
+    pub fn learn_nodes(&self, nodes: Vec<NodeDescriptor>) {
+        let mut view = write(&self.meta);
+        for node in nodes {
+            view.nodes.insert(node.id, node.addr);
+        }
     }
 
     /// Replaces the cached meta table.
@@ -166,9 +194,14 @@ pub(crate) async fn watch(shared: Arc<Shared>) {
             warn!(%error, "reading the store's ranges");
             continue;
         }
-        if from_meta && let Err(error) = adopt_from_meta(&shared).await {
-            debug!(%error, "reading the meta range; trying again later");
+        if !from_meta {
+            continue;
         }
+        if let Err(error) = adopt_from_meta(&shared).await {
+            debug!(%error, "reading the meta range; trying again later");
+            continue;
+        }
+        replicas::collect_garbage(&shared).await;
     }
 }
 
@@ -177,9 +210,9 @@ pub(crate) async fn watch(shared: Arc<Shared>) {
 async fn adopt_from_meta(shared: &Shared) -> Result<(), KvError> {
     refresh_meta(shared).await?;
     // The first range without state owns the whole keyspace as soon as it applies its first
-    // entries from the log: a range adopted before that would be overwritten by its replay.
-    let first = shared.ranges.local_ranges();
-    if !first.iter().any(|range| range.id == RangeId::FIRST) {
+    // entries from the bootstrap's log: a range adopted before that would be overwritten by
+    // its replay.
+    if shared.awaits_bootstrap(RangeId::FIRST) {
         return Ok(());
     }
     for range in shared.ranges.meta_ranges() {
@@ -233,12 +266,41 @@ async fn elsewhere(shared: &Shared, key: &[u8]) -> KvError {
     }
 }
 
-/// A node's address: as the meta range records it, or as the initial cluster lists it.
+/// Another node to ask about `range` when this node does not lead it: the meta range's
+/// leader or a voter of it (the meta range), else a replica the meta table names.
+pub(crate) fn replica_hint(shared: &Shared, range: RangeId) -> Option<(NodeId, NodeAddr)> {
+    let me = shared.node_id;
+    if range == RangeId::META {
+        let members = shared.ranges.meta_members();
+        let leader = members.leader.filter(|id| *id != me);
+        let preferred = leader
+            .into_iter()
+            .chain(members.voters.iter().map(|v| v.id));
+        return preferred
+            .filter(|id| *id != me)
+            .find_map(|id| Some((id, node_addr(shared, id)?)));
+    }
+    let recorded = shared.ranges.meta_ranges();
+    let range = recorded.into_iter().find(|recorded| recorded.id == range)?;
+    range
+        .replicas
+        .into_iter()
+        .filter(|id| *id != me)
+        .find_map(|id| Some((id, node_addr(shared, id)?)))
+}
+
+/// A node's address: as the meta range records it, as the initial cluster lists it, or as
+/// the meta range's members name it.
 pub(crate) fn node_addr(shared: &Shared, node: NodeId) -> Option<NodeAddr> {
     shared
         .ranges
         .meta_addr(node)
         .or_else(|| shared.cluster.get(&node).map(NodeAddr::new))
+        .or_else(|| {
+            let members = shared.ranges.meta_members();
+            let voter = members.voters.into_iter().find(|voter| voter.id == node);
+            voter.map(|voter| voter.addr)
+        })
 }
 
 /// Whether two spans share a key.

@@ -2,7 +2,7 @@
 //! initial cluster, its groups, store, range tables, load counters, peer channels and health.
 //! Knows nothing of request semantics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,21 +10,29 @@ use keel_raft::{GroupError, Groups, RaftGroup, RaftTimings};
 use keel_storage::Store;
 use keel_types::{KvError, NodeId, RangeId, SharedClock};
 
-use crate::config::KvSettings;
+use crate::config::{KvSettings, PlacementSettings};
 use crate::faults::Faults;
 use crate::health::Health;
+use crate::heartbeat::Heartbeats;
 use crate::load::LoadTracker;
 use crate::peers::Peers;
+use crate::placement::MetaLeadership;
 use crate::publisher::Published;
 use crate::ranges::RangeTables;
+use crate::replicas::Prepared;
 
 pub(crate) struct Shared {
     pub node_id: NodeId,
     /// The address peers and clients use for this node.
     pub addr: String,
     /// The initial cluster's nodes and addresses (the meta range's first replicas are its
-    /// first three ids).
+    /// first three ids); empty on a node that joined.
     pub cluster: BTreeMap<NodeId, String>,
+    /// Addresses of running nodes this node joins the cluster through.
+    pub join: Vec<String>,
+    /// The first range and the meta range, for each this node waits to receive from the
+    /// bootstrap's log: it is of the initial cluster and its store never held state of it.
+    pub awaits_bootstrap: BTreeSet<RangeId>,
     pub groups: Groups,
     pub store: Store,
     /// The local range table (routing) and the cached meta table (forwarding).
@@ -35,6 +43,13 @@ pub(crate) struct Shared {
     pub published: Published,
     pub peers: Arc<Peers>,
     pub health: Health,
+    /// The last heartbeat of every node.
+    pub heartbeats: Heartbeats,
+    /// Empty groups prepared for replicas on their way.
+    pub prepared: Prepared,
+    /// Since when this node leads the meta range.
+    pub meta_leadership: MetaLeadership,
+    pub placement: PlacementSettings,
     pub timings: RaftTimings,
     pub kv: KvSettings,
     pub clock: SharedClock,
@@ -64,6 +79,16 @@ impl Shared {
                 }
                 error => KvError::fatal(error.to_string()),
             })
+    }
+
+    /// Whether this node still waits for `range`'s first state from the bootstrap's log (a
+    /// range it has no state of yet).
+    pub fn awaits_bootstrap(&self, range: RangeId) -> bool {
+        self.awaits_bootstrap.contains(&range)
+            && self
+                .groups
+                .get(range)
+                .is_none_or(|group| group.membership().voters.is_empty())
     }
 
     /// How long a forwarded request may take: the leader's own deadline plus one second of

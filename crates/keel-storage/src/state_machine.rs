@@ -22,8 +22,8 @@ use std::io;
 use futures::{Stream, StreamExt};
 use keel_types::{
     Cleanup, CoordinationCounts, ExpiredKey, ExpiredRecord, IdempotencyRecord, KeyValue, LockHold,
-    LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, Revision,
-    limits,
+    LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim,
+    ReplicaMembership, Revision, limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::RaftStateMachine;
@@ -195,6 +195,18 @@ impl StateMachine {
     pub async fn descriptor(&self) -> Result<RangeDescriptor, StorageError> {
         let range = self.range;
         Ok(self.state().await?.descriptor(range))
+    }
+
+    /// The range's applied membership: its descriptor and its learners.
+    pub async fn replica_membership(&self) -> Result<ReplicaMembership, StorageError> {
+        let range = self.range;
+        let state = self.state().await?;
+        let mut learners: Vec<NodeId> = state.membership.membership().learner_ids().collect();
+        learners.sort_unstable();
+        Ok(ReplicaMembership {
+            range: state.descriptor(range),
+            learners,
+        })
     }
 
     /// Where to split the range for size: the first key at which the key plus value bytes of

@@ -24,4 +24,7 @@ pub use coordination::{
 };
 pub use error::KvError;
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};
-pub use range::{MetaCommand, MetaOutcome, NodeDescriptor, NodeState, RangeDescriptor, Split};
+pub use range::{
+    LedRange, MetaCommand, MetaMembers, MetaOutcome, NodeDescriptor, NodeReport, NodeState,
+    RangeDescriptor, ReplicaChange, ReplicaMembership, Split,
+};

@@ -99,6 +99,107 @@ impl NodeState {
     }
 }
 
+/// A change of a range's replicas, carried out by its leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaChange {
+    /// Add `node` as a voter: learner, snapshot and log until caught up, then voter.
+    Add { node: NodeId, addr: NodeAddr },
+    /// Remove voter `node`, which must not be the leader.
+    Remove { node: NodeId },
+    /// Add `to` as a learner until caught up, then swap voter `from` (not the leader) for it
+    /// in one joint change.
+    Replace {
+        from: NodeId,
+        to: NodeId,
+        addr: NodeAddr,
+    },
+    /// Remove learner `node`.
+    RemoveLearner { node: NodeId },
+}
+
+impl ReplicaChange {
+    /// The node that gains a replica, if any.
+    pub fn added(&self) -> Option<(NodeId, &NodeAddr)> {
+        match self {
+            ReplicaChange::Add { node, addr } => Some((*node, addr)),
+            ReplicaChange::Replace { to, addr, .. } => Some((*to, addr)),
+            _ => None,
+        }
+    }
+
+    /// The node that loses its replica, if any.
+    pub fn removed(&self) -> Option<NodeId> {
+        match self {
+            ReplicaChange::Remove { node } | ReplicaChange::RemoveLearner { node } => Some(*node),
+            ReplicaChange::Replace { from, .. } => Some(*from),
+            ReplicaChange::Add { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ReplicaChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplicaChange::Add { node, .. } => write!(f, "add {node}"),
+            ReplicaChange::Remove { node } => write!(f, "remove {node}"),
+            ReplicaChange::Replace { from, to, .. } => write!(f, "replace {from} -> {to}"),
+            ReplicaChange::RemoveLearner { node } => write!(f, "remove learner {node}"),
+        }
+    }
+}
+
+/// A range's membership as its leader committed it: the descriptor (span, epoch,
+/// conf_version, voters) and the learners.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaMembership {
+    pub range: RangeDescriptor,
+    pub learners: Vec<NodeId>,
+}
+
+impl ReplicaMembership {
+    /// Whether `node` is a voter or a learner.
+    pub fn includes(&self, node: NodeId) -> bool {
+        self.range.replicas.contains(&node) || self.learners.contains(&node)
+    }
+}
+
+/// What a node tells its peers in its heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeReport {
+    pub addr: NodeAddr,
+    /// Groups it runs.
+    pub replicas: u64,
+    /// The ranges it leads (the meta range included) with their membership as it knows it;
+    /// sent only to the meta range's voters (`None` to the other peers).
+    pub leads: Option<Vec<LedRange>>,
+}
+
+/// A range a node leads, with the membership its group has now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedRange {
+    pub range: RangeId,
+    /// In id order.
+    pub voters: Vec<NodeId>,
+    /// In id order.
+    pub learners: Vec<NodeId>,
+    /// A membership change is half done (two configurations).
+    pub joint: bool,
+    /// Live keys and their bytes (keys + values) in the leader's applied state.
+    pub keys: u64,
+    pub size_bytes: u64,
+    /// Requests per second the leader served lately, in thousandths.
+    pub requests_per_sec_milli: u64,
+}
+
+/// The meta range's voters and leader as a node knows them: what a heartbeat answers, so
+/// nodes that host no replica of it can still reach it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaMembers {
+    pub leader: Option<NodeId>,
+    /// In id order.
+    pub voters: Vec<NodeDescriptor>,
+}
+
 /// A command of the meta range (range 0). Applied only there; any other range refuses it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaCommand {

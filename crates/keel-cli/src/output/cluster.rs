@@ -1,12 +1,14 @@
-//! What `cluster ranges` and `cluster split` print: an aligned table whose cells hold no
-//! spaces (spans are written `["a","m")`), or JSON. Pure.
+//! What `cluster ranges`, `cluster split`, `cluster status` and the node commands print: an
+//! aligned table whose cells hold no spaces (spans are written `["a","m")`), a line, or
+//! JSON. Pure.
 
 use keel_client::RangeInfo;
-use keel_types::RangeDescriptor;
+use keel_proto::v1;
 use keel_types::validate::show_key;
+use keel_types::{NodeId, RangeDescriptor};
 use serde_json::{Value, json};
 
-use super::{Output, Report, align, bytes, json_line};
+use super::{Output, Report, align, bytes, json_line, line};
 
 /// `cluster ranges`: one row per range in key order, or a JSON array.
 pub fn ranges(ranges: &[RangeInfo], output: Output) -> Report {
@@ -91,4 +93,107 @@ fn range_json(range: &RangeInfo) -> Value {
     value["keys"] = json!(range.keys);
     value["requests_per_sec"] = json!(range.requests_per_sec);
     value
+}
+
+/// `cluster status`: one row per node (state, liveness, replicas, leaders, last heartbeat),
+/// a line naming the meta range's leader and the replication factor; or a JSON object.
+pub fn members(members: &v1::MembersResponse, output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text => {
+            let header = [
+                "node",
+                "addr",
+                "state",
+                "liveness",
+                "replicas",
+                "leaders",
+                "heartbeat",
+            ];
+            let mut table: Vec<Vec<String>> = vec![header.map(String::from).to_vec()];
+            table.extend(members.nodes.iter().map(node_cells));
+            let footer = format!(
+                "meta leader: node {}; replication factor {}\n",
+                members.meta_leader_id, members.replication_factor
+            );
+            (align(&table) + &footer).into_bytes()
+        }
+        Output::Json => json_line(&json!({
+            "nodes": members.nodes.iter().map(node_json).collect::<Vec<_>>(),
+            "meta_leader": members.meta_leader_id,
+            "replication_factor": members.replication_factor,
+        })),
+    })
+}
+
+fn node_cells(node: &v1::NodeInfo) -> Vec<String> {
+    let heartbeat = node
+        .heartbeat_age_ms
+        .map_or("-".to_string(), |ms| format!("{:.1}s", ms as f64 / 1000.0));
+    vec![
+        node.node_id.to_string(),
+        if node.addr.is_empty() {
+            "-".to_string()
+        } else {
+            node.addr.clone()
+        },
+        node.state.clone(),
+        node.liveness.clone(),
+        node.replicas.to_string(),
+        node.leaders.to_string(),
+        heartbeat,
+    ]
+}
+
+fn node_json(node: &v1::NodeInfo) -> Value {
+    json!({
+        "node_id": node.node_id,
+        "addr": node.addr,
+        "state": node.state,
+        "liveness": node.liveness,
+        "replicas": node.replicas,
+        "leaders": node.leaders,
+        "heartbeat_age_ms": node.heartbeat_age_ms,
+    })
+}
+
+/// `cluster add-node`: the node added, and the registered nodes (JSON).
+pub fn added(node: NodeId, nodes: &[v1::Member], output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text => {
+            line(format!("node {node} added; {} nodes registered", nodes.len()).as_bytes())
+        }
+        Output::Json => json_line(&json!({
+            "added": node,
+            "nodes": nodes
+                .iter()
+                .map(|member| json!({"node_id": member.node_id, "addr": member.addr}))
+                .collect::<Vec<_>>(),
+        })),
+    })
+}
+
+/// `cluster remove-node --no-wait`.
+pub fn draining(node: NodeId, output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text => line(format!("node {node} draining").as_bytes()),
+        Output::Json => json_line(&json!({ "node_id": node, "state": "draining" })),
+    })
+}
+
+/// `cluster remove-node` once the node is drained.
+pub fn removed(node: NodeId, output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text => {
+            line(format!("node {node} removed; it holds no replica and may be stopped").as_bytes())
+        }
+        Output::Json => json_line(&json!({ "node_id": node, "state": "removed" })),
+    })
+}
+
+/// `cluster transfer-leader`.
+pub fn transferred(range: u64, node: NodeId, output: Output) -> Report {
+    Report::ok(match output {
+        Output::Text => line(format!("range {range}: leadership handed to node {node}").as_bytes()),
+        Output::Json => json_line(&json!({ "range_id": range, "leader": node })),
+    })
 }

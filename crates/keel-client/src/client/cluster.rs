@@ -100,15 +100,63 @@ impl Client {
             node_id: node,
             no_forward: false,
         };
+        self.on_any_endpoint(|mut cluster| async move { cluster.transfer_leader(request).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// Registers node `node` at `addr` with the cluster as active, so that it gets replicas
+    /// (`keel serve --join` does this for its own node). Returns the registered nodes.
+    /// Answered by the meta range's leader; the endpoints are tried in turn, one attempt
+    /// each. `InvalidArgument` when the cluster refuses the node (removed before, or an
+    /// address or id another node holds).
+    pub async fn add_node(&self, node: NodeId, addr: &str) -> Result<Vec<v1::Member>, KvError> {
+        let request = v1::AddNodeRequest {
+            node_id: node,
+            addr: addr.to_string(),
+            no_forward: false,
+        };
+        let answer = self
+            .on_any_endpoint(|mut cluster| {
+                let request = request.clone();
+                async move { cluster.add_node(request).await }
+            })
+            .await?;
+        Ok(answer.nodes)
+    }
+
+    /// Starts draining node `node`: its replicas and leaderships move to other nodes, then
+    /// it is marked removed (`members` shows the progress). `InvalidArgument` when the node
+    /// is unknown or too few active nodes would remain.
+    pub async fn remove_node(&self, node: NodeId) -> Result<(), KvError> {
+        let request = v1::RemoveNodeRequest {
+            node_id: node,
+            no_forward: false,
+        };
+        self.on_any_endpoint(|mut cluster| async move { cluster.remove_node(request).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// The registered nodes with their state, liveness and replica and leader counts, as the
+    /// meta range's leader knows them.
+    pub async fn members(&self) -> Result<v1::MembersResponse, KvError> {
+        let request = v1::MembersRequest { no_forward: false };
+        self.on_any_endpoint(|mut cluster| async move { cluster.members(request).await })
+            .await
+    }
+
+    /// One call of the Cluster service on each endpoint in turn until one answers; a final
+    /// `InvalidArgument` is returned at once.
+    async fn on_any_endpoint<T, F, Fut>(&self, call: F) -> Result<T, KvError>
+    where
+        F: Fn(ClusterClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let mut last = KvError::unavailable("the client has no endpoints");
         for endpoint in &self.inner.endpoints {
-            let answer = self
-                .cluster_call(endpoint, |mut cluster| async move {
-                    cluster.transfer_leader(request).await
-                })
-                .await;
-            match answer {
-                Ok(_) => return Ok(()),
+            match self.cluster_call(endpoint, &call).await {
+                Ok(answer) => return Ok(answer),
                 Err(error @ KvError::InvalidArgument { .. }) => return Err(error),
                 Err(error) => last = error,
             }

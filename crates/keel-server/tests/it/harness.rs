@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{RangeStatus, StatusRequest, StatusResponse};
-use keel_server::{Faults, KvSettings, Node, NodeConfig, RaftTimings};
+use keel_server::{Faults, KvSettings, Node, NodeConfig, PlacementSettings, RaftTimings};
 use keel_types::{NodeId, RangeId, SystemClock};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
@@ -68,6 +68,9 @@ impl Cluster {
             listen: self.initial_cluster[&id].parse().unwrap(),
             data_dir: self.dirs[&id].path().to_path_buf(),
             initial_cluster: self.initial_cluster.clone(),
+            join: Vec::new(),
+            advertise: None,
+            placement: PlacementSettings::default(),
             raft: self.timings.clone(),
             kv: KvSettings::default(),
             clock: SystemClock::shared(),

@@ -339,6 +339,27 @@ impl Cluster for Service {
         Err(Status::unimplemented("the fake does not transfer leaders"))
     }
 
+    async fn add_node(
+        &self,
+        _request: Request<v1::AddNodeRequest>,
+    ) -> Result<Response<v1::AddNodeResponse>, Status> {
+        Err(Status::unimplemented("the fake has fixed nodes"))
+    }
+
+    async fn remove_node(
+        &self,
+        _request: Request<v1::RemoveNodeRequest>,
+    ) -> Result<Response<v1::RemoveNodeResponse>, Status> {
+        Err(Status::unimplemented("the fake has fixed nodes"))
+    }
+
+    async fn members(
+        &self,
+        _request: Request<v1::MembersRequest>,
+    ) -> Result<Response<v1::MembersResponse>, Status> {
+        Err(Status::unimplemented("the fake has no members list"))
+    }
+
     async fn ranges(
         &self,
         _request: Request<v1::RangesRequest>,

@@ -1,0 +1,209 @@
+//! Growing, shrinking and healing a real in-process cluster: a node that joins takes its share
+//! of replicas and leaders; a node that stays dead past the timeout has its replicas
+//! re-created elsewhere; a drained node ends with nothing. After each, every range has 3
+//! voters on distinct nodes and every acknowledged write reads back.
+
+use std::collections::BTreeMap;
+
+use keel_client::{Client, PutOptions};
+use keel_proto::v1::MembersResponse;
+use keel_server::PlacementSettings;
+use keel_types::{Consistency, NodeId};
+
+use crate::harness::{Cluster, eventually};
+
+/// Fast healing for tests: a node is dead after 3 s without a heartbeat.
+fn placement() -> PlacementSettings {
+    PlacementSettings {
+        node_dead_after_ms: 3_000,
+        rebalance_interval_ms: 200,
+        ..PlacementSettings::default()
+    }
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("k{i:03}").into_bytes()
+}
+
+/// Splits the keyspace into 8 ranges and writes 80 keys over them; returns the keys' values.
+async fn fill(client: &Client) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    for at in [10, 20, 30, 40, 50, 60, 70] {
+        client.split(&key(at)).await.unwrap();
+    }
+    let mut written = BTreeMap::new();
+    for i in 0..80 {
+        let value = format!("v{i}").into_bytes();
+        client
+            .put(&key(i), &value, PutOptions::default())
+            .await
+            .unwrap();
+        written.insert(key(i), value);
+    }
+    written
+}
+
+/// Every key reads back its value, linearizably.
+async fn check_data(client: &Client, written: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    for (key, value) in written {
+        let got = client.get(key, Consistency::Linearizable).await.unwrap();
+        assert_eq!(got.kv.map(|kv| kv.value).as_ref(), Some(value), "{key:?}");
+    }
+}
+
+/// Waits until the members list satisfies `done`, and returns it.
+async fn members_until(
+    client: &Client,
+    what: &str,
+    done: impl Fn(&MembersResponse) -> bool,
+) -> MembersResponse {
+    eventually(what, || async {
+        let members = client.members().await.ok()?;
+        done(&members).then_some(members)
+    })
+    .await
+}
+
+/// Whether every range (the meta range too) has exactly 3 voters, all on `nodes`, and a
+/// leader among them.
+async fn replicated_on(client: &Client, nodes: &[NodeId]) -> bool {
+    let Ok(ranges) = client.ranges().await else {
+        return false;
+    };
+    ranges.iter().all(|range| {
+        let voters = &range.descriptor.replicas;
+        voters.len() == 3
+            && voters.iter().all(|voter| nodes.contains(voter))
+            && range.leader.is_some_and(|leader| voters.contains(&leader))
+    })
+}
+
+/// Counts per node: (replicas, leaders) of the nodes in `nodes`.
+fn counts(members: &MembersResponse, nodes: &[NodeId]) -> Vec<(u64, u64)> {
+    let of = |id: &NodeId| members.nodes.iter().find(|node| node.node_id == *id);
+    nodes
+        .iter()
+        .map(|id| of(id).map_or((0, 0), |node| (node.replicas, node.leaders)))
+        .collect()
+}
+
+/// Whether the largest and smallest of `values` differ by at most one.
+fn even(values: impl Iterator<Item = u64> + Clone) -> bool {
+    let max = values.clone().max().unwrap_or(0);
+    let min = values.min().unwrap_or(0);
+    max - min <= 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joined_node_takes_an_even_share_of_replicas_and_leaders() {
+    let mut cluster = Cluster::start_placed(3, placement()).await;
+    let client = cluster.client();
+    let written = fill(&client).await;
+
+    cluster.join_node(4).await;
+    let nodes = [1, 2, 3, 4];
+    let members = members_until(&client, "node 4 takes replicas and leaders evenly", |m| {
+        let counts = counts(m, &nodes);
+        let live = m.nodes.iter().all(|node| node.liveness == "live");
+        live && even(counts.iter().map(|c| c.0)) && even(counts.iter().map(|c| c.1))
+    })
+    .await;
+    let node4 = &members.nodes.iter().find(|n| n.node_id == 4).unwrap();
+    // 9 ranges (8 and the meta range) x 3 voters over 4 nodes: 6 or 7 each.
+    assert!(node4.replicas >= 6, "{members:?}");
+    assert!(node4.leaders >= 1, "{members:?}");
+    eventually("every range has 3 voters", || async {
+        replicated_on(&client, &nodes).await.then_some(())
+    })
+    .await;
+    check_data(&client, &written).await;
+    // A client that knows only the new node reaches every key through it.
+    check_data(&cluster.client_of(4), &written).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_dead_past_the_timeout_has_its_replicas_recreated() {
+    let mut cluster = Cluster::start_placed(3, placement()).await;
+    let client = cluster.client();
+    let written = fill(&client).await;
+    cluster.join_node(4).await;
+    members_until(&client, "node 4 holds replicas", |m| {
+        counts(m, &[4])[0].0 >= 6
+    })
+    .await;
+
+    cluster.stop_node(2).await;
+    let alive = [1, 3, 4];
+    let members = members_until(&client, "node 2 is dead and holds nothing", |m| {
+        let dead = m
+            .nodes
+            .iter()
+            .any(|node| node.node_id == 2 && node.liveness == "dead");
+        dead && counts(m, &[2])[0] == (0, 0)
+    })
+    .await;
+    assert!(
+        counts(&members, &alive).iter().all(|c| c.0 == 9),
+        "{members:?}"
+    );
+    eventually("every range is back to 3 voters on live nodes", || async {
+        replicated_on(&client, &alive).await.then_some(())
+    })
+    .await;
+    check_data(&client, &written).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_node_is_drained_of_every_replica_and_leader() {
+    let mut cluster = Cluster::start_placed(3, placement()).await;
+    let client = cluster.client();
+    let written = fill(&client).await;
+    // With 3 nodes, none may go: the ranges need 3.
+    let refused = client.remove_node(3).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("would leave 2 active nodes"),
+        "{refused}"
+    );
+    cluster.join_node(4).await;
+    members_until(&client, "node 4 holds replicas", |m| {
+        counts(m, &[4])[0].0 >= 6
+    })
+    .await;
+
+    client.remove_node(1).await.unwrap();
+    let drained = [2, 3, 4];
+    members_until(&client, "node 1 is drained and removed", |m| {
+        let gone = m
+            .nodes
+            .iter()
+            .all(|node| node.node_id != 1 || node.state == "removed");
+        gone && counts(m, &drained).iter().all(|c| c.0 == 9)
+    })
+    .await;
+    eventually("every range has 3 voters on the others", || async {
+        replicated_on(&client, &drained).await.then_some(())
+    })
+    .await;
+    check_data(&client, &written).await;
+    // A removed node may not come back under its id.
+    let again = client.add_node(1, &cluster.endpoint(1)).await.unwrap_err();
+    assert!(again.to_string().contains("was removed"), "{again}");
+    // It holds no replica any more, and stopping it changes nothing.
+    eventually("node 1 removed its replicas", || async {
+        let status = client.status(&cluster.endpoint(1)).await.ok()?;
+        status.ranges.is_empty().then_some(())
+    })
+    .await;
+    cluster.stop_node(1).await;
+    check_data(
+        &Client::new(
+            drained.iter().map(|id| cluster.endpoint(*id)).collect(),
+            Default::default(),
+        )
+        .unwrap(),
+        &written,
+    )
+    .await;
+    cluster.shutdown().await;
+}
