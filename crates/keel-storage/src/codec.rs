@@ -21,6 +21,11 @@
 //!   file of format 1-3 still installs (with the span its range has without a span row); a
 //!   build of format 3 refuses a file of format 4 (`UnknownVersion`), so nodes of both
 //!   builds cannot send each other snapshots.
+//! - 5: replicas move and nodes come and go. `sm_meta` gained a *removing* marker and a
+//!   *removed* tombstone per range (`remove`); the `meta` table gained node states
+//!   (`NodeState`, key kind 4); log entries may hold `MetaCommand::SetNodeState` and
+//!   outcomes the rejection `MembershipChanging`; snapshot files of the meta range gained a
+//!   `MetaNodeState` record. A build of format 4 refuses a file of format 5.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -30,7 +35,7 @@ use serde::de::DeserializeOwned;
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 4;
+pub(crate) const FORMAT_VERSION: u8 = 5;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

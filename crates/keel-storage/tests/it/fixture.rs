@@ -5,10 +5,10 @@
 //! same expectations, now written in the current format) so the fixture can be understood.
 //! `write_v2` made the v2 files (exactly-once sessions, request records, TTL keys, the range
 //! clock) and is kept the same way. `fixture_v3` checks the v3 files (locks, fences,
-//! idempotency records) the same way. `fixture_v4` makes and checks the v4 files (a split
-//! range, the meta range); set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current
-//! format, v4 (only ever needed if they are lost); older formats cannot be written by this
-//! build. Files of formats 1-3 have no key and byte counts: the store counts them when it
+//! idempotency records) and `fixture_v4` the v4 files (a split range, the meta range) the
+//! same way. `fixture_v5` makes and checks the v5 files (node states, a learner, a removed
+//! replica); set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current format, v5
+//! (only ever needed if they are lost); older formats cannot be written by this build. Files of formats 1-3 have no key and byte counts: the store counts them when it
 //! opens the file, and the checks here see the result.
 
 use std::path::{Path, PathBuf};

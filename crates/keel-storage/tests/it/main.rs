@@ -4,6 +4,7 @@
 mod fixture;
 mod fixture_v3;
 mod fixture_v4;
+mod fixture_v5;
 mod group_commit;
 mod poison;
 mod restart;
