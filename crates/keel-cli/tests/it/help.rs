@@ -123,7 +123,14 @@ fn cluster_help_lists_ranges_and_split_and_split_needs_at() {
     let output = keel(&["cluster", "--help"]);
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
-    for command in ["status", "ranges", "split"] {
+    for command in [
+        "status",
+        "ranges",
+        "split",
+        "add-node",
+        "remove-node",
+        "transfer-leader",
+    ] {
         assert!(
             help.contains(command),
             "cluster --help lacks {command}:\n{help}"

@@ -18,15 +18,22 @@ const WRITES: usize = 1_000;
 const WRITERS: usize = 16;
 const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
-/// Three `keel serve` children; killed when dropped, whatever the test did.
-struct Processes {
-    dir: tempfile::TempDir,
-    endpoints: BTreeMap<NodeId, String>,
+/// `keel serve` children; killed when dropped, whatever the test did.
+pub(crate) struct Processes {
+    pub dir: tempfile::TempDir,
+    pub endpoints: BTreeMap<NodeId, String>,
     children: BTreeMap<NodeId, Child>,
+    /// Flags every node is started with besides its identity and the initial cluster.
+    flags: Vec<String>,
 }
 
 impl Processes {
-    fn start(size: u64) -> Processes {
+    pub fn start(size: u64) -> Processes {
+        Processes::start_with(size, &[])
+    }
+
+    /// `size` nodes of one initial cluster, each started with `flags` too.
+    pub fn start_with(size: u64, flags: &[&str]) -> Processes {
         let endpoints = (1..=size)
             .map(|id| {
                 let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -37,6 +44,7 @@ impl Processes {
             dir: tempfile::tempdir().unwrap(),
             endpoints,
             children: BTreeMap::new(),
+            flags: flags.iter().map(|flag| flag.to_string()).collect(),
         };
         for id in 1..=size {
             processes.spawn(id);
@@ -68,6 +76,7 @@ impl Processes {
             .arg("--data-dir")
             .arg(&data_dir)
             .args(["--initial-cluster", &initial_cluster.join(",")])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -98,19 +107,19 @@ impl Processes {
         }
     }
 
-    fn kill(&mut self, id: NodeId) {
+    pub fn kill(&mut self, id: NodeId) {
         let mut child = self.children.remove(&id).unwrap();
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
     }
 
-    fn client(&self, ids: &[NodeId]) -> Client {
+    pub fn client(&self, ids: &[NodeId]) -> Client {
         let endpoints = ids.iter().map(|id| self.endpoints[id].clone()).collect();
         Client::new(endpoints, ClientOptions::default()).unwrap()
     }
 
     /// Waits until the running nodes agree on a running leader of the first data range.
-    async fn leader(&self) -> NodeId {
+    pub async fn leader(&self) -> NodeId {
         let client = self.client(&self.endpoints.keys().copied().collect::<Vec<_>>());
         let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
         let mut ticks = tokio::time::interval(Duration::from_millis(50));
@@ -131,12 +140,16 @@ impl Processes {
             {
                 return leader;
             }
-            assert!(tokio::time::Instant::now() < deadline, "{}", self.logs());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no leader in time; {}",
+                self.logs()
+            );
         }
     }
 
-    fn logs(&self) -> String {
-        let mut text = String::from("no leader in time; node logs follow\n");
+    pub fn logs(&self) -> String {
+        let mut text = String::from("node logs follow\n");
         for id in self.endpoints.keys() {
             let log = std::fs::read_to_string(self.data_dir(*id).join("test.log"));
             let log = log.unwrap_or_default();
@@ -304,7 +317,7 @@ async fn sigterm_stops_every_node_cleanly_and_keeps_its_data() {
 }
 
 /// Runs the `keel` binary against `endpoints`; returns its exit code and stdout.
-fn keel(endpoints: &[&String], args: &[&str]) -> (Option<i32>, String) {
+pub(crate) fn keel(endpoints: &[&String], args: &[&str]) -> (Option<i32>, String) {
     let endpoints: Vec<&str> = endpoints.iter().map(|e| e.as_str()).collect();
     let output = Command::new(env!("CARGO_BIN_EXE_keel"))
         .args(["--endpoints", &endpoints.join(",")])

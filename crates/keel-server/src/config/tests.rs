@@ -146,3 +146,118 @@ fn flags_override_the_config_file() {
     .unwrap_err();
     assert!(error.to_string().contains("unknown field"), "{error}");
 }
+
+#[test]
+fn a_node_starts_a_cluster_or_joins_one_with_an_address_peers_can_dial() {
+    let joining = |listen: &str, join: &str, advertise: Option<&str>| ServeArgs {
+        node_id: Some(4),
+        listen: Some(listen.parse().unwrap()),
+        data_dir: Some(PathBuf::from("/tmp/keel")),
+        join: Some(join.to_string()),
+        advertise: advertise.map(str::to_string),
+        ..ServeArgs::default()
+    };
+    let joined = NodeConfig::from_args(&joining("127.0.0.1:7004", "h1:7001, h2:7002", None));
+    let joined = joined.unwrap();
+    assert_eq!(joined.join, ["h1:7001", "h2:7002"]);
+    assert!(joined.initial_cluster.is_empty());
+    assert_eq!(joined.addr().unwrap(), "127.0.0.1:7004");
+    assert_eq!(joined.bootstrap_node(), None);
+    let advertised = joining("0.0.0.0:7004", "h1:7001", Some("node4:7004"));
+    assert_eq!(
+        NodeConfig::from_args(&advertised).unwrap().addr().unwrap(),
+        "node4:7004"
+    );
+    let cases: Vec<(ServeArgs, &str)> = vec![
+        (
+            joining("0.0.0.0:7004", "h1:7001", None),
+            "cannot be dialled",
+        ),
+        (joining("127.0.0.1:7004", "h1", None), "join address \"h1\""),
+        (joining("127.0.0.1:7004", " , ", None), "is not host:port"),
+        (
+            joining("127.0.0.1:7004", "h1:7001", Some("nowhere")),
+            "advertised address \"nowhere\"",
+        ),
+        (
+            ServeArgs {
+                initial_cluster: Some("1=h1:7001".to_string()),
+                ..joining("127.0.0.1:7004", "h1:7001", None)
+            },
+            "both set",
+        ),
+        (
+            ServeArgs {
+                join: None,
+                ..joining("127.0.0.1:7004", "h1:7001", None)
+            },
+            "pass --initial-cluster to start a cluster or --join to join one",
+        ),
+    ];
+    for (args, message) in cases {
+        let error = NodeConfig::from_args(&args).expect_err(message).to_string();
+        assert!(error.contains(message), "{error:?} lacks {message:?}");
+    }
+}
+
+#[test]
+fn placement_settings_default_and_are_bounded() {
+    let three = "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003";
+    let base = args(1, "127.0.0.1:7001", three);
+    let default = NodeConfig::from_args(&base).unwrap().placement;
+    assert_eq!(default, PlacementSettings::default());
+    assert_eq!(
+        (default.replication_factor, default.node_dead_after_ms),
+        (3, 300_000)
+    );
+    let set = NodeConfig::from_args(&ServeArgs {
+        replication_factor: Some(5),
+        node_dead_after_ms: Some(1_000),
+        rebalance_interval_ms: Some(10),
+        ..base.clone()
+    })
+    .unwrap()
+    .placement;
+    assert_eq!(
+        (
+            set.replication_factor,
+            set.node_dead_after_ms,
+            set.rebalance_interval_ms
+        ),
+        (5, 1_000, 10)
+    );
+    let cases = [
+        (
+            ServeArgs {
+                replication_factor: Some(0),
+                ..base.clone()
+            },
+            "replication factor is 0; it must be 1 to 7",
+        ),
+        (
+            ServeArgs {
+                replication_factor: Some(8),
+                ..base.clone()
+            },
+            "replication factor is 8",
+        ),
+        (
+            ServeArgs {
+                node_dead_after_ms: Some(999),
+                ..base.clone()
+            },
+            "node dead timeout is 999 ms",
+        ),
+        (
+            ServeArgs {
+                rebalance_interval_ms: Some(60_001),
+                ..base.clone()
+            },
+            "rebalance interval is 60001 ms",
+        ),
+    ];
+    for (args, message) in cases {
+        let error = NodeConfig::from_args(&args).expect_err(message).to_string();
+        assert!(error.contains(message), "{error:?} lacks {message:?}");
+    }
+}

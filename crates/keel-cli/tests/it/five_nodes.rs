@@ -1,0 +1,170 @@
+//! Five real `keel serve` processes: a write load splits the keyspace into ranges by size,
+//! the rebalancer spreads them to 3 replicas each over the nodes, one node is killed for good
+//! and its replicas are re-created on the others; every acknowledged write reads back and
+//! `keel cluster ranges` shows the healed table.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use keel_client::{Client, PutOptions};
+use keel_types::{Consistency, KvError, NodeId};
+
+use crate::process::{Processes, keel};
+
+const KEYS: usize = 1_500;
+const WRITERS: usize = 8;
+const VALUE_BYTES: usize = 200;
+const WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// Small ranges, fast healing: a range splits past 16 KiB, a node is dead after 3 s.
+const FLAGS: &[&str] = &[
+    "--range-split-bytes",
+    "16384",
+    "--split-check-interval-ms",
+    "100",
+    "--range-split-requests-per-sec",
+    "0",
+    "--node-dead-after-ms",
+    "3000",
+    "--rebalance-interval-ms",
+    "200",
+];
+
+/// Writes `KEYS` distinct keys from `WRITERS` tasks; returns the acknowledged ones. Writes
+/// whose outcome is unknown are left out: they may or may not exist.
+async fn write_keys(client: &Client) -> BTreeMap<String, Vec<u8>> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..WRITERS {
+        let (client, next) = (client.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= KEYS {
+                    return acknowledged;
+                }
+                let key = format!("key-{i:05}");
+                let value = vec![b'a' + (i % 26) as u8; VALUE_BYTES];
+                match client
+                    .put(key.as_bytes(), &value, PutOptions::default())
+                    .await
+                {
+                    Ok(_) => acknowledged.push((key, value)),
+                    Err(KvError::OutcomeUnknown { .. } | KvError::Unavailable { .. }) => {}
+                    Err(other) => panic!("write {key}: {other}"),
+                }
+            }
+        }));
+    }
+    let mut acknowledged = BTreeMap::new();
+    for task in tasks {
+        acknowledged.extend(task.await.unwrap());
+    }
+    acknowledged
+}
+
+/// Polls `probe` until it returns `Some`, failing with the node logs after `WAIT_LIMIT`.
+async fn eventually<T, F, Fut>(processes: &Processes, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    let mut ticks = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        ticks.tick().await;
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting for {what}; {}",
+            processes.logs()
+        );
+    }
+}
+
+/// Whether every range has 3 voters, all on `nodes`, and a leader among them.
+async fn healed_on(client: &Client, nodes: &[NodeId]) -> Option<usize> {
+    let ranges = client.ranges().await.ok()?;
+    let healed = ranges.iter().all(|range| {
+        let voters = &range.descriptor.replicas;
+        voters.len() == 3
+            && voters.iter().all(|voter| nodes.contains(voter))
+            && range.leader.is_some_and(|leader| voters.contains(&leader))
+    });
+    healed.then_some(ranges.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_nodes_split_by_load_spread_and_heal_after_a_node_is_lost() {
+    let mut processes = Processes::start_with(5, FLAGS);
+    let all: Vec<NodeId> = processes.endpoints.keys().copied().collect();
+    processes.leader().await;
+    let client = processes.client(&all);
+    let acknowledged = write_keys(&client).await;
+    assert!(
+        acknowledged.len() >= KEYS * 9 / 10,
+        "{}",
+        acknowledged.len()
+    );
+    eventually(&processes, "the load splits and spreads", || async {
+        let ranges = healed_on(&client, &all).await?;
+        (ranges >= 8).then_some(())
+    })
+    .await;
+    let members = client.members().await.unwrap();
+    for node in &members.nodes {
+        assert!(
+            node.replicas > 0,
+            "node {} got no replica: {members:?}",
+            node.node_id
+        );
+    }
+
+    let lost = 2;
+    processes.kill(lost);
+    let alive: Vec<NodeId> = all.iter().copied().filter(|id| *id != lost).collect();
+    let survivors = processes.client(&alive);
+    eventually(&processes, "every range back to 3 replicas", || async {
+        healed_on(&survivors, &alive).await
+    })
+    .await;
+    let mut missing = Vec::new();
+    for (key, value) in &acknowledged {
+        let got = survivors
+            .get(key.as_bytes(), Consistency::Linearizable)
+            .await;
+        if got
+            .as_ref()
+            .ok()
+            .and_then(|got| got.kv.as_ref())
+            .map(|kv| &kv.value)
+            != Some(value)
+        {
+            missing.push(key.clone());
+        }
+    }
+    assert!(missing.is_empty(), "lost {missing:?}; {}", processes.logs());
+
+    let endpoints: Vec<&String> = alive.iter().map(|id| &processes.endpoints[id]).collect();
+    let (code, table) = keel(&endpoints, &["cluster", "ranges"]);
+    assert_eq!(code, Some(0), "{table}");
+    assert!(
+        table.lines().count() > 8,
+        "a header and 8 ranges or more: {table}"
+    );
+    assert!(
+        table.lines().skip(1).all(|row| {
+            let replicas = row.split_whitespace().nth(3).unwrap_or_default();
+            !replicas.split(',').any(|id| id == lost.to_string())
+        }),
+        "{table}"
+    );
+    let (code, status) = keel(&endpoints, &["cluster", "status"]);
+    assert_eq!(code, Some(0), "{status}");
+    assert!(status.contains("dead"), "{status}");
+}
