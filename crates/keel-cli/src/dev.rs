@@ -21,6 +21,9 @@ const LEADER_WAIT: Duration = Duration::from_secs(30);
 const STOP_WAIT: Duration = Duration::from_secs(10);
 /// Pause between two rounds of status requests while waiting for a leader.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// A node of a dev cluster is dead after 30 s without a heartbeat (a production node after
+/// 5 minutes), so that killing one shows its ranges healing while you watch.
+const DEV_NODE_DEAD_AFTER_MS: &str = "30000";
 
 /// One node of the planned cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +104,8 @@ pub fn banner(plan: &Plan, leader: NodeId, pids: &[(NodeId, u32)]) -> String {
 pub fn serve_command(exe: &Path, plan: &Plan, node_id: NodeId) -> Option<String> {
     let node = plan.nodes.iter().find(|node| node.node_id == node_id)?;
     Some(format!(
-        "{} serve --node-id {node_id} --listen {} --data-dir {} --initial-cluster {}",
+        "{} serve --node-id {node_id} --listen {} --data-dir {} --initial-cluster {} \
+         --node-dead-after-ms {DEV_NODE_DEAD_AFTER_MS}",
         exe.display(),
         node.listen,
         node.data_dir.display(),
@@ -274,6 +278,7 @@ fn spawn(
         .arg("--data-dir")
         .arg(&node.data_dir)
         .args(["--initial-cluster", initial_cluster])
+        .args(["--node-dead-after-ms", DEV_NODE_DEAD_AFTER_MS])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -366,7 +371,8 @@ mod tests {
         assert_eq!(
             command,
             "/bin/keel serve --node-id 2 --listen 127.0.0.1:7002 --data-dir /d/node-2 \
-             --initial-cluster 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"
+             --initial-cluster 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 \
+             --node-dead-after-ms 30000"
         );
         assert_eq!(serve_command(Path::new("/bin/keel"), &plan, 4), None);
     }
