@@ -228,12 +228,21 @@ fn first_range(ranges: Vec<keel_proto::v1::RangeStatus>) -> Option<keel_proto::v
 }
 
 /// Polls `probe` until it returns `Some`, failing the test after `WAIT_LIMIT`.
-pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    eventually_within(WAIT_LIMIT, what, probe).await
+}
+
+/// Polls `probe` until it returns `Some`, failing the test after `limit`.
+pub async fn eventually_within<T, F, Fut>(limit: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     let mut ticks = tokio::time::interval(Duration::from_millis(25));
     loop {
         ticks.tick().await;
@@ -242,7 +251,7 @@ where
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "gave up waiting after {WAIT_LIMIT:?}: {what}"
+            "gave up waiting after {limit:?}: {what}"
         );
     }
 }

@@ -60,11 +60,14 @@ impl RaftGroup {
         check_change(self, &current, change)?;
         info!(range_id = self.range().0, %change, "changing replicas");
         if let Some((node, addr)) = change.added() {
-            if !current.learners.contains(&node) {
-                self.snapshot_for_learner(catch_up).await?;
-                self.propose_change(add_nodes(node, addr)).await?;
-            }
-            self.wait_caught_up(node, catch_up).await?;
+            let joined = match current.learners.contains(&node) {
+                true => self.membership_index(),
+                false => {
+                    self.snapshot_for_learner(catch_up).await?;
+                    self.propose_change(add_nodes(node, addr)).await?
+                }
+            };
+            self.wait_caught_up(node, joined, catch_up).await?;
         }
         let voters: BTreeSet<NodeId> = current.voters.iter().copied().collect();
         let members = match change {
@@ -73,18 +76,14 @@ impl RaftGroup {
             ReplicaChange::Replace { from, to, .. } => Some(with(&without(&voters, *from), *to)),
             ReplicaChange::RemoveLearner { .. } => None,
         };
-        match (members, change) {
-            (Some(voters), _) => {
-                self.propose_change(ChangeMembers::ReplaceAllVoters(voters))
-                    .await?
-            }
+        let membership = match (members, change) {
+            (Some(voters), _) => ChangeMembers::ReplaceAllVoters(voters),
             (None, ReplicaChange::RemoveLearner { node }) => {
-                let nodes = BTreeSet::from([*node]);
-                self.propose_change(ChangeMembers::RemoveNodes(nodes))
-                    .await?
+                ChangeMembers::RemoveNodes(BTreeSet::from([*node]))
             }
             (None, _) => unreachable!("every other change sets the voters"),
-        }
+        };
+        self.propose_change(membership).await?;
         info!(range_id = self.range().0, %change, "replicas changed");
         self.descriptor().await
     }
@@ -118,16 +117,21 @@ impl RaftGroup {
         Ok(())
     }
 
-    /// Waits until `node`'s replica holds the entry that made it a member.
-    async fn wait_caught_up(&self, node: NodeId, timeout: Duration) -> Result<(), KvError> {
-        let joined = self
-            .raft()
-            .metrics()
-            .borrow_watched()
-            .clone()
-            .membership_config
-            .log_id()
-            .map_or(0, |id| id.index);
+    /// The log index of the membership this replica has now.
+    fn membership_index(&self) -> u64 {
+        let metrics = self.raft().metrics();
+        let metrics = metrics.borrow_watched();
+        metrics.membership_config.log_id().map_or(0, |id| id.index)
+    }
+
+    /// Waits until `node`'s replica holds the entry at `joined` (the one that made it a
+    /// member).
+    async fn wait_caught_up(
+        &self,
+        node: NodeId,
+        joined: u64,
+        timeout: Duration,
+    ) -> Result<(), KvError> {
         let caught_up = move |m: &RaftMetrics<TypeConfig>| {
             m.replication
                 .as_ref()
@@ -167,10 +171,13 @@ impl RaftGroup {
     }
 
     /// Proposes a membership change and waits until it is committed (both steps of a joint
-    /// change).
-    async fn propose_change(&self, change: ChangeMembers<NodeId, NodeAddr>) -> Result<(), KvError> {
+    /// change); returns the log index of the last entry it wrote.
+    async fn propose_change(
+        &self,
+        change: ChangeMembers<NodeId, NodeAddr>,
+    ) -> Result<u64, KvError> {
         match self.raft().change_membership(change, false).await {
-            Ok(_) => Ok(()),
+            Ok(response) => Ok(response.log_id.index),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 Err(self.not_leader_now())
             }
