@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REPEATS=${REPEATS:-3} DURATION=${DURATION:-10s} WARMUP=${WARMUP:-2s}
 RANGES=${RANGES:-8} CLIENTS=${CLIENTS:-"16 64"}
-VALUE_BYTES=256 KEYSPACE=10000 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10
+VALUE_BYTES=256 KEYSPACE=10000 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10 SPREAD_TIMEOUT_S=60
 declare -A PORT_BASE=([one]=7400 [many]=7500)
 SERVER_PIDS=() BENCH_PID=
 WORK=$(mktemp -d /tmp/keel-ranges-bench.XXXXXX)
@@ -62,14 +62,22 @@ wait_ready() { # cluster
   done
 }
 
-# Splits the "many" cluster's keyspace into $RANGES ranges of equal shares of the bench keys.
+# Splits the "many" cluster's keyspace into $RANGES ranges of equal shares of the bench keys,
+# then waits (at most $SPREAD_TIMEOUT_S) until the rebalancer has spread their leaders over
+# the 3 nodes (counts within one of each other).
 split_many() {
-  local i at
+  local i at deadline=$((SECONDS + SPREAD_TIMEOUT_S))
   for i in $(seq 1 $((RANGES - 1))); do
     at=$(printf 'bench-%07d' $((KEYSPACE * i / RANGES)))
     "$KEEL" cluster split --at "$at" --endpoints "$(endpoints many)" >/dev/null
   done
+  until "$KEEL" cluster ranges --output json --endpoints "$(endpoints many)" 2>/dev/null |
+      python3 -c 'import collections,json,sys; n=collections.Counter(r["leader"] for r in json.load(sys.stdin)); sys.exit(0 if None not in n and len(n) == 3 and max(n.values()) - min(n.values()) <= 1 else 1)'; do
+    [ $SECONDS -lt $deadline ] || { log "leaders did not spread in ${SPREAD_TIMEOUT_S}s"; break; }
+    sleep 1
+  done
   "$KEEL" cluster ranges --endpoints "$(endpoints many)" >&2
+  "$KEEL" cluster status --endpoints "$(endpoints many)" >&2
 }
 
 run() { # cluster, clients, repeat
