@@ -29,6 +29,11 @@ pub struct RaftTimings {
     pub write_timeout_ms: u64,
     /// How long a read may wait to confirm leadership and catch up.
     pub read_timeout_ms: u64,
+    /// A group its leader has not used for this long (no proposal, no read needing the
+    /// leader, no split, replica change or leader transfer), with every entry committed,
+    /// applied and matched on every member, is proposed for quiescence: once its followers
+    /// agree, every replica parks its ticker. 0 = never.
+    pub quiesce_after_ms: u64,
 }
 
 impl Default for RaftTimings {
@@ -42,6 +47,7 @@ impl Default for RaftTimings {
             logs_kept_after_snapshot: 1_000,
             write_timeout_ms: 5_000,
             read_timeout_ms: 5_000,
+            quiesce_after_ms: 3_000,
         }
     }
 }
