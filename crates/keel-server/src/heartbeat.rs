@@ -3,21 +3,28 @@
 //! which ranges it leads with their membership. Each node keeps the last heartbeat of every peer (`Heartbeats`); the
 //! meta range's leader reads them to tell live nodes from dead ones (`judge`) and to know every
 //! range's leader. A heartbeat's answer names the meta range's voters and leader as the peer
-//! knows them, which is how a node without a replica of the meta range finds it. Knows
-//! nothing of what the rebalancer decides.
+//! knows them, which is how a node without a replica of the meta range finds it. Heartbeats
+//! also carry quiescence (`quiescence.rs`): to each peer, the idle ranges this node leads
+//! that the peer follows; back, the ones the peer agreed to keep quiet. Knows nothing of what
+//! the rebalancer decides.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use keel_proto::raft::HeartbeatRequest;
+use keel_proto::raft::raft_client::RaftClient;
+use keel_raft::wire;
 use keel_types::{
-    KvError, LedRange, MetaMembers, NodeAddr, NodeDescriptor, NodeId, NodeReport, RangeId,
+    KvError, LedRange, MetaMembers, NodeAddr, NodeDescriptor, NodeId, NodeReport, QuietRange,
+    RangeId, limits,
 };
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
-use crate::peer_rpc::PeerCall;
+use crate::meta_client::hop_error;
+use crate::quiescence;
 use crate::ranges::node_addr;
 use crate::shared::Shared;
 
@@ -52,6 +59,14 @@ impl Heartbeats {
     /// Every node's last heartbeat.
     pub fn all(&self) -> BTreeMap<NodeId, Seen> {
         self.lock().clone()
+    }
+
+    /// When each node's last heartbeat arrived (without copying the reports).
+    pub fn last_seen(&self) -> BTreeMap<NodeId, Instant> {
+        self.lock()
+            .iter()
+            .map(|(node, seen)| (*node, seen.at))
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Seen>> {
@@ -97,6 +112,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             ..full.clone()
         };
         let meta = meta_members(&shared);
+        let round = quiescence::Round::plan(&shared);
         let sends = peers(&shared).into_iter().map(|(node, addr)| {
             let voter = meta.voters.iter().any(|voter| voter.id == node);
             let report = if voter || meta.voters.is_empty() {
@@ -104,14 +120,19 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             } else {
                 &light
             };
-            send(&shared, node, addr, report)
+            send(&shared, node, addr, report, round.listed_for(node))
         });
+        let mut agreed = BTreeMap::new();
         for answer in join_all(sends).await {
             match answer {
-                Ok((from, members)) => learn_meta(&shared, from, members),
+                Ok(answer) => {
+                    learn_meta(&shared, answer.from, answer.members);
+                    agreed.insert(answer.from, answer.quiet.into_iter().collect());
+                }
                 Err(error) => debug!(%error, "heartbeat not answered"),
             }
         }
+        round.settle(&agreed);
     }
 }
 
@@ -191,28 +212,52 @@ fn learn_meta(shared: &Shared, from: NodeId, members: MetaMembers) {
     }
 }
 
-/// Sends one heartbeat; returns the peer's id and its view of the meta range's members.
+/// A peer's answer to a heartbeat.
+struct Answer {
+    from: NodeId,
+    /// The meta range's members as the peer knows them.
+    members: MetaMembers,
+    /// The listed ranges the peer agreed to keep quiet.
+    quiet: Vec<QuietRange>,
+}
+
+/// Sends one heartbeat, listing `quiet`, within one heartbeat interval.
 async fn send(
     shared: &Shared,
     node: NodeId,
     addr: NodeAddr,
     report: &NodeReport,
-) -> Result<(NodeId, MetaMembers), KvError> {
-    let call = PeerCall {
-        node,
-        addr: &addr,
-        range: RangeId::META,
-        payload: report,
-        forward: false,
-        write: false,
-        deadline: Duration::from_millis(HEARTBEAT_INTERVAL_MS),
+    quiet: &[QuietRange],
+) -> Result<Answer, KvError> {
+    let channel = shared
+        .peers
+        .channel(node, &addr.addr)
+        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
+    let mut client = RaftClient::new(channel)
+        .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let malformed = |e: wire::WireError| KvError::invalid(e.to_string());
+    let request = HeartbeatRequest {
+        from: shared.node_id,
+        payload: wire::encode(report).map_err(malformed)?,
+        quiet: quiescence::encode(quiet).map_err(malformed)?,
     };
-    let members = call
-        .send(shared, |mut client, message| async move {
-            client.heartbeat(message).await
-        })
-        .await?;
-    Ok((node, members))
+    let deadline = Duration::from_millis(HEARTBEAT_INTERVAL_MS);
+    let reply = match tokio::time::timeout(deadline, client.heartbeat(request)).await {
+        Err(_) => {
+            return Err(KvError::Timeout {
+                message: format!("node {node} did not answer within {deadline:?}"),
+            });
+        }
+        Ok(Err(status)) => return Err(hop_error(node, &status, false)),
+        Ok(Ok(reply)) => reply.into_inner(),
+    };
+    let garbled = |e: wire::WireError| KvError::unavailable(format!("node {node} answered {e}"));
+    Ok(Answer {
+        from: node,
+        members: wire::decode(&reply.payload).map_err(garbled)?,
+        quiet: quiescence::decode(&reply.quiet).map_err(garbled)?,
+    })
 }
 
 #[cfg(test)]

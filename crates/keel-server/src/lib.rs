@@ -26,6 +26,7 @@ mod peer_rpc;
 mod peers;
 mod placement;
 mod publisher;
+mod quiescence;
 mod raft_service;
 mod ranges;
 mod rebalancer;
