@@ -8,7 +8,7 @@
 //! that the peer follows; back, the ones the peer agreed to keep quiet. Knows nothing of what
 //! the rebalancer decides.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use futures::future::join_all;
 use keel_proto::raft::HeartbeatRequest;
 use keel_proto::raft::raft_client::RaftClient;
 use keel_raft::wire;
+use keel_storage::RangeCounts;
 use keel_types::{
     KvError, LedRange, MetaMembers, NodeAddr, NodeDescriptor, NodeId, NodeReport, QuietRange,
     RangeId, limits,
@@ -23,6 +24,7 @@ use keel_types::{
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
+use crate::applied_cache::ByApplied;
 use crate::meta_client::hop_error;
 use crate::quiescence;
 use crate::ranges::node_addr;
@@ -100,12 +102,13 @@ pub(crate) fn judge(
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut counts = ByApplied::default();
     loop {
         tick.tick().await;
         if shared.health.check().is_err() {
             continue;
         }
-        let full = report(&shared, true).await;
+        let full = report(&shared, &mut counts).await;
         shared.heartbeats.record(shared.node_id, full.clone());
         let light = NodeReport {
             leads: None,
@@ -136,14 +139,27 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// What this node reports: its address, its groups, and (when `leads`) the ranges it leads
-/// with their membership, size and load.
-pub(crate) async fn report(shared: &Shared, leads: bool) -> NodeReport {
+/// What this node reports: its address, its groups, and the ranges it leads with their
+/// membership, size and load. A range's size is read from storage only when something was
+/// applied to it since the last report (`counts`).
+async fn report(shared: &Shared, known: &mut ByApplied<RangeCounts>) -> NodeReport {
     let groups = shared.groups.all();
+    let hosted: BTreeSet<RangeId> = groups.iter().map(|group| group.range()).collect();
+    known.retain(|range| hosted.contains(&range));
     let mut led = Vec::new();
-    for group in groups.iter().filter(|group| leads && group.is_leader()) {
+    for group in groups.iter().filter(|group| group.is_leader()) {
         let membership = group.membership();
-        let counts = group.state_machine().counts().await.unwrap_or_default();
+        let (range, applied) = (group.range(), group.applied_index());
+        let counts = match known.get(range, applied) {
+            Some(counts) => *counts,
+            None => match group.state_machine().counts().await {
+                Ok(counts) => {
+                    known.insert(range, applied, counts);
+                    counts
+                }
+                Err(_) => RangeCounts::default(),
+            },
+        };
         let rate = shared.load.requests_per_sec(group.range());
         led.push(LedRange {
             range: group.range(),
@@ -158,7 +174,7 @@ pub(crate) async fn report(shared: &Shared, leads: bool) -> NodeReport {
     NodeReport {
         addr: NodeAddr::new(shared.addr.clone()),
         replicas: groups.len() as u64,
-        leads: leads.then_some(led),
+        leads: Some(led),
     }
 }
 
