@@ -5,7 +5,12 @@
 # its memory (VmRSS, VmHWM from /proc/PID/status). Prints one line per node: % of one core,
 # MiB resident, MiB peak, and how many of its replicas report themselves quiesced.
 #
-#   bench/idle-ranges.sh                    # N=1000, 15 s to settle, 30 s sample
+# "Nothing happens any more": after the splits, the rebalancer spreads the leaders (every
+# child starts led by its parent's leader; it moves a few per second), so the script waits
+# until no server has logged a rebalancing action for IDLE_WAIT_S seconds (at most
+# SETTLE_MAX_S in all), then samples.
+#
+#   bench/idle-ranges.sh                    # N=1000, 15 s quiet to settle, 30 s sample
 #   N=200 SAMPLE_S=60 bench/idle-ranges.sh
 #   KEEL=/path/to/other/keel BUILD=0 bench/idle-ranges.sh   # measure another build
 #
@@ -16,7 +21,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-N=${N:-1000} IDLE_WAIT_S=${IDLE_WAIT_S:-15} SAMPLE_S=${SAMPLE_S:-30}
+N=${N:-1000} IDLE_WAIT_S=${IDLE_WAIT_S:-15} SAMPLE_S=${SAMPLE_S:-30} SETTLE_MAX_S=${SETTLE_MAX_S:-600}
 PARALLEL=${PARALLEL:-4} PORT_BASE=${PORT_BASE:-7600} BUILD=${BUILD:-1}
 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10
 KEEL=${KEEL:-${CARGO_TARGET_DIR:-$ROOT/target}/release/keel}
@@ -97,6 +102,22 @@ split_all() {
   log "$((N - 1)) splits in $((SECONDS - start)) s ($failed failed); the cluster has $ranges data ranges"
 }
 
+# Waits until no server logged a rebalancing action for IDLE_WAIT_S seconds.
+settle() {
+  local start=$SECONDS last=-1 count quiet_since=$SECONDS
+  while :; do
+    count=$(cat "$WORK"/n[123].log | grep -c 'rebalancing action' || true)
+    if [ "$count" != "$last" ]; then last=$count; quiet_since=$SECONDS; fi
+    [ $((SECONDS - quiet_since)) -lt "$IDLE_WAIT_S" ] || break
+    if [ $((SECONDS - start)) -ge "$SETTLE_MAX_S" ]; then
+      log "still rebalancing after ${SETTLE_MAX_S} s; sampling anyway"
+      break
+    fi
+    sleep 1
+  done
+  log "settled after $((SECONDS - start)) s ($last rebalancing actions in all)"
+}
+
 cpu_ticks() { # pid
   awk '{print $14 + $15}' "/proc/$1/stat"
 }
@@ -124,7 +145,7 @@ sample() {
   sleep "$SAMPLE_S"
   local elapsed=$((SECONDS - started))
   for i in 0 1 2; do t1[i]=$(cpu_ticks "${SERVER_PIDS[i]}"); done
-  echo "N=$N ranges, CPU over ${elapsed} s after ${IDLE_WAIT_S} s idle ($KEEL)"
+  echo "N=$N ranges, CPU over ${elapsed} s after ${IDLE_WAIT_S} s without rebalancing ($KEEL)"
   printf '%-5s %-8s %12s %10s %10s %10s\n' node pid "cpu%(core)" "rss_MiB" "hwm_MiB" quiesced
   for i in 0 1 2; do
     local pid=${SERVER_PIDS[i]}
@@ -143,8 +164,8 @@ log "starting 3 nodes from $KEEL, data in $WORK"
 start_cluster
 wait_ready
 split_all
-log "waiting ${IDLE_WAIT_S} s for the ranges to go idle"
-sleep "$IDLE_WAIT_S"
+log "waiting until nothing was rebalanced for ${IDLE_WAIT_S} s"
+settle
 for pid in "${SERVER_PIDS[@]}"; do
   kill -0 "$pid" 2>/dev/null || { log "server $pid exited; logs in $WORK"; exit 1; }
 done

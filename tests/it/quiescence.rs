@@ -108,11 +108,9 @@ async fn idle_ranges_quiesce_and_a_write_wakes_one() {
     })
     .await;
     assert_eq!(after[&right].revision, revision);
+    // Reads take no revision (a leader moved by the rebalancer may add a blank entry).
     let left = RangeId::FIRST.0;
-    assert_eq!(
-        after[&left].last_log_index, before[&left].last_log_index,
-        "reads add no entry"
-    );
+    assert_eq!(after[&left].revision, before[&left].revision);
     cluster.shutdown().await;
 }
 

@@ -183,6 +183,15 @@ impl RaftGroup {
             .map_err(|e| fatal(self.range, &e))
     }
 
+    /// Whether this replica had Raft state (a log or a vote) as of its latest metrics: no
+    /// round trip to the group's Raft, for periodic checks of every group; may lag a state
+    /// received a moment ago.
+    pub fn has_state(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        metrics.last_log_index.is_some() || metrics.vote.leader_id.term != 0
+    }
+
     /// The leader this replica knows of, with its address.
     pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
         let metrics = self.raft.metrics();
@@ -234,7 +243,7 @@ impl RaftGroup {
 
     /// Whether this replica leads its group, as far as it knows.
     pub fn is_leader(&self) -> bool {
-        self.leader().is_some_and(|(id, _)| id == self.node_id)
+        self.raft.metrics().borrow_watched().current_leader == Some(self.node_id)
     }
 
     /// `NotLeader` (with the leader it knows of) unless this replica leads.
