@@ -2,10 +2,12 @@
 //! data range parks its ticker (`Cluster.Status` says `quiesced`); reads and writes to a
 //! quiesced range are served and wake it; when the node leading quiesced ranges dies, the
 //! followers notice its node heartbeats are missing, elect a new leader and serve writes
-//! again; a restarted node's replicas quiesce again. No timing assertions: every wait is on a
+//! again; a restarted node's replicas quiesce again; a quiesced range splits, and keys that
+//! expire in a quiesced range are still cleaned up. No timing assertions: every wait is on a
 //! condition, with `harness::eventually`'s deadline.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use keel_client::{Client, PutOptions};
 use keel_proto::v1::RangeStatus;
@@ -151,5 +153,51 @@ async fn a_dead_leaders_quiesced_ranges_elect_a_new_leader() {
     for range_id in [RangeId::FIRST.0, right] {
         assert!(again[&range_id].last_log_index > before[&range_id].last_log_index);
     }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quiesced_range_splits_and_its_halves_quiesce() {
+    let cluster = Cluster::start_with(3, timings()).await;
+    let client = cluster.client();
+    let right = two_ranges(&client).await;
+    all_quiesced(&cluster, 2).await;
+    let (left, child) = client.split(b"t").await.unwrap();
+    assert_eq!(left.id.0, right);
+    put(&client, "u", "1").await;
+    let after = all_quiesced(&cluster, 3).await;
+    assert!(after.contains_key(&child.id.0));
+    assert_eq!(get(&client, "n", Consistency::Linearizable).await, b"1");
+    assert_eq!(get(&client, "u", Consistency::Linearizable).await, b"1");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_that_expire_in_a_quiesced_range_are_cleaned_up() {
+    let cluster = Cluster::start_with(3, timings()).await;
+    let client = cluster.client();
+    let ttl = PutOptions {
+        ttl: Some(Duration::from_secs(60)),
+        ..PutOptions::default()
+    };
+    client.put(b"t", b"1", ttl).await.unwrap();
+    put(&client, "kept", "1").await;
+    let before = all_quiesced(&cluster, 1).await;
+    let first = RangeId::FIRST.0;
+    assert_eq!(before[&first].keys_with_ttl, 1);
+
+    // Nothing happens in the range; only the nodes' clocks move past the expiry.
+    cluster.advance_clocks_ms(60_000);
+    eventually("the expired key is removed on every replica", || async {
+        for id in cluster.running() {
+            let ranges = data_ranges(&cluster, id).await?;
+            (ranges.get(&first)?.keys_with_ttl == 0).then_some(())?;
+        }
+        Some(())
+    })
+    .await;
+    let after = all_quiesced(&cluster, 1).await;
+    assert_eq!(after[&first].keys, 1, "only the key without a TTL is left");
+    assert!(after[&first].last_log_index > before[&first].last_log_index);
     cluster.shutdown().await;
 }
