@@ -126,9 +126,49 @@ mem_kib() { # pid, field
   awk -v field="$2:" '$1 == field {print $2}' "/proc/$1/status"
 }
 
+# Replicas node $1 reports quiesced, of all it hosts ("-" when the build reports nothing, "?"
+# when the node did not answer).
+quiesced() {
+  local json
+  json=$("$KEEL" cluster status --ranges --output json --timeout-ms 30000 \
+    --endpoints "127.0.0.1:$((PORT_BASE + $1))" 2>/dev/null) || true
+  python3 -c '
+import json, sys
+ranges = [r for node in json.load(sys.stdin) for r in node.get("ranges", [])]
+if not ranges:
+    sys.exit(1)
+reported = all("quiesced" in r for r in ranges)
+count = sum(1 for r in ranges if r.get("quiesced")) if reported else "-"
+print(f"{count}/{len(ranges)}")' <<<"$json" 2>/dev/null || echo "?"
+}
+
+# Waits until no server logged a rebalancing action for IDLE_WAIT_S seconds.
+settle() {
+  local start=$SECONDS last=-1 count quiet_since=$SECONDS
+  while :; do
+    count=$(cat "$WORK"/n[123].log | grep -c 'rebalancing action' || true)
+    if [ "$count" != "$last" ]; then last=$count; quiet_since=$SECONDS; fi
+    [ $((SECONDS - quiet_since)) -lt "$IDLE_WAIT_S" ] || break
+    if [ $((SECONDS - start)) -ge "$SETTLE_MAX_S" ]; then
+      log "still rebalancing after ${SETTLE_MAX_S} s; sampling anyway"
+      break
+    fi
+    sleep 1
+  done
+  log "settled after $((SECONDS - start)) s ($last rebalancing actions in all)"
+}
+
+cpu_ticks() { # pid
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+mem_kib() { # pid, field
+  awk -v field="$2:" '$1 == field {print $2}' "/proc/$1/status"
+}
+
 # Replicas node $1 reports quiesced, of all it hosts ("-" when the build reports nothing).
 quiesced() {
-  "$KEEL" cluster status --output json --endpoints "127.0.0.1:$((PORT_BASE + $1))" 2>/dev/null |
+  "$KEEL" cluster status --ranges --output json --endpoints "127.0.0.1:$((PORT_BASE + $1))" 2>/dev/null |
     python3 -c '
 import json, sys
 ranges = [r for node in json.load(sys.stdin) for r in node.get("ranges", [])]
