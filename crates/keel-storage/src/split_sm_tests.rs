@@ -19,7 +19,7 @@ use crate::error::StorageError;
 use crate::raft_types::{Entry, Membership, Snapshot, TypeConfig};
 use crate::split::initial_log_id;
 use crate::store::Store;
-use crate::tables::{KV, TTL};
+use crate::tables::{InstallMarker, KV, TTL};
 use crate::writer::{Op, Outcome};
 
 const CLIENT: u64 = 0x5b;
@@ -1048,4 +1048,33 @@ async fn upkeep_skips_the_other_halfs_rows_to_name_its_next_due() {
     assert_eq!(child.next_due_ms, Some(12_000), "then rec-y");
     let late = ranges.sm(RangeId(2)).plan_upkeep(70_000, window_ms).await;
     assert_eq!(late.unwrap().next_due_ms, Some(sessions_due));
+}
+
+#[tokio::test]
+async fn a_first_range_installing_its_first_snapshot_claims_no_span_yet() {
+    // A new node receives replicas of the first range and of another at once; the first
+    // range's install has begun (its marker is written) but it holds nothing yet.
+    let (_source_dir, right) = right_half_snapshot().await;
+    let (_dir, store) = open();
+    let marker = InstallMarker {
+        snapshot_last_log_id: None,
+    };
+    store
+        .call(Op::InstallBegin {
+            range: RangeId::FIRST,
+            marker,
+        })
+        .await
+        .unwrap();
+    let file = right.snapshot.clone();
+    assert_eq!(
+        store.snapshot_overlap(RangeId(2), &file).await.unwrap(),
+        None,
+        "the whole keyspace is not the first range's before it applied anything"
+    );
+    let mut sm = store.state_machine(RangeId(2));
+    sm.install_snapshot(&right.meta, right.snapshot.clone())
+        .await
+        .unwrap();
+    assert_eq!(keys(&sm).await, ["d", "e", "f"]);
 }
