@@ -10,5 +10,6 @@ mod harness;
 mod idempotency;
 mod locks;
 mod placement;
+mod quiescence;
 mod ranges;
 mod ttl;

@@ -300,6 +300,7 @@ fn status_json((endpoint, answer): &StatusRow) -> Value {
                 "range_id": r.range_id, "role": r.role, "leader": r.leader_id, "term": r.term,
                 "commit": r.commit_index, "applied": r.applied_index,
                 "last_log_index": r.last_log_index, "revision": r.revision,
+                "quiesced": r.quiesced,
                 "members": r.members.iter().map(|m| json!({"node_id": m.node_id, "addr": m.addr, "voter": m.voter})).collect::<Vec<_>>(),
             })
         })

@@ -24,6 +24,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::error::GroupError;
 use crate::network::NetworkFactory;
+use crate::quiet::{Quiet, Wake};
 use crate::timings::RaftTimings;
 use crate::transport::Transport;
 
@@ -76,6 +77,8 @@ pub struct GroupStatus {
     pub revision: u64,
     pub role: Role,
     pub members: Vec<Member>,
+    /// The group is quiesced here: its ticker is parked as leader or as an agreeing follower.
+    pub quiesced: bool,
 }
 
 /// One range's Raft group on this node.
@@ -90,6 +93,8 @@ pub struct RaftGroup {
     /// Held by a split or a replica change of the range for its whole course: one at a
     /// time.
     changes: tokio::sync::Mutex<()>,
+    /// Whether the ticker is parked, and the operations keeping the group awake.
+    pub(crate) quiet: Quiet,
 }
 
 impl RaftGroup {
@@ -132,6 +137,7 @@ impl RaftGroup {
             write_timeout: Duration::from_millis(timings.write_timeout_ms),
             read_timeout: Duration::from_millis(timings.read_timeout_ms),
             changes: tokio::sync::Mutex::new(()),
+            quiet: Quiet::new(),
         })
     }
 
@@ -177,6 +183,15 @@ impl RaftGroup {
             .map_err(|e| fatal(self.range, &e))
     }
 
+    /// Whether this replica had Raft state (a log or a vote) as of its latest metrics: no
+    /// round trip to the group's Raft, for periodic checks of every group; may lag a state
+    /// received a moment ago.
+    pub fn has_state(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        metrics.last_log_index.is_some() || metrics.vote.leader_id.term != 0
+    }
+
     /// The leader this replica knows of, with its address.
     pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
         let metrics = self.raft.metrics();
@@ -196,6 +211,7 @@ impl RaftGroup {
     /// the hand-over has started; the new leader is elected a round trip later (or, if `to`
     /// cannot win, this replica keeps leading).
     pub async fn transfer_leader(&self, to: NodeId) -> Result<(), KvError> {
+        let _use = self.begin_use(Wake::Leader).await;
         let leader = self.leader();
         if leader.as_ref().map(|(id, _)| *id) != Some(self.node_id) {
             return Err(KvError::NotLeader {
@@ -227,7 +243,7 @@ impl RaftGroup {
 
     /// Whether this replica leads its group, as far as it knows.
     pub fn is_leader(&self) -> bool {
-        self.leader().is_some_and(|(id, _)| id == self.node_id)
+        self.raft.metrics().borrow_watched().current_leader == Some(self.node_id)
     }
 
     /// `NotLeader` (with the leader it knows of) unless this replica leads.
@@ -259,6 +275,7 @@ impl RaftGroup {
     /// Starts an election at once (a no-op on a leader). For a range just split off, whose
     /// replicas would otherwise wait an election timeout.
     pub async fn elect(&self) -> Result<(), KvError> {
+        let _use = self.begin_use(Wake::Any).await;
         self.raft
             .trigger()
             .elect(false)
@@ -299,6 +316,7 @@ impl RaftGroup {
             child,
             expected_epoch,
         };
+        let _use = self.begin_use(Wake::Leader).await;
         let _change = self.lock_changes().await;
         match self.write(Command::Split(split)).await? {
             CommandOutcome::Split { left, right } => Ok((left, right)),
@@ -328,6 +346,7 @@ impl RaftGroup {
     /// `OutcomeUnknown` means it may have been (timeout, leadership lost after proposing, Raft
     /// stopped mid-way). A leader whose lease lapsed renews it with a heartbeat round first.
     pub async fn write(&self, command: Command) -> Result<CommandOutcome, KvError> {
+        let _use = self.begin_use(Wake::Leader).await;
         let deadline = Instant::now() + self.write_timeout;
         for _ in 0..limits::WRITE_LEASE_RENEWALS_MAX {
             match self.propose(command.clone(), deadline).await {
@@ -382,7 +401,7 @@ impl RaftGroup {
     }
 
     /// Confirms leadership with a quorum (a heartbeat round), which renews the leader lease.
-    async fn renew_lease(&self, deadline: Instant) -> Result<(), KvError> {
+    pub(crate) async fn renew_lease(&self, deadline: Instant) -> Result<(), KvError> {
         let renewed = tokio::time::timeout_at(deadline, self.confirm(ReadPolicy::ReadIndex));
         match renewed.await {
             Ok(Ok(())) => Ok(()),
@@ -399,7 +418,8 @@ impl RaftGroup {
     }
 
     /// Waits until a read of the local state machine is as consistent as `consistency` asks.
-    /// Lease reads fall back to ReadIndex when the lease has lapsed.
+    /// Lease reads fall back to ReadIndex when the lease has lapsed (as it has on a leader
+    /// that was quiesced). Follower reads need nothing of the leader and do not wake it.
     pub async fn read_barrier(&self, consistency: Consistency) -> Result<(), KvError> {
         // The planted bug serves every read from local state, on any replica.
         if planted::active(PlantedBug::StaleRead) {
@@ -410,6 +430,7 @@ impl RaftGroup {
             Consistency::Linearizable => ReadPolicy::ReadIndex,
             Consistency::Lease => ReadPolicy::LeaseRead,
         };
+        let _use = self.begin_use(Wake::Leader).await;
         match self.confirm(policy).await {
             Err(ReadFailure::LeaseExpired) => match self.confirm(ReadPolicy::ReadIndex).await {
                 Err(ReadFailure::LeaseExpired) => Err(self.not_leader(&ForwardToLeader::empty())),
@@ -442,6 +463,7 @@ impl RaftGroup {
             revision,
             role: role(metrics.state, metrics.running_state.is_ok()),
             members,
+            quiesced: self.is_quiesced(),
         })
     }
 
@@ -539,7 +561,7 @@ fn members(metrics: &openraft::RaftMetrics<TypeConfig>) -> Vec<Member> {
         .collect()
 }
 
-fn role(state: ServerState, running: bool) -> Role {
+pub(crate) fn role(state: ServerState, running: bool) -> Role {
     if !running {
         return Role::Stopped;
     }

@@ -2,6 +2,9 @@
 //! `Transport`: decode a peer's message, hand it to the right group, encode the reply.
 //! Knows nothing of tonic; the server's Raft service calls these with the raw bytes.
 //!
+//! A parked (quiesced) group wakes on any Raft message of a peer but one: a heartbeat without
+//! entries from the leader it agreed to keep quiet with, in that leader's term.
+//!
 //! A group starts only through `ensure`, called by the node for the ranges it knows it hosts
 //! (its store's ranges, the meta range's descriptors naming it, a split it applied); never
 //! because a peer sent a message for an unknown range, so a stray message cannot make a node
@@ -20,6 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::{GroupError, InboundError};
 use crate::group::RaftGroup;
+use crate::quiet::Parked;
 use crate::snapshot::SnapshotHeader;
 use crate::timings::RaftTimings;
 use crate::transport::{RpcKind, Transport};
@@ -187,7 +191,17 @@ impl Groups {
         let reply = match kind {
             RpcKind::AppendEntries => {
                 let request: AppendEntriesRequest<TypeConfig> = wire::decode(payload)?;
-                wire::encode(&raft.append_entries(request).await)?
+                let carries = !request.entries.is_empty();
+                let (term, leader) = (request.vote.leader_id.term, request.vote.leader_id.node_id);
+                let reply = wire::encode(&raft.append_entries(request).await)?;
+                // A heartbeat of the leader this replica agreed to keep quiet with does not
+                // wake it: that leader still ticks until every follower agreed.
+                group.unpark_if(kind.name(), |parked| {
+                    let quiet_with_sender = matches!(parked, Parked::Follower { leader: l, quiet }
+                        if *l == leader && quiet.term == term);
+                    carries || !quiet_with_sender
+                });
+                reply
             }
             RpcKind::Vote => {
                 let request: VoteRequest<TypeConfig> = wire::decode(payload)?;
@@ -202,6 +216,10 @@ impl Groups {
                 wire::encode(&raft.handle_transfer_leader(request).await)?
             }
         };
+        // Someone campaigns or hands leadership over: the group must tick again.
+        if kind != RpcKind::AppendEntries {
+            group.unpark_if(kind.name(), |_| true);
+        }
         Ok(reply)
     }
 
@@ -221,6 +239,7 @@ impl Groups {
     {
         let group = self.get(range).ok_or(InboundError::UnknownRange(range))?;
         let header: SnapshotHeader = wire::decode(header)?;
+        group.unpark_if("install_snapshot", |_| true);
         let store = group.store();
         let mut incoming = store.incoming_snapshot(range).await?;
         let mut chunks = std::pin::pin!(chunks);

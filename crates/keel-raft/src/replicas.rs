@@ -23,6 +23,7 @@ use openraft::{ChangeMembers, RaftMetrics};
 use tracing::info;
 
 use crate::group::RaftGroup;
+use crate::quiet::Wake;
 
 /// A group's membership as one replica knows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,8 +55,14 @@ impl RaftGroup {
         change: &ReplicaChange,
         catch_up: Duration,
     ) -> Result<RangeDescriptor, KvError> {
+        let using = self.begin_use(Wake::Leader).await;
         let _change = self.lock_changes().await;
         self.check_leader()?;
+        if using.woke_leader {
+            // A quiesced leader's lease lapsed, and a membership change needs a valid one.
+            let deadline = tokio::time::Instant::now() + catch_up;
+            self.renew_lease(deadline).await?;
+        }
         let current = self.membership();
         check_change(self, &current, change)?;
         info!(range_id = self.range().0, %change, "changing replicas");

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::GroupError;
 
+/// Longest `quiesce_after_ms`: one day.
+pub const QUIESCE_AFTER_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
 /// How fast Raft groups tick. The defaults suit loopback clusters and LANs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -29,6 +32,11 @@ pub struct RaftTimings {
     pub write_timeout_ms: u64,
     /// How long a read may wait to confirm leadership and catch up.
     pub read_timeout_ms: u64,
+    /// A group its leader has not used for this long (no proposal, no read needing the
+    /// leader, no split, replica change or leader transfer), with every entry committed,
+    /// applied and matched on every member, is proposed for quiescence: once its followers
+    /// agree, every replica parks its ticker. 0 = never.
+    pub quiesce_after_ms: u64,
 }
 
 impl Default for RaftTimings {
@@ -42,6 +50,7 @@ impl Default for RaftTimings {
             logs_kept_after_snapshot: 1_000,
             write_timeout_ms: 5_000,
             read_timeout_ms: 5_000,
+            quiesce_after_ms: 3_000,
         }
     }
 }
@@ -53,6 +62,12 @@ impl RaftTimings {
             return Err(GroupError::Config(format!(
                 "heartbeat_ms is {}; it must be above 0 and below election_timeout_ms_min ({})",
                 self.heartbeat_ms, self.election_timeout_ms_min
+            )));
+        }
+        if self.quiesce_after_ms > QUIESCE_AFTER_MS_MAX {
+            return Err(GroupError::Config(format!(
+                "quiesce_after_ms is {}; limit is {QUIESCE_AFTER_MS_MAX} (0 = never)",
+                self.quiesce_after_ms
             )));
         }
         if self.write_timeout_ms == 0 || self.read_timeout_ms == 0 {
@@ -112,5 +127,15 @@ mod tests {
             ..RaftTimings::default()
         };
         assert!(inverted.openraft_config().is_err());
+        let never = RaftTimings {
+            quiesce_after_ms: 0,
+            ..RaftTimings::default()
+        };
+        assert!(never.openraft_config().is_ok(), "0 turns quiescence off");
+        let too_late = RaftTimings {
+            quiesce_after_ms: QUIESCE_AFTER_MS_MAX + 1,
+            ..RaftTimings::default()
+        };
+        assert!(too_late.openraft_config().is_err());
     }
 }

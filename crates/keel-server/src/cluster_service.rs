@@ -417,5 +417,6 @@ fn status_message(
         descriptor: descriptor.map(Into::into),
         keys: counts.keys,
         size_bytes: counts.size_bytes,
+        quiesced: status.quiesced,
     }
 }

@@ -184,6 +184,11 @@ pub struct ServeArgs {
     /// Upper bound of the randomized election timeout.
     #[arg(long)]
     pub election_timeout_ms_max: Option<u64>,
+    /// A range its leader has not used for this long, fully replicated, goes quiet: no Raft
+    /// heartbeats or election timers until it is used again (default 3000; 0 = never; at
+    /// most 1 day).
+    #[arg(long)]
+    pub quiesce_after_ms: Option<u64>,
     /// How long an idle client session and its request records are kept (default 600000,
     /// 10 minutes): retries within it are answered from the record, never applied twice.
     #[arg(long)]
@@ -320,6 +325,7 @@ impl ServeArgs {
             election_timeout_ms_max: self
                 .election_timeout_ms_max
                 .or(file.election_timeout_ms_max),
+            quiesce_after_ms: self.quiesce_after_ms.or(file.quiesce_after_ms),
             dedup_window_ms: self.dedup_window_ms.or(file.dedup_window_ms),
             range_split_bytes: self.range_split_bytes.or(file.range_split_bytes),
             range_split_requests_per_sec: self
@@ -357,6 +363,7 @@ impl NodeConfig {
         raft.election_timeout_ms_max = args
             .election_timeout_ms_max
             .unwrap_or(raft.election_timeout_ms_max);
+        raft.quiesce_after_ms = args.quiesce_after_ms.unwrap_or(raft.quiesce_after_ms);
         let faults = faults_from(&args);
         let split = split_settings(&args);
         let placement = placement_settings(&args);

@@ -3,21 +3,30 @@
 //! which ranges it leads with their membership. Each node keeps the last heartbeat of every peer (`Heartbeats`); the
 //! meta range's leader reads them to tell live nodes from dead ones (`judge`) and to know every
 //! range's leader. A heartbeat's answer names the meta range's voters and leader as the peer
-//! knows them, which is how a node without a replica of the meta range finds it. Knows
-//! nothing of what the rebalancer decides.
+//! knows them, which is how a node without a replica of the meta range finds it. Heartbeats
+//! also carry quiescence (`quiescence.rs`): to each peer, the idle ranges this node leads
+//! that the peer follows; back, the ones the peer agreed to keep quiet. Knows nothing of what
+//! the rebalancer decides.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use keel_proto::raft::HeartbeatRequest;
+use keel_proto::raft::raft_client::RaftClient;
+use keel_raft::wire;
+use keel_storage::RangeCounts;
 use keel_types::{
-    KvError, LedRange, MetaMembers, NodeAddr, NodeDescriptor, NodeId, NodeReport, RangeId,
+    KvError, LedRange, MetaMembers, NodeAddr, NodeDescriptor, NodeId, NodeReport, QuietRange,
+    RangeId, limits,
 };
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
-use crate::peer_rpc::PeerCall;
+use crate::applied_cache::ByApplied;
+use crate::meta_client::hop_error;
+use crate::quiescence;
 use crate::ranges::node_addr;
 use crate::shared::Shared;
 
@@ -54,6 +63,14 @@ impl Heartbeats {
         self.lock().clone()
     }
 
+    /// When each node's last heartbeat arrived (without copying the reports).
+    pub fn last_seen(&self) -> BTreeMap<NodeId, Instant> {
+        self.lock()
+            .iter()
+            .map(|(node, seen)| (*node, seen.at))
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Seen>> {
         self.seen
             .lock()
@@ -85,18 +102,20 @@ pub(crate) fn judge(
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut counts = ByApplied::default();
     loop {
         tick.tick().await;
         if shared.health.check().is_err() {
             continue;
         }
-        let full = report(&shared, true).await;
+        let full = report(&shared, &mut counts).await;
         shared.heartbeats.record(shared.node_id, full.clone());
         let light = NodeReport {
             leads: None,
             ..full.clone()
         };
         let meta = meta_members(&shared);
+        let round = quiescence::Round::plan(&shared);
         let sends = peers(&shared).into_iter().map(|(node, addr)| {
             let voter = meta.voters.iter().any(|voter| voter.id == node);
             let report = if voter || meta.voters.is_empty() {
@@ -104,25 +123,43 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             } else {
                 &light
             };
-            send(&shared, node, addr, report)
+            send(&shared, node, addr, report, round.listed_for(node))
         });
+        let mut agreed = BTreeMap::new();
         for answer in join_all(sends).await {
             match answer {
-                Ok((from, members)) => learn_meta(&shared, from, members),
+                Ok(answer) => {
+                    learn_meta(&shared, answer.from, answer.members);
+                    agreed.insert(answer.from, answer.quiet.into_iter().collect());
+                }
                 Err(error) => debug!(%error, "heartbeat not answered"),
             }
         }
+        round.settle(&agreed);
     }
 }
 
-/// What this node reports: its address, its groups, and (when `leads`) the ranges it leads
-/// with their membership, size and load.
-pub(crate) async fn report(shared: &Shared, leads: bool) -> NodeReport {
+/// What this node reports: its address, its groups, and the ranges it leads with their
+/// membership, size and load. A range's size is read from storage only when something was
+/// applied to it since the last report (`counts`).
+async fn report(shared: &Shared, known: &mut ByApplied<RangeCounts>) -> NodeReport {
     let groups = shared.groups.all();
+    let hosted: BTreeSet<RangeId> = groups.iter().map(|group| group.range()).collect();
+    known.retain(|range| hosted.contains(&range));
     let mut led = Vec::new();
-    for group in groups.iter().filter(|group| leads && group.is_leader()) {
+    for group in groups.iter().filter(|group| group.is_leader()) {
         let membership = group.membership();
-        let counts = group.state_machine().counts().await.unwrap_or_default();
+        let (range, applied) = (group.range(), group.applied_index());
+        let counts = match known.get(range, applied) {
+            Some(counts) => *counts,
+            None => match group.state_machine().counts().await {
+                Ok(counts) => {
+                    known.insert(range, applied, counts);
+                    counts
+                }
+                Err(_) => RangeCounts::default(),
+            },
+        };
         let rate = shared.load.requests_per_sec(group.range());
         led.push(LedRange {
             range: group.range(),
@@ -137,7 +174,7 @@ pub(crate) async fn report(shared: &Shared, leads: bool) -> NodeReport {
     NodeReport {
         addr: NodeAddr::new(shared.addr.clone()),
         replicas: groups.len() as u64,
-        leads: leads.then_some(led),
+        leads: Some(led),
     }
 }
 
@@ -191,28 +228,52 @@ fn learn_meta(shared: &Shared, from: NodeId, members: MetaMembers) {
     }
 }
 
-/// Sends one heartbeat; returns the peer's id and its view of the meta range's members.
+/// A peer's answer to a heartbeat.
+struct Answer {
+    from: NodeId,
+    /// The meta range's members as the peer knows them.
+    members: MetaMembers,
+    /// The listed ranges the peer agreed to keep quiet.
+    quiet: Vec<QuietRange>,
+}
+
+/// Sends one heartbeat, listing `quiet`, within one heartbeat interval.
 async fn send(
     shared: &Shared,
     node: NodeId,
     addr: NodeAddr,
     report: &NodeReport,
-) -> Result<(NodeId, MetaMembers), KvError> {
-    let call = PeerCall {
-        node,
-        addr: &addr,
-        range: RangeId::META,
-        payload: report,
-        forward: false,
-        write: false,
-        deadline: Duration::from_millis(HEARTBEAT_INTERVAL_MS),
+    quiet: &[QuietRange],
+) -> Result<Answer, KvError> {
+    let channel = shared
+        .peers
+        .channel(node, &addr.addr)
+        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
+    let mut client = RaftClient::new(channel)
+        .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let malformed = |e: wire::WireError| KvError::invalid(e.to_string());
+    let request = HeartbeatRequest {
+        from: shared.node_id,
+        payload: wire::encode(report).map_err(malformed)?,
+        quiet: quiescence::encode(quiet).map_err(malformed)?,
     };
-    let members = call
-        .send(shared, |mut client, message| async move {
-            client.heartbeat(message).await
-        })
-        .await?;
-    Ok((node, members))
+    let deadline = Duration::from_millis(HEARTBEAT_INTERVAL_MS);
+    let reply = match tokio::time::timeout(deadline, client.heartbeat(request)).await {
+        Err(_) => {
+            return Err(KvError::Timeout {
+                message: format!("node {node} did not answer within {deadline:?}"),
+            });
+        }
+        Ok(Err(status)) => return Err(hop_error(node, &status, false)),
+        Ok(Ok(reply)) => reply.into_inner(),
+    };
+    let garbled = |e: wire::WireError| KvError::unavailable(format!("node {node} answered {e}"));
+    Ok(Answer {
+        from: node,
+        members: wire::decode(&reply.payload).map_err(garbled)?,
+        quiet: quiescence::decode(&reply.quiet).map_err(garbled)?,
+    })
 }
 
 #[cfg(test)]

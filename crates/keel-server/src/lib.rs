@@ -4,6 +4,7 @@
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
+mod applied_cache;
 mod cleanup;
 mod cluster_nodes;
 mod cluster_service;
@@ -26,6 +27,7 @@ mod peer_rpc;
 mod peers;
 mod placement;
 mod publisher;
+mod quiescence;
 mod raft_service;
 mod ranges;
 mod rebalancer;

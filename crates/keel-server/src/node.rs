@@ -3,7 +3,8 @@
 //! gRPC, initializes the cluster on first start, watches its own health, and runs its
 //! background tasks: cleanup of expired keys, idle sessions, free locks and expired
 //! idempotency records; the range watcher (`ranges.rs`); the descriptor publisher; the split
-//! driver. Shuts down in order. Knows nothing of request semantics (see the
+//! driver; heartbeats, the rebalancer and the quiescence watcher (`quiescence.rs`). Shuts
+//! down in order. Knows nothing of request semantics (see the
 //! `*_service` modules).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +42,7 @@ use crate::meta_client::META_REPLICAS;
 use crate::peers::Peers;
 use crate::placement::MetaLeadership;
 use crate::publisher::{self, Published};
+use crate::quiescence;
 use crate::raft_service::RaftService;
 use crate::ranges::{self, RangeTables};
 use crate::rebalancer;
@@ -121,6 +123,8 @@ impl Node {
         let (stop_server, stopped) = oneshot::channel();
         let server =
             tokio::spawn(serve(shared.clone(), listener, stopped).instrument(span.clone()));
+        // The listener was bound before the groups started: peers reach the node from now on.
+        quiescence::start_hold_clock(&shared);
         let tasks = vec![
             tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
             tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
@@ -129,6 +133,7 @@ impl Node {
             tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
             tokio::spawn(heartbeat::run(shared.clone()).instrument(span.clone())),
             tokio::spawn(rebalancer::run(shared.clone()).instrument(span.clone())),
+            tokio::spawn(quiescence::watch(shared.clone()).instrument(span.clone())),
         ];
         let node = Node {
             node_id,
@@ -284,16 +289,18 @@ async fn open_store(config: &NodeConfig) -> anyhow::Result<(Store, Stored)> {
 }
 
 /// Finishes the removals a crash interrupted, starts the groups of every range of the store
-/// and of the ranges this node awaits from the bootstrap, and reads the store's ranges into
-/// the local range table.
+/// (held: their leaders may list them as quiet, see `quiescence.rs`) and of the ranges this
+/// node awaits from the bootstrap, and reads the store's ranges into the local range table.
 async fn start_groups(shared: &Shared, stored: &Stored) -> anyhow::Result<()> {
     for range in &stored.removals {
         info!(%range, "finishing the removal of a replica");
         shared.store.remove_range(*range).await?;
     }
-    let awaited = shared.awaits_bootstrap.iter().copied();
-    for range in awaited.chain(stored.raft.iter().copied()) {
-        shared.groups.ensure(range).await?;
+    for range in &stored.raft {
+        quiescence::hold(shared, &*shared.groups.ensure(*range).await?);
+    }
+    for range in &shared.awaits_bootstrap {
+        shared.groups.ensure(*range).await?;
     }
     ranges::refresh_local(shared).await?;
     Ok(())

@@ -3,11 +3,12 @@
 //! keeps a copy for routing, which each range's leader refreshes when it changes (a split, a
 //! membership change, a snapshot that moved it on). Runs every `PUBLISH_INTERVAL_MS` and on
 //! every range event of the store; publishes a descriptor when it differs from the one this
-//! node last published successfully, in batches of `limits::META_UPDATE_RANGES_MAX`. Also
-//! registers the node (its id and address) with the meta range once per start. Knows nothing
-//! of gRPC.
+//! node last published successfully, in batches of `limits::META_UPDATE_RANGES_MAX`; a range
+//! found unchanged is read again only once something is applied to it (`applied_cache`).
+//! Also registers the node (its id and address) with the meta range once per start. Knows
+//! nothing of gRPC.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use keel_types::{
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
+use crate::applied_cache::ByApplied;
 use crate::meta_client;
 use crate::shared::Shared;
 
@@ -55,6 +57,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(PUBLISH_INTERVAL_MS));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut registered = false;
+    let mut unchanged: ByApplied<()> = ByApplied::default();
     loop {
         tokio::select! {
             changed = events.changed() => {
@@ -73,7 +76,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 Err(error) => debug!(%error, "registering with the meta range; trying again"),
             }
         }
-        if let Err(error) = publish_changed(&shared).await {
+        if let Err(error) = publish_changed(&shared, &mut unchanged).await {
             debug!(%error, "publishing range descriptors; trying again");
         }
     }
@@ -92,23 +95,38 @@ pub(crate) async fn publish(shared: &Shared, ranges: Vec<RangeDescriptor>) -> Re
 }
 
 /// Publishes the descriptor of every range this node leads (the meta range aside) that
-/// differs from the last one it published.
-async fn publish_changed(shared: &Shared) -> Result<(), KvError> {
+/// differs from the last one it published. A range found `unchanged` at its applied index
+/// is not read again until something is applied to it.
+async fn publish_changed(shared: &Shared, unchanged: &mut ByApplied<()>) -> Result<(), KvError> {
+    let groups = shared.groups.all();
+    let hosted: BTreeSet<RangeId> = groups.iter().map(|group| group.range()).collect();
+    unchanged.retain(|range| hosted.contains(&range));
     let mut changed = Vec::new();
-    for group in shared.groups.all() {
+    for group in groups {
         if group.range() == RangeId::META || !group.is_leader() {
+            continue;
+        }
+        let (range, applied) = (group.range(), group.applied_index());
+        if unchanged.get(range, applied).is_some() {
             continue;
         }
         let descriptor = group.descriptor().await?;
         if shared.published.changed(&descriptor) {
-            changed.push(descriptor);
+            changed.push((applied, descriptor));
+        } else {
+            unchanged.insert(range, applied, ());
         }
     }
     if changed.is_empty() {
         return Ok(());
     }
     debug!(ranges = changed.len(), "publishing range descriptors");
-    publish(shared, changed).await
+    let descriptors = changed.iter().map(|(_, d)| d.clone()).collect();
+    publish(shared, descriptors).await?;
+    for (applied, descriptor) in changed {
+        unchanged.insert(descriptor.id, applied, ());
+    }
+    Ok(())
 }
 
 async fn register(shared: &Shared) -> Result<(), KvError> {

@@ -8,18 +8,22 @@ use std::sync::Arc;
 
 use keel_proto::raft::raft_client::RaftClient;
 use keel_proto::raft::raft_server::Raft;
-use keel_proto::raft::{MetaProposal, NodeMessage, RaftReply, RaftRequest, SnapshotChunk};
+use keel_proto::raft::{
+    HeartbeatReply, HeartbeatRequest, MetaProposal, NodeMessage, RaftReply, RaftRequest,
+    SnapshotChunk,
+};
 use keel_raft::{Groups, InboundError, RpcKind, wire};
 use keel_types::{
     KvError, MetaCommand, MetaOutcome, NodeReport, RangeId, ReplicaChange, ReplicaMembership,
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, info_span};
+use tracing::{Instrument, info_span, warn};
 
 use crate::heartbeat;
 use crate::meta_client;
 use crate::peer_rpc::PeerCall;
+use crate::quiescence;
 use crate::replicas;
 use crate::shared::Shared;
 use crate::status::to_status;
@@ -161,16 +165,25 @@ impl Raft for RaftService {
 
     async fn heartbeat(
         &self,
-        request: Request<NodeMessage>,
-    ) -> Result<Response<RaftReply>, Status> {
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
         let message = request.into_inner();
-        let report: NodeReport = wire::decode(&message.payload).map_err(|e| {
-            Status::invalid_argument(format!("heartbeat from node {}: {e}", message.from))
-        })?;
-        self.shared.heartbeats.record(message.from, report);
+        let from = message.from;
+        let report: NodeReport = wire::decode(&message.payload)
+            .map_err(|e| Status::invalid_argument(format!("heartbeat from node {from}: {e}")))?;
+        // A list that does not decode counts as none: the groups quiet under the sender wake.
+        let listed = quiescence::decode(&message.quiet).unwrap_or_else(|error| {
+            warn!(from, %error, "heartbeat with a malformed quiet list");
+            Vec::new()
+        });
+        self.shared.heartbeats.record(from, report);
+        let agreed = quiescence::answer(&self.shared, from, &listed);
         let members = heartbeat::meta_members(&self.shared);
-        let payload = wire::encode(&members).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(RaftReply { payload }))
+        let internal = |e: wire::WireError| Status::internal(e.to_string());
+        Ok(Response::new(HeartbeatReply {
+            payload: wire::encode(&members).map_err(internal)?,
+            quiet: quiescence::encode(&agreed).map_err(internal)?,
+        }))
     }
 
     async fn prepare_replica(

@@ -166,14 +166,20 @@ async fn remove_here(shared: &Shared, range: RangeId) -> Result<(), KvError> {
 
 /// Removes replicas this node should no longer have: one the meta range no longer names for
 /// it (when the range's leader confirms), and an empty group prepared for a replica that
-/// never came. Errors are logged; the watcher calls again later.
+/// never came. Errors are logged; the watcher calls again later. A group the meta range
+/// names this node a replica of costs a lookup, no storage read.
 pub(crate) async fn collect_garbage(shared: &Shared) {
+    let recorded: BTreeMap<RangeId, RangeDescriptor> = shared
+        .ranges
+        .meta_ranges()
+        .into_iter()
+        .map(|range| (range.id, range))
+        .collect();
     for group in shared.groups.all() {
         let range = group.range();
-        let collected = match group.is_initialized().await {
-            Ok(true) => collect_replica(shared, &group).await,
-            Ok(false) => collect_empty(shared, range).await,
-            Err(error) => Err(error),
+        let collected = match group.has_state() {
+            true => collect_replica(shared, &group, &recorded).await,
+            false => collect_empty(shared, range, &recorded).await,
         };
         if let Err(error) = collected {
             debug!(%range, %error, "replica garbage collection; trying again later");
@@ -181,11 +187,15 @@ pub(crate) async fn collect_garbage(shared: &Shared) {
     }
 }
 
-/// Removes `group`'s replica when the meta range names newer replicas without this node and
-/// the range's leader confirms it.
-async fn collect_replica(shared: &Shared, group: &RaftGroup) -> Result<(), KvError> {
+/// Removes `group`'s replica when the meta range (`recorded`) names newer replicas without
+/// this node and the range's leader confirms it.
+async fn collect_replica(
+    shared: &Shared,
+    group: &RaftGroup,
+    recorded: &BTreeMap<RangeId, RangeDescriptor>,
+) -> Result<(), KvError> {
     let range = group.range();
-    let Some(candidates) = replaced_by(shared, group).await? else {
+    let Some(candidates) = replaced_by(shared, group, recorded).await? else {
         return Ok(());
     };
     for (node, addr) in candidates {
@@ -203,6 +213,7 @@ async fn collect_replica(shared: &Shared, group: &RaftGroup) -> Result<(), KvErr
 async fn replaced_by(
     shared: &Shared,
     group: &RaftGroup,
+    recorded: &BTreeMap<RangeId, RangeDescriptor>,
 ) -> Result<Option<Vec<(NodeId, NodeAddr)>>, KvError> {
     let range = group.range();
     let me = shared.node_id;
@@ -210,11 +221,16 @@ async fn replaced_by(
         let members = shared.ranges.meta_members();
         members.voters.iter().map(|voter| voter.id).collect()
     } else {
+        let Some(recorded) = recorded.get(&range) else {
+            return Ok(None);
+        };
+        if recorded.replicas.contains(&me) {
+            return Ok(None);
+        }
         let local = group.descriptor().await?;
-        let meta = shared.ranges.meta_ranges();
-        match meta.into_iter().find(|recorded| recorded.id == range) {
-            Some(recorded) if recorded.supersedes(&local) => recorded.replicas,
-            _ => return Ok(None),
+        match recorded.supersedes(&local) {
+            true => recorded.replicas.clone(),
+            false => return Ok(None),
         }
     };
     if named.is_empty() || named.contains(&me) {
@@ -230,15 +246,17 @@ async fn replaced_by(
 /// Stops an empty group that no replica is coming to: not prepared lately, not one the meta
 /// range names for this node (a replica that missed a split waits for its snapshot), and not
 /// a first range or meta range this node waits to receive from the bootstrap.
-async fn collect_empty(shared: &Shared, range: RangeId) -> Result<(), KvError> {
+async fn collect_empty(
+    shared: &Shared,
+    range: RangeId,
+    recorded: &BTreeMap<RangeId, RangeDescriptor>,
+) -> Result<(), KvError> {
     if shared.prepared.recent(range) || shared.awaits_bootstrap(range) {
         return Ok(());
     }
-    let named = shared
-        .ranges
-        .meta_ranges()
-        .iter()
-        .any(|recorded| recorded.id == range && recorded.replicas.contains(&shared.node_id));
+    let named = recorded
+        .get(&range)
+        .is_some_and(|recorded| recorded.replicas.contains(&shared.node_id));
     if named {
         return Ok(());
     }

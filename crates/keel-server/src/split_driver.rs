@@ -5,7 +5,9 @@
 //! sampled request keys for load (`keel_meta::load_split_key`), and `splits::split_range`
 //! carries the split out, the same path as `Cluster.Split`. The driver awaits each split
 //! before the next check, so at most one of its splits is in flight on a node. Failures are
-//! logged and the range is weighed again next round. Knows nothing of gRPC.
+//! logged and the range is weighed again next round. A range's counts are read from storage
+//! only when something was applied to it since the last check (`applied_cache`), so idle
+//! ranges cost no read. Knows nothing of gRPC.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -13,10 +15,12 @@ use std::time::Duration;
 
 use keel_meta::{RangeLoad, SplitPolicy, SplitReason, plan_split};
 use keel_raft::RaftGroup;
+use keel_storage::RangeCounts;
 use keel_types::validate::show_key;
 use keel_types::{KvError, RangeId};
 use tracing::{debug, info, warn};
 
+use crate::applied_cache::ByApplied;
 use crate::config::SplitSettings;
 use crate::shared::Shared;
 
@@ -26,6 +30,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let policy = policy(&settings);
     let mut tick = tokio::time::interval(Duration::from_millis(settings.check_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut counts: ByApplied<RangeCounts> = ByApplied::default();
     loop {
         tick.tick().await;
         if shared.health.check().is_err() {
@@ -34,12 +39,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let groups = shared.groups.all();
         let hosted: HashSet<RangeId> = groups.iter().map(|group| group.range()).collect();
         shared.load.retain(|range| hosted.contains(&range));
+        counts.retain(|range| hosted.contains(&range));
         for group in groups {
             let leads = group.leader().map(|(id, _)| id) == Some(shared.node_id);
             if group.range() == RangeId::META || !leads {
                 continue;
             }
-            check(&shared, &group, &policy).await;
+            check(&shared, &group, &policy, &mut counts).await;
         }
     }
 }
@@ -54,9 +60,14 @@ fn policy(settings: &SplitSettings) -> SplitPolicy {
 }
 
 /// Weighs one range and splits it if the plan says so.
-async fn check(shared: &Shared, group: &RaftGroup, policy: &SplitPolicy) {
+async fn check(
+    shared: &Shared,
+    group: &RaftGroup,
+    policy: &SplitPolicy,
+    counts: &mut ByApplied<RangeCounts>,
+) {
     let range = group.range();
-    let (reason, at) = match plan(shared, group, policy).await {
+    let (reason, at) = match plan(shared, group, policy, counts).await {
         Ok(Some(planned)) => planned,
         Ok(None) => return,
         Err(error) => {
@@ -90,15 +101,25 @@ async fn check(shared: &Shared, group: &RaftGroup, policy: &SplitPolicy) {
 }
 
 /// Reads what the decision needs, decides, and picks the split key: `None` when the range
-/// should not split or no key divides it.
+/// should not split or no key divides it. The range's size and key count are read again only
+/// when something was applied to it since the last read (`counts`); its load is in memory.
 async fn plan(
     shared: &Shared,
     group: &RaftGroup,
     policy: &SplitPolicy,
+    known: &mut ByApplied<RangeCounts>,
 ) -> Result<Option<(SplitReason, Vec<u8>)>, KvError> {
     let range = group.range();
     let state_machine = group.state_machine();
-    let counts = state_machine.counts().await.map_err(storage)?;
+    let applied = group.applied_index();
+    let counts = match known.get(range, applied) {
+        Some(counts) => *counts,
+        None => {
+            let counts = state_machine.counts().await.map_err(storage)?;
+            known.insert(range, applied, counts);
+            counts
+        }
+    };
     let load = RangeLoad {
         size_bytes: counts.size_bytes,
         keys: counts.keys,

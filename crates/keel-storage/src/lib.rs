@@ -35,6 +35,7 @@ mod split;
 mod state_machine;
 mod store;
 mod tables;
+mod upkeep;
 mod writer;
 
 pub use error::StorageError;
@@ -44,4 +45,5 @@ pub use state_machine::{RangeCounts, ScanPage, StateMachine};
 #[doc(hidden)]
 pub use store::WriterHold;
 pub use store::{Store, StoreOptions};
+pub use upkeep::Upkeep;
 pub use writer::StoreStats;

@@ -19,7 +19,7 @@ use crate::error::StorageError;
 use crate::raft_types::{Entry, Membership, Snapshot, TypeConfig};
 use crate::split::initial_log_id;
 use crate::store::Store;
-use crate::tables::{KV, TTL};
+use crate::tables::{InstallMarker, KV, TTL};
 use crate::writer::{Op, Outcome};
 
 const CLIENT: u64 = 0x5b;
@@ -1015,4 +1015,66 @@ async fn a_removal_cut_short_hides_the_range_but_keeps_its_span_owned_until_fini
         None
     );
     assert_eq!(rows_in(&store, KV).await, 3);
+}
+
+#[tokio::test]
+async fn upkeep_skips_the_other_halfs_rows_to_name_its_next_due() {
+    let (_dir, store) = open();
+    let mut ranges = Ranges::new(&store);
+    split_filled(&mut ranges).await;
+    // The file's indexes, in time order: b (parent) and f (child) expire at 3_000, rec-y
+    // (child) at 12_000, a-lock (parent) and x-lock (child) are free at 62_000. A long
+    // window keeps the sessions both halves hold out of the way.
+    let window_ms = 1_000_000;
+    let sessions_due = 2_000 + window_ms + 1;
+    let parent = ranges.sm(RangeId(1));
+    let upkeep = parent.plan_upkeep(2_500, window_ms).await.unwrap();
+    assert_eq!(upkeep.next_due_ms, Some(3_000));
+    let upkeep = parent.plan_upkeep(5_000, window_ms).await.unwrap();
+    assert_eq!(upkeep.cleanup.keys.len(), 1);
+    ranges
+        .apply(RangeId(1), Command::Cleanup(upkeep.cleanup))
+        .await;
+    // f and rec-y are the child's: the parent's next is a-lock.
+    let upkeep = parent.plan_upkeep(5_000, window_ms).await.unwrap();
+    assert!(upkeep.cleanup.is_empty() && upkeep.reclaim.is_empty());
+    assert_eq!(upkeep.next_due_ms, Some(62_000));
+    let child = ranges
+        .sm(RangeId(2))
+        .plan_upkeep(5_000, window_ms)
+        .await
+        .unwrap();
+    assert_eq!(child.cleanup.keys.len(), 1, "f expired");
+    assert_eq!(child.next_due_ms, Some(12_000), "then rec-y");
+    let late = ranges.sm(RangeId(2)).plan_upkeep(70_000, window_ms).await;
+    assert_eq!(late.unwrap().next_due_ms, Some(sessions_due));
+}
+
+#[tokio::test]
+async fn a_first_range_installing_its_first_snapshot_claims_no_span_yet() {
+    // A new node receives replicas of the first range and of another at once; the first
+    // range's install has begun (its marker is written) but it holds nothing yet.
+    let (_source_dir, right) = right_half_snapshot().await;
+    let (_dir, store) = open();
+    let marker = InstallMarker {
+        snapshot_last_log_id: None,
+    };
+    store
+        .call(Op::InstallBegin {
+            range: RangeId::FIRST,
+            marker,
+        })
+        .await
+        .unwrap();
+    let file = right.snapshot.clone();
+    assert_eq!(
+        store.snapshot_overlap(RangeId(2), &file).await.unwrap(),
+        None,
+        "the whole keyspace is not the first range's before it applied anything"
+    );
+    let mut sm = store.state_machine(RangeId(2));
+    sm.install_snapshot(&right.meta, right.snapshot.clone())
+        .await
+        .unwrap();
+    assert_eq!(keys(&sm).await, ["d", "e", "f"]);
 }

@@ -21,16 +21,14 @@ use std::io;
 
 use futures::{Stream, StreamExt};
 use keel_types::{
-    Cleanup, CoordinationCounts, ExpiredKey, ExpiredRecord, IdempotencyRecord, KeyValue, LockHold,
-    LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim,
-    ReplicaMembership, Revision, limits,
+    Cleanup, CoordinationCounts, IdempotencyRecord, KeyValue, LockHold, LockPhase, NodeDescriptor,
+    NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, ReplicaMembership, Revision, limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::RaftStateMachine;
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
-use crate::codec::decode;
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
 use crate::raft_types::{
@@ -39,9 +37,9 @@ use crate::raft_types::{
 use crate::snapshot::{self, SnapshotBuilder, SnapshotFile};
 use crate::store::Store;
 use crate::tables::{
-    self, DEADLINES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, Session, SmState,
-    TTL,
+    self, DEADLINES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,
 };
+use crate::upkeep::{due_records, expired_keys, idle_sessions};
 use crate::writer::{Done, Op};
 use crate::{apply, install};
 
@@ -87,6 +85,11 @@ impl StateMachine {
     /// The range this state machine belongs to.
     pub fn range(&self) -> RangeId {
         self.range
+    }
+
+    /// The store holding the range.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     /// The key (absent if expired at `max(now_ms, range clock)`) and the range's applied
@@ -163,11 +166,11 @@ impl StateMachine {
                 let ttl = txn
                     .open_table(TTL)
                     .map_err(|e| StorageError::redb("open ttl", e))?;
-                let keys = expired_keys(&ttl, &state.span, now_ms.max(state.clock_ms))?;
+                let (keys, _) = expired_keys(&ttl, &state.span, now_ms.max(state.clock_ms))?;
                 let sessions = txn
                     .open_table(SESSIONS)
                     .map_err(|e| StorageError::redb("open sessions", e))?;
-                let sessions = idle_sessions(&sessions, range, sessions_idle_before_ms)?;
+                let (sessions, _) = idle_sessions(&sessions, range, sessions_idle_before_ms)?;
                 Ok(Cleanup {
                     now_ms,
                     keys,
@@ -289,7 +292,7 @@ impl StateMachine {
                     .open_table(DEADLINES)
                     .map_err(|e| StorageError::redb("open deadlines", e))?;
                 let now_ms = now_ms.max(state.clock_ms);
-                let (locks, records) = due_records(&deadlines, &state.span, now_ms)?;
+                let ((locks, records), _) = due_records(&deadlines, &state.span, now_ms)?;
                 Ok(Reclaim {
                     now_ms,
                     locks,
@@ -444,7 +447,10 @@ fn read_state(txn: &ReadTransaction, range: RangeId) -> Result<SmState, StorageE
 }
 
 /// The state of a range whose data may be read: not in the middle of a snapshot install.
-fn readable_state(txn: &ReadTransaction, range: RangeId) -> Result<SmState, StorageError> {
+pub(crate) fn readable_state(
+    txn: &ReadTransaction,
+    range: RangeId,
+) -> Result<SmState, StorageError> {
     let state = read_state(txn, range)?;
     match state.installing {
         Some(_) => Err(StorageError::SnapshotInstalling { range }),
@@ -539,100 +545,6 @@ where
     Ok(last)
 }
 
-/// Keys of `span` in the TTL index expired at `now_ms`, earliest expiry first; at most
-/// `CLEANUP_KEYS_MAX`, after examining at most `limits::CLEANUP_EXAMINED_PER_KEY` index rows per key.
-fn expired_keys<R>(ttl: &R, span: &KeySpan, now_ms: u64) -> Result<Vec<ExpiredKey>, StorageError>
-where
-    R: ReadableTable<tables::Bytes, tables::Bytes>,
-{
-    let examined_max = limits::CLEANUP_KEYS_MAX * limits::CLEANUP_EXAMINED_PER_KEY;
-    let mut keys = Vec::new();
-    let rows = ttl
-        .range::<&[u8]>(..)
-        .map_err(|e| StorageError::redb("read ttl index", e))?;
-    for row in rows.take(examined_max) {
-        let (row, _) = row.map_err(|e| StorageError::redb("read ttl index", e))?;
-        let (expires_at_ms, key) = tables::ttl_key_parts(row.value());
-        if expires_at_ms > now_ms || keys.len() == limits::CLEANUP_KEYS_MAX {
-            break;
-        }
-        if span.contains(key) {
-            keys.push(ExpiredKey {
-                key: key.to_vec(),
-                expires_at_ms,
-            });
-        }
-    }
-    Ok(keys)
-}
-
-/// Locks of `span` free at `now_ms` and idempotency records of `span` expired then, from the
-/// `deadlines` index, earliest first; at most `CLEANUP_KEYS_MAX` of each, after examining
-/// at most `limits::CLEANUP_EXAMINED_PER_KEY` index rows per item of both lists.
-fn due_records<R>(
-    deadlines: &R,
-    span: &KeySpan,
-    now_ms: u64,
-) -> Result<(Vec<ExpiredRecord>, Vec<ExpiredRecord>), StorageError>
-where
-    R: ReadableTable<tables::Bytes, tables::Bytes>,
-{
-    let examined_max = 2 * limits::CLEANUP_KEYS_MAX * limits::CLEANUP_EXAMINED_PER_KEY;
-    let (mut locks, mut records) = (Vec::new(), Vec::new());
-    let rows = deadlines
-        .range::<&[u8]>(..)
-        .map_err(|e| StorageError::redb("read deadlines index", e))?;
-    for row in rows.take(examined_max) {
-        let (row, _) = row.map_err(|e| StorageError::redb("read deadlines index", e))?;
-        let (at_ms, kind, key) = tables::deadline_key_parts(row.value());
-        let full = |list: &Vec<ExpiredRecord>| list.len() == limits::CLEANUP_KEYS_MAX;
-        if at_ms > now_ms || (full(&locks) && full(&records)) {
-            break;
-        }
-        let list = match kind {
-            tables::DEADLINE_LOCK => &mut locks,
-            tables::DEADLINE_IDEMPOTENCY => &mut records,
-            other => panic!("a deadlines index row of unknown kind {other}"),
-        };
-        if span.contains(key) && !full(list) {
-            let key = key.to_vec();
-            list.push(ExpiredRecord { key, at_ms });
-        }
-    }
-    Ok((locks, records))
-}
-
-/// Client ids of the range's sessions last active before `idle_before_ms`; at most
-/// `CLEANUP_SESSIONS_MAX`, in client-id order.
-fn idle_sessions<R>(
-    sessions: &R,
-    range: RangeId,
-    idle_before_ms: u64,
-) -> Result<Vec<u64>, StorageError>
-where
-    R: ReadableTable<tables::Bytes, tables::Bytes>,
-{
-    let (start, end) = (
-        tables::session_key(range, 0),
-        tables::session_key(range, u64::MAX),
-    );
-    let rows = sessions
-        .range(start.as_slice()..=end.as_slice())
-        .map_err(|e| StorageError::redb("read sessions", e))?;
-    let mut idle = Vec::new();
-    for row in rows {
-        let (key, value) = row.map_err(|e| StorageError::redb("read sessions", e))?;
-        let session: Session = decode("session", value.value())?;
-        if session.last_active_ms < idle_before_ms {
-            idle.push(tables::session_key_client(key.value()));
-            if idle.len() == limits::CLEANUP_SESSIONS_MAX {
-                break;
-            }
-        }
-    }
-    Ok(idle)
-}
-
 #[cfg(test)]
 #[path = "state_machine_tests.rs"]
 mod tests;
@@ -652,3 +564,7 @@ mod split_sm_tests;
 #[cfg(test)]
 #[path = "meta_sm_tests.rs"]
 mod meta_sm_tests;
+
+#[cfg(test)]
+#[path = "upkeep_tests.rs"]
+mod upkeep_tests;

@@ -436,7 +436,11 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
     txn.commit().map_err(|e| StorageError::redb("commit", e))
 }
 
-/// A range other than `range` with state in this file whose span overlaps `span`.
+/// A range other than `range` whose rows in this file (`tables::owned_span`) overlap `span`.
+/// A range whose first snapshot is being installed owns no span until the install finishes
+/// (it has neither a span row nor an applied log id); for the first range this matters: its
+/// unrecorded span is the whole keyspace, which would refuse every other range's snapshot
+/// on a new node receiving several replicas at once.
 pub(crate) fn overlapping_range<R>(
     sm_meta: &R,
     range: RangeId,
@@ -446,10 +450,11 @@ where
     R: ReadableTable<Bytes, Bytes>,
 {
     for other in tables::ranges_in(sm_meta)? {
-        if other == range || !tables::has_sm_state(sm_meta, other)? {
+        if other == range {
             continue;
         }
-        if tables::read_sm_state(sm_meta, other)?.span.overlaps(span) {
+        let owned = tables::owned_span(sm_meta, other)?;
+        if owned.is_some_and(|owned| owned.overlaps(span)) {
             return Ok(Some(other));
         }
     }

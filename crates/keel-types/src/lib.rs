@@ -26,5 +26,5 @@ pub use error::KvError;
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};
 pub use range::{
     LedRange, MetaCommand, MetaMembers, MetaOutcome, NodeDescriptor, NodeReport, NodeState,
-    RangeDescriptor, ReplicaChange, ReplicaMembership, Split,
+    QuietRange, RangeDescriptor, ReplicaChange, ReplicaMembership, Split,
 };

@@ -115,6 +115,11 @@ pub fn human_bytes(bytes: usize) -> String {
     }
 }
 
+/// Ranges one node heartbeat lists as quiet to one peer (and the peer's answer agrees to):
+/// a leader with more idle ranges followed by that peer lists these and keeps the others
+/// ticking.
+pub const HEARTBEAT_QUIET_RANGES_MAX: usize = 16_384;
+
 /// Range descriptors one meta command records.
 pub const META_UPDATE_RANGES_MAX: usize = 64;
 /// Range ids one meta command hands out.

@@ -191,6 +191,20 @@ pub struct LedRange {
     pub requests_per_sec_milli: u64,
 }
 
+/// A range its leader names in its heartbeat to a node holding a follower of it: idle on the
+/// leader (every entry committed, applied and matched on every member) and proposed for
+/// quiescence or already quiesced. In the follower node's answer, a listed range it agreed
+/// to: its replica holds the same last log index and knows this leader in this term, and its
+/// ticker is parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct QuietRange {
+    pub range: RangeId,
+    /// The leader's term.
+    pub term: u64,
+    /// The index of the last entry in the leader's log.
+    pub last_log_index: u64,
+}
+
 /// The meta range's voters and leader as a node knows them: what a heartbeat answers, so
 /// nodes that host no replica of it can still reach it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -108,7 +108,8 @@ fn flags_override_the_config_file() {
     writeln!(
         file,
         "node_id = 2\nlisten = \"127.0.0.1:7002\"\ndata_dir = \"/var/lib/keel\"\n\
-         initial_cluster = \"1=127.0.0.1:7001,2=127.0.0.1:7002\"\nheartbeat_ms = 100"
+         initial_cluster = \"1=127.0.0.1:7001,2=127.0.0.1:7002\"\nheartbeat_ms = 100\n\
+         quiesce_after_ms = 0"
     )
     .unwrap();
     let from_file = ServeArgs {
@@ -118,6 +119,7 @@ fn flags_override_the_config_file() {
     let config = NodeConfig::from_args(&from_file).unwrap();
     assert_eq!(config.node_id, 2);
     assert_eq!(config.raft.heartbeat_ms, 100);
+    assert_eq!(config.raft.quiesce_after_ms, 0, "quiescence turned off");
     assert_eq!(
         config.store_path(),
         PathBuf::from("/var/lib/keel/keel.redb")
