@@ -200,10 +200,7 @@ mod tests {
         }
         let mut longer = body.clone();
         longer.push(0);
-        assert!(matches!(
-            decode(&reframe(longer)),
-            Err(FrameError::Body(_))
-        ));
+        assert!(matches!(decode(&reframe(longer)), Err(FrameError::Body(_))));
         assert!(matches!(
             decode(&reframe(Vec::new())),
             Err(FrameError::Body(_))

@@ -141,7 +141,10 @@ fn bytes_after_the_end_are_refused() {
     bytes.push(0);
     std::fs::write(&path, &bytes).unwrap();
     let error = verify(&path).unwrap_err();
-    assert!(error.to_string().contains("follow the End record"), "{error}");
+    assert!(
+        error.to_string().contains("follow the End record"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -165,7 +168,10 @@ fn an_abandoned_range_leaves_no_trace_and_may_be_written_again() {
     writer.begin_range(announce(&ranges[0], 100)).unwrap();
     writer.write_snapshot(&[1; 60]).unwrap();
     let error = writer.end_range().unwrap_err();
-    assert!(error.to_string().contains("60 snapshot bytes of 100"), "{error}");
+    assert!(
+        error.to_string().contains("60 snapshot bytes of 100"),
+        "{error}"
+    );
     for range in &ranges {
         writer.begin_range(announce(range, 100)).unwrap();
         writer.write_snapshot(&[2; 100]).unwrap();
@@ -196,7 +202,10 @@ fn a_backup_missing_part_of_the_keyspace_is_not_finished() {
     assert!(matches!(error, BackupError::Incomplete { .. }), "{error}");
     assert!(error.to_string().contains("no range covers"), "{error}");
     assert!(!path.exists());
-    assert!(!dir.path().join("b.tmp").exists(), "the temporary file is gone");
+    assert!(
+        !dir.path().join("b.tmp").exists(),
+        "the temporary file is gone"
+    );
 }
 
 #[test]
@@ -205,5 +214,8 @@ fn a_file_that_is_no_backup_is_named_so() {
     let path = dir.path().join("notes.txt");
     std::fs::write(&path, b"just some text, long enough").unwrap();
     let error = verify(&path).unwrap_err();
-    assert!(error.to_string().contains("is not a Keel backup file"), "{error}");
+    assert!(
+        error.to_string().contains("is not a Keel backup file"),
+        "{error}"
+    );
 }

@@ -12,9 +12,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::coverage::check_coverage;
 use crate::error::BackupError;
-use crate::format::{
-    BackupEnd, BackupHeader, MAGIC, RangeEnd, RangeHeader, Record, encode_frame,
-};
+use crate::format::{BackupEnd, BackupHeader, MAGIC, RangeEnd, RangeHeader, Record, encode_frame};
 
 /// Buffer of the output file.
 const WRITE_BUFFER_BYTES: usize = 256 * 1024;

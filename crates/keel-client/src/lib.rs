@@ -114,7 +114,7 @@ mod scan_page;
 mod session;
 mod stub;
 
-pub use client::Client;
+pub use client::{Client, RangeBackup, RangeSnapshot};
 pub use endpoints::normalize as normalize_endpoint;
 pub use errors::{IdempotentError, LockError, LockLost};
 pub use guard::LockGuard;

@@ -5,6 +5,7 @@
 //! openraft types stay behind this crate: callers write and read through `RaftGroup`, whose
 //! errors are already `KvError`s.
 
+mod backup;
 mod error;
 mod group;
 mod groups;
@@ -15,6 +16,7 @@ mod timings;
 mod transport;
 pub mod wire;
 
+pub use backup::BackupSnapshot;
 pub use error::{GroupError, InboundError};
 pub use group::{GroupStatus, KeelRaft, Member, RaftGroup, Role};
 pub use groups::{Groups, Starter};

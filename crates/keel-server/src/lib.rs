@@ -4,6 +4,7 @@
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
+mod backup;
 mod cleanup;
 mod cluster_nodes;
 mod cluster_service;
@@ -30,6 +31,7 @@ mod raft_service;
 mod ranges;
 mod rebalancer;
 mod replicas;
+mod restore;
 mod router;
 mod run;
 mod shared;
@@ -44,4 +46,5 @@ pub use config::{
 pub use faults::Faults;
 pub use keel_raft::RaftTimings;
 pub use node::Node;
+pub use restore::{RestoreArgs, RestoreError, RestoreProgress, RestoreSummary, restore};
 pub use run::run;

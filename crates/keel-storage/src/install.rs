@@ -143,7 +143,11 @@ pub(crate) async fn replace_data(
 }
 
 /// `Err(SpanOverlap)` if another range of the file with state overlaps `span`.
-pub(crate) async fn refuse_overlap(store: &Store, range: RangeId, span: &KeySpan) -> Result<(), StorageError> {
+pub(crate) async fn refuse_overlap(
+    store: &Store,
+    range: RangeId,
+    span: &KeySpan,
+) -> Result<(), StorageError> {
     let owned = span.clone();
     let other = store
         .read(move |txn| {

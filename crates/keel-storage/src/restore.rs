@@ -75,7 +75,10 @@ impl Store {
     ) -> Result<RangeDescriptor, StorageError> {
         self.check()?;
         if range == RangeId::META {
-            return Err(refused(range, "the meta range is written anew, not restored"));
+            return Err(refused(
+                range,
+                "the meta range is written anew, not restored",
+            ));
         }
         if self.holds(range).await? {
             return Err(refused(range, "this store already holds it"));
@@ -132,7 +135,11 @@ impl Store {
             ..SmState::default()
         };
         self.call(Op::RestoreMeta { state, rows }).await?;
-        tracing::info!(ranges = ranges.len(), next_range_id = next, "meta range written");
+        tracing::info!(
+            ranges = ranges.len(),
+            next_range_id = next,
+            "meta range written"
+        );
         Ok(())
     }
 

@@ -67,7 +67,13 @@ async fn source() -> (tempfile::TempDir, Vec<(RangeId, SnapshotFile)>) {
     let membership = Membership::new_with_defaults(vec![[1, 2, 3].into()], []);
     let log_id = openraft::testing::log_id::<TypeConfig>(3, 2, 1);
     let entries = vec![Entry::new_membership(log_id, membership)];
-    store.call(Op::Apply { range: first, entries }).await.unwrap();
+    store
+        .call(Op::Apply {
+            range: first,
+            entries,
+        })
+        .await
+        .unwrap();
     apply(&store, first, 2, put("apple", "red", None, 1)).await;
     apply(&store, first, 3, put("pear", "green", Some(60_000), 2)).await;
     let acquirer = Acquirer {
@@ -76,7 +82,13 @@ async fn source() -> (tempfile::TempDir, Vec<(RangeId, SnapshotFile)>) {
         lock_delay_ms: 0,
     };
     let name = b"jobs".to_vec();
-    apply(&store, first, 4, coordinate(CoordinationOp::Acquire { name, acquirer })).await;
+    apply(
+        &store,
+        first,
+        4,
+        coordinate(CoordinationOp::Acquire { name, acquirer }),
+    )
+    .await;
     let key = idempotency_key(b"pay", b"o-1");
     let (owner, ttl_ms) = (b"worker-2".to_vec(), 30_000);
     let begin = CoordinationOp::Begin { key, owner, ttl_ms };
@@ -111,7 +123,10 @@ async fn a_restored_range_keeps_its_state_under_a_new_raft_identity() {
     for (range, snapshot) in &snapshots {
         let summary = snapshot.summary(*range).await.unwrap();
         assert_eq!(summary.descriptor.replicas, [1, 2, 3]);
-        let descriptor = store.restore_range(*range, snapshot, &voter()).await.unwrap();
+        let descriptor = store
+            .restore_range(*range, snapshot, &voter())
+            .await
+            .unwrap();
         assert_eq!(descriptor.replicas, [7]);
         assert_eq!(descriptor.conf_version, summary.descriptor.conf_version + 1);
         assert_eq!(
@@ -127,7 +142,10 @@ async fn a_restored_range_keeps_its_state_under_a_new_raft_identity() {
     let first = store.state_machine(RangeId::FIRST);
     let (apple, revision) = first.get(b"apple", 0).await.unwrap();
     let apple = apple.unwrap();
-    assert_eq!((apple.value.as_slice(), apple.create_revision), (&b"red"[..], 1));
+    assert_eq!(
+        (apple.value.as_slice(), apple.create_revision),
+        (&b"red"[..], 1)
+    );
     assert_eq!(revision, 4, "the source's revision after its writes");
     assert_eq!(first.applied().await.unwrap(), (4, Some(initial_log_id())));
     let (hold, _) = first.lock(b"jobs", 0).await.unwrap();
@@ -139,7 +157,11 @@ async fn a_restored_range_keeps_its_state_under_a_new_raft_identity() {
     let pear = pear.unwrap();
     assert_eq!(pear.expires_at_ms, Some(NOW_MS + 60_000));
     assert_eq!((pear.mod_revision, child_revision), (2, 4));
-    assert_eq!(child.counts().await.unwrap().sessions, 1, "sessions come along");
+    assert_eq!(
+        child.counts().await.unwrap().sessions,
+        1,
+        "sessions come along"
+    );
 
     let mut log = store.log_store(RangeId::FIRST);
     let state = log.get_log_state().await.unwrap();
@@ -180,9 +202,18 @@ async fn a_range_is_restored_once_and_the_meta_range_never() {
     let (_source, snapshots) = source().await;
     let (_dir, store) = open();
     let (range, snapshot) = &snapshots[0];
-    store.restore_range(*range, snapshot, &voter()).await.unwrap();
-    for (range, expected) in [(*range, "already holds it"), (RangeId::META, "written anew")] {
-        let error = store.restore_range(range, snapshot, &voter()).await.unwrap_err();
+    store
+        .restore_range(*range, snapshot, &voter())
+        .await
+        .unwrap();
+    for (range, expected) in [
+        (*range, "already holds it"),
+        (RangeId::META, "written anew"),
+    ] {
+        let error = store
+            .restore_range(range, snapshot, &voter())
+            .await
+            .unwrap_err();
         assert!(
             matches!(&error, StorageError::Restore { .. }) && error.to_string().contains(expected),
             "{error}"

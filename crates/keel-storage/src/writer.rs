@@ -21,9 +21,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
 use crate::install::InstallBatch;
+use crate::meta::MetaRow;
 use crate::raft_types::{ApplyResponder, Entry, IoFlushed, LogId, Vote};
 use crate::tables::{InstallMarker, KeySpan, SmState};
-use crate::meta::MetaRow;
 use crate::{apply, install, log_store, remove, restore};
 
 /// A write to execute inside the writer's transaction.
