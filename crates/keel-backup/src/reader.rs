@@ -50,7 +50,7 @@ pub fn verify(path: &Path) -> Result<BackupSummary, BackupError> {
     let mut reader = BackupReader::open(path)?;
     let mut ranges = Vec::new();
     loop {
-        match reader.next()? {
+        match reader.next_item()? {
             Item::Range(range) => ranges.push(range),
             Item::Chunk(_) | Item::RangeEnd => {}
             Item::End(end) => {
@@ -134,7 +134,7 @@ impl BackupReader {
     }
 
     /// The next record, checked. After `Item::End`, calling it again is a programmer error.
-    pub fn next(&mut self) -> Result<Item, BackupError> {
+    pub fn next_item(&mut self) -> Result<Item, BackupError> {
         assert!(!self.ended, "the backup already ended");
         let (record, at) = self.read_record("its End record")?;
         self.records += 1;

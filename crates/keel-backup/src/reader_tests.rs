@@ -71,7 +71,7 @@ fn a_backup_reads_back_as_written() {
     assert_eq!(reader.listed(), two_ranges().as_slice());
     let mut seen: Vec<(RangeHeader, Vec<u8>)> = Vec::new();
     let end = loop {
-        match reader.next().unwrap() {
+        match reader.next_item().unwrap() {
             Item::Range(header) => seen.push((header, Vec::new())),
             Item::Chunk(data) => seen.last_mut().unwrap().1.extend_from_slice(&data),
             Item::RangeEnd => {}

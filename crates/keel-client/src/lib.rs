@@ -98,6 +98,11 @@
 //! record, stores its result (or aborts on error), returns a stored result without running
 //! `work`, and waits with jittered backoff while another owner is in progress (see its
 //! docs for what happens when `work` outlives its TTL).
+//!
+//! # Backups
+//! `Client::backup_range` streams one range's snapshot from its leader, taken after the
+//! leader confirmed its leadership with a quorum: consistent in itself, at the range's
+//! revision. The bytes are opaque here; `keel backup` writes them into a keel-backup file.
 
 pub mod attempt;
 mod client;

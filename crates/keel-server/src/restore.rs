@@ -262,7 +262,7 @@ fn read_items(path: PathBuf) -> mpsc::Receiver<anyhow::Result<Item>> {
             Err(error) => return drop(sender.blocking_send(Err(error.into()))),
         };
         loop {
-            let item = reader.next().map_err(anyhow::Error::from);
+            let item = reader.next_item().map_err(anyhow::Error::from);
             let last = !matches!(item, Ok(Item::Range(_) | Item::Chunk(_) | Item::RangeEnd));
             if sender.blocking_send(item).is_err() || last {
                 return;

@@ -218,6 +218,36 @@ async fn check_restored(client: &Client, source: &Source) {
     }
 }
 
+/// `Cluster.Backup` of the first range asked of every node: followers forward it once, and
+/// every stream comes from the leader, as long as its start announced.
+async fn every_node_serves_a_backup_from_the_leader(processes: &Processes, client: &Client) {
+    use keel_proto::v1::backup_chunk::Part;
+    use keel_proto::v1::cluster_client::ClusterClient;
+    let first = client.ranges().await.unwrap().remove(0);
+    for addr in processes.endpoints.values() {
+        let mut cluster = ClusterClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        let request = keel_proto::v1::BackupRequest {
+            range_id: first.descriptor.id.0,
+            no_forward: false,
+        };
+        let mut stream = cluster.backup(request).await.unwrap().into_inner();
+        let Some(Part::Start(start)) = stream.message().await.unwrap().and_then(|c| c.part) else {
+            panic!("the stream from {addr} does not begin with its start");
+        };
+        assert_eq!(Some(start.served_by), first.leader, "asked {addr}");
+        let mut bytes = 0;
+        while let Some(chunk) = stream.message().await.unwrap() {
+            let Some(Part::Data(data)) = chunk.part else {
+                panic!("a second start from {addr}");
+            };
+            bytes += data.len() as u64;
+        }
+        assert_eq!(bytes, start.snapshot_bytes, "asked {addr}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn backup_and_restore_round_trip_keeps_data_and_revisions() {
     let mut old = Processes::start_with(3, FLAGS);
@@ -249,4 +279,5 @@ async fn backup_and_restore_round_trip_keeps_data_and_revisions() {
     })
     .await;
     check_restored(&client, &source).await;
+    every_node_serves_a_backup_from_the_leader(&new, &client).await;
 }

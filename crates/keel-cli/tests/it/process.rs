@@ -49,13 +49,12 @@ impl Processes {
                 (id, listener.local_addr().unwrap().to_string())
             })
             .collect();
-        let processes = Processes {
+        Processes {
             dir: tempfile::tempdir().unwrap(),
             endpoints,
             children: BTreeMap::new(),
             flags: flags.iter().map(|flag| flag.to_string()).collect(),
-        };
-        processes
+        }
     }
 
     /// `id=addr,...` of every node, as `--initial-cluster` takes it.

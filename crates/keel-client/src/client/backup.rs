@@ -114,7 +114,7 @@ impl Client {
                 RouteBy::Key(&range.start),
                 timeout,
                 retry::decide_read,
-                |cluster: ClusterClient<Channel>| open(cluster, request.clone()),
+                |cluster: ClusterClient<Channel>| open(cluster, request),
             )
             .await?;
         let snapshot = snapshot_of(opened.start)?;
