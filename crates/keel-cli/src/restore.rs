@@ -10,8 +10,12 @@ use crate::progress::Progress;
 
 /// Restores, prints, and returns the exit code.
 pub async fn run(args: RestoreArgs, output: Output) -> u8 {
+    let listen = keel_server::parse_initial_cluster(&args.initial_cluster)
+        .ok()
+        .and_then(|cluster| cluster.get(&args.node_id).cloned())
+        .unwrap_or_else(|| "HOST:PORT".to_string());
     let serve = format!(
-        "keel serve --node-id {} --data-dir {} --initial-cluster {}",
+        "keel serve --node-id {} --listen {listen} --data-dir {} --initial-cluster {}",
         args.node_id,
         args.data_dir.display(),
         args.initial_cluster
