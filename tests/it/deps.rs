@@ -11,6 +11,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("keel-storage", &["keel-types"]),
     ("keel-raft", &["keel-types", "keel-storage"]),
     ("keel-meta", &["keel-types"]),
+    // The backup file's format: written client side (keel-cli), read server side (restore).
+    ("keel-backup", &["keel-types"]),
     (
         "keel-server",
         &[
@@ -19,13 +21,21 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "keel-storage",
             "keel-raft",
             "keel-meta",
+            "keel-backup",
         ],
     ),
     ("keel-client", &["keel-types", "keel-proto"]),
-    // The `keel` binary hosts `keel serve`, its only use of keel-server.
+    // The `keel` binary hosts `keel serve` and the offline `keel restore`, its only uses of
+    // keel-server; `keel backup` writes its file with keel-backup.
     (
         "keel-cli",
-        &["keel-types", "keel-proto", "keel-client", "keel-server"],
+        &[
+            "keel-types",
+            "keel-proto",
+            "keel-client",
+            "keel-server",
+            "keel-backup",
+        ],
     ),
     // The harness treats the cluster as a black box: it may reach it through keel-client only.
     ("keel-jepsen", &["keel-types", "keel-proto", "keel-client"]),

@@ -121,6 +121,31 @@ pub enum Command {
     /// Cluster administration.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Write a consistent snapshot of every data range, with its revision, to one file.
+    #[command(
+        after_help = "Each range's snapshot is consistent in itself (taken by its leader \
+                            after confirming its leadership) and holds every write acknowledged \
+                            before it was taken; ranges are taken one after another, so the \
+                            backup is not one cluster-wide point in time. Progress is shown on \
+                            stderr when it is a terminal. Restore it with `keel restore`."
+    )]
+    Backup {
+        /// The backup file (written as FILE.tmp, fsynced, then renamed to FILE).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Make the data dir of the first node of a new cluster from a backup file (offline; no
+    /// cluster needs to run).
+    #[command(
+        after_help = "The file is verified first (checksums, lengths, counts, coverage \
+                            of the keyspace); a damaged file is refused and DIR left as it was. \
+                            Then start the node with `keel serve --node-id N --data-dir DIR \
+                            --initial-cluster ...` and the other nodes, with empty data dirs, \
+                            with the same --initial-cluster: the ranges reach them by snapshot. \
+                            Exit codes: 0 restored; 2 refused (bad arguments, DIR not empty, \
+                            damaged file); 3 failed writing DIR."
+    )]
+    Restore(keel_server::RestoreArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,6 +1,6 @@
 //! The client commands: call keel-client, hand the results to `output`, print. Knows nothing
 //! of servers; formatting and exit codes live in `output`. The lock and idempotency
-//! commands are in `lock` and `idem`.
+//! commands are in `lock` and `idem`, `backup` in `backup`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use keel_types::{Consistency, KvError, NodeId, RangeId, limits, validate};
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
 use crate::output::{self, Output, Report, StatusRow, code};
 
+mod backup;
 mod idem;
 mod lock;
 
@@ -153,8 +154,12 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             let (left, right) = client.split(&bytes(&at)).await?;
             Ok(output::cluster::split(&left, &right, out))
         }
-        Command::Serve(_) | Command::Dev(_) => {
-            unreachable!("main runs serve and dev; only client commands come here")
+        Command::Backup { out: file } => {
+            let backup = backup::run(&client, &file).await?;
+            Ok(output::backup::backed_up(&backup, out))
+        }
+        Command::Serve(_) | Command::Dev(_) | Command::Restore(_) => {
+            unreachable!("main runs serve, dev and restore; only client commands come here")
         }
     }
 }

@@ -1,14 +1,18 @@
 //! The `keel` binary: `serve` one node, run a local `dev` cluster, or talk to a cluster
 //! (`put`, `get`, `del`, `cas`, `incr`, `scan`, `lock ...`, `idem ...`, `cluster status`,
-//! `cluster ranges`, `cluster split`).
-//! Its only server-side dependency is `keel_server::{ServeArgs, run}`; the client commands
-//! use keel-client alone.
+//! `cluster ranges`, `cluster split`, `backup`), or make a restored node's data dir
+//! (`restore`, offline).
+//! Its only server-side dependencies are `keel_server::{ServeArgs, run}` and
+//! `keel_server::{RestoreArgs, restore}`; the client commands use keel-client alone (and
+//! `backup` keel-backup for its file).
 
 mod args;
 mod commands;
 mod dev;
 mod duration;
 mod output;
+mod progress;
+mod restore;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -48,6 +52,7 @@ async fn run(cli: Cli) -> u8 {
                 code::UNAVAILABLE
             }
         },
+        Command::Restore(args) => restore::run(args, cli.global.output).await,
         command => commands::run(&cli.global, command).await,
     }
 }

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::duration;
 
+pub mod backup;
 pub mod cluster;
 pub mod idem;
 pub mod lock;

@@ -25,6 +25,7 @@ use crate::retry::{self, Decision};
 use crate::session::{MonotonicClock, Sessions};
 use crate::stub::Stub;
 
+mod backup;
 mod batch;
 mod cluster;
 mod idempotency;
@@ -34,6 +35,7 @@ mod route;
 mod scan;
 mod write;
 
+pub use backup::{RangeBackup, RangeSnapshot};
 use route::RouteBy;
 
 /// A handle on a Keel cluster. Cheap to clone; clones share connections, the range table and

@@ -98,6 +98,11 @@
 //! record, stores its result (or aborts on error), returns a stored result without running
 //! `work`, and waits with jittered backoff while another owner is in progress (see its
 //! docs for what happens when `work` outlives its TTL).
+//!
+//! # Backups
+//! `Client::backup_range` streams one range's snapshot from its leader, taken after the
+//! leader confirmed its leadership with a quorum: consistent in itself, at the range's
+//! revision. The bytes are opaque here; `keel backup` writes them into a keel-backup file.
 
 pub mod attempt;
 mod client;
@@ -114,7 +119,7 @@ mod scan_page;
 mod session;
 mod stub;
 
-pub use client::Client;
+pub use client::{Client, RangeBackup, RangeSnapshot};
 pub use endpoints::normalize as normalize_endpoint;
 pub use errors::{IdempotentError, LockError, LockLost};
 pub use guard::LockGuard;

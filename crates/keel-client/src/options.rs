@@ -30,6 +30,10 @@ pub struct ClientOptions {
     /// refused for reaching the wrong range waits for the next fetch at most this long;
     /// concurrent ones share it.
     pub range_refresh_interval: Duration,
+    /// Budget for opening one range's backup stream (`Client::backup_range`: the leader
+    /// confirms its leadership and may build a snapshot first), and the longest wait for each
+    /// of its chunks.
+    pub snapshot_timeout: Duration,
 }
 
 impl Default for ClientOptions {
@@ -42,6 +46,7 @@ impl Default for ClientOptions {
             session_max_age: Duration::from_secs(5 * 60),
             connect_timeout: Duration::from_secs(1),
             range_refresh_interval: Duration::from_millis(100),
+            snapshot_timeout: Duration::from_secs(60),
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Raft groups on a node: start groups (never from a peer's message), split them, the network
-//! seam (`Transport`) and snapshot streaming. Knows nothing of tonic, gRPC or client-facing routing; the server
-//! crate plugs a real network in through `Transport` and serves `Groups` to its peers.
+//! seam (`Transport`), snapshot streaming and consistent snapshots for backups. Knows nothing
+//! of tonic, gRPC or client-facing routing; the server crate plugs a real network in through
+//! `Transport` and serves `Groups` to its peers.
 //!
 //! openraft types stay behind this crate: callers write and read through `RaftGroup`, whose
 //! errors are already `KvError`s.
 
+mod backup;
 mod error;
 mod group;
 mod groups;
@@ -17,6 +19,7 @@ mod timings;
 mod transport;
 pub mod wire;
 
+pub use backup::BackupSnapshot;
 pub use error::{GroupError, InboundError};
 pub use group::{GroupStatus, KeelRaft, Member, RaftGroup, Role};
 pub use groups::{Groups, Starter};

@@ -99,21 +99,9 @@ impl RaftGroup {
     /// learner added next starts from the snapshot.
     async fn snapshot_for_learner(&self, timeout: Duration) -> Result<(), KvError> {
         let raft = self.raft();
-        let applied = raft
-            .metrics()
-            .borrow_watched()
-            .clone()
-            .last_applied
-            .map_or(0, |id| id.index);
-        raft.trigger()
-            .snapshot()
-            .await
-            .map_err(|e| self.stopped(&e))?;
-        let built = |m: &RaftMetrics<TypeConfig>| m.snapshot.is_some_and(|id| id.index >= applied);
-        let snapshot = self
-            .wait_for(timeout, built, "a snapshot for a new replica")
-            .await?;
-        let upto = snapshot.snapshot.map_or(0, |id| id.index);
+        let applied = self.applied_index();
+        let what = "a snapshot for a new replica";
+        let upto = self.build_snapshot_covering(applied, timeout, what).await?;
         raft.trigger()
             .purge_log(upto)
             .await
@@ -122,6 +110,24 @@ impl RaftGroup {
         self.wait_for(timeout, purged, "the log purged up to the snapshot")
             .await?;
         Ok(())
+    }
+
+    /// Asks openraft for a snapshot and waits until one covers log index `applied`; returns
+    /// the index the snapshot covers. `what` names the wait in errors.
+    pub(crate) async fn build_snapshot_covering(
+        &self,
+        applied: u64,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<u64, KvError> {
+        self.raft()
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| self.stopped(&e))?;
+        let built = |m: &RaftMetrics<TypeConfig>| m.snapshot.is_some_and(|id| id.index >= applied);
+        let snapshot = self.wait_for(timeout, built, what).await?;
+        Ok(snapshot.snapshot.map_or(0, |id| id.index))
     }
 
     /// The log index of the membership this replica has now.
@@ -152,7 +158,7 @@ impl RaftGroup {
 
     /// Waits until the metrics satisfy `done`; `Unavailable` after `timeout` or once this
     /// replica stops leading.
-    async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         timeout: Duration,
         done: impl Fn(&RaftMetrics<TypeConfig>) -> bool + Send + Sync,

@@ -11,8 +11,8 @@ use keel_meta::RangeTable;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::cluster_server::Cluster;
 use keel_proto::v1::{
-    AddNodeRequest, AddNodeResponse, Member, MembersRequest, MembersResponse, RangeInfo,
-    RangeStatus, RangesRequest, RangesResponse, RemoveNodeRequest, RemoveNodeResponse,
+    AddNodeRequest, AddNodeResponse, BackupRequest, Member, MembersRequest, MembersResponse,
+    RangeInfo, RangeStatus, RangesRequest, RangesResponse, RemoveNodeRequest, RemoveNodeResponse,
     SplitRequest, SplitResponse, StatusRequest, StatusResponse, TransferLeaderRequest,
     TransferLeaderResponse,
 };
@@ -27,6 +27,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, info_span};
 
+use crate::backup::{self, BackupStream};
 use crate::cluster_nodes;
 use crate::placement::{self, ClusterView};
 use crate::ranges::replica_hint;
@@ -249,6 +250,23 @@ impl ClusterService {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
+    type BackupStream = BackupStream;
+
+    async fn backup(
+        &self,
+        request: Request<BackupRequest>,
+    ) -> Result<Response<BackupStream>, Status> {
+        let request = request.into_inner();
+        let span = info_span!(
+            "cluster",
+            op = "backup",
+            node_id = self.shared.node_id,
+            range_id = request.range_id
+        );
+        let served = backup::backup(&self.shared, request).instrument(span);
+        served.await.map(Response::new)
+    }
+
     async fn transfer_leader(
         &self,
         request: Request<TransferLeaderRequest>,

@@ -483,13 +483,23 @@ impl NodeConfig {
 
     /// The redb file of this node.
     pub fn store_path(&self) -> PathBuf {
-        self.data_dir.join("keel.redb")
+        store_path_in(&self.data_dir)
     }
 
     /// Where snapshots are built and received.
     pub fn snapshot_dir(&self) -> PathBuf {
-        self.data_dir.join("snapshots")
+        snapshot_dir_in(&self.data_dir)
     }
+}
+
+/// The redb file of the node whose data dir is `data_dir`.
+pub(crate) fn store_path_in(data_dir: &Path) -> PathBuf {
+    data_dir.join("keel.redb")
+}
+
+/// The snapshot directory of the node whose data dir is `data_dir`.
+pub(crate) fn snapshot_dir_in(data_dir: &Path) -> PathBuf {
+    data_dir.join("snapshots")
 }
 
 impl PlacementSettings {

@@ -1,10 +1,13 @@
 //! A Keel node process: gRPC services (Kv, Lock, Idempotency, Cluster, Raft), the one table
 //! from errors to gRPC statuses, the gRPC Raft transport, configuration, cluster bootstrap,
-//! routing by key to ranges, splits and the tasks that keep the meta range informed. The only crate that
+//! routing by key to ranges, splits and the tasks that keep the meta range informed, the
+//! backup stream of a range (`Cluster.Backup`) and the offline restore of a backup file into
+//! a new node's data dir (`restore`, for `keel restore`). The only crate that
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
 mod applied_cache;
+mod backup;
 mod cleanup;
 mod cluster_nodes;
 mod cluster_service;
@@ -32,6 +35,7 @@ mod raft_service;
 mod ranges;
 mod rebalancer;
 mod replicas;
+mod restore;
 mod router;
 mod run;
 mod shared;
@@ -46,4 +50,5 @@ pub use config::{
 pub use faults::Faults;
 pub use keel_raft::RaftTimings;
 pub use node::Node;
+pub use restore::{RestoreArgs, RestoreError, RestoreProgress, RestoreSummary, restore};
 pub use run::run;

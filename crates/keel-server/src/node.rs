@@ -276,7 +276,15 @@ async fn open_store(config: &NodeConfig) -> anyhow::Result<(Store, Stored)> {
     let options = StoreOptions {
         lose_unsynced_writes: config.faults.lose_unsynced_writes,
     };
+    let unfinished = config.data_dir.join(crate::restore::RESTORE_MARKER);
     tokio::task::spawn_blocking(move || -> anyhow::Result<(Store, Stored)> {
+        if unfinished.exists() {
+            anyhow::bail!(
+                "{} holds a restore that did not finish ({} is there): delete the data dir and run keel restore again",
+                unfinished.parent().map_or_else(String::new, |dir| dir.display().to_string()),
+                crate::restore::RESTORE_MARKER
+            );
+        }
         std::fs::create_dir_all(&snapshot_dir)
             .with_context(|| format!("creating {}", snapshot_dir.display()))?;
         let store = Store::open_with(&path, &snapshot_dir, options)

@@ -311,7 +311,7 @@ impl Router {
 
 /// The leader's error status as this node's answer: code, message and detail, without the
 /// hop's transport metadata.
-fn relayed(status: &Status) -> Status {
+pub(crate) fn relayed(status: &Status) -> Status {
     Status::with_details(
         status.code(),
         status.message(),

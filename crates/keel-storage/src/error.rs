@@ -49,6 +49,10 @@ pub enum StorageError {
     #[error("a snapshot of range {range} overlaps range {other}, which this store holds")]
     SpanOverlap { range: RangeId, other: RangeId },
 
+    /// A restore of `range` was refused (`Store::restore_range`, `Store::restore_meta`).
+    #[error("restoring range {range} refused: {detail}")]
+    Restore { range: RangeId, detail: String },
+
     /// The range is in the middle of a snapshot install; its data is not readable yet.
     #[error("range {range} is installing a snapshot; its data is not readable yet")]
     SnapshotInstalling { range: RangeId },

@@ -111,8 +111,27 @@ pub(crate) async fn install(
     })
     .await
     .map_err(|e| StorageError::io(store.snapshot_dir(), std::io::Error::other(e)))??;
+    let counted = u64::from(recorded.is_some());
+    let state = replace_data(store, range, &header, facts, counted, &mut reader).await?;
+    store.call(Op::InstallFinish { range, state }).await?;
+    tracing::info!(%range, last_log_id = ?meta.last_log_id, "snapshot installed");
+    Ok(())
+}
+
+/// Steps 2 and 3: marks `range` installing, clears its current span and the span of `facts`,
+/// and writes the records `reader` has left (`counted`: records after the header it already
+/// read) in bounded transactions; returns the state `header` and the records describe, for
+/// the commit of step 4.
+pub(crate) async fn replace_data(
+    store: &Store,
+    range: RangeId,
+    header: &SnapshotHeader,
+    facts: RangeFacts,
+    counted: u64,
+    reader: &mut SnapshotReader,
+) -> Result<SmState, StorageError> {
     let marker = InstallMarker {
-        snapshot_last_log_id: meta.last_log_id,
+        snapshot_last_log_id: header.last_log_id,
     };
     store.call(Op::InstallBegin { range, marker }).await?;
     let clear = || Op::InstallClear {
@@ -120,15 +139,15 @@ pub(crate) async fn install(
         span: facts.span.clone(),
     };
     while let Outcome::More(true) = store.call(clear()).await? {}
-    let counted = u64::from(recorded.is_some());
-    let state = copy_records(store, range, &header, facts, counted, &mut reader).await?;
-    store.call(Op::InstallFinish { range, state }).await?;
-    tracing::info!(%range, last_log_id = ?meta.last_log_id, "snapshot installed");
-    Ok(())
+    copy_records(store, range, header, facts, counted, reader).await
 }
 
 /// `Err(SpanOverlap)` if another range of the file with state overlaps `span`.
-async fn refuse_overlap(store: &Store, range: RangeId, span: &KeySpan) -> Result<(), StorageError> {
+pub(crate) async fn refuse_overlap(
+    store: &Store,
+    range: RangeId,
+    span: &KeySpan,
+) -> Result<(), StorageError> {
     let owned = span.clone();
     let other = store
         .read(move |txn| {

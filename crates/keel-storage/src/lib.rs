@@ -29,6 +29,7 @@ pub mod lossy;
 mod meta;
 pub mod raft_types;
 mod remove;
+mod restore;
 mod session;
 mod snapshot;
 mod split;
@@ -40,6 +41,7 @@ mod writer;
 
 pub use error::StorageError;
 pub use log_store::LogStore;
+pub use restore::SnapshotSummary;
 pub use snapshot::{IncomingSnapshot, SnapshotBuilder, SnapshotFile};
 pub use state_machine::{RangeCounts, ScanPage, StateMachine};
 #[doc(hidden)]

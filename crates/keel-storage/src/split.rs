@@ -305,8 +305,8 @@ fn copy_exactly_once(
 }
 
 /// Writes the child's Raft state "snapshotted at the initial log id": purged up to it, no
-/// entry at or below it.
-fn start_raft_state(txn: &WriteTransaction, child: RangeId) -> Result<(), StorageError> {
+/// entry at or below it. A restored range starts from the same state (`restore`).
+pub(crate) fn start_raft_state(txn: &WriteTransaction, child: RangeId) -> Result<(), StorageError> {
     let initial = initial_log_id();
     let mut raft_meta = txn
         .open_table(RAFT_META)

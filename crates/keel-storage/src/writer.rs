@@ -21,9 +21,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
 use crate::install::InstallBatch;
+use crate::meta::MetaRow;
 use crate::raft_types::{ApplyResponder, Entry, IoFlushed, LogId, Vote};
 use crate::tables::{InstallMarker, KeySpan, SmState};
-use crate::{apply, install, log_store, remove};
+use crate::{apply, install, log_store, remove, restore};
 
 /// A write to execute inside the writer's transaction.
 pub(crate) enum Op {
@@ -68,6 +69,16 @@ pub(crate) enum Op {
     InstallFinish {
         range: RangeId,
         state: SmState,
+    },
+    /// `restore`: commits a restored range's state and its Raft state at the initial log id.
+    RestoreFinish {
+        range: RangeId,
+        state: SmState,
+    },
+    /// `restore`: writes the new cluster's meta range (state, table rows, Raft state).
+    RestoreMeta {
+        state: SmState,
+        rows: Vec<MetaRow>,
     },
     RemoveBegin {
         range: RangeId,
@@ -336,6 +347,8 @@ fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
         Op::InstallClear { range, span } => install::clear(txn, *range, span).map(Outcome::More),
         Op::InstallRecords { range, batch } => done(install::insert_records(txn, *range, batch)),
         Op::InstallFinish { range, state } => done(install::finish(txn, *range, state)),
+        Op::RestoreFinish { range, state } => done(restore::finish(txn, *range, state)),
+        Op::RestoreMeta { state, rows } => done(restore::write_meta(txn, state, rows)),
         Op::RemoveBegin { range } => done(remove::begin(txn, *range)),
         Op::RemoveFinish { range } => done(remove::finish(txn, *range)),
     }
@@ -345,7 +358,13 @@ fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
 /// range, the end of a snapshot install, or the start of a removal.
 fn changes_ranges(op: &Op, outcome: &Outcome) -> bool {
     match (op, outcome) {
-        (Op::InstallFinish { .. } | Op::RemoveBegin { .. }, _) => true,
+        (
+            Op::InstallFinish { .. }
+            | Op::RestoreFinish { .. }
+            | Op::RestoreMeta { .. }
+            | Op::RemoveBegin { .. },
+            _,
+        ) => true,
         (_, Outcome::Applied(outcomes)) => outcomes
             .iter()
             .any(|outcome| matches!(outcome, CommandOutcome::Split { .. })),

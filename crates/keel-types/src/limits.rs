@@ -119,6 +119,17 @@ pub fn human_bytes(bytes: usize) -> String {
 /// a leader with more idle ranges followed by that peer lists these and keeps the others
 /// ticking.
 pub const HEARTBEAT_QUIET_RANGES_MAX: usize = 16_384;
+/// Ranges one backup file may hold (`keel backup`); a cluster with more is refused.
+pub const BACKUP_RANGES_MAX: usize = 65_536;
+/// Times `keel backup` lists the ranges again to back up the parts of the keyspace that split
+/// away from a range before its snapshot was taken; then it gives up with an error.
+pub const BACKUP_ROUNDS_MAX: u32 = 8;
+/// Records of a backup file `keel restore` reads ahead of installing them (a bounded queue
+/// between the reading thread and the installs).
+pub const RESTORE_RECORDS_IN_FLIGHT: usize = 4;
+/// Largest record of a backup file: a snapshot chunk or a range descriptor (two keys), plus
+/// framing. A reader refuses a longer one as corrupt.
+pub const BACKUP_RECORD_BYTES_MAX: usize = SNAPSHOT_CHUNK_BYTES + 64 * 1024;
 
 /// Range descriptors one meta command records.
 pub const META_UPDATE_RANGES_MAX: usize = 64;

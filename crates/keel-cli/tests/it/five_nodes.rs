@@ -67,7 +67,7 @@ async fn write_keys(client: &Client) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// Polls `probe` until it returns `Some`, failing with the node logs after `WAIT_LIMIT`.
-async fn eventually<T, F, Fut>(processes: &Processes, what: &str, mut probe: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(processes: &Processes, what: &str, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -88,7 +88,7 @@ where
 }
 
 /// Whether every range has 3 voters, all on `nodes`, and a leader among them.
-async fn healed_on(client: &Client, nodes: &[NodeId]) -> Option<usize> {
+pub(crate) async fn healed_on(client: &Client, nodes: &[NodeId]) -> Option<usize> {
     let ranges = client.ranges().await.ok()?;
     let healed = ranges.iter().all(|range| {
         let voters = &range.descriptor.replicas;

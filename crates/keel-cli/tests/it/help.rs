@@ -16,6 +16,7 @@ fn help_lists_every_command() {
     let help = String::from_utf8(output.stdout).unwrap();
     for command in [
         "serve", "dev", "put", "get", "del", "cas", "incr", "scan", "lock", "idem", "cluster",
+        "backup", "restore",
     ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
@@ -146,4 +147,44 @@ fn cluster_help_lists_ranges_and_split_and_split_needs_at() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("key is empty"), "{stderr}");
+}
+
+#[test]
+fn restore_needs_its_file_dir_and_cluster_and_says_what_backup_promises() {
+    let output = keel(&["restore", "--from", "b.keelbackup"]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = keel(&["restore", "--help"]);
+    let help = String::from_utf8(output.stdout).unwrap();
+    for flag in ["--from", "--data-dir", "--node-id", "--initial-cluster"] {
+        assert!(help.contains(flag), "restore --help lacks {flag}:\n{help}");
+    }
+    let output = keel(&["backup", "--help"]);
+    let help = String::from_utf8(output.stdout).unwrap();
+    assert!(help.contains("--out"), "{help}");
+    assert!(
+        help.contains("not one cluster-wide point in time"),
+        "{help}"
+    );
+}
+
+#[test]
+fn restore_refuses_a_missing_file_and_a_node_that_would_not_bootstrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("node-1");
+    let target = target.to_str().unwrap();
+    let cluster = "1=127.0.0.1:7001,2=127.0.0.1:7002";
+    let missing = ["restore", "--from", "/nonexistent/b", "--data-dir", target];
+    let output = keel(&[&missing[..], &["--initial-cluster", cluster]].concat());
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("/nonexistent/b"), "{stderr}");
+    let second = [
+        &missing[..],
+        &["--initial-cluster", cluster, "--node-id", "2"],
+    ]
+    .concat();
+    let output = keel(&second);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("--node-id 1"), "{stderr}");
+    assert!(!dir.path().join("node-1").exists());
 }

@@ -1,5 +1,6 @@
 //! Integration tests of the `keel` binary.
 
+mod backup;
 mod five_nodes;
 mod help;
 mod process;

@@ -34,34 +34,45 @@ impl Processes {
 
     /// `size` nodes of one initial cluster, each started with `flags` too.
     pub fn start_with(size: u64, flags: &[&str]) -> Processes {
-        let endpoints = (1..=size)
-            .map(|id| {
-                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-                (id, listener.local_addr().unwrap().to_string())
-            })
-            .collect();
-        let mut processes = Processes {
-            dir: tempfile::tempdir().unwrap(),
-            endpoints,
-            children: BTreeMap::new(),
-            flags: flags.iter().map(|flag| flag.to_string()).collect(),
-        };
+        let mut processes = Processes::prepare(size, flags);
         for id in 1..=size {
             processes.spawn(id);
         }
         processes
     }
 
-    fn data_dir(&self, id: NodeId) -> PathBuf {
-        self.dir.path().join(format!("node-{id}"))
+    /// The addresses and data dirs of `size` nodes, none started yet (`spawn` each).
+    pub fn prepare(size: u64, flags: &[&str]) -> Processes {
+        let endpoints = (1..=size)
+            .map(|id| {
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                (id, listener.local_addr().unwrap().to_string())
+            })
+            .collect();
+        Processes {
+            dir: tempfile::tempdir().unwrap(),
+            endpoints,
+            children: BTreeMap::new(),
+            flags: flags.iter().map(|flag| flag.to_string()).collect(),
+        }
     }
 
-    fn spawn(&mut self, id: NodeId) {
-        let initial_cluster: Vec<String> = self
+    /// `id=addr,...` of every node, as `--initial-cluster` takes it.
+    pub fn initial_cluster(&self) -> String {
+        let nodes: Vec<String> = self
             .endpoints
             .iter()
             .map(|(id, addr)| format!("{id}={addr}"))
             .collect();
+        nodes.join(",")
+    }
+
+    pub fn data_dir(&self, id: NodeId) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    pub fn spawn(&mut self, id: NodeId) {
+        let initial_cluster = self.initial_cluster();
         let data_dir = self.data_dir(id);
         std::fs::create_dir_all(&data_dir).unwrap();
         let log = std::fs::File::options()
@@ -75,7 +86,7 @@ impl Processes {
             .args(["--listen", &self.endpoints[&id]])
             .arg("--data-dir")
             .arg(&data_dir)
-            .args(["--initial-cluster", &initial_cluster.join(",")])
+            .args(["--initial-cluster", &initial_cluster])
             .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

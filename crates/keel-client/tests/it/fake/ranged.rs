@@ -325,6 +325,16 @@ pub struct Service(Arc<Fake>);
 
 #[tonic::async_trait]
 impl Cluster for Service {
+    /// Never produced: the fake refuses backups.
+    type BackupStream = tonic::Streaming<v1::BackupChunk>;
+
+    async fn backup(
+        &self,
+        _request: Request<v1::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        Err(Status::unimplemented("the fake has no snapshots"))
+    }
+
     async fn status(
         &self,
         _request: Request<v1::StatusRequest>,
