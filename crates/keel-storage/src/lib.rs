@@ -44,4 +44,4 @@ pub use state_machine::{RangeCounts, ScanPage, StateMachine};
 #[doc(hidden)]
 pub use store::WriterHold;
 pub use store::{Store, StoreOptions};
-pub use writer::StoreStats;
+pub use writer::{Commit, CommitObserver, StoreStats};
