@@ -344,7 +344,7 @@ impl StateMachine {
         let last = entries.last().map(|entry| &entry.log_id);
         tracing::info_span!(
             parent: &self.trace_parent,
-            "apply",
+            "apply_entries",
             range_id = self.range.0,
             term = last.map(|id| id.committed_leader_id().term),
             log_index = last.map(|id| id.index),
@@ -439,7 +439,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         let submitted = self.store.submit(op, Done::Applied { reply, responders });
         submitted.instrument(span.clone()).await?;
-        self.store.wait(applied).instrument(span).await?;
+        self.store.wait(applied).instrument(span.clone()).await?;
+        span.in_scope(|| tracing::debug!("applied"));
         Ok(())
     }
 
