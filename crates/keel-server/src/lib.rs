@@ -1,8 +1,9 @@
 //! A Keel node process: gRPC services (Kv, Lock, Idempotency, Cluster, Raft), the one table
 //! from errors to gRPC statuses, the gRPC Raft transport, configuration, cluster bootstrap,
-//! routing by key to ranges, splits and the tasks that keep the meta range informed. The only crate that
-//! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
-//! nothing of openraft's internals (groups are behind `keel-raft`).
+//! routing by key to ranges, splits and the tasks that keep the meta range informed, and
+//! what makes it operable: Prometheus metrics, `grpc.health.v1`, reflection, log settings.
+//! The only crate that names `tonic::Status`; it knows nothing of redb (storage is behind
+//! `keel-storage`) and nothing of openraft's internals (groups are behind `keel-raft`).
 
 mod cleanup;
 mod cluster_nodes;
@@ -11,6 +12,7 @@ mod config;
 mod coordinated;
 mod faults;
 mod health;
+mod health_service;
 mod heartbeat;
 mod idempotency_service;
 mod join;
@@ -20,7 +22,9 @@ mod lock_driver;
 mod lock_queue;
 mod lock_queues;
 mod lock_service;
+mod logging;
 mod meta_client;
+mod metrics;
 mod node;
 mod peer_rpc;
 mod peers;
@@ -29,6 +33,7 @@ mod publisher;
 mod raft_service;
 mod ranges;
 mod rebalancer;
+mod reflection;
 mod replicas;
 mod router;
 mod run;
@@ -43,5 +48,6 @@ pub use config::{
 };
 pub use faults::Faults;
 pub use keel_raft::RaftTimings;
+pub use logging::{LogFormat, LogSettings};
 pub use node::Node;
 pub use run::run;

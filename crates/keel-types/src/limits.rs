@@ -111,7 +111,7 @@ pub const HOT_KEYS_REPORTED_MAX: usize = 10;
 pub const HOT_KEYS_COUNTED_MAX: usize = 4 * HOT_KEYS_REPORTED_MAX;
 /// Hot keys: bytes of a key kept and shown; a longer key is counted under its prefix.
 pub const HOT_KEY_BYTES_MAX: usize = 64;
-/// Hot keys: one request in this many is sampled.
+/// Hot keys: each request is sampled with probability one in this many.
 pub const HOT_KEYS_SAMPLE_EVERY: u64 = 4;
 /// Hot keys: length of one counting window; the report covers the last one or two.
 pub const HOT_KEYS_WINDOW_SECS: u64 = 60;
