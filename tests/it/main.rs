@@ -9,6 +9,8 @@ mod exactly_once;
 mod harness;
 mod idempotency;
 mod locks;
+mod observability;
 mod placement;
+mod prometheus;
 mod ranges;
 mod ttl;
