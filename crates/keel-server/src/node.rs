@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::server::HealthReporter;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::cleanup;
@@ -90,14 +91,7 @@ impl Node {
         let node_id = config.node_id;
         let addr = listener.local_addr()?;
         let span = info_span!("node", node_id);
-        let metrics_listener = match config.metrics_listen {
-            Some(metrics) => Some(
-                TcpListener::bind(metrics)
-                    .await
-                    .with_context(|| format!("binding the metrics address {metrics}"))?,
-            ),
-            None => None,
-        };
+        let metrics_listener = bind_metrics(&config).await?;
         let metrics_addr = metrics_listener
             .as_ref()
             .map(TcpListener::local_addr)
@@ -146,21 +140,7 @@ impl Node {
         let (stop_server, stopped) = oneshot::channel();
         let serving = serve(shared.clone(), listener, health, stopped);
         let server = tokio::spawn(serving.instrument(span.clone()));
-        let mut tasks = vec![
-            tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
-            tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(ranges::watch(shared.clone()).instrument(span.clone())),
-            tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(heartbeat::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(rebalancer::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(health_service::run(shared.clone(), reporter).instrument(span.clone())),
-        ];
-        if let Some(listener) = metrics_listener {
-            let metrics = metrics::serve(listener, shared.clone());
-            tasks.push(tokio::spawn(metrics.instrument(span.clone())));
-            info!(node_id, metrics = ?metrics_addr, "serving metrics at /metrics");
-        }
+        let tasks = spawn_tasks(&shared, reporter, metrics_listener, &span);
         let node = Node {
             node_id,
             addr,
@@ -252,6 +232,11 @@ impl Node {
         for task in &self.tasks {
             task.abort();
         }
+        // Wait until each is gone, so what it held (the metrics listener) is released and a
+        // restart on the same addresses can bind them.
+        for task in self.tasks {
+            let _ = task.await;
+        }
         self.shared.groups.shutdown().await;
         let store = self.shared.store.clone();
         tokio::task::spawn_blocking(move || store.shutdown())
@@ -260,6 +245,45 @@ impl Node {
         info!(node_id, "node stopped");
         Ok(())
     }
+}
+
+/// Binds the metrics address, when the node serves metrics.
+async fn bind_metrics(config: &NodeConfig) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = config.metrics_listen else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    Ok(Some(listener))
+}
+
+/// Starts the node's background tasks, each in the node's span: health watch, cleanup,
+/// range watcher, publisher, split driver, heartbeats, rebalancer, health statuses and the
+/// metrics endpoint (when it has a listener).
+fn spawn_tasks(
+    shared: &Arc<Shared>,
+    reporter: HealthReporter,
+    metrics: Option<TcpListener>,
+    span: &tracing::Span,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = vec![
+        tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
+        tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(ranges::watch(shared.clone()).instrument(span.clone())),
+        tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(heartbeat::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(rebalancer::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(health_service::run(shared.clone(), reporter).instrument(span.clone())),
+    ];
+    if let Some(listener) = metrics {
+        let addr = listener.local_addr().ok();
+        let serving = metrics::serve(listener, shared.clone());
+        tasks.push(tokio::spawn(serving.instrument(span.clone())));
+        info!(metrics = ?addr, "serving metrics at /metrics");
+    }
+    tasks
 }
 
 /// The ranges a store held when the node opened it.
