@@ -11,7 +11,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "../../proto/keel/raft/v1/raft.proto",
         "../../proto/keel/test/v1/faults.proto",
     ];
-    tonic_prost_build::configure().compile_with_config(config, &protos, &["../../proto"])?;
+    // The descriptor set serves gRPC reflection and names the methods the server meters.
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("keel_descriptor.bin"))
+        .compile_with_config(config, &protos, &["../../proto"])?;
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -10,7 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keel_client::{Client, ClientOptions, GetResult};
 use keel_proto::v1::kv_client::KvClient;
-use keel_server::{Faults, KvSettings, Node, NodeConfig, PlacementSettings, RaftTimings};
+use keel_server::{
+    Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
+};
 use keel_types::{Clock, Consistency, ManualClock, NodeId, RangeId};
 use tonic::transport::Channel;
 
@@ -21,6 +23,8 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     timings: RaftTimings,
     addrs: BTreeMap<NodeId, SocketAddr>,
+    /// Every node serves its metrics (`--metrics-listen`) at its own address.
+    metrics_addrs: BTreeMap<NodeId, SocketAddr>,
     nodes: BTreeMap<NodeId, Node>,
     /// Each node's wall clock (TTLs, sessions); they move only when a test moves them.
     clocks: BTreeMap<NodeId, Arc<ManualClock>>,
@@ -69,6 +73,7 @@ impl Cluster {
     fn new(size: u64, timings: RaftTimings, kv: KvSettings) -> Cluster {
         init_logs();
         let addrs = (1..=size).map(|id| (id, free_addr())).collect();
+        let metrics_addrs = (1..=size).map(|id| (id, free_addr())).collect();
         let start_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
@@ -77,6 +82,7 @@ impl Cluster {
             dir: tempfile::tempdir().unwrap(),
             timings,
             addrs,
+            metrics_addrs,
             nodes: BTreeMap::new(),
             clocks: (1..=size)
                 .map(|id| (id, ManualClock::new(start_ms)))
@@ -99,6 +105,7 @@ impl Cluster {
     pub async fn join_node(&mut self, id: NodeId) {
         assert!(!self.addrs.contains_key(&id), "node {id} exists");
         self.addrs.insert(id, free_addr());
+        self.metrics_addrs.insert(id, free_addr());
         let start_ms = self.clocks[&1].now_ms();
         self.clocks.insert(id, ManualClock::new(start_ms));
         self.joined.insert(id);
@@ -111,6 +118,11 @@ impl Cluster {
 
     pub fn endpoint(&self, id: NodeId) -> String {
         self.addrs[&id].to_string()
+    }
+
+    /// Where node `id` serves `GET /metrics`.
+    pub fn metrics_addr(&self, id: NodeId) -> SocketAddr {
+        self.metrics_addrs[&id]
     }
 
     /// A client that knows every node.
@@ -156,6 +168,8 @@ impl Cluster {
             kv: self.kv,
             clock: self.clocks[&id].clone(),
             faults: self.faults,
+            metrics_listen: Some(self.metrics_addrs[&id]),
+            log: LogSettings::default(),
         }
     }
 

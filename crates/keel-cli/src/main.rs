@@ -25,7 +25,10 @@ use crate::output::code;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.command);
+    // `keel serve` sets up its logs from its configuration (`--log-format`, `--log-level`).
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_tracing(&cli.command);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -57,11 +60,11 @@ async fn run(cli: Cli) -> u8 {
     }
 }
 
-/// Logs go to stderr, filtered by `RUST_LOG`; a node logs `info` by default, the client
+/// Logs go to stderr, filtered by `RUST_LOG`; `keel dev` logs `info` by default, the client
 /// commands only warnings.
 fn init_tracing(command: &Command) {
     let default = match command {
-        Command::Serve(_) | Command::Dev(_) => "info",
+        Command::Dev(_) => "info",
         _ => "warn",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));

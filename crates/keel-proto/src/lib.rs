@@ -3,6 +3,11 @@
 
 pub mod convert;
 
+/// The encoded `FileDescriptorSet` of every Keel proto (`keel.v1`, `keel.raft.v1`,
+/// `keel.test.v1`), for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/keel_descriptor.bin"));
+
 /// The public API: `Kv`, `Lock`, `Idempotency` and `Cluster`.
 pub mod v1 {
     tonic::include_proto!("keel.v1");

@@ -79,6 +79,12 @@ pub struct GroupStatus {
     pub members: Vec<Member>,
     /// The group is quiesced here: its ticker is parked as leader or as an agreeing follower.
     pub quiesced: bool,
+    /// On the leader: each other member's last log index known to match the leader's
+    /// (0 = none yet), by node id. Empty on other replicas.
+    pub matched: BTreeMap<NodeId, u64>,
+    /// On a leader: how long ago a quorum last acknowledged it (zero when it alone is its
+    /// quorum; `None` before the first acknowledgement and on other replicas).
+    pub quorum_acked_ago: Option<Duration>,
 }
 
 /// One range's Raft group on this node.
@@ -112,8 +118,8 @@ impl RaftGroup {
             from: node_id,
             transport,
         };
-        let state_machine = store.state_machine(range);
         let span = info_span!("raft", node_id, range_id = range.0);
+        let state_machine = store.state_machine(range).traced_under(span.clone());
         let raft = KeelRaft::new(
             node_id,
             config,
@@ -239,6 +245,24 @@ impl RaftGroup {
             .transfer_leader(to)
             .await
             .map_err(|e| KvError::fatal(format!("raft of range {} stopped: {e}", self.range)))
+    }
+
+    /// Whether this replica knows a leader it can count on: a follower or learner that
+    /// names one, or a leader that alone is its quorum or that a quorum acknowledged within
+    /// `quorum_ack_max` (a leader cut off from its followers keeps believing it leads; they
+    /// elect another after an election timeout). False for a replica in an election and
+    /// for a stopped one.
+    pub fn leader_known(&self, quorum_ack_max: Duration) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        if metrics.running_state.is_err() {
+            return false;
+        }
+        match metrics.current_leader {
+            None => false,
+            Some(leader) if leader != self.node_id => true,
+            Some(_) => quorum_acked_ago(&metrics).is_some_and(|ago| ago <= quorum_ack_max),
+        }
     }
 
     /// Whether this replica leads its group, as far as it knows.
@@ -380,7 +404,13 @@ impl RaftGroup {
             }));
         };
         let error = match result {
-            Ok(response) => return Ok(response.data),
+            Ok(response) => {
+                // Into the request's span, when it declares these fields (keel-server's do).
+                let span = tracing::Span::current();
+                span.record("log_index", response.log_id.index);
+                span.record("term", response.log_id.committed_leader_id().term);
+                return Ok(response.data);
+            }
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
                 if forward.reason == ForwardReason::LeaseExpired {
                     return Err(Proposal::LeaseExpired);
@@ -464,6 +494,8 @@ impl RaftGroup {
             role: role(metrics.state, metrics.running_state.is_ok()),
             members,
             quiesced: self.is_quiesced(),
+            matched: matched(&metrics, self.node_id),
+            quorum_acked_ago: quorum_acked_ago(&metrics),
         })
     }
 
@@ -559,6 +591,35 @@ fn members(metrics: &openraft::RaftMetrics<TypeConfig>) -> Vec<Member> {
             voter: voters.contains(id),
         })
         .collect()
+}
+
+/// On a leader, each other member's matched log index (0 = none yet).
+fn matched(metrics: &openraft::RaftMetrics<TypeConfig>, own: NodeId) -> BTreeMap<NodeId, u64> {
+    let Some(replication) = &metrics.replication else {
+        return BTreeMap::new();
+    };
+    replication
+        .iter()
+        .filter(|(id, _)| **id != own)
+        .map(|(id, matched)| (*id, matched.as_ref().map_or(0, |log_id| log_id.index)))
+        .collect()
+}
+
+/// On a leader, how long ago a quorum acknowledged it; zero for a leader that alone is its
+/// quorum (openraft's `millis_since_quorum_ack` says so; `last_quorum_acked` does not).
+fn quorum_acked_ago(metrics: &openraft::RaftMetrics<TypeConfig>) -> Option<Duration> {
+    if metrics.state != ServerState::Leader {
+        return None;
+    }
+    let voters = metrics.membership_config.membership().voter_ids().count();
+    if voters == 1 {
+        return Some(Duration::ZERO);
+    }
+    use openraft::Instant as _;
+    metrics
+        .last_quorum_acked
+        .as_ref()
+        .map(|acked| acked.elapsed())
 }
 
 pub(crate) fn role(state: ServerState, running: bool) -> Role {

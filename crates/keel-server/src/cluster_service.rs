@@ -25,7 +25,6 @@ use keel_types::{
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument, info_span};
 
 use crate::backup::{self, BackupStream};
 use crate::cluster_nodes;
@@ -257,13 +256,8 @@ impl Cluster for ClusterService {
         request: Request<BackupRequest>,
     ) -> Result<Response<BackupStream>, Status> {
         let request = request.into_inner();
-        let span = info_span!(
-            "cluster",
-            op = "backup",
-            node_id = self.shared.node_id,
-            range_id = request.range_id
-        );
-        let served = backup::backup(&self.shared, request).instrument(span);
+        tracing::Span::current().record("range_id", request.range_id);
+        let served = backup::backup(&self.shared, request);
         served.await.map(Response::new)
     }
 
@@ -296,20 +290,16 @@ impl Cluster for ClusterService {
         &self,
         request: Request<AddNodeRequest>,
     ) -> Result<Response<AddNodeResponse>, Status> {
-        let span = info_span!("cluster", op = "add_node", node_id = self.shared.node_id);
-        let served = self.serve_add_node(request.into_inner()).instrument(span);
-        served.await.map(Response::new).map_err(|e| to_status(&e))
+        let served = self.serve_add_node(request.into_inner()).await;
+        served.map(Response::new).map_err(|e| to_status(&e))
     }
 
     async fn remove_node(
         &self,
         request: Request<RemoveNodeRequest>,
     ) -> Result<Response<RemoveNodeResponse>, Status> {
-        let span = info_span!("cluster", op = "remove_node", node_id = self.shared.node_id);
-        let served = self
-            .serve_remove_node(request.into_inner())
-            .instrument(span);
-        served.await.map(Response::new).map_err(|e| to_status(&e))
+        let served = self.serve_remove_node(request.into_inner()).await;
+        served.map(Response::new).map_err(|e| to_status(&e))
     }
 
     async fn members(
@@ -350,8 +340,7 @@ impl Cluster for ClusterService {
         request: Request<RangesRequest>,
     ) -> Result<Response<RangesResponse>, Status> {
         let request = request.into_inner();
-        let span = info_span!("cluster", op = "ranges", node_id = self.shared.node_id);
-        match self.serve_ranges(&request).instrument(span).await {
+        match self.serve_ranges(&request).await {
             Ok(response) => Ok(Response::new(response)),
             Err(error) => Err(to_status(&error)),
         }
@@ -364,16 +353,11 @@ impl Cluster for ClusterService {
         let request = request.into_inner();
         let forward =
             |mut cluster: ClusterClient<Channel>, r| async move { cluster.split(r).await };
-        let span = info_span!("cluster", op = "split", node_id = self.shared.node_id);
-        async move {
-            let served = self.serve_split(&request).await;
-            // A split proposes up to three commands: the id allocation, the split, the publish.
-            let wait = Duration::from_millis(2 * self.shared.timings.write_timeout_ms);
-            let hop = Hop { write: true, wait };
-            self.router.answer(served, request, hop, forward).await
-        }
-        .instrument(span)
-        .await
+        let served = self.serve_split(&request).await;
+        // A split proposes up to three commands: the id allocation, the split, the publish.
+        let wait = Duration::from_millis(2 * self.shared.timings.write_timeout_ms);
+        let hop = Hop { write: true, wait };
+        self.router.answer(served, request, hop, forward).await
     }
 }
 

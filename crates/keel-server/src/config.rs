@@ -11,6 +11,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::faults::Faults;
+use crate::logging::{LogFormat, LogSettings};
 
 /// A node's settings, validated.
 #[derive(Debug, Clone)]
@@ -37,6 +38,11 @@ pub struct NodeConfig {
     pub clock: SharedClock,
     /// Test-only faults; refused unless built with the `fault-injection` feature.
     pub faults: Faults,
+    /// Where to serve Prometheus metrics (`GET /metrics`); none by default.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log format and level (used by `keel serve`; a node started in-process leaves its
+    /// host's logging alone).
+    pub log: LogSettings,
 }
 
 /// Settings of the key-value state a node keeps, and of how it is cut into ranges.
@@ -175,6 +181,17 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9101 (off unless
+    /// given).
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log lines as text (default) or json (one object per line, with span fields).
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter in RUST_LOG syntax, e.g. info or keel_server=debug,info (default info);
+    /// RUST_LOG wins when set.
+    #[arg(long)]
+    pub log_level: Option<String>,
     /// Leader heartbeat interval.
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
@@ -302,6 +319,10 @@ pub enum ConfigError {
     SplitCheckInterval(u64),
     #[error("{0}")]
     Faults(String),
+    #[error("log level {level:?} is not a filter: {message}")]
+    LogLevel { level: String, message: String },
+    #[error("metrics address {0} is the gRPC listen address; give the metrics their own port")]
+    MetricsListen(SocketAddr),
 }
 
 impl ServeArgs {
@@ -318,6 +339,9 @@ impl ServeArgs {
             node_dead_after_ms: self.node_dead_after_ms.or(file.node_dead_after_ms),
             rebalance_interval_ms: self.rebalance_interval_ms.or(file.rebalance_interval_ms),
             config: self.config,
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
+            log_format: self.log_format.or(file.log_format),
+            log_level: self.log_level.or(file.log_level),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             election_timeout_ms_min: self
                 .election_timeout_ms_min
@@ -397,6 +421,14 @@ impl NodeConfig {
             },
             clock: SystemClock::shared(),
             faults,
+            metrics_listen: args.metrics_listen,
+            log: LogSettings {
+                format: args.log_format.unwrap_or_default(),
+                level: args
+                    .log_level
+                    .clone()
+                    .unwrap_or_else(|| LogSettings::default().level),
+            },
         };
         config.validate()?;
         Ok(config)
@@ -459,8 +491,20 @@ impl NodeConfig {
         Ok(self.listen.to_string())
     }
 
-    /// Checks the timings, key-value and fault settings.
+    /// Checks the timings, key-value, observability and fault settings.
     fn validate_settings(&self) -> Result<(), ConfigError> {
+        if let Err(message) = crate::logging::check_level(&self.log.level) {
+            return Err(ConfigError::LogLevel {
+                level: self.log.level.clone(),
+                message,
+            });
+        }
+        if let Some(metrics) = self.metrics_listen
+            && metrics == self.listen
+            && metrics.port() != 0
+        {
+            return Err(ConfigError::MetricsListen(metrics));
+        }
         self.raft
             .openraft_config()
             .map_err(|e| ConfigError::Timings(e.to_string()))?;

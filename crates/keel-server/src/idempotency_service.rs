@@ -24,7 +24,6 @@ use keel_types::{
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument, info_span};
 
 use crate::coordinated::{self, Coordinated, unexpected};
 use crate::router::{Hop, Router};
@@ -41,10 +40,6 @@ impl IdempotencyService {
             router: Router::new(shared.clone()),
             shared,
         }
-    }
-
-    fn span(&self, op: &'static str) -> tracing::Span {
-        info_span!("idempotency", op, node_id = self.shared.node_id)
     }
 
     /// Milliseconds from this node's clock until `at_ms`.
@@ -218,16 +213,12 @@ impl Idempotency for IdempotencyService {
     ) -> Result<Response<BeginResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.begin(r).await };
-        async move {
-            let served = self.serve_begin(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("begin"))
-        .await
+        let served = self.serve_begin(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn complete(
@@ -237,16 +228,12 @@ impl Idempotency for IdempotencyService {
         let request = request.into_inner();
         let forward =
             |mut idem: IdempotencyClient<Channel>, r| async move { idem.complete(r).await };
-        async move {
-            let served = self.serve_complete(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("complete"))
-        .await
+        let served = self.serve_complete(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn abort(
@@ -255,16 +242,12 @@ impl Idempotency for IdempotencyService {
     ) -> Result<Response<AbortResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.abort(r).await };
-        async move {
-            let served = self.serve_abort(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("abort"))
-        .await
+        let served = self.serve_abort(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn get(
@@ -273,13 +256,9 @@ impl Idempotency for IdempotencyService {
     ) -> Result<Response<IdempotencyGetResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.get(r).await };
-        async move {
-            let served = self.serve_get(&request).await;
-            self.router
-                .answer(served, request, Hop::READ, forward)
-                .await
-        }
-        .instrument(self.span("get"))
-        .await
+        let served = self.serve_get(&request).await;
+        self.router
+            .answer(served, request, Hop::READ, forward)
+            .await
     }
 }

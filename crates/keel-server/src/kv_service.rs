@@ -25,7 +25,6 @@ use keel_types::{
 };
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument, info_span};
 
 use crate::coordinated::unexpected;
 use crate::router::{Hop, Router};
@@ -52,10 +51,6 @@ impl KvService {
             router: Router::new(shared.clone()),
             shared,
         }
-    }
-
-    fn span(&self, op: &'static str) -> tracing::Span {
-        info_span!("kv", op, node_id = self.shared.node_id)
     }
 
     fn write_header(&self, applied: &Applied) -> Option<ResponseHeader> {
@@ -315,42 +310,30 @@ impl Kv for KvService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.get(r).await };
-        async move {
-            let served = self.serve_get(&request).await;
-            self.router
-                .answer(served, request, Hop::READ, forward)
-                .await
-        }
-        .instrument(self.span("get"))
-        .await
+        let served = self.serve_get(&request).await;
+        self.router
+            .answer(served, request, Hop::READ, forward)
+            .await
     }
 
     async fn scan(&self, request: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.scan(r).await };
-        async move {
-            let served = self.serve_scan(&request).await;
-            self.router
-                .answer(served, request, Hop::READ, forward)
-                .await
-        }
-        .instrument(self.span("scan"))
-        .await
+        let served = self.serve_scan(&request).await;
+        self.router
+            .answer(served, request, Hop::READ, forward)
+            .await
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
-        async move {
-            let served = self.serve_put(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("put"))
-        .await
+        let served = self.serve_put(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn delete(
@@ -359,16 +342,12 @@ impl Kv for KvService {
     ) -> Result<Response<DeleteResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
-        async move {
-            let served = self.serve_delete(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("delete"))
-        .await
+        let served = self.serve_delete(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn batch(
@@ -377,16 +356,12 @@ impl Kv for KvService {
     ) -> Result<Response<BatchResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
-        async move {
-            let served = self.serve_batch(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("batch"))
-        .await
+        let served = self.serve_batch(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn increment(
@@ -395,16 +370,12 @@ impl Kv for KvService {
     ) -> Result<Response<IncrementResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.increment(r).await };
-        async move {
-            let served = self.serve_increment(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("increment"))
-        .await
+        let served = self.serve_increment(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     /// Answered by any node from its own clock; nothing is written. The id is random: two

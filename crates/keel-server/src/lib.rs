@@ -2,7 +2,8 @@
 //! from errors to gRPC statuses, the gRPC Raft transport, configuration, cluster bootstrap,
 //! routing by key to ranges, splits and the tasks that keep the meta range informed, the
 //! backup stream of a range (`Cluster.Backup`) and the offline restore of a backup file into
-//! a new node's data dir (`restore`, for `keel restore`). The only crate that
+//! a new node's data dir (`restore`, for `keel restore`), and what makes it operable:
+//! Prometheus metrics, `grpc.health.v1`, reflection, log settings. The only crate that
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
@@ -15,6 +16,7 @@ mod config;
 mod coordinated;
 mod faults;
 mod health;
+mod health_service;
 mod heartbeat;
 mod idempotency_service;
 mod join;
@@ -24,7 +26,9 @@ mod lock_driver;
 mod lock_queue;
 mod lock_queues;
 mod lock_service;
+mod logging;
 mod meta_client;
+mod metrics;
 mod node;
 mod peer_rpc;
 mod peers;
@@ -34,6 +38,7 @@ mod quiescence;
 mod raft_service;
 mod ranges;
 mod rebalancer;
+mod reflection;
 mod replicas;
 mod restore;
 mod router;
@@ -49,6 +54,7 @@ pub use config::{
 };
 pub use faults::Faults;
 pub use keel_raft::RaftTimings;
+pub use logging::{LogFormat, LogSettings};
 pub use node::Node;
 pub use restore::{RestoreArgs, RestoreError, RestoreProgress, RestoreSummary, restore};
 pub use run::run;

@@ -26,7 +26,6 @@ use keel_types::{
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument, info_span};
 
 use crate::coordinated::{self, unexpected};
 use crate::lock_queues::LockQueues;
@@ -81,10 +80,6 @@ impl LockService {
             queues: LockQueues::new(shared.clone()),
             shared,
         }
-    }
-
-    fn span(&self, op: &'static str) -> tracing::Span {
-        info_span!("lock", op, node_id = self.shared.node_id)
     }
 
     /// Takes the lock, or waits for it until `started + wait` in the leader's queue.
@@ -297,18 +292,14 @@ impl Lock for LockService {
         let started = Instant::now();
         let mut request = request.into_inner();
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.acquire(r).await };
-        async move {
-            let served = self.serve_acquire(&request, started).await;
-            request.wait_ms = remaining_wait_ms(request.wait_ms, started);
-            let hop = Hop {
-                write: true,
-                wait: Duration::from_millis(u64::try_from(request.wait_ms).unwrap_or(0)),
-            };
-            let answer = self.router.answer(served, request, hop, forward).await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("acquire"))
-        .await
+        let served = self.serve_acquire(&request, started).await;
+        request.wait_ms = remaining_wait_ms(request.wait_ms, started);
+        let hop = Hop {
+            write: true,
+            wait: Duration::from_millis(u64::try_from(request.wait_ms).unwrap_or(0)),
+        };
+        let answer = self.router.answer(served, request, hop, forward).await;
+        self.router.deliver(answer)
     }
 
     async fn renew(
@@ -317,16 +308,12 @@ impl Lock for LockService {
     ) -> Result<Response<RenewResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.renew(r).await };
-        async move {
-            let served = self.serve_renew(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("renew"))
-        .await
+        let served = self.serve_renew(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn release(
@@ -335,16 +322,12 @@ impl Lock for LockService {
     ) -> Result<Response<ReleaseResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.release(r).await };
-        async move {
-            let served = self.serve_release(&request).await;
-            let answer = self
-                .router
-                .answer(served, request, Hop::WRITE, forward)
-                .await;
-            self.router.deliver(answer)
-        }
-        .instrument(self.span("release"))
-        .await
+        let served = self.serve_release(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        self.router.deliver(answer)
     }
 
     async fn inspect(
@@ -353,14 +336,10 @@ impl Lock for LockService {
     ) -> Result<Response<InspectResponse>, Status> {
         let request = request.into_inner();
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.inspect(r).await };
-        async move {
-            let served = self.serve_inspect(&request).await;
-            self.router
-                .answer(served, request, Hop::READ, forward)
-                .await
-        }
-        .instrument(self.span("inspect"))
-        .await
+        let served = self.serve_inspect(&request).await;
+        self.router
+            .answer(served, request, Hop::READ, forward)
+            .await
     }
 }
 

@@ -3,9 +3,10 @@
 //! gRPC, initializes the cluster on first start, watches its own health, and runs its
 //! background tasks: cleanup of expired keys, idle sessions, free locks and expired
 //! idempotency records; the range watcher (`ranges.rs`); the descriptor publisher; the split
-//! driver; heartbeats, the rebalancer and the quiescence watcher (`quiescence.rs`). Shuts
-//! down in order. Knows nothing of request semantics (see the
-//! `*_service` modules).
+//! driver; heartbeats, the rebalancer and the quiescence watcher (`quiescence.rs`); the
+//! `grpc.health.v1` statuses; the metrics endpoint when configured. Every gRPC request passes
+//! the metering layer (`metrics`). Shuts down in order. Knows nothing of request semantics
+//! (see the `*_service` modules).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -26,12 +27,15 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::server::HealthReporter;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::cleanup;
 use crate::cluster_service::ClusterService;
 use crate::config::NodeConfig;
-use crate::health::Health;
+use crate::health::Health as NodeHealth;
+use crate::health_service;
 use crate::heartbeat::{self, Heartbeats};
 use crate::idempotency_service::IdempotencyService;
 use crate::join;
@@ -39,6 +43,7 @@ use crate::kv_service::KvService;
 use crate::load::LoadTracker;
 use crate::lock_service::LockService;
 use crate::meta_client::META_REPLICAS;
+use crate::metrics::{self, MeteredLayer, Metrics};
 use crate::peers::Peers;
 use crate::placement::MetaLeadership;
 use crate::publisher::{self, Published};
@@ -46,6 +51,7 @@ use crate::quiescence;
 use crate::raft_service::RaftService;
 use crate::ranges::{self, RangeTables};
 use crate::rebalancer;
+use crate::reflection;
 use crate::replicas::Prepared;
 use crate::shared::Shared;
 use crate::split_driver;
@@ -60,10 +66,13 @@ const SHUTDOWN_GRACE_MS: u64 = 5_000;
 pub struct Node {
     node_id: NodeId,
     addr: SocketAddr,
+    /// Where the metrics endpoint listens, when configured.
+    metrics_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     stop_server: oneshot::Sender<()>,
-    /// Health watch, cleanup, range watcher, descriptor publisher, split driver.
+    /// Health watch, cleanup, range watcher, descriptor publisher, split driver, heartbeats,
+    /// rebalancer, health statuses, metrics endpoint.
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -84,7 +93,14 @@ impl Node {
         let node_id = config.node_id;
         let addr = listener.local_addr()?;
         let span = info_span!("node", node_id);
+        let metrics_listener = bind_metrics(&config).await?;
+        let metrics_addr = metrics_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
         let (store, stored) = open_store(&config).instrument(span.clone()).await?;
+        let metrics = Metrics::new(config.clock.clone());
+        store.observe_commits(metrics.storage.clone());
         let awaits_bootstrap = awaited_ranges(&config, &store, &stored).await?;
         let source = Some(config.listen.ip()).filter(|ip| !ip.is_unspecified());
         let peers = Arc::new(Peers::new(source));
@@ -102,7 +118,7 @@ impl Node {
             load: LoadTracker::new(config.clock.clone()),
             published: Published::default(),
             peers,
-            health: Health::new(store),
+            health: NodeHealth::new(store),
             heartbeats: Heartbeats::default(),
             prepared: Prepared::default(),
             meta_leadership: MetaLeadership::default(),
@@ -111,6 +127,7 @@ impl Node {
             kv: config.kv,
             clock: config.clock.clone(),
             faults: config.faults,
+            metrics,
         });
         let started = start_groups(&shared, &stored)
             .instrument(span.clone())
@@ -120,24 +137,18 @@ impl Node {
             shared.store.shutdown();
             return Err(error.context("starting raft groups"));
         }
+        let (reporter, health) = tonic_health::server::health_reporter();
+        health_service::not_serving(&reporter).await;
         let (stop_server, stopped) = oneshot::channel();
-        let server =
-            tokio::spawn(serve(shared.clone(), listener, stopped).instrument(span.clone()));
+        let serving = serve(shared.clone(), listener, health, stopped);
+        let server = tokio::spawn(serving.instrument(span.clone()));
         // The listener was bound before the groups started: peers reach the node from now on.
         quiescence::start_hold_clock(&shared);
-        let tasks = vec![
-            tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
-            tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(ranges::watch(shared.clone()).instrument(span.clone())),
-            tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(heartbeat::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(rebalancer::run(shared.clone()).instrument(span.clone())),
-            tokio::spawn(quiescence::watch(shared.clone()).instrument(span.clone())),
-        ];
+        let tasks = spawn_tasks(&shared, reporter, metrics_listener, &span);
         let node = Node {
             node_id,
             addr,
+            metrics_addr,
             shared,
             server,
             stop_server,
@@ -168,6 +179,11 @@ impl Node {
     /// The address the gRPC server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address the metrics endpoint listens on, when the node serves metrics.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Resolves with the reason once the node has stopped serving (storage failure, a Raft
@@ -220,6 +236,11 @@ impl Node {
         for task in &self.tasks {
             task.abort();
         }
+        // Wait until each is gone, so what it held (the metrics listener) is released and a
+        // restart on the same addresses can bind them.
+        for task in self.tasks {
+            let _ = task.await;
+        }
         self.shared.groups.shutdown().await;
         let store = self.shared.store.clone();
         tokio::task::spawn_blocking(move || store.shutdown())
@@ -228,6 +249,46 @@ impl Node {
         info!(node_id, "node stopped");
         Ok(())
     }
+}
+
+/// Binds the metrics address, when the node serves metrics.
+async fn bind_metrics(config: &NodeConfig) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = config.metrics_listen else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    Ok(Some(listener))
+}
+
+/// Starts the node's background tasks, each in the node's span: health watch, cleanup,
+/// range watcher, publisher, split driver, heartbeats, rebalancer, health statuses and the
+/// metrics endpoint (when it has a listener).
+fn spawn_tasks(
+    shared: &Arc<Shared>,
+    reporter: HealthReporter,
+    metrics: Option<TcpListener>,
+    span: &tracing::Span,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = vec![
+        tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
+        tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(ranges::watch(shared.clone()).instrument(span.clone())),
+        tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(heartbeat::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(rebalancer::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(quiescence::watch(shared.clone()).instrument(span.clone())),
+        tokio::spawn(health_service::run(shared.clone(), reporter).instrument(span.clone())),
+    ];
+    if let Some(listener) = metrics {
+        let addr = listener.local_addr().ok();
+        let serving = metrics::serve(listener, shared.clone());
+        tasks.push(tokio::spawn(serving.instrument(span.clone())));
+        info!(metrics = ?addr, "serving metrics at /metrics");
+    }
+    tasks
 }
 
 /// The ranges a store held when the node opened it.
@@ -358,9 +419,10 @@ async fn bootstrap(config: &NodeConfig, shared: &Shared) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(
+async fn serve<H: Health>(
     shared: Arc<Shared>,
     listener: TcpListener,
+    health: HealthServer<H>,
     stopped: oneshot::Receiver<()>,
 ) -> Result<(), tonic::transport::Error> {
     let kv = KvServer::new(KvService::new(shared.clone()))
@@ -376,13 +438,21 @@ async fn serve(
     let raft = RaftServer::new(RaftService::new(shared.clone()))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let reflection = reflection::v1_service().expect("the built-in descriptor sets are valid");
+    let reflection_alpha =
+        reflection::v1alpha_service().expect("the built-in descriptor sets are valid");
+    let metered = MeteredLayer::new(shared.metrics.requests.clone(), shared.node_id);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let router = Server::builder()
+        .layer(metered)
         .add_service(kv)
         .add_service(lock)
         .add_service(idempotency)
         .add_service(cluster)
-        .add_service(raft);
+        .add_service(raft)
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(reflection_alpha);
     #[cfg(feature = "fault-injection")]
     let router = router.add_service(keel_proto::test::v1::faults_server::FaultsServer::new(
         crate::faults::service::FaultsService::new(shared.clone()),

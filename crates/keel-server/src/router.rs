@@ -2,7 +2,8 @@
 //! serve it on the local range holding its key (`on_range`, which routes again once when the
 //! range split under the request), or else forward it once to the range's leader (or a
 //! replica the meta table names) or answer the error, relay that node's answer, and let a
-//! configured fault drop a mutation's answer. Also the response header every answer carries.
+//! configured fault drop a mutation's answer. Also the response header every answer carries,
+//! and the counting of what a local range served (load, hot keys).
 //! Generic over the service's gRPC client; knows nothing of what the requests mean.
 
 use std::future::Future;
@@ -149,11 +150,13 @@ impl Router {
     {
         let group = ranges::route(&self.shared, key).await?;
         let range = group.range();
+        traced(&group);
         let (range, served) = match serve(group).await {
             Err(KvError::KeyOutOfRange { .. }) => {
                 debug!(%range, "key left the range; routing again");
                 ranges::refresh_local(&self.shared).await?;
                 let group = ranges::route(&self.shared, key).await?;
+                traced(&group);
                 (group.range(), serve(group).await)
             }
             served => (range, served),
@@ -162,13 +165,15 @@ impl Router {
         served
     }
 
-    /// Counts a request `range` served (not one it sent elsewhere).
+    /// Counts a request `range` served (not one it sent elsewhere), in the range's load and
+    /// the node's hot keys.
     fn count<T>(&self, range: RangeId, key: &[u8], served: &Result<T, KvError>) {
         if !matches!(
             served,
             Err(KvError::NotLeader { .. } | KvError::KeyOutOfRange { .. })
         ) {
             self.shared.load.record(range, key);
+            self.shared.metrics.hot_keys.record(key);
         }
     }
 
@@ -307,6 +312,14 @@ impl Router {
         };
         Err(to_status(&error))
     }
+}
+
+/// Names the range serving the request, and its term, in the request's span (opened by
+/// the metering layer).
+fn traced(group: &RaftGroup) {
+    let span = tracing::Span::current();
+    span.record("range_id", group.range().0);
+    span.record("term", group.term());
 }
 
 /// The leader's error status as this node's answer: code, message and detail, without the

@@ -1,5 +1,6 @@
-//! `keel serve`: start a node from flags and file, run until SIGTERM/SIGINT or a fatal
-//! failure, then shut down in order. Knows nothing of request handling.
+//! `keel serve`: start a node from flags and file (logging as they say), run until
+//! SIGTERM/SIGINT or a fatal failure, then shut down in order. Knows nothing of request
+//! handling.
 
 use anyhow::Context;
 use tracing::{error, info};
@@ -11,6 +12,7 @@ use crate::node::Node;
 /// error, so the process exits non-zero).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = NodeConfig::from_args(&args)?;
+    crate::logging::init(&config.log)?;
     #[cfg(feature = "planted-bugs")]
     if let Some(name) = &args.planted_bug {
         plant(name)?;

@@ -15,6 +15,7 @@ use crate::faults::Faults;
 use crate::health::Health;
 use crate::heartbeat::Heartbeats;
 use crate::load::LoadTracker;
+use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::placement::MetaLeadership;
 use crate::publisher::Published;
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     pub kv: KvSettings,
     pub clock: SharedClock,
     pub faults: Faults,
+    /// What the node counts for `--metrics-listen`.
+    pub metrics: Metrics,
 }
 
 impl Shared {

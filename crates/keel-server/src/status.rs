@@ -54,6 +54,29 @@ pub fn code(error: &KvError) -> Code {
     }
 }
 
+/// A gRPC code's name in snake case, for metrics (`unavailable`, `failed_precondition`).
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data_loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}
+
 /// The status a client receives for `error`: code, message, and the encoded detail.
 pub fn to_status(error: &KvError) -> Status {
     let detail = v1::ErrorDetail::from(error).encode_to_vec();
@@ -92,7 +115,22 @@ mod tests {
         let status = to_status(&error);
         assert_eq!(status.code(), expected, "{error:?}");
         assert_eq!(status.message(), error.to_string());
+        let kind = error.kind();
+        assert!(
+            !kind.is_empty() && kind.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{kind:?}"
+        );
         assert_eq!(kv_error(&status), Some(error));
+    }
+
+    #[test]
+    fn code_names_are_snake_case_and_distinct() {
+        let names: std::collections::BTreeSet<&str> = (0..=16)
+            .map(|code| code_name(Code::from(code)))
+            .inspect(|name| assert!(name.chars().all(|c| c.is_ascii_lowercase() || c == '_')))
+            .collect();
+        assert_eq!(names.len(), 17);
+        assert_eq!(code_name(Code::FailedPrecondition), "failed_precondition");
     }
 
     #[test]

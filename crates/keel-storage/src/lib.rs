@@ -48,4 +48,4 @@ pub use state_machine::{RangeCounts, ScanPage, StateMachine};
 pub use store::WriterHold;
 pub use store::{Store, StoreOptions};
 pub use upkeep::Upkeep;
-pub use writer::StoreStats;
+pub use writer::{Commit, CommitObserver, StoreStats};

@@ -28,6 +28,7 @@ use openraft::OptionalSend;
 use openraft::storage::RaftStateMachine;
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
@@ -75,11 +76,26 @@ pub struct RangeCounts {
 pub struct StateMachine {
     store: Store,
     range: RangeId,
+    /// The span each apply's span is a child of (the caller's node and range), so the logs
+    /// of an apply name the node although storage knows nothing of nodes.
+    trace_parent: tracing::Span,
 }
 
 impl StateMachine {
     pub(crate) fn new(store: Store, range: RangeId) -> StateMachine {
-        StateMachine { store, range }
+        StateMachine {
+            store,
+            range,
+            trace_parent: tracing::Span::none(),
+        }
+    }
+
+    /// This state machine with its applies traced as children of `parent`.
+    pub fn traced_under(self, parent: tracing::Span) -> StateMachine {
+        StateMachine {
+            trace_parent: parent,
+            ..self
+        }
     }
 
     /// The range this state machine belongs to.
@@ -326,6 +342,19 @@ impl StateMachine {
 }
 
 impl StateMachine {
+    /// The span of one apply: the range, and the term and log index of its last entry.
+    fn apply_span(&self, entries: &[crate::raft_types::Entry]) -> tracing::Span {
+        let last = entries.last().map(|entry| &entry.log_id);
+        tracing::info_span!(
+            parent: &self.trace_parent,
+            "apply_entries",
+            range_id = self.range.0,
+            term = last.map(|id| id.committed_leader_id().term),
+            log_index = last.map(|id| id.index),
+            entries = entries.len(),
+        )
+    }
+
     /// The range's readable state (not in the middle of an install).
     async fn state(&self) -> Result<SmState, StorageError> {
         let range = self.range;
@@ -404,16 +433,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if items.is_empty() {
             return Ok(());
         }
-        let (entries, responders) = items.into_iter().unzip();
+        let (entries, responders): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+        let span = self.apply_span(&entries);
         let (reply, applied) = oneshot::channel();
         let op = Op::Apply {
             range: self.range,
             entries,
         };
-        self.store
-            .submit(op, Done::Applied { reply, responders })
-            .await?;
-        self.store.wait(applied).await?;
+        let submitted = self.store.submit(op, Done::Applied { reply, responders });
+        submitted.instrument(span.clone()).await?;
+        self.store.wait(applied).instrument(span.clone()).await?;
+        span.in_scope(|| tracing::debug!("applied"));
         Ok(())
     }
 

@@ -26,7 +26,9 @@ use crate::tables::{
     self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, RAFT_LOG, RAFT_META,
     REQUESTS, SESSIONS, SM_META, TTL,
 };
-use crate::writer::{self, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer};
+use crate::writer::{
+    self, CommitObserver, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer,
+};
 
 /// One redb file and its writer thread. Cheap to clone; all clones share the file.
 #[derive(Clone)]
@@ -236,6 +238,19 @@ impl Store {
     /// Counters of the writer thread.
     pub fn stats(&self) -> StoreStats {
         self.inner.shared.stats()
+    }
+
+    /// Tells `observer` of every commit from now on (for commit latency and batch size
+    /// metrics); false, and nothing changes, when the store has an observer already.
+    pub fn observe_commits(&self, observer: Arc<dyn CommitObserver>) -> bool {
+        self.inner.shared.observe(observer)
+    }
+
+    /// The size of the store's file, in bytes.
+    pub fn file_bytes(&self) -> Result<u64, StorageError> {
+        let path = &self.inner.path;
+        let metadata = std::fs::metadata(path).map_err(|e| StorageError::io(path, e))?;
+        Ok(metadata.len())
     }
 
     /// Lets the writer finish every queued request, stops it and closes the file. Blocks

@@ -13,6 +13,7 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{CommandOutcome, RangeId, limits};
@@ -150,6 +151,23 @@ pub struct StoreStats {
     pub requests: u64,
 }
 
+/// One committed write transaction, as a [`CommitObserver`] is told of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    /// Committed with `Durability::Immediate` (one fsync).
+    pub durable: bool,
+    /// Write requests executed in the transaction (0 for the flush at shutdown).
+    pub requests: usize,
+    /// From the start of the transaction to the end of its commit.
+    pub duration: Duration,
+}
+
+/// Told of every commit, on the writer thread, before the commit's callbacks fire: it must
+/// return at once (count; never block or do I/O).
+pub trait CommitObserver: Send + Sync + 'static {
+    fn committed(&self, commit: &Commit);
+}
+
 /// State shared by the writer thread and every handle of the store.
 #[derive(Default)]
 pub(crate) struct Shared {
@@ -161,6 +179,7 @@ pub(crate) struct Shared {
     requests: AtomicU64,
     commits: AtomicU64,
     durable_commits: AtomicU64,
+    observer: OnceLock<Arc<dyn CommitObserver>>,
 }
 
 impl Shared {
@@ -191,6 +210,11 @@ impl Shared {
 
     pub fn range_events(&self) -> watch::Receiver<u64> {
         self.range_events.subscribe()
+    }
+
+    /// Sets the commit observer; false (and nothing changes) when one is set already.
+    pub fn observe(&self, observer: Arc<dyn CommitObserver>) -> bool {
+        self.observer.set(observer).is_ok()
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -295,6 +319,7 @@ impl Writer {
     }
 
     fn commit(&self, batch: &[Request], durable: bool) -> Result<Vec<Outcome>, StorageError> {
+        let started = Instant::now();
         let mut txn = self
             .db
             .begin_write()
@@ -323,6 +348,13 @@ impl Writer {
         self.shared.commits.fetch_add(1, Ordering::Relaxed);
         if durable {
             self.shared.durable_commits.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(observer) = self.shared.observer.get() {
+            observer.committed(&Commit {
+                durable,
+                requests: batch.len(),
+                duration: started.elapsed(),
+            });
         }
         Ok(outcomes)
     }

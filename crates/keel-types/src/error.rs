@@ -246,4 +246,26 @@ impl KvError {
             message: message.into(),
         }
     }
+
+    /// The variant's name in snake case, for metrics and logs (`not_leader`, `fenced_out`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            KvError::InvalidArgument { .. } => "invalid_argument",
+            KvError::NotLeader { .. } => "not_leader",
+            KvError::ConditionFailed(_) => "condition_failed",
+            KvError::Unavailable { .. } => "unavailable",
+            KvError::Timeout { .. } => "timeout",
+            KvError::OutcomeUnknown { .. } => "outcome_unknown",
+            KvError::Fatal { .. } => "fatal",
+            KvError::RequestIdExpired { .. } => "request_id_expired",
+            KvError::NotACounter { .. } => "not_a_counter",
+            KvError::Overflow { .. } => "overflow",
+            KvError::Overloaded { .. } => "overloaded",
+            KvError::FencedOut { .. } => "fenced_out",
+            KvError::LockNotHeld { .. } => "lock_not_held",
+            KvError::RecordNotOwned { .. } => "record_not_owned",
+            KvError::KeyOutOfRange { .. } => "key_out_of_range",
+            KvError::EpochMismatch { .. } => "epoch_mismatch",
+        }
+    }
 }

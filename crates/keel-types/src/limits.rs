@@ -98,6 +98,24 @@ pub const CLIENT_ENDPOINTS_MAX: usize = 64;
 /// Nodes in the initial cluster.
 pub const CLUSTER_NODES_MAX: usize = 64;
 
+/// Metrics endpoint (`--metrics-listen`): scrapes served at once; a connection beyond them
+/// is closed unanswered.
+pub const METRICS_CONNECTIONS_MAX: usize = 16;
+/// Metrics endpoint: bytes of one HTTP request head (request line and headers).
+pub const METRICS_REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// Metrics endpoint: time to read a request and send its answer, whole.
+pub const METRICS_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Hot keys reported (`keel_hot_key_requests`): the top k.
+pub const HOT_KEYS_REPORTED_MAX: usize = 10;
+/// Hot keys: keys counted per window (space-saving counters), a few times the k reported.
+pub const HOT_KEYS_COUNTED_MAX: usize = 4 * HOT_KEYS_REPORTED_MAX;
+/// Hot keys: bytes of a key kept and shown; a longer key is counted under its prefix.
+pub const HOT_KEY_BYTES_MAX: usize = 64;
+/// Hot keys: each request is sampled with probability one in this many.
+pub const HOT_KEYS_SAMPLE_EVERY: u64 = 4;
+/// Hot keys: length of one counting window; the report covers the last one or two.
+pub const HOT_KEYS_WINDOW_SECS: u64 = 60;
+
 /// A human size: `1 MiB`, `4 KiB`, `17 bytes`.
 pub fn human_bytes(bytes: usize) -> String {
     const KIB: usize = 1024;

@@ -263,3 +263,85 @@ fn placement_settings_default_and_are_bounded() {
         assert!(error.contains(message), "{error:?} lacks {message:?}");
     }
 }
+
+#[test]
+fn observability_settings_come_from_flags_over_the_file_and_are_checked() {
+    let default = NodeConfig::from_args(&args(1, "127.0.0.1:7001", "1=127.0.0.1:7001")).unwrap();
+    assert_eq!(default.metrics_listen, None, "metrics are off by default");
+    assert_eq!(default.log, LogSettings::default());
+    assert_eq!(default.log.level, "info");
+
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        file,
+        "metrics_listen = \"127.0.0.1:9101\"\nlog_format = \"json\"\nlog_level = \"debug\""
+    )
+    .unwrap();
+    let from_file = ServeArgs {
+        config: Some(file.path().to_path_buf()),
+        ..args(1, "127.0.0.1:7001", "1=127.0.0.1:7001")
+    };
+    let config = NodeConfig::from_args(&from_file).unwrap();
+    assert_eq!(
+        config.metrics_listen,
+        Some("127.0.0.1:9101".parse().unwrap())
+    );
+    assert_eq!(config.log.format, LogFormat::Json);
+    assert_eq!(config.log.level, "debug");
+    let overridden = NodeConfig::from_args(&ServeArgs {
+        log_format: Some(LogFormat::Text),
+        log_level: Some("keel_server=debug,warn".to_string()),
+        ..from_file
+    })
+    .unwrap();
+    assert_eq!(overridden.log.format, LogFormat::Text);
+    assert_eq!(overridden.log.level, "keel_server=debug,warn");
+
+    let cases: Vec<(ServeArgs, &str)> = vec![
+        (
+            ServeArgs {
+                log_level: Some("keel=loud".to_string()),
+                ..args(1, "127.0.0.1:7001", "1=127.0.0.1:7001")
+            },
+            "log level \"keel=loud\" is not a filter",
+        ),
+        (
+            ServeArgs {
+                metrics_listen: Some("127.0.0.1:7001".parse().unwrap()),
+                ..args(1, "127.0.0.1:7001", "1=127.0.0.1:7001")
+            },
+            "metrics address 127.0.0.1:7001 is the gRPC listen address",
+        ),
+    ];
+    for (args, message) in cases {
+        let error = NodeConfig::from_args(&args).unwrap_err().to_string();
+        assert!(error.contains(message), "{error:?} lacks {message:?}");
+    }
+}
+
+#[test]
+fn observability_flags_parse() {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let cli = Cli::try_parse_from([
+        "keel",
+        "--metrics-listen",
+        "0.0.0.0:9101",
+        "--log-format",
+        "json",
+        "--log-level",
+        "warn",
+    ])
+    .unwrap();
+    assert_eq!(
+        cli.serve.metrics_listen,
+        Some("0.0.0.0:9101".parse().unwrap())
+    );
+    assert_eq!(cli.serve.log_format, Some(LogFormat::Json));
+    assert_eq!(cli.serve.log_level.as_deref(), Some("warn"));
+    assert!(Cli::try_parse_from(["keel", "--log-format", "xml"]).is_err());
+}

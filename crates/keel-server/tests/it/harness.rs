@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{RangeStatus, StatusRequest, StatusResponse};
-use keel_server::{Faults, KvSettings, Node, NodeConfig, PlacementSettings, RaftTimings};
+use keel_server::{
+    Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
+};
 use keel_types::{NodeId, RangeId, SystemClock};
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
@@ -75,6 +77,8 @@ impl Cluster {
             kv: KvSettings::default(),
             clock: SystemClock::shared(),
             faults: Faults::default(),
+            metrics_listen: None,
+            log: LogSettings::default(),
         }
     }
 

@@ -85,3 +85,55 @@ async fn appended_entries_are_readable_before_their_commit() {
         "committed entries read from disk"
     );
 }
+
+/// Counts what the writer tells its commit observer.
+#[derive(Default)]
+struct Observed(std::sync::Mutex<Vec<keel_storage::Commit>>);
+
+impl keel_storage::CommitObserver for Observed {
+    fn committed(&self, commit: &keel_storage::Commit) {
+        self.0.lock().unwrap().push(*commit);
+    }
+}
+
+#[tokio::test]
+async fn the_commit_observer_sees_each_commit_with_its_batch() {
+    let (dir, store) = open_temp();
+    let observed = std::sync::Arc::new(Observed::default());
+    assert!(store.observe_commits(observed.clone()));
+    assert!(
+        !store.observe_commits(std::sync::Arc::new(Observed::default())),
+        "one observer per store"
+    );
+    let hold = store.hold_writer().await.unwrap();
+    let mut flushed = Vec::new();
+    for range in 1..=3 {
+        let mut log = store.log_store(RangeId(range));
+        let (callback, done) = super::flush_signal();
+        openraft::storage::RaftLogStorage::append(&mut log, vec![blank(1, 0)], callback)
+            .await
+            .unwrap();
+        flushed.push(done);
+    }
+    drop(hold);
+    for rx in flushed {
+        rx.await.unwrap();
+    }
+    let mut sm = store.state_machine(RangeId(1));
+    apply(&mut sm, vec![puts(1, 1, &[(b"k", b"v")])])
+        .await
+        .unwrap();
+    let commits: Vec<(bool, usize)> = observed
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|commit| (commit.durable, commit.requests))
+        .collect();
+    assert_eq!(commits, vec![(true, 3), (false, 1)]);
+    let on_disk = std::fs::metadata(dir.path().join("keel.redb"))
+        .unwrap()
+        .len();
+    assert_eq!(store.file_bytes().unwrap(), on_disk);
+    assert!(on_disk > 0);
+}
