@@ -14,7 +14,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 REPEATS=${REPEATS:-3} DURATION=${DURATION:-10s} WARMUP=${WARMUP:-2s}
 RANGES=${RANGES:-8} CLIENTS=${CLIENTS:-"16 64"}
 VALUE_BYTES=256 KEYSPACE=10000 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10 SPREAD_TIMEOUT_S=60
-declare -A PORT_BASE=([one]=7400 [many]=7500)
+declare -A PORT_BASE=([one]=7400 [many]=7500) CLUSTER_PIDS=()
 SERVER_PIDS=() BENCH_PID=
 WORK=$(mktemp -d /tmp/keel-ranges-bench.XXXXXX)
 
@@ -49,7 +49,7 @@ start_cluster() { # cluster
     "$KEEL" serve --node-id "$i" --listen "127.0.0.1:$((PORT_BASE[$1] + i))" \
       --data-dir "$WORK/$1-$i" --initial-cluster "$initial" \
       --range-split-requests-per-sec 0 >"$WORK/$1-$i.log" 2>&1 &
-    SERVER_PIDS+=($!)
+    SERVER_PIDS+=($!) CLUSTER_PIDS[$1]+="$! "
   done
 }
 
@@ -80,8 +80,20 @@ split_many() {
   "$KEEL" cluster status --endpoints "$(endpoints many)" >&2
 }
 
+# CPU time (user + system) of a cluster's three servers so far, in clock ticks.
+cpu_ticks() { # cluster
+  local pid total=0
+  for pid in ${CLUSTER_PIDS[$1]}; do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+
+# Prints the run's ops/s and the servers' CPU per put in µs (over warm-up and run, so it
+# assumes the warm-up ran at the measured rate).
 run() { # cluster, clients, repeat
-  local out="$WORK/put-$2.$1.$3.json"
+  local out="$WORK/put-$2.$1.$3.json" ticks_before
+  ticks_before=$(cpu_ticks "$1")
   "$BENCH" --target keel --endpoints "$(endpoints "$1")" --op put --clients "$2" \
     --connections "$(( $2 < 16 ? $2 : 16 ))" --duration "$DURATION" --warmup "$WARMUP" \
     --value-bytes "$VALUE_BYTES" --keyspace "$KEYSPACE" --seed "$3" --json "$out" \
@@ -89,7 +101,13 @@ run() { # cluster, clients, repeat
   BENCH_PID=$!
   wait "$BENCH_PID" || log "put-$2 on $1 failed (see $WORK/runs.log)"
   BENCH_PID=
-  python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["ops_per_sec"]))' "$out"
+  python3 - "$out" $(($(cpu_ticks "$1") - ticks_before)) "$(getconf CLK_TCK)" "$DURATION" "$WARMUP" <<'EOF'
+import json, sys
+out, ticks, hz, run, warm = sys.argv[1:]
+secs = lambda d: float(d[:-2]) / 1000 if d.endswith("ms") else float(d[:-1])
+ops = json.load(open(out))["ops_per_sec"]
+print(round(ops), round(int(ticks) / int(hz) * 1e6 / (ops * (secs(run) + secs(warm)))))
+EOF
 }
 
 log "building release keel and keel-bench"
@@ -101,24 +119,27 @@ start_cluster many
 wait_ready one
 wait_ready many
 split_many
-declare -A SEEN=()
+declare -A SEEN=() CPU=()
 for repeat in $(seq 1 "$REPEATS"); do
   for clients in $CLIENTS; do
     # Alternate which cluster goes first, so neither always runs on the warmer disk.
     order="one many"; [ $((repeat % 2)) -eq 0 ] && order="many one"
     for cluster in $order; do
-      ops=$(run "$cluster" "$clients" "$repeat")
-      log "repeat $repeat put-$clients $cluster: $ops ops/s"
-      SEEN[$clients.$cluster]+="$ops "
+      read -r ops cpu < <(run "$cluster" "$clients" "$repeat")
+      log "repeat $repeat put-$clients $cluster: $ops ops/s, $cpu µs server CPU per put"
+      SEEN[$clients.$cluster]+="$ops " CPU[$clients.$cluster]+="$cpu "
     done
   done
 done
-echo "case      1 range (ops/s, runs)       $RANGES ranges (ops/s, runs)     ratio of medians"
+echo "case      1 range (ops/s, runs)       $RANGES ranges (ops/s, runs)     ratio   CPU µs/put (1, $RANGES)"
 for clients in $CLIENTS; do
-  python3 - "$clients" "${SEEN[$clients.one]}" "${SEEN[$clients.many]}" <<'EOF'
+  python3 - "$clients" "${SEEN[$clients.one]}" "${SEEN[$clients.many]}" \
+      "${CPU[$clients.one]}" "${CPU[$clients.many]}" <<'EOF'
 import statistics, sys
-clients, one, many = sys.argv[1], [int(x) for x in sys.argv[2].split()], [int(x) for x in sys.argv[3].split()]
+ints = lambda s: [int(x) for x in s.split()]
+clients, one, many, cpu1, cpu8 = sys.argv[1], *map(ints, sys.argv[2:])
 m1, m8 = statistics.median(one), statistics.median(many)
-print(f"put-{clients:<5} {m1:>8.0f} {one!s:<22} {m8:>8.0f} {many!s:<22} {m8 / m1:.2f}x")
+c1, c8 = statistics.median(cpu1), statistics.median(cpu8)
+print(f"put-{clients:<5} {m1:>8.0f} {one!s:<22} {m8:>8.0f} {many!s:<22} {m8 / m1:.2f}x   {c1:.0f}, {c8:.0f}")
 EOF
 done

@@ -291,22 +291,27 @@ minutes.
 
 ## Put throughput with 1 range and with 8 ranges
 
-`bench/ranges.sh` (not run by `compare-etcd.sh`; this section is not regenerated) starts two 3-node Keel clusters side by side (data in one temp dir), splits
-the second into 8 ranges of equal shares of the bench keys (every range led by the same node:
-there is no rebalancer yet), and runs the same keel-bench put cases on both, alternating which
-goes first, 3 repeats of 10 s (256-byte values, 10k keys). Run of 2026-12-01 at `10348a6`:
+`bench/ranges.sh` (not run by `compare-etcd.sh`; this section is not regenerated) starts two
+3-node Keel clusters side by side (data in one temp dir, fsync on), splits the second into 8
+ranges of equal shares of the bench keys, waits until the rebalancer has spread their leaders
+over the nodes (here 4, 2 and 3 leaders, the meta range included), and runs the same keel-bench
+put cases on both, alternating which goes first, 3 repeats of 10 s (256-byte values, 10k keys).
+It also reads the three servers' CPU time (user + system, `/proc/PID/stat`) around each run and
+divides it by the puts made. Run of 2026-12-01 at `8cc6e9a`:
 
-| case | 1 range (ops/s, runs) | 8 ranges (ops/s, runs) | ratio of medians |
-|---|---|---|---|
-| put, 16 clients | 1163 (1163, 1156, 1166) | 628 (663, 603, 628) | 0.54× |
-| put, 64 clients | 2503 (2235, 2524, 2503) | 1308 (1325, 1308, 1262) | 0.52× |
+| case | 1 range (ops/s, runs) | 8 ranges (ops/s, runs) | ratio of medians | server CPU per put, 1 / 8 ranges |
+|---|---|---|---|---|
+| put, 16 clients | 2546 (2294, 2560, 2546) | 1128 (945, 1137, 1128) | 0.44× | 569 / 1535 µs |
+| put, 64 clients | 5496 (4552, 6000, 5496) | 2360 (2259, 2558, 2360) | 0.43× | 252 / 661 µs |
 
-The machine was in a slow phase (put p50 at 16 clients 13 ms with 1 range). It is not a
-regression of the ranges change: an ad-hoc run of one 3-node cluster of `ec9a16c` beside one of
-`10348a6`, 3 repeats of 6 s, gave medians of 1261 vs 1265 puts/s at 16 clients and 246 vs 220
-at 1 client. With 8 ranges led by one node, each write of each range goes through its
-own openraft pipeline; throughput halves instead of growing. Rerun: `bench/ranges.sh`
-(`REPEATS`, `DURATION`, `RANGES`, `CLIENTS` override the defaults).
+More ranges do not add throughput on one 2-core machine: the three servers share the two
+cores, and with 8 ranges each put costs about 2.7 times the CPU (2546 puts/s × 569 µs is 1.4
+cores, 1128 × 1535 µs is 1.7). Each range is its own openraft group, so the same load is cut
+into 8 smaller streams: each sends its own AppendEntries RPCs, responses and commit
+notifications for fewer entries, and the per-message cost is paid about 8 times as often.
+Batching Raft messages of all groups per node pair would close most of that gap; ranges pay off
+when they put more disks and cores to work, which this machine cannot show. Rerun:
+`bench/ranges.sh` (`REPEATS`, `DURATION`, `RANGES`, `CLIENTS` override the defaults).
 
 ## Idle ranges
 
