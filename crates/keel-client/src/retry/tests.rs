@@ -31,6 +31,9 @@ fn kind(error: &KvError) -> &'static str {
         KvError::RecordNotOwned { .. } => "record not owned",
         KvError::KeyOutOfRange { .. } => "key out of range",
         KvError::EpochMismatch { .. } => "epoch mismatch",
+        KvError::Unauthenticated { .. } => "unauthenticated",
+        KvError::PermissionDenied { .. } => "permission denied",
+        KvError::QuotaExceeded { .. } => "quota exceeded",
     }
 }
 
@@ -283,6 +286,40 @@ fn an_expired_id_is_renewed_once_and_never_after_a_maybe_applied_attempt() {
     assert_eq!(write(&expired(), after_lost).0, Want::Gives("expired"));
     assert_eq!(write(&expired(), after_renew).0, Want::Gives("expired"));
     assert_eq!(write(&expired(), after_refused).0, Want::Renew);
+}
+
+fn over_quota() -> AttemptError {
+    server(KvError::QuotaExceeded {
+        tenant: "acme".into(),
+        quota: "requests_per_sec".into(),
+        limit: 10,
+    })
+}
+
+#[test]
+fn a_refusal_at_the_door_is_final_unless_an_earlier_attempt_may_have_been_applied() {
+    let first = WriteProgress {
+        attempts: 1,
+        ..WriteProgress::default()
+    };
+    let after_lost = WriteProgress {
+        attempts: 2,
+        maybe_applied: true,
+        renewed: false,
+    };
+    let unknown_token = server(KvError::Unauthenticated {
+        message: "unknown token".into(),
+    });
+    assert_eq!(write(&over_quota(), first).0, Want::Gives("quota exceeded"));
+    assert_eq!(write(&unknown_token, first).0, Want::Gives("unauthenticated"));
+    assert_eq!(
+        write(&over_quota(), after_lost).0,
+        Want::Gives("outcome unknown")
+    );
+    assert!(matches!(
+        decide_read(&over_quota(), 1),
+        Decision::GiveUp(KvError::QuotaExceeded { .. })
+    ));
 }
 
 #[test]
