@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use keel_client::{Client, ClientOptions, GetResult};
 use keel_proto::v1::kv_client::KvClient;
 use keel_server::{
-    Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
+    Access, Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
 };
 use keel_types::{Clock, Consistency, ManualClock, NodeId, RangeId};
 use tonic::transport::Channel;
@@ -34,6 +34,8 @@ pub struct Cluster {
     /// Nodes that joined the running cluster (`--join` through node 1) rather than being of
     /// the initial cluster.
     joined: BTreeSet<NodeId>,
+    /// The tokens every node checks (`--auth-tokens`); none: authentication off.
+    access: Option<Arc<Access>>,
 }
 
 impl Cluster {
@@ -91,6 +93,7 @@ impl Cluster {
             faults: Faults::default(),
             placement: PlacementSettings::default(),
             joined: BTreeSet::new(),
+            access: None,
         }
     }
 
@@ -170,6 +173,7 @@ impl Cluster {
             faults: self.faults,
             metrics_listen: Some(self.metrics_addrs[&id]),
             log: LogSettings::default(),
+            access: self.access.clone(),
         }
     }
 

@@ -55,6 +55,11 @@ pub struct Global {
     /// it under one request id, so they are applied at most once.
     #[arg(long, global = true, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: u64,
+    /// Bearer token sent with every request, for a cluster with authentication on (`keel
+    /// serve --auth-tokens`); it names the tenant or admin you act as. Prefer the
+    /// environment variable: a flag shows in the process list.
+    #[arg(long, global = true, env = "KEEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -45,6 +45,7 @@ fn options(global: &Global) -> ClientOptions {
         write_deadline: timeout,
         write_attempt_timeout: defaults.write_attempt_timeout.min(timeout / 2),
         connect_timeout: defaults.connect_timeout.min(timeout),
+        token: global.token.clone(),
         ..defaults
     }
 }

@@ -14,7 +14,6 @@ use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
 use keel_types::{Consistency, Fence, KvError, SharedClock, validate};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::attempt::{self, AttemptError};
 use crate::endpoints::{self, Pool};
@@ -23,7 +22,7 @@ use crate::range_cache::RangeCache;
 use crate::results::{self, DeleteResult, GetResult, IncrementResult, PutResult, Served};
 use crate::retry::{self, Decision};
 use crate::session::{MonotonicClock, Sessions};
-use crate::stub::Stub;
+use crate::stub::{Credentials, Stub, Transport};
 
 mod backup;
 mod batch;
@@ -60,6 +59,8 @@ struct Inner {
     cursor: AtomicUsize,
     /// The client session and the request ids of writes in flight.
     sessions: Arc<Sessions>,
+    /// The bearer token every request carries (`ClientOptions::token`).
+    credentials: Credentials,
     /// Who this client acquires locks and begins idempotency records as, by default.
     owner: Vec<u8>,
 }
@@ -112,7 +113,9 @@ impl Client {
         clock: SharedClock,
     ) -> Result<Client, KvError> {
         let endpoints = endpoints::normalize_all(&endpoints)?;
+        let credentials = Credentials::new(options.token.as_deref())?;
         let inner = Inner {
+            credentials,
             endpoints,
             pool: Pool::new(options.clone()),
             ranges: RangeCache::new(options.range_refresh_interval),
@@ -147,7 +150,7 @@ impl Client {
                 read(consistency),
                 by,
                 timeout,
-                |mut kv: KvClient<Channel>| {
+                |mut kv: KvClient<Transport>| {
                     let request = request.clone();
                     async move { kv.get(request).await }
                 },
@@ -180,13 +183,17 @@ impl Client {
             fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
-                let request = v1::PutRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { kv.put(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(key),
+                |mut kv: KvClient<Transport>, id| {
+                    let request = v1::PutRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { kv.put(request).await }
+                },
+            )
             .await?;
         results::put(response)
     }
@@ -206,13 +213,17 @@ impl Client {
             fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
-                let request = v1::DeleteRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { kv.delete(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(key),
+                |mut kv: KvClient<Transport>, id| {
+                    let request = v1::DeleteRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { kv.delete(request).await }
+                },
+            )
             .await?;
         results::delete(response)
     }
@@ -230,13 +241,17 @@ impl Client {
             no_forward: true,
         };
         let response = self
-            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
-                let request = v1::IncrementRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { kv.increment(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(key),
+                |mut kv: KvClient<Transport>, id| {
+                    let request = v1::IncrementRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { kv.increment(request).await }
+                },
+            )
             .await?;
         results::increment(response)
     }
@@ -332,7 +347,9 @@ impl Client {
         let budget = deadline
             .saturating_duration_since(Instant::now())
             .min(attempt_timeout.saturating_add(kind.held));
-        match tokio::time::timeout(budget, send(S::on(channel))).await {
+        match tokio::time::timeout(budget, send(S::on(channel, self.inner.credentials.clone())))
+            .await
+        {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
             Err(_) => Err(timed_out(uri, budget)),

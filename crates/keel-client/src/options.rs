@@ -34,6 +34,9 @@ pub struct ClientOptions {
     /// confirms its leadership and may build a snapshot first), and the longest wait for each
     /// of its chunks.
     pub snapshot_timeout: Duration,
+    /// The bearer token sent with every request, for a cluster with authentication on
+    /// (`keel serve --auth-tokens`): it names the tenant (or admin) the client acts as.
+    pub token: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -47,6 +50,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(1),
             range_refresh_interval: Duration::from_millis(100),
             snapshot_timeout: Duration::from_secs(60),
+            token: None,
         }
     }
 }

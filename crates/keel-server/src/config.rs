@@ -4,12 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use keel_raft::RaftTimings;
 use keel_types::{NodeId, SharedClock, SystemClock, limits};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::access::Access;
 use crate::faults::Faults;
 use crate::logging::{LogFormat, LogSettings};
 
@@ -43,6 +45,8 @@ pub struct NodeConfig {
     /// Log format and level (used by `keel serve`; a node started in-process leaves its
     /// host's logging alone).
     pub log: LogSettings,
+    /// The tokens of `--auth-tokens`; `None` = authentication off (one namespace).
+    pub access: Option<Arc<Access>>,
 }
 
 /// Settings of the key-value state a node keeps, and of how it is cut into ranges.
@@ -192,6 +196,11 @@ pub struct ServeArgs {
     /// RUST_LOG wins when set.
     #[arg(long)]
     pub log_level: Option<String>,
+    /// A TOML file of bearer tokens: [[admin]] and [[tenant]] entries (see
+    /// docs/OPERATIONS.md). Every request must then carry one; each tenant is confined to
+    /// its own namespace and quotas. Off unless given.
+    #[arg(long)]
+    pub auth_tokens: Option<PathBuf>,
     /// Leader heartbeat interval.
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
@@ -323,6 +332,8 @@ pub enum ConfigError {
     LogLevel { level: String, message: String },
     #[error("metrics address {0} is the gRPC listen address; give the metrics their own port")]
     MetricsListen(SocketAddr),
+    #[error("{0}")]
+    AuthTokens(String),
 }
 
 impl ServeArgs {
@@ -342,6 +353,7 @@ impl ServeArgs {
             metrics_listen: self.metrics_listen.or(file.metrics_listen),
             log_format: self.log_format.or(file.log_format),
             log_level: self.log_level.or(file.log_level),
+            auth_tokens: self.auth_tokens.or(file.auth_tokens),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             election_timeout_ms_min: self
                 .election_timeout_ms_min
@@ -428,6 +440,12 @@ impl NodeConfig {
                     .log_level
                     .clone()
                     .unwrap_or_else(|| LogSettings::default().level),
+            },
+            access: match &args.auth_tokens {
+                Some(path) => Some(Arc::new(
+                    Access::load(path).map_err(ConfigError::AuthTokens)?,
+                )),
+                None => None,
             },
         };
         config.validate()?;

@@ -7,6 +7,7 @@
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
+mod access;
 mod applied_cache;
 mod backup;
 mod cleanup;
@@ -47,8 +48,11 @@ mod shared;
 mod split_driver;
 mod splits;
 pub mod status;
+mod tenancy;
+mod tenant_usage;
 mod transport;
 
+pub use access::Access;
 pub use config::{
     ConfigError, KvSettings, NodeConfig, PlacementSettings, ServeArgs, parse_initial_cluster,
 };

@@ -55,6 +55,7 @@ use crate::reflection;
 use crate::replicas::Prepared;
 use crate::shared::Shared;
 use crate::split_driver;
+use crate::tenant_usage;
 use crate::transport::GrpcTransport;
 
 /// How often the node checks its store and Raft groups for a failure.
@@ -128,6 +129,7 @@ impl Node {
             clock: config.clock.clone(),
             faults: config.faults,
             metrics,
+            access: config.access.clone(),
         });
         let started = start_groups(&shared, &stored)
             .instrument(span.clone())
@@ -282,6 +284,10 @@ fn spawn_tasks(
         tokio::spawn(quiescence::watch(shared.clone()).instrument(span.clone())),
         tokio::spawn(health_service::run(shared.clone(), reporter).instrument(span.clone())),
     ];
+    if let Some(access) = &shared.access {
+        let counting = tenant_usage::run(shared.clone(), access.clone());
+        tasks.push(tokio::spawn(counting.instrument(span.clone())));
+    }
     if let Some(listener) = metrics {
         let addr = listener.local_addr().ok();
         let serving = metrics::serve(listener, shared.clone());

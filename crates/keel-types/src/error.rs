@@ -143,7 +143,9 @@ pub enum KvError {
     /// The tenant is at one of its quotas (`quota`: `keys`, `bytes` or `requests_per_sec`,
     /// whose limit is `limit`); nothing was applied. Delete data or ask for a larger quota;
     /// a `requests_per_sec` refusal may be retried after a pause.
-    #[error("quota exceeded: tenant {tenant} is at its {quota} quota of {limit}; nothing was applied")]
+    #[error(
+        "quota exceeded: tenant {tenant} is at its {quota} quota of {limit}; nothing was applied"
+    )]
     QuotaExceeded {
         tenant: String,
         quota: String,

@@ -326,12 +326,18 @@ mod tests {
         let acme = crate::tenant::Namespace::of(&crate::tenant::TenantName::new("acme").unwrap());
         assert!(check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX])).is_ok());
         assert!(check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX + 1])).is_err());
-        assert!(check_key(&acme.confine(b"")).is_err(), "an empty name is empty");
+        assert!(
+            check_key(&acme.confine(b"")).is_err(),
+            "an empty name is empty"
+        );
         assert!(check_lock_name(&acme.confine(b"")).is_err());
         let message = check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX + 1]))
             .unwrap_err()
             .to_string();
-        assert!(message.contains("\"kkk") && !message.contains("acme"), "{message}");
+        assert!(
+            message.contains("\"kkk") && !message.contains("acme"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -311,7 +311,10 @@ fn a_refusal_at_the_door_is_final_unless_an_earlier_attempt_may_have_been_applie
         message: "unknown token".into(),
     });
     assert_eq!(write(&over_quota(), first).0, Want::Gives("quota exceeded"));
-    assert_eq!(write(&unknown_token, first).0, Want::Gives("unauthenticated"));
+    assert_eq!(
+        write(&unknown_token, first).0,
+        Want::Gives("unauthenticated")
+    );
     assert_eq!(
         write(&over_quota(), after_lost).0,
         Want::Gives("outcome unknown")
