@@ -47,6 +47,7 @@ mod shared;
 mod split_driver;
 mod splits;
 pub mod status;
+mod tls;
 mod transport;
 
 pub use config::{
@@ -58,3 +59,4 @@ pub use logging::{LogFormat, LogSettings};
 pub use node::Node;
 pub use restore::{RestoreArgs, RestoreError, RestoreProgress, RestoreSummary, restore};
 pub use run::run;
+pub use tls::{TlsError, TlsPart, TlsSettings};

@@ -21,6 +21,7 @@ use crate::placement::MetaLeadership;
 use crate::publisher::Published;
 use crate::ranges::RangeTables;
 use crate::replicas::Prepared;
+use crate::tls::TlsSettings;
 
 pub(crate) struct Shared {
     pub node_id: NodeId,
@@ -57,6 +58,9 @@ pub(crate) struct Shared {
     pub faults: Faults,
     /// What the node counts for `--metrics-listen`.
     pub metrics: Metrics,
+    /// The node's certificate, key and cluster CA when TLS is on: the server accepts TLS
+    /// only and `peers` dial https. Who called is `tls::is_peer`, on any request.
+    pub tls: Option<TlsSettings>,
 }
 
 impl Shared {

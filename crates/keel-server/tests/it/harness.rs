@@ -79,6 +79,7 @@ impl Cluster {
             faults: Faults::default(),
             metrics_listen: None,
             log: LogSettings::default(),
+            tls: None,
         }
     }
 
