@@ -2,16 +2,19 @@
 
 use std::io::Write;
 
+use super::tests::parse_flags;
 use super::*;
 use crate::tls::tests::node_pems;
 
+/// `tls` with the settings every node needs.
 fn args(tls: ServeArgs) -> ServeArgs {
+    let node = super::tests::args(1, "127.0.0.1:7001", "1=127.0.0.1:7001");
     ServeArgs {
-        node_id: Some(1),
-        listen: Some("127.0.0.1:7001".parse().unwrap()),
-        data_dir: Some(PathBuf::from("/tmp/keel")),
-        initial_cluster: Some("1=127.0.0.1:7001".to_string()),
-        ..tls
+        tls_cert: tls.tls_cert,
+        tls_key: tls.tls_key,
+        tls_ca: tls.tls_ca,
+        config: tls.config,
+        ..node
     }
 }
 
@@ -200,14 +203,7 @@ fn tls_files_come_from_flags_over_the_config_file() {
 
 #[test]
 fn tls_flags_parse() {
-    use clap::Parser;
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        serve: ServeArgs,
-    }
-    let cli = Cli::try_parse_from([
-        "keel",
+    let serve = parse_flags(&[
         "--tls-cert",
         "/etc/keel/node.pem",
         "--tls-key",
@@ -216,13 +212,7 @@ fn tls_flags_parse() {
         "/etc/keel/ca.pem",
     ])
     .unwrap();
-    assert_eq!(
-        cli.serve.tls_cert,
-        Some(PathBuf::from("/etc/keel/node.pem"))
-    );
-    assert_eq!(
-        cli.serve.tls_key,
-        Some(PathBuf::from("/etc/keel/node-key.pem"))
-    );
-    assert_eq!(cli.serve.tls_ca, Some(PathBuf::from("/etc/keel/ca.pem")));
+    assert_eq!(serve.tls_cert, Some(PathBuf::from("/etc/keel/node.pem")));
+    assert_eq!(serve.tls_key, Some(PathBuf::from("/etc/keel/node-key.pem")));
+    assert_eq!(serve.tls_ca, Some(PathBuf::from("/etc/keel/ca.pem")));
 }
