@@ -46,7 +46,7 @@ max_keys = 5
 "#;
 
 async fn start() -> Cluster {
-    Cluster::start_authenticated(3, Access::parse(TOKENS).unwrap()).await
+    Cluster::start_authenticated(3, Access::parse(TOKENS).unwrap(), ADMIN).await
 }
 
 fn client_as(cluster: &Cluster, token: Option<&str>) -> Client {
@@ -55,7 +55,11 @@ fn client_as(cluster: &Cluster, token: Option<&str>) -> Client {
         write_deadline: Duration::from_secs(5),
         ..cluster.client_options()
     };
-    let endpoints = cluster.ids().iter().map(|id| cluster.endpoint(*id)).collect();
+    let endpoints = cluster
+        .ids()
+        .iter()
+        .map(|id| cluster.endpoint(*id))
+        .collect();
     Client::new(endpoints, options).unwrap()
 }
 
@@ -65,7 +69,10 @@ async fn value(client: &Client, key: &[u8]) -> Option<Vec<u8>> {
 }
 
 async fn put(client: &Client, key: &[u8], value: &[u8]) -> Result<(), KvError> {
-    client.put(key, value, PutOptions::default()).await.map(|_| ())
+    client
+        .put(key, value, PutOptions::default())
+        .await
+        .map(|_| ())
 }
 
 fn stored(tenant: &str, key: &[u8]) -> Vec<u8> {
@@ -84,7 +91,10 @@ async fn requests_without_a_known_token_are_refused_and_change_nothing() {
             "{token:?}: {refused:?}"
         );
         let read = anonymous.get(b"k", Consistency::Linearizable).await;
-        assert!(matches!(read, Err(KvError::Unauthenticated { .. })), "{read:?}");
+        assert!(
+            matches!(read, Err(KvError::Unauthenticated { .. })),
+            "{read:?}"
+        );
     }
     assert_eq!(value(&admin, b"k").await, None, "nothing was written");
     cluster.shutdown().await;
@@ -108,11 +118,23 @@ async fn tenants_see_only_their_own_keys_locks_records_and_ranges() {
     assert_eq!(value(&acme, &crafted).await, None);
     put(&acme, &crafted, b"forged").await.unwrap();
     assert_eq!(value(&globex, b"k").await.unwrap(), b"globex's");
-    assert_eq!(value(&admin, &stored("acme", &crafted)).await.unwrap(), b"forged");
+    assert_eq!(
+        value(&admin, &stored("acme", &crafted)).await.unwrap(),
+        b"forged"
+    );
 
     let everything = acme.scan(b"", b"", 0, Consistency::Linearizable).await;
-    let keys: Vec<Vec<u8>> = everything.unwrap().kvs.into_iter().map(|kv| kv.key).collect();
-    assert_eq!(keys, vec![b"k".to_vec(), crafted.clone()], "acme lists its own names only");
+    let keys: Vec<Vec<u8>> = everything
+        .unwrap()
+        .kvs
+        .into_iter()
+        .map(|kv| kv.key)
+        .collect();
+    assert_eq!(
+        keys,
+        vec![b"k".to_vec(), crafted.clone()],
+        "acme lists its own names only"
+    );
     let theirs = globex.scan(b"", b"", 0, Consistency::Linearizable).await;
     assert_eq!(theirs.unwrap().kvs.len(), 1);
 
@@ -120,17 +142,30 @@ async fn tenants_see_only_their_own_keys_locks_records_and_ranges() {
         ttl,
         ..AcquireOptions::default()
     };
-    let held = acme.acquire(b"jobs", lock(Duration::from_secs(30))).await.unwrap();
-    let other = globex.acquire(b"jobs", lock(Duration::from_secs(30))).await.unwrap();
-    assert!(held.acquired && other.acquired, "two locks named alike, one per tenant");
-    let inspected = globex.inspect(b"jobs", Consistency::Linearizable).await.unwrap();
+    let held = acme
+        .acquire(b"jobs", lock(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let other = globex
+        .acquire(b"jobs", lock(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(
+        held.acquired && other.acquired,
+        "two locks named alike, one per tenant"
+    );
+    let inspected = globex
+        .inspect(b"jobs", Consistency::Linearizable)
+        .await
+        .unwrap();
     assert_eq!(inspected.holder.unwrap().token, other.holder.unwrap().token);
 
     let ttl = Duration::from_secs(30);
     let first = acme.begin(b"orders", b"1", None, ttl).await.unwrap();
     let second = globex.begin(b"orders", b"1", None, ttl).await.unwrap();
     assert!(
-        matches!(first, BeginResult::Started { .. }) && matches!(second, BeginResult::Started { .. }),
+        matches!(first, BeginResult::Started { .. })
+            && matches!(second, BeginResult::Started { .. }),
         "{first:?} {second:?}"
     );
 
@@ -138,7 +173,10 @@ async fn tenants_see_only_their_own_keys_locks_records_and_ranges() {
     assert!(!ranges.is_empty());
     for range in &ranges {
         assert!(
-            !range.descriptor.start.starts_with(&keel_types::tenant::TENANT_MARK),
+            !range
+                .descriptor
+                .start
+                .starts_with(&keel_types::tenant::TENANT_MARK),
             "{}",
             range.descriptor
         );
@@ -151,12 +189,26 @@ async fn tenants_may_not_administer_the_cluster() {
     let cluster = start().await;
     let acme = client_as(&cluster, Some(ACME));
     let denied = acme.split(b"m").await.unwrap_err();
-    assert!(matches!(denied, KvError::PermissionDenied { .. }), "{denied:?}");
+    assert!(
+        matches!(denied, KvError::PermissionDenied { .. }),
+        "{denied:?}"
+    );
     let status = acme.status(&cluster.endpoint(1)).await.unwrap_err();
-    assert!(matches!(status, KvError::PermissionDenied { .. }), "{status:?}");
+    assert!(
+        matches!(status, KvError::PermissionDenied { .. }),
+        "{status:?}"
+    );
     let admin = client_as(&cluster, Some(ADMIN));
     admin.split(b"m").await.unwrap();
     cluster.shutdown().await;
+}
+
+/// `message` with acme's token.
+fn with_token<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let bearer = format!("Bearer {ACME}").parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    request
 }
 
 /// A raw call to a follower, which forwards it to the leader as the tenant's request.
@@ -174,12 +226,6 @@ async fn a_request_a_follower_forwards_stays_in_its_tenants_namespace() {
         .await
         .unwrap();
     let mut kv = KvClient::new(channel);
-    let with_token = |message| {
-        let mut request = tonic::Request::new(message);
-        let bearer = format!("Bearer {ACME}").parse().unwrap();
-        request.metadata_mut().insert("authorization", bearer);
-        request
-    };
     let put = PutRequest {
         key: b"via-follower".to_vec(),
         value: b"v".to_vec(),
@@ -192,11 +238,19 @@ async fn a_request_a_follower_forwards_stays_in_its_tenants_namespace() {
         no_forward: false,
     };
     let got = kv.get(with_token(get)).await.unwrap().into_inner();
-    assert_eq!(got.kv.unwrap().key, b"via-follower", "the answer names the tenant's key");
+    assert_eq!(
+        got.kv.unwrap().key,
+        b"via-follower",
+        "the answer names the tenant's key"
+    );
     let acme = client_as(&cluster, Some(ACME));
     assert_eq!(value(&acme, b"via-follower").await.unwrap(), b"v");
     let admin = client_as(&cluster, Some(ADMIN));
-    assert_eq!(value(&admin, b"via-follower").await, None, "not in the raw keyspace");
+    assert_eq!(
+        value(&admin, b"via-follower").await,
+        None,
+        "not in the raw keyspace"
+    );
     cluster.shutdown().await;
 }
 
@@ -212,8 +266,15 @@ async fn quotas_refuse_with_a_typed_error() {
         }
     }
     match refused {
-        Some(KvError::QuotaExceeded { tenant, quota, limit }) => {
-            assert_eq!((tenant.as_str(), quota.as_str(), limit), ("slow", "requests_per_sec", 1));
+        Some(KvError::QuotaExceeded {
+            tenant,
+            quota,
+            limit,
+        }) => {
+            assert_eq!(
+                (tenant.as_str(), quota.as_str(), limit),
+                ("slow", "requests_per_sec", 1)
+            );
         }
         other => panic!("50 reads at once passed a quota of 1 per second: {other:?}"),
     }
@@ -224,7 +285,10 @@ async fn quotas_refuse_with_a_typed_error() {
     let started = Instant::now();
     let mut written = 0u32;
     let refusal = loop {
-        assert!(started.elapsed() < WAIT_LIMIT, "{written} keys written, never refused");
+        assert!(
+            started.elapsed() < WAIT_LIMIT,
+            "{written} keys written, never refused"
+        );
         match put(&small, format!("key-{written}").as_bytes(), b"v").await {
             Ok(()) => written += 1,
             Err(error) => break error,

@@ -60,6 +60,11 @@ pub struct Global {
     /// environment variable: a flag shows in the process list.
     #[arg(long, global = true, env = "KEEL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// PEM file of the CA that signed the nodes' certificates: talk TLS to the cluster,
+    /// trusting only this CA (a cluster serving TLS refuses plaintext). Without it,
+    /// plaintext.
+    #[arg(long, global = true, env = "KEEL_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -303,6 +308,11 @@ pub struct DevArgs {
     /// Port of node 1; node i listens on base-port + i - 1.
     #[arg(long, default_value_t = 7001, value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: u16,
+    /// Serve TLS only, with a throwaway CA and one certificate per node made under
+    /// DATA_DIR/tls (made anew on each start; keys mode 0600); clients then need
+    /// --tls-ca DATA_DIR/tls/ca.pem (or KEEL_TLS_CA). For local use only.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 #[derive(Debug, Args)]

@@ -99,8 +99,10 @@ fn read(consistency: Consistency) -> Kind {
 }
 
 impl Client {
-    /// A client of the cluster behind `endpoints` (`host:port` or `http://host:port`, at most
-    /// `CLIENT_ENDPOINTS_MAX`). Connects lazily, on first use, inside the caller's runtime.
+    /// A client of the cluster behind `endpoints` (`host:port`, at most
+    /// `CLIENT_ENDPOINTS_MAX`; `http://` or, with `options.tls`, `https://` before it is
+    /// taken too). Connects lazily, on first use, inside the caller's runtime; over TLS when
+    /// `options.tls` is set. A CA without a certificate is refused here.
     pub fn new(endpoints: Vec<String>, options: ClientOptions) -> Result<Client, KvError> {
         Client::with_clock(endpoints, options, MonotonicClock::shared())
     }
@@ -112,12 +114,12 @@ impl Client {
         options: ClientOptions,
         clock: SharedClock,
     ) -> Result<Client, KvError> {
-        let endpoints = endpoints::normalize_all(&endpoints)?;
+        let endpoints = endpoints::normalize_all(&endpoints, options.tls.is_some())?;
         let credentials = Credentials::new(options.token.as_deref())?;
         let inner = Inner {
             credentials,
             endpoints,
-            pool: Pool::new(options.clone()),
+            pool: Pool::new(&options)?,
             ranges: RangeCache::new(options.range_refresh_interval),
             sessions: Sessions::new(clock, options.session_max_age),
             options,

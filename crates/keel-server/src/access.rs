@@ -26,6 +26,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
 use crate::status::to_status;
+use crate::tls::is_peer;
 
 /// The caller of `request`, when it may make `call` now; else the status to answer. With
 /// authentication off (`access` is `None`) every caller is the system.
@@ -38,14 +39,9 @@ pub(crate) fn admit<T>(
         return Ok(Caller::System);
     };
     let admitted = access
-        .caller(request.metadata(), from_peer(request))
+        .caller(request.metadata(), is_peer(request))
         .and_then(|caller| caller.admit(call).map(|()| caller));
     admitted.map_err(|error| to_status(&error))
-}
-
-/// PLACEHOLDER until the TLS change lands: no peer identity.
-fn from_peer<T>(_request: &Request<T>) -> bool {
-    false
 }
 
 /// The tokens file, as written.

@@ -18,7 +18,7 @@ use keel_proto::v1::{
 };
 use keel_raft::{GroupStatus, RaftGroup};
 use keel_storage::{RangeCounts, StorageError};
-use keel_types::validate::check_key;
+use keel_types::validate::check_split_key;
 use keel_types::{
     Consistency, CoordinationCounts, KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor,
     RangeId,
@@ -222,7 +222,7 @@ impl ClusterService {
     }
 
     async fn serve_split(&self, request: &SplitRequest) -> Result<SplitResponse, KvError> {
-        check_key(&request.at)?;
+        check_split_key(&request.at)?;
         let split = |group| self.split_on(group, &request.at);
         self.router.on_range(&request.at, split).await
     }

@@ -50,6 +50,7 @@ mod splits;
 pub mod status;
 mod tenancy;
 mod tenant_usage;
+mod tls;
 mod transport;
 
 pub use access::Access;
@@ -62,3 +63,4 @@ pub use logging::{LogFormat, LogSettings};
 pub use node::Node;
 pub use restore::{RestoreArgs, RestoreError, RestoreProgress, RestoreSummary, restore};
 pub use run::run;
+pub use tls::{TlsError, TlsPart, TlsSettings};

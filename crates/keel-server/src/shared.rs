@@ -22,6 +22,7 @@ use crate::placement::MetaLeadership;
 use crate::publisher::Published;
 use crate::ranges::RangeTables;
 use crate::replicas::Prepared;
+use crate::tls::TlsSettings;
 
 pub(crate) struct Shared {
     pub node_id: NodeId,
@@ -60,6 +61,9 @@ pub(crate) struct Shared {
     pub metrics: Metrics,
     /// The tokens of `--auth-tokens`; `None` while authentication is off.
     pub access: Option<Arc<Access>>,
+    /// The node's certificate, key and cluster CA when TLS is on: the server accepts TLS
+    /// only and `peers` dial https. Who called is `tls::is_peer`, on any request.
+    pub tls: Option<TlsSettings>,
 }
 
 impl Shared {

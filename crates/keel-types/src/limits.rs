@@ -161,6 +161,12 @@ pub const RESTORE_RECORDS_IN_FLIGHT: usize = 4;
 /// framing. A reader refuses a longer one as corrupt.
 pub const BACKUP_RECORD_BYTES_MAX: usize = SNAPSHOT_CHUNK_BYTES + 64 * 1024;
 
+/// TLS: bytes of one PEM file (a node's certificate chain, its key, the cluster CA, a
+/// client's CA); real ones are a few KiB. A longer file is refused, naming it.
+pub const TLS_PEM_BYTES_MAX: usize = 1024 * 1024;
+/// TLS: time one connection has to finish its handshake, on either side.
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
+
 /// Range descriptors one meta command records.
 pub const META_UPDATE_RANGES_MAX: usize = 64;
 /// Range ids one meta command hands out.

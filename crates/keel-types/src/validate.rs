@@ -41,6 +41,20 @@ pub fn check_key(key: &[u8]) -> Result<(), KvError> {
     Ok(())
 }
 
+/// Checks a split key: a key as `check_key` wants it, or the bound of a tenant's namespace
+/// (its prefix, whose name part is empty).
+pub fn check_split_key(at: &[u8]) -> Result<(), KvError> {
+    if at.is_empty() {
+        return Err(KvError::invalid(
+            "split key is empty; the keyspace already starts there",
+        ));
+    }
+    if named(at).is_empty() {
+        return Ok(());
+    }
+    check_key(at)
+}
+
 pub fn check_value(key: &[u8], value: &[u8]) -> Result<(), KvError> {
     if value.len() > limits::VALUE_BYTES_MAX {
         return Err(KvError::invalid(format!(
@@ -331,6 +345,11 @@ mod tests {
             "an empty name is empty"
         );
         assert!(check_lock_name(&acme.confine(b"")).is_err());
+        assert!(
+            check_split_key(acme.start()).is_ok(),
+            "a namespace's bound splits"
+        );
+        assert!(check_split_key(b"").is_err());
         let message = check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX + 1]))
             .unwrap_err()
             .to_string();

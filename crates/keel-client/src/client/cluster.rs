@@ -64,7 +64,7 @@ impl Client {
     /// changed meanwhile. An attempt whose answer was lost ends with `OutcomeUnknown`
     /// (`ranges` shows whether it happened).
     pub async fn split(&self, at: &[u8]) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
-        validate::check_key(at)?;
+        validate::check_split_key(at)?;
         let request = v1::SplitRequest {
             at: at.to_vec(),
             no_forward: false,

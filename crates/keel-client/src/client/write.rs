@@ -192,8 +192,16 @@ impl Client {
             )
             .await
             .and_then(results::session);
-        opened.map_err(|error| KvError::Unavailable {
-            message: format!("could not open a client session, so the write was not sent: {error}"),
+        opened.map_err(|error| match error {
+            // Refused at the door: the write would be refused alike.
+            KvError::Unauthenticated { .. }
+            | KvError::PermissionDenied { .. }
+            | KvError::QuotaExceeded { .. } => error,
+            error => KvError::Unavailable {
+                message: format!(
+                    "could not open a client session, so the write was not sent: {error}"
+                ),
+            },
         })
     }
 }

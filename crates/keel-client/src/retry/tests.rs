@@ -427,7 +427,7 @@ fn write_backoff_doubles_to_a_cap_with_jitter_in_the_upper_half() {
 #[test]
 fn hints_naming_unreachable_endpoints_are_skipped() {
     let hint = || Target::Hinted(NodeAddr::new("127.0.0.1:7001"));
-    let dead = vec!["http://127.0.0.1:7001".to_string()];
+    let dead = vec!["127.0.0.1:7001".to_string()];
     assert_eq!(skip_stale_hint(hint(), &dead), Target::Next);
     assert_eq!(skip_stale_hint(hint(), &[]), hint());
     let garbage = Target::Hinted(NodeAddr::new("not an address"));
