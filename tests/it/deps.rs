@@ -47,6 +47,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
 const CONFINED: &[(&str, &[&str])] = &[
     ("redb", &["keel-storage"]),
     ("openraft", &["keel-storage", "keel-raft", "keel-server"]),
+    // Certificates are made only by `keel dev --tls` (tests make theirs as dev-dependencies).
+    ("rcgen", &["keel-cli"]),
 ];
 
 fn workspace_dependencies() -> BTreeMap<String, BTreeSet<String>> {

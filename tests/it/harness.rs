@@ -11,10 +11,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use keel_client::{Client, ClientOptions, GetResult};
 use keel_proto::v1::kv_client::KvClient;
 use keel_server::{
-    Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
+    Access, Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
 };
 use keel_types::{Clock, Consistency, ManualClock, NodeId, RangeId};
 use tonic::transport::Channel;
+
+use crate::pki::Pki;
 
 /// How long a test waits for a condition (an election, replication) before it fails.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
@@ -34,6 +36,13 @@ pub struct Cluster {
     /// Nodes that joined the running cluster (`--join` through node 1) rather than being of
     /// the initial cluster.
     joined: BTreeSet<NodeId>,
+    /// The tokens every node checks (`--auth-tokens`); none: authentication off.
+    access: Option<Arc<Access>>,
+    /// The admin token the harness's clients send when authentication is on.
+    admin_token: Option<String>,
+    /// The CA of a cluster serving TLS: each node gets a certificate it signs, clients
+    /// trust it.
+    pki: Option<Pki>,
 }
 
 impl Cluster {
@@ -54,6 +63,31 @@ impl Cluster {
         cluster.placement = placement;
         cluster.start_all(size).await;
         cluster
+    }
+
+    /// Starts `size` nodes serving TLS only, with certificates of a fresh CA (`pki`), and
+    /// waits until they agree on a leader.
+    pub async fn start_tls(size: u64) -> Cluster {
+        let mut cluster = Cluster::new(size, RaftTimings::default(), KvSettings::default());
+        cluster.pki = Some(Pki::new("keel test cluster CA"));
+        cluster.start_all(size).await;
+        cluster
+    }
+
+    /// Starts `size` nodes serving TLS (as `start_tls`) that check `access`'s tokens, and
+    /// waits until they agree on a leader. The harness's own clients send `admin_token`.
+    pub async fn start_authenticated(size: u64, access: Access, admin_token: &str) -> Cluster {
+        let mut cluster = Cluster::new(size, RaftTimings::default(), KvSettings::default());
+        cluster.pki = Some(Pki::new("keel test cluster CA"));
+        cluster.access = Some(Arc::new(access));
+        cluster.admin_token = Some(admin_token.to_string());
+        cluster.start_all(size).await;
+        cluster
+    }
+
+    /// The CA of a cluster started with `start_tls`.
+    pub fn pki(&self) -> &Pki {
+        self.pki.as_ref().expect("the cluster serves TLS")
     }
 
     /// Starts `size` nodes with every setting given and waits until they agree on a leader.
@@ -91,6 +125,9 @@ impl Cluster {
             faults: Faults::default(),
             placement: PlacementSettings::default(),
             joined: BTreeSet::new(),
+            access: None,
+            admin_token: None,
+            pki: None,
         }
     }
 
@@ -125,10 +162,20 @@ impl Cluster {
         self.metrics_addrs[&id]
     }
 
-    /// A client that knows every node.
+    /// A client that knows every node (trusting the cluster's CA when it serves TLS).
     pub fn client(&self) -> Client {
         let endpoints = self.ids().iter().map(|id| self.endpoint(*id)).collect();
-        Client::new(endpoints, ClientOptions::default()).unwrap()
+        Client::new(endpoints, self.client_options()).unwrap()
+    }
+
+    /// Default client options, with TLS when the cluster serves it and the admin token when
+    /// it checks tokens.
+    pub fn client_options(&self) -> ClientOptions {
+        ClientOptions {
+            tls: self.pki.as_ref().map(Pki::client_tls),
+            token: self.admin_token.clone(),
+            ..ClientOptions::default()
+        }
     }
 
     /// A raw gRPC client of node `id`'s Kv service, for tests that control every field of a
@@ -141,7 +188,7 @@ impl Cluster {
 
     /// A client that knows only node `id` (it may still follow leader hints elsewhere).
     pub fn client_of(&self, id: NodeId) -> Client {
-        Client::new(vec![self.endpoint(id)], ClientOptions::default()).unwrap()
+        Client::new(vec![self.endpoint(id)], self.client_options()).unwrap()
     }
 
     pub fn config(&self, id: NodeId) -> NodeConfig {
@@ -170,6 +217,8 @@ impl Cluster {
             faults: self.faults,
             metrics_listen: Some(self.metrics_addrs[&id]),
             log: LogSettings::default(),
+            access: self.access.clone(),
+            tls: self.pki.as_ref().map(Pki::node_settings),
         }
     }
 

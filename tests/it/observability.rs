@@ -152,7 +152,11 @@ async fn the_metrics_endpoint_answers_only_get_metrics() {
     cluster.shutdown().await;
 }
 
-async fn health_of(cluster: &Cluster, id: NodeId, service: &str) -> Option<ServingStatus> {
+pub(crate) async fn health_of(
+    cluster: &Cluster,
+    id: NodeId,
+    service: &str,
+) -> Option<ServingStatus> {
     let channel = Channel::from_shared(format!("http://{}", cluster.endpoint(id)))
         .unwrap()
         .connect_timeout(Duration::from_secs(1))

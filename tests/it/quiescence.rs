@@ -15,6 +15,8 @@ use keel_server::RaftTimings;
 use keel_types::{Consistency, NodeId, RangeId};
 
 use crate::harness::{Cluster, eventually};
+use crate::observability::health_of;
+use tonic_health::pb::health_check_response::ServingStatus;
 
 /// Short, so that the tests do not wait long for ranges to go idle.
 const QUIESCE_AFTER_MS: u64 = 500;
@@ -199,5 +201,23 @@ async fn keys_that_expire_in_a_quiesced_range_are_cleaned_up() {
     let after = all_quiesced(&cluster, 1).await;
     assert_eq!(after[&first].keys, 1, "only the key without a TTL is left");
     assert!(after[&first].last_log_index > before[&first].last_log_index);
+    cluster.shutdown().await;
+}
+
+/// A quiet leader gets no Raft acknowledgements; it still counts as the leader while its
+/// followers' node heartbeats arrive, so an idle cluster stays SERVING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_of_quiesced_ranges_stays_serving() {
+    let cluster = Cluster::start_with(3, timings()).await;
+    two_ranges(&cluster.client()).await;
+    all_quiesced(&cluster, 2).await;
+    // Past the window in which a leader's last quorum acknowledgement counts.
+    let window = Duration::from_millis(2 * timings().election_timeout_ms_max);
+    tokio::time::sleep(window).await;
+    all_quiesced(&cluster, 2).await;
+    for id in cluster.ids() {
+        let status = health_of(&cluster, id, "").await;
+        assert_eq!(status, Some(ServingStatus::Serving), "node {id}");
+    }
     cluster.shutdown().await;
 }

@@ -24,7 +24,8 @@ pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
                   owned (complete, abort) or absent (idem get), split refused (the key already \
                   starts a range, or the range changed); 2 usage error or invalid argument; \
                   3 unavailable, overloaded, timed out, outcome unknown (or request id expired \
-                  while retrying) or fatal."
+                  while retrying) or fatal; 4 not allowed (no token or an unknown one, a call \
+                  the token may not make, a tenant quota reached)."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -54,6 +55,16 @@ pub struct Global {
     /// it under one request id, so they are applied at most once.
     #[arg(long, global = true, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: u64,
+    /// Bearer token sent with every request, for a cluster with authentication on (`keel
+    /// serve --auth-tokens`); it names the tenant or admin you act as. Prefer the
+    /// environment variable: a flag shows in the process list.
+    #[arg(long, global = true, env = "KEEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// PEM file of the CA that signed the nodes' certificates: talk TLS to the cluster,
+    /// trusting only this CA (a cluster serving TLS refuses plaintext). Without it,
+    /// plaintext.
+    #[arg(long, global = true, env = "KEEL_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -297,6 +308,11 @@ pub struct DevArgs {
     /// Port of node 1; node i listens on base-port + i - 1.
     #[arg(long, default_value_t = 7001, value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: u16,
+    /// Serve TLS only, with a throwaway CA and one certificate per node made under
+    /// DATA_DIR/tls (made anew on each start; keys mode 0600); clients then need
+    /// --tls-ca DATA_DIR/tls/ca.pem (or KEEL_TLS_CA). For local use only.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 #[derive(Debug, Args)]

@@ -2,10 +2,11 @@
 //! of servers; formatting and exit codes live in `output`. The lock and idempotency
 //! commands are in `lock` and `idem`, `backup` in `backup`.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::time::Duration;
 
-use keel_client::{Client, ClientOptions, DeleteOptions, PutOptions};
+use keel_client::{Client, ClientOptions, ClientTls, DeleteOptions, PutOptions};
 use keel_types::{Consistency, KvError, NodeId, RangeId, limits, validate};
 
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
@@ -36,17 +37,42 @@ pub fn print(report: &Report) -> u8 {
 
 /// `--timeout-ms` bounds reads and writes alike; a write attempt gets at most half of it, so
 /// that a write whose first attempt hangs is sent once more (with the same request id).
-fn options(global: &Global) -> ClientOptions {
+/// `--tls-ca` is read here: a file that cannot be read is an invalid argument.
+fn options(global: &Global) -> Result<ClientOptions, KvError> {
     let timeout = Duration::from_millis(global.timeout_ms);
     let defaults = ClientOptions::default();
-    ClientOptions {
+    let tls = global.tls_ca.as_deref().map(client_tls).transpose()?;
+    Ok(ClientOptions {
         request_timeout: timeout,
         read_attempt_timeout: defaults.read_attempt_timeout.min(timeout),
         write_deadline: timeout,
         write_attempt_timeout: defaults.write_attempt_timeout.min(timeout / 2),
         connect_timeout: defaults.connect_timeout.min(timeout),
+        token: global.token.clone(),
+        tls,
         ..defaults
+    })
+}
+
+/// TLS trusting the CA in the PEM file `path` (at most `TLS_PEM_BYTES_MAX`).
+pub fn client_tls(path: &Path) -> Result<ClientTls, KvError> {
+    let invalid = |why: String| KvError::invalid(format!("--tls-ca {}: {why}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| invalid(e.to_string()))?;
+    let limit = limits::TLS_PEM_BYTES_MAX;
+    let mut ca_pem = Vec::new();
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut ca_pem)
+        .map_err(|e| invalid(e.to_string()))?;
+    if ca_pem.len() > limit {
+        return Err(invalid(format!(
+            "longer than {}, the limit of a PEM file",
+            limits::human_bytes(limit)
+        )));
     }
+    Ok(ClientTls {
+        ca_pem,
+        server_name: None,
+    })
 }
 
 /// The TTL of `--ttl`, checked against the limits before anything is sent, with the
@@ -58,7 +84,7 @@ fn ttl(key: &[u8], arg: &TtlArg) -> Result<Option<Duration>, KvError> {
 }
 
 async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
-    let client = Client::new(global.endpoints.clone(), options(global))?;
+    let client = Client::new(global.endpoints.clone(), options(global)?)?;
     let out = global.output;
     match command {
         Command::Put {

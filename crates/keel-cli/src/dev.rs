@@ -1,13 +1,16 @@
-//! `keel dev`: a local cluster of child `keel serve` processes, for trying Keel out. Knows
-//! nothing of the server's internals: it starts the same binary with `serve` flags and asks
-//! the nodes for their status over gRPC.
+//! `keel dev`: a local cluster of child `keel serve` processes, for trying Keel out, over
+//! TLS with throwaway certificates when asked (`tls`). Knows nothing of the server's
+//! internals: it starts the same binary with `serve` flags and asks the nodes for their
+//! status over gRPC.
+
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use keel_client::{Client, ClientOptions};
+use keel_client::{Client, ClientOptions, ClientTls};
 use keel_types::NodeId;
 use tokio::process::Command;
 use tokio::sync::mpsc;
@@ -39,10 +42,13 @@ pub struct Plan {
     pub nodes: Vec<NodePlan>,
     /// `1=127.0.0.1:7001,2=...`, as `serve --initial-cluster` takes it.
     pub initial_cluster: String,
+    /// Where the CA and the nodes' certificates are, when the cluster serves TLS.
+    pub tls_dir: Option<PathBuf>,
 }
 
-/// Plans `nodes` nodes on consecutive loopback ports from `base_port`, data under `data_dir`.
-pub fn plan(nodes: u16, base_port: u16, data_dir: &Path) -> anyhow::Result<Plan> {
+/// Plans `nodes` nodes on consecutive loopback ports from `base_port`, data under
+/// `data_dir`, serving TLS with certificates under `data_dir/tls` when `tls`.
+pub fn plan(nodes: u16, base_port: u16, data_dir: &Path, tls: bool) -> anyhow::Result<Plan> {
     let last = u32::from(base_port) + u32::from(nodes) - 1;
     if nodes == 0 || last > u32::from(u16::MAX) {
         bail!("{nodes} nodes from port {base_port} do not fit below port 65536");
@@ -62,12 +68,31 @@ pub fn plan(nodes: u16, base_port: u16, data_dir: &Path) -> anyhow::Result<Plan>
     Ok(Plan {
         nodes,
         initial_cluster,
+        tls_dir: tls.then(|| tls::tls_dir(data_dir)),
     })
 }
 
 impl Plan {
     pub fn endpoints(&self) -> Vec<String> {
         self.nodes.iter().map(|node| node.listen.clone()).collect()
+    }
+
+    /// The TLS flags of `node_id`'s `keel serve`: none without TLS.
+    pub fn tls_flags(&self, node_id: NodeId) -> Vec<(&'static str, PathBuf)> {
+        let Some(dir) = &self.tls_dir else {
+            return Vec::new();
+        };
+        let (cert, key) = tls::node_paths(dir, node_id);
+        vec![
+            ("--tls-cert", cert),
+            ("--tls-key", key),
+            ("--tls-ca", tls::ca_path(dir)),
+        ]
+    }
+
+    /// The CA file clients trust, when the cluster serves TLS.
+    pub fn ca_path(&self) -> Option<PathBuf> {
+        self.tls_dir.as_deref().map(tls::ca_path)
     }
 }
 
@@ -92,20 +117,40 @@ pub fn banner(plan: &Plan, leader: NodeId, pids: &[(NodeId, u32)]) -> String {
             node.node_id, node.listen
         ));
     }
-    text.push_str(&format!(
-        "endpoints: {endpoints}\n\
-         try:       keel{flag} put hello world && keel{flag} get hello\n\
-         Ctrl-C stops the cluster.\n"
-    ));
+    text.push_str(&format!("endpoints: {endpoints}\n"));
+    let try_line = format!("keel{flag} put hello world && keel{flag} get hello");
+    match plan.ca_path() {
+        Some(ca) => text.push_str(&format!(
+            "tls:       on; clients trust the CA {ca} (--tls-ca or KEEL_TLS_CA)\n\
+             try:       export KEEL_TLS_CA={ca}\n           {try_line}\n",
+            ca = shell_word(&ca.display().to_string()),
+        )),
+        None => text.push_str(&format!("try:       {try_line}\n")),
+    }
+    text.push_str("Ctrl-C stops the cluster.\n");
     text
+}
+
+/// `word` as one shell word: as it is when it holds only safe characters, else quoted.
+fn shell_word(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+:,=@%".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// The command that starts `node` again by hand, with the flags `keel dev` gave it.
 pub fn serve_command(exe: &Path, plan: &Plan, node_id: NodeId) -> Option<String> {
     let node = plan.nodes.iter().find(|node| node.node_id == node_id)?;
+    let tls: String = plan
+        .tls_flags(node_id)
+        .iter()
+        .map(|(flag, path)| format!(" {flag} {}", shell_word(&path.display().to_string())))
+        .collect();
     Some(format!(
         "{} serve --node-id {node_id} --listen {} --data-dir {} --initial-cluster {} \
-         --node-dead-after-ms {DEV_NODE_DEAD_AFTER_MS}",
+         --node-dead-after-ms {DEV_NODE_DEAD_AFTER_MS}{tls}",
         exe.display(),
         node.listen,
         node.data_dir.display(),
@@ -124,18 +169,41 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .context("creating a data directory under the system temp dir")?
             .keep(),
     };
-    let plan = plan(args.nodes, args.base_port, &data_dir)?;
+    let plan = plan(args.nodes, args.base_port, &data_dir, args.tls)?;
     println!(
         "keel dev: data in {} (logs: node-<i>/keel.log)",
         data_dir.display()
     );
+    let client_tls = make_certificates(&plan)?;
     let mut cluster = Cluster::start(&plan)?;
-    let outcome = cluster.serve(&plan).await;
+    let outcome = cluster.serve(&plan, client_tls).await;
     cluster.stop().await;
     if outcome.is_ok() {
         println!("keel dev: stopped; data kept in {}", data_dir.display());
     }
     outcome
+}
+
+/// Makes the CA and the nodes' certificates when the cluster serves TLS, and returns what a
+/// client needs to trust them.
+fn make_certificates(plan: &Plan) -> anyhow::Result<Option<ClientTls>> {
+    let Some(dir) = &plan.tls_dir else {
+        return Ok(None);
+    };
+    let nodes: Vec<(NodeId, String)> = plan
+        .nodes
+        .iter()
+        .map(|node| (node.node_id, node.listen.clone()))
+        .collect();
+    let ca_pem = tls::generate(dir, &nodes).context("making the TLS certificates")?;
+    println!(
+        "keel dev: TLS certificates in {} (a throwaway CA; keys mode 0600)",
+        dir.display()
+    );
+    Ok(Some(ClientTls {
+        ca_pem: ca_pem.into_bytes(),
+        server_name: None,
+    }))
 }
 
 /// The running children, and the channel their exits arrive on.
@@ -157,7 +225,7 @@ impl Cluster {
             logs: Vec::new(),
         };
         for node in &plan.nodes {
-            match spawn(&exe, node, &plan.initial_cluster, sender.clone()) {
+            match spawn(&exe, plan, node, sender.clone()) {
                 Ok((pid, log)) => {
                     cluster.alive.push((node.node_id, pid));
                     cluster.logs.push((node.node_id, log));
@@ -175,10 +243,10 @@ impl Cluster {
     /// before the first leader stops the whole cluster; one that exits later (say, killed to
     /// watch a failover) is reported with the command that restarts it, and the rest keep
     /// serving until no node is left.
-    async fn serve(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    async fn serve(&mut self, plan: &Plan, tls: Option<ClientTls>) -> anyhow::Result<()> {
         let endpoints = plan.endpoints();
         let leader = tokio::select! {
-            leader = wait_for_leader(&endpoints) => leader?,
+            leader = wait_for_leader(&endpoints, tls) => leader?,
             exit = self.exits.recv() => return Err(self.died(exit)),
         };
         print!("{}", banner(plan, leader, &self.alive));
@@ -259,8 +327,8 @@ impl Cluster {
 /// exit on `exits`. Returns the pid and the log path.
 fn spawn(
     exe: &Path,
+    plan: &Plan,
     node: &NodePlan,
-    initial_cluster: &str,
     exits: mpsc::Sender<(NodeId, std::io::Result<ExitStatus>)>,
 ) -> anyhow::Result<(u32, PathBuf)> {
     std::fs::create_dir_all(&node.data_dir)
@@ -271,14 +339,19 @@ fn spawn(
         .append(true)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .arg("serve")
         .args(["--node-id", &node.node_id.to_string()])
         .args(["--listen", &node.listen])
         .arg("--data-dir")
         .arg(&node.data_dir)
-        .args(["--initial-cluster", initial_cluster])
-        .args(["--node-dead-after-ms", DEV_NODE_DEAD_AFTER_MS])
+        .args(["--initial-cluster", &plan.initial_cluster])
+        .args(["--node-dead-after-ms", DEV_NODE_DEAD_AFTER_MS]);
+    for (flag, path) in plan.tls_flags(node.node_id) {
+        command.arg(flag).arg(path);
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -311,11 +384,12 @@ fn signal_all(children: &[(NodeId, u32)], signal: libc::c_int) {
 }
 
 /// Polls the nodes' status until one reports a leader, for at most `LEADER_WAIT`.
-async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<NodeId> {
+async fn wait_for_leader(endpoints: &[String], tls: Option<ClientTls>) -> anyhow::Result<NodeId> {
     let options = ClientOptions {
         request_timeout: Duration::from_millis(500),
         read_attempt_timeout: Duration::from_millis(500),
         connect_timeout: Duration::from_millis(200),
+        tls,
         ..ClientOptions::default()
     };
     let client = Client::new(endpoints.to_vec(), options)?;
@@ -353,20 +427,20 @@ mod tests {
 
     #[test]
     fn plan_puts_nodes_on_consecutive_ports() {
-        let three = plan(3, 7001, Path::new("/d")).unwrap();
+        let three = plan(3, 7001, Path::new("/d"), false).unwrap();
         assert_eq!(
             three.initial_cluster,
             "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003"
         );
         assert_eq!(three.nodes[2].data_dir, Path::new("/d/node-3"));
         assert_eq!(three.endpoints().join(","), ENDPOINTS_DEFAULT);
-        assert!(plan(2, 65535, Path::new("/d")).is_err());
-        assert!(plan(1, 65535, Path::new("/d")).is_ok());
+        assert!(plan(2, 65535, Path::new("/d"), false).is_err());
+        assert!(plan(1, 65535, Path::new("/d"), false).is_ok());
     }
 
     #[test]
     fn serve_command_repeats_the_flags_of_dev() {
-        let plan = plan(3, 7001, Path::new("/d")).unwrap();
+        let plan = plan(3, 7001, Path::new("/d"), false).unwrap();
         let command = serve_command(Path::new("/bin/keel"), &plan, 2).unwrap();
         assert_eq!(
             command,
@@ -379,7 +453,11 @@ mod tests {
 
     #[test]
     fn banner_names_endpoints_only_when_not_default() {
-        let default = banner(&plan(3, 7001, Path::new("/d")).unwrap(), 2, &[(1, 41)]);
+        let default = banner(
+            &plan(3, 7001, Path::new("/d"), false).unwrap(),
+            2,
+            &[(1, 41)],
+        );
         assert!(
             default.contains("try:       keel put hello world"),
             "{default}"
@@ -389,10 +467,41 @@ mod tests {
             default.contains("node 1  127.0.0.1:7001  pid 41"),
             "{default}"
         );
-        let other = banner(&plan(1, 9000, Path::new("/d")).unwrap(), 1, &[]);
+        let other = banner(&plan(1, 9000, Path::new("/d"), false).unwrap(), 1, &[]);
         assert!(
             other.contains("keel --endpoints 127.0.0.1:9000 put hello world"),
             "{other}"
         );
+    }
+
+    #[test]
+    fn tls_adds_its_flags_to_serve_and_its_ca_to_the_banner() {
+        let tls = plan(3, 7001, Path::new("/d"), true).unwrap();
+        let command = serve_command(Path::new("/bin/keel"), &tls, 2).unwrap();
+        assert!(
+            command.ends_with(
+                "--node-dead-after-ms 30000 --tls-cert /d/tls/node-2.pem \
+                 --tls-key /d/tls/node-2-key.pem --tls-ca /d/tls/ca.pem"
+            ),
+            "{command}"
+        );
+        let text = banner(&tls, 1, &[]);
+        let expected = "try:       export KEEL_TLS_CA=/d/tls/ca.pem\n           \
+                        keel put hello world && keel get hello\n";
+        assert!(text.contains(expected), "{text}");
+        let plain = plan(3, 7001, Path::new("/d"), false).unwrap();
+        assert!(plain.tls_flags(1).is_empty());
+        assert!(!banner(&plain, 1, &[]).contains("KEEL_TLS_CA"));
+    }
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(
+            shell_word("/tmp/keel-dev-x/tls/ca.pem"),
+            "/tmp/keel-dev-x/tls/ca.pem"
+        );
+        assert_eq!(shell_word("/my dir/ca.pem"), "'/my dir/ca.pem'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 }

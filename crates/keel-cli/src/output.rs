@@ -28,6 +28,9 @@ pub mod code {
     /// Unavailable, overloaded, timed out, outcome unknown (also a request id that expired
     /// while being retried: it may have been applied once), or a node stopped.
     pub const UNAVAILABLE: u8 = 3;
+    /// Refused for the caller's token: none or an unknown one, a call it may not make, or
+    /// one of its tenant's quotas reached.
+    pub const NOT_ALLOWED: u8 = 4;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -74,6 +77,9 @@ pub fn exit_code(error: &KvError) -> u8 {
         | KvError::OutcomeUnknown { .. }
         | KvError::RequestIdExpired { .. }
         | KvError::Fatal { .. } => code::UNAVAILABLE,
+        KvError::Unauthenticated { .. }
+        | KvError::PermissionDenied { .. }
+        | KvError::QuotaExceeded { .. } => code::NOT_ALLOWED,
     }
 }
 

@@ -14,7 +14,6 @@ use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
 use keel_types::{Consistency, Fence, KvError, SharedClock, validate};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::attempt::{self, AttemptError};
 use crate::endpoints::{self, Pool};
@@ -23,7 +22,7 @@ use crate::range_cache::RangeCache;
 use crate::results::{self, DeleteResult, GetResult, IncrementResult, PutResult, Served};
 use crate::retry::{self, Decision};
 use crate::session::{MonotonicClock, Sessions};
-use crate::stub::Stub;
+use crate::stub::{Credentials, Stub, Transport};
 
 mod backup;
 mod batch;
@@ -60,6 +59,8 @@ struct Inner {
     cursor: AtomicUsize,
     /// The client session and the request ids of writes in flight.
     sessions: Arc<Sessions>,
+    /// The bearer token every request carries (`ClientOptions::token`).
+    credentials: Credentials,
     /// Who this client acquires locks and begins idempotency records as, by default.
     owner: Vec<u8>,
 }
@@ -98,8 +99,10 @@ fn read(consistency: Consistency) -> Kind {
 }
 
 impl Client {
-    /// A client of the cluster behind `endpoints` (`host:port` or `http://host:port`, at most
-    /// `CLIENT_ENDPOINTS_MAX`). Connects lazily, on first use, inside the caller's runtime.
+    /// A client of the cluster behind `endpoints` (`host:port`, at most
+    /// `CLIENT_ENDPOINTS_MAX`; `http://` or, with `options.tls`, `https://` before it is
+    /// taken too). Connects lazily, on first use, inside the caller's runtime; over TLS when
+    /// `options.tls` is set. A CA without a certificate is refused here.
     pub fn new(endpoints: Vec<String>, options: ClientOptions) -> Result<Client, KvError> {
         Client::with_clock(endpoints, options, MonotonicClock::shared())
     }
@@ -111,10 +114,12 @@ impl Client {
         options: ClientOptions,
         clock: SharedClock,
     ) -> Result<Client, KvError> {
-        let endpoints = endpoints::normalize_all(&endpoints)?;
+        let endpoints = endpoints::normalize_all(&endpoints, options.tls.is_some())?;
+        let credentials = Credentials::new(options.token.as_deref())?;
         let inner = Inner {
+            credentials,
             endpoints,
-            pool: Pool::new(options.clone()),
+            pool: Pool::new(&options)?,
             ranges: RangeCache::new(options.range_refresh_interval),
             sessions: Sessions::new(clock, options.session_max_age),
             options,
@@ -147,7 +152,7 @@ impl Client {
                 read(consistency),
                 by,
                 timeout,
-                |mut kv: KvClient<Channel>| {
+                |mut kv: KvClient<Transport>| {
                     let request = request.clone();
                     async move { kv.get(request).await }
                 },
@@ -180,13 +185,17 @@ impl Client {
             fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
-                let request = v1::PutRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { kv.put(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(key),
+                |mut kv: KvClient<Transport>, id| {
+                    let request = v1::PutRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { kv.put(request).await }
+                },
+            )
             .await?;
         results::put(response)
     }
@@ -206,13 +215,17 @@ impl Client {
             fence: checked_fence(options.fence)?,
         };
         let response = self
-            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
-                let request = v1::DeleteRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { kv.delete(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(key),
+                |mut kv: KvClient<Transport>, id| {
+                    let request = v1::DeleteRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { kv.delete(request).await }
+                },
+            )
             .await?;
         results::delete(response)
     }
@@ -230,13 +243,17 @@ impl Client {
             no_forward: true,
         };
         let response = self
-            .write(WRITE, RouteBy::Key(key), |mut kv: KvClient<Channel>, id| {
-                let request = v1::IncrementRequest {
-                    request_id: Some(id.into()),
-                    ..request.clone()
-                };
-                async move { kv.increment(request).await }
-            })
+            .write(
+                WRITE,
+                RouteBy::Key(key),
+                |mut kv: KvClient<Transport>, id| {
+                    let request = v1::IncrementRequest {
+                        request_id: Some(id.into()),
+                        ..request.clone()
+                    };
+                    async move { kv.increment(request).await }
+                },
+            )
             .await?;
         results::increment(response)
     }
@@ -332,7 +349,9 @@ impl Client {
         let budget = deadline
             .saturating_duration_since(Instant::now())
             .min(attempt_timeout.saturating_add(kind.held));
-        match tokio::time::timeout(budget, send(S::on(channel))).await {
+        match tokio::time::timeout(budget, send(S::on(channel, self.inner.credentials.clone())))
+            .await
+        {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
             Err(_) => Err(timed_out(uri, budget)),

@@ -75,6 +75,14 @@
 //! The policy is the pure functions of `retry`; `attempt::from_status` classifies a tonic
 //! status. Input is validated here with `keel_types::validate` before anything is sent.
 //!
+//! # Endpoints and TLS
+//! An endpoint is `host:port` (`http://` or `https://` before it is taken and dropped:
+//! configured endpoints, the range table's node addresses and leader hints then compare
+//! equal). With `ClientOptions::tls` every connection is TLS, trusting only the given CA
+//! and checking each node's certificate against the host of its address (an IP against
+//! the certificate's IP SANs) or against `ClientTls::server_name`; without it, plaintext.
+//! A cluster serving TLS refuses plaintext. The client presents no certificate.
+//!
 //! # Locks and fencing tokens
 //! `Client::acquire(name, AcquireOptions{owner, ttl, wait, lock_delay})` grants a free lock
 //! with a *token* strictly greater than every token issued before for it, or waits up to
@@ -124,7 +132,8 @@ pub use endpoints::normalize as normalize_endpoint;
 pub use errors::{IdempotentError, LockError, LockLost};
 pub use guard::LockGuard;
 pub use options::{
-    AcquireOptions, BatchOptions, ClientOptions, DeleteOptions, IdempotentOptions, PutOptions,
+    AcquireOptions, BatchOptions, ClientOptions, ClientTls, DeleteOptions, IdempotentOptions,
+    PutOptions,
 };
 pub use results::{
     AbortResult, AcquireResult, BatchPart, BatchResult, BeginResult, CompleteResult, DeleteResult,

@@ -34,6 +34,31 @@ pub struct ClientOptions {
     /// confirms its leadership and may build a snapshot first), and the longest wait for each
     /// of its chunks.
     pub snapshot_timeout: Duration,
+    /// The bearer token sent with every request, for a cluster with authentication on
+    /// (`keel serve --auth-tokens`): it names the tenant (or admin) the client acts as.
+    pub token: Option<String>,
+    /// TLS to every node; `None`: plaintext. A cluster serving TLS refuses plaintext.
+    pub tls: Option<ClientTls>,
+}
+
+/// How the client checks the nodes over TLS.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    /// The CA that signed the nodes' certificates (PEM, one or more certificates): the only
+    /// root the client trusts.
+    pub ca_pem: Vec<u8>,
+    /// The name every node's certificate must carry; `None`: the host of the address dialled
+    /// (an IP address is matched against the certificate's IP SANs).
+    pub server_name: Option<String>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("ca_pem_bytes", &self.ca_pem.len())
+            .field("server_name", &self.server_name)
+            .finish()
+    }
 }
 
 impl Default for ClientOptions {
@@ -47,6 +72,8 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(1),
             range_refresh_interval: Duration::from_millis(100),
             snapshot_timeout: Duration::from_secs(60),
+            token: None,
+            tls: None,
         }
     }
 }

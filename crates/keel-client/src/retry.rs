@@ -79,6 +79,9 @@ enum Effect {
     IdExpired,
     /// An answer that sending again cannot change.
     Final,
+    /// Refused at the door (credentials, a quota), before the request id was looked at:
+    /// this attempt was not applied, but an earlier one may have been.
+    Refused,
 }
 
 fn effect(error: &AttemptError) -> Effect {
@@ -108,6 +111,11 @@ fn effect(error: &AttemptError) -> Effect {
             | KvError::LockNotHeld { .. }
             | KvError::RecordNotOwned { .. },
         ) => Effect::Final,
+        AttemptError::Server(
+            KvError::Unauthenticated { .. }
+            | KvError::PermissionDenied { .. }
+            | KvError::QuotaExceeded { .. },
+        ) => Effect::Refused,
     }
 }
 
@@ -116,7 +124,9 @@ pub fn decide_read(error: &AttemptError, attempt: u32) -> Decision {
     let target = match effect(error) {
         Effect::NotApplied(target) => target,
         Effect::MaybeApplied => Target::Next,
-        Effect::IdExpired | Effect::Final => return Decision::GiveUp(final_error(error)),
+        Effect::IdExpired | Effect::Final | Effect::Refused => {
+            return Decision::GiveUp(final_error(error));
+        }
     };
     if attempt >= limits::CLIENT_READ_ATTEMPTS_MAX {
         return Decision::GiveUp(read_exhausted(error, &format!("{attempt} attempts")));
@@ -129,6 +139,11 @@ pub fn decide_read(error: &AttemptError, attempt: u32) -> Decision {
 pub fn decide_write(error: &AttemptError, progress: &mut WriteProgress) -> WriteDecision {
     let target = match effect(error) {
         Effect::Final => return WriteDecision::GiveUp(final_error(error)),
+        Effect::Refused if progress.maybe_applied => {
+            let spent = format!("{} attempts", progress.attempts);
+            return WriteDecision::GiveUp(write_gave_up(error, progress, &spent));
+        }
+        Effect::Refused => return WriteDecision::GiveUp(final_error(error)),
         Effect::IdExpired if !progress.maybe_applied && !progress.renewed => {
             progress.renewed = true;
             return WriteDecision::Renew;
@@ -164,7 +179,9 @@ pub fn decide_split(error: &AttemptError, attempt: u32) -> Decision {
                 ),
             });
         }
-        Effect::IdExpired | Effect::Final => return Decision::GiveUp(final_error(error)),
+        Effect::IdExpired | Effect::Final | Effect::Refused => {
+            return Decision::GiveUp(final_error(error));
+        }
     };
     if attempt >= limits::CLIENT_READ_ATTEMPTS_MAX {
         return Decision::GiveUp(read_exhausted(error, &format!("{attempt} attempts")));

@@ -1,5 +1,6 @@
 //! Split decisions: whether a range should split (`plan_split`) and, when it is for load,
-//! where (`load_split_key`). A split for size is cut where the range's bytes are halved, which
+//! where (`load_split_key`); where a range must split so that none spans two tenants'
+//! namespaces (`boundary_split_key`). A split for size is cut where the range's bytes are halved, which
 //! only the storage can tell (`StateMachine::split_key`).
 
 use keel_types::RangeDescriptor;
@@ -52,6 +53,8 @@ pub enum SplitReason {
     Size,
     /// It served more than `requests_per_sec_max` in each of the last `load_secs` seconds.
     Load,
+    /// A bound of a tenant's namespace lies inside it.
+    Boundary,
 }
 
 impl std::fmt::Display for SplitReason {
@@ -59,8 +62,23 @@ impl std::fmt::Display for SplitReason {
         f.write_str(match self {
             SplitReason::Size => "size",
             SplitReason::Load => "load",
+            SplitReason::Boundary => "namespace boundary",
         })
     }
+}
+
+/// The smallest of `bounds` strictly inside `range` (after its start, before its end): where
+/// it must split so that each tenant's namespace is a whole number of ranges, whose sizes
+/// then add up to the tenant's usage.
+pub fn boundary_split_key<'a>(
+    range: &RangeDescriptor,
+    bounds: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<Vec<u8>> {
+    bounds
+        .into_iter()
+        .filter(|bound| *bound > range.start.as_slice() && range.contains(bound))
+        .min()
+        .map(<[u8]>::to_vec)
 }
 
 /// Whether a range with `load` should split under `policy`, and why. Size goes before load.

@@ -289,6 +289,21 @@ impl From<&KvError> for v1::ErrorDetail {
                 expected_epoch,
                 range: Some((*range).into()),
             }),
+            KvError::Unauthenticated { message } => {
+                Kind::Unauthenticated(v1::Unauthenticated { message })
+            }
+            KvError::PermissionDenied { message } => {
+                Kind::PermissionDenied(v1::PermissionDenied { message })
+            }
+            KvError::QuotaExceeded {
+                tenant,
+                quota,
+                limit,
+            } => Kind::QuotaExceeded(v1::QuotaExceeded {
+                tenant,
+                quota,
+                limit,
+            }),
         };
         v1::ErrorDetail { kind: Some(kind) }
     }
@@ -369,6 +384,13 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
         Kind::EpochMismatch(e) => KvError::EpochMismatch {
             expected_epoch: e.expected_epoch,
             range: Box::new(e.range?.into()),
+        },
+        Kind::Unauthenticated(e) => KvError::Unauthenticated { message: e.message },
+        Kind::PermissionDenied(e) => KvError::PermissionDenied { message: e.message },
+        Kind::QuotaExceeded(e) => KvError::QuotaExceeded {
+            tenant: e.tenant,
+            quota: e.quota,
+            limit: e.limit,
         },
     };
     Some(error)

@@ -18,7 +18,7 @@ use keel_proto::v1::{
 };
 use keel_raft::{GroupStatus, RaftGroup};
 use keel_storage::{RangeCounts, StorageError};
-use keel_types::validate::check_key;
+use keel_types::validate::check_split_key;
 use keel_types::{
     Consistency, CoordinationCounts, KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor,
     RangeId,
@@ -26,6 +26,7 @@ use keel_types::{
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::access::Call;
 use crate::backup::{self, BackupStream};
 use crate::cluster_nodes;
 use crate::placement::{self, ClusterView};
@@ -82,7 +83,10 @@ impl ClusterService {
     }
 
     /// The range table, answered by the meta range's leader (this node, or forwarded once).
-    async fn serve_ranges(&self, request: &RangesRequest) -> Result<RangesResponse, KvError> {
+    pub(crate) async fn serve_ranges(
+        &self,
+        request: &RangesRequest,
+    ) -> Result<RangesResponse, KvError> {
         let shared = &self.shared;
         let here = |meta: Arc<RaftGroup>| async move { self.ranges_here(&meta).await };
         let remote = |node, addr| {
@@ -218,7 +222,7 @@ impl ClusterService {
     }
 
     async fn serve_split(&self, request: &SplitRequest) -> Result<SplitResponse, KvError> {
-        check_key(&request.at)?;
+        check_split_key(&request.at)?;
         let split = |group| self.split_on(group, &request.at);
         self.router.on_range(&request.at, split).await
     }
@@ -255,6 +259,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<BackupRequest>,
     ) -> Result<Response<BackupStream>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
         let request = request.into_inner();
         tracing::Span::current().record("range_id", request.range_id);
         let served = backup::backup(&self.shared, request);
@@ -265,6 +270,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
         let mut request = request.into_inner();
         self.shared.health.check().map_err(|e| to_status(&e))?;
         let range = RangeId(request.range_id);
@@ -290,6 +296,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<AddNodeRequest>,
     ) -> Result<Response<AddNodeResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
         let served = self.serve_add_node(request.into_inner()).await;
         served.map(Response::new).map_err(|e| to_status(&e))
     }
@@ -298,6 +305,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<RemoveNodeRequest>,
     ) -> Result<Response<RemoveNodeResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
         let served = self.serve_remove_node(request.into_inner()).await;
         served.map(Response::new).map_err(|e| to_status(&e))
     }
@@ -306,14 +314,16 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MembersRequest>,
     ) -> Result<Response<MembersResponse>, Status> {
+        self.shared.admit(&request, Call::Listing)?;
         let served = self.serve_members(request.into_inner());
         served.await.map(Response::new).map_err(|e| to_status(&e))
     }
 
     async fn status(
         &self,
-        _request: Request<StatusRequest>,
+        request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
         let (mut healthy, mut message) = self.shared.health.summary();
         let mut ranges = Vec::new();
         for group in self.shared.groups.all() {
@@ -339,17 +349,16 @@ impl Cluster for ClusterService {
         &self,
         request: Request<RangesRequest>,
     ) -> Result<Response<RangesResponse>, Status> {
-        let request = request.into_inner();
-        match self.serve_ranges(&request).await {
-            Ok(response) => Ok(Response::new(response)),
-            Err(error) => Err(to_status(&error)),
-        }
+        let caller = self.shared.admit(&request, Call::Listing)?;
+        let served = self.serve_ranges(request.get_ref()).await;
+        caller.reveal(served.map(Response::new).map_err(|e| to_status(&e)))
     }
 
     async fn split(
         &self,
         request: Request<SplitRequest>,
     ) -> Result<Response<SplitResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
         let request = request.into_inner();
         let forward =
             |mut cluster: ClusterClient<Channel>, r| async move { cluster.split(r).await };

@@ -2,16 +2,20 @@
 //! validated `NodeConfig`. Knows nothing of the network, Raft or storage internals.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use keel_raft::RaftTimings;
 use keel_types::{NodeId, SharedClock, SystemClock, limits};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::access::Access;
 use crate::faults::Faults;
 use crate::logging::{LogFormat, LogSettings};
+use crate::tls::{TlsError, TlsPart, TlsSettings};
 
 /// A node's settings, validated.
 #[derive(Debug, Clone)]
@@ -43,6 +47,11 @@ pub struct NodeConfig {
     /// Log format and level (used by `keel serve`; a node started in-process leaves its
     /// host's logging alone).
     pub log: LogSettings,
+    /// The tokens of `--auth-tokens`; `None` = authentication off (one namespace).
+    pub access: Option<Arc<Access>>,
+    /// The node's certificate, key and cluster CA; with them the node serves TLS only and
+    /// calls its peers over TLS (mutual). None: plaintext everywhere.
+    pub tls: Option<TlsSettings>,
 }
 
 /// Settings of the key-value state a node keeps, and of how it is cut into ranges.
@@ -192,6 +201,24 @@ pub struct ServeArgs {
     /// RUST_LOG wins when set.
     #[arg(long)]
     pub log_level: Option<String>,
+    /// A TOML file of bearer tokens: [[admin]] and [[tenant]] entries (see
+    /// docs/OPERATIONS.md). Every request must then carry one; each tenant is confined to
+    /// its own namespace and quotas. Off unless given.
+    #[arg(long)]
+    pub auth_tokens: Option<PathBuf>,
+    /// PEM certificate chain of this node (its certificate first), signed by --tls-ca: the
+    /// server certificate for clients and peers, and the client certificate this node shows
+    /// its peers. It must name the address others dial (an IP SAN for an IP, a DNS SAN for a
+    /// host name). With --tls-key and --tls-ca (all three or none) the node serves TLS only.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM certificate of the CA that signed every node's certificate: peers are checked
+    /// against it, and a caller showing a certificate it signed is taken for a node.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// Leader heartbeat interval.
     #[arg(long)]
     pub heartbeat_ms: Option<u64>,
@@ -323,6 +350,29 @@ pub enum ConfigError {
     LogLevel { level: String, message: String },
     #[error("metrics address {0} is the gRPC listen address; give the metrics their own port")]
     MetricsListen(SocketAddr),
+    #[error("{0}")]
+    AuthTokens(String),
+    #[error(
+        "auth_tokens (--auth-tokens) needs TLS (--tls-cert, --tls-key, --tls-ca): without it tokens cross the network in clear and nodes cannot tell a peer from a client"
+    )]
+    AuthWithoutTls,
+    #[error(
+        "TLS needs tls_cert, tls_key and tls_ca together (--tls-cert, --tls-key, --tls-ca); missing: {0}"
+    )]
+    TlsIncomplete(String),
+    #[error("{setting} file {path}: {message}")]
+    TlsFile {
+        setting: &'static str,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("{message} (tls_cert {cert}, tls_key {key}, tls_ca {ca})")]
+    TlsUnusable {
+        message: String,
+        cert: PathBuf,
+        key: PathBuf,
+        ca: PathBuf,
+    },
 }
 
 impl ServeArgs {
@@ -342,6 +392,10 @@ impl ServeArgs {
             metrics_listen: self.metrics_listen.or(file.metrics_listen),
             log_format: self.log_format.or(file.log_format),
             log_level: self.log_level.or(file.log_level),
+            auth_tokens: self.auth_tokens.or(file.auth_tokens),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            tls_ca: self.tls_ca.or(file.tls_ca),
             heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
             election_timeout_ms_min: self
                 .election_timeout_ms_min
@@ -391,6 +445,7 @@ impl NodeConfig {
         let faults = faults_from(&args);
         let split = split_settings(&args);
         let placement = placement_settings(&args);
+        let tls = tls_settings(&args)?;
         let (initial_cluster, join) = match (&args.initial_cluster, &args.join) {
             (Some(_), Some(_)) => return Err(ConfigError::ClusterAndJoin),
             (None, None) => return Err(ConfigError::NoCluster),
@@ -429,6 +484,13 @@ impl NodeConfig {
                     .clone()
                     .unwrap_or_else(|| LogSettings::default().level),
             },
+            access: match &args.auth_tokens {
+                Some(path) => Some(Arc::new(
+                    Access::load(path).map_err(ConfigError::AuthTokens)?,
+                )),
+                None => None,
+            },
+            tls,
         };
         config.validate()?;
         Ok(config)
@@ -498,6 +560,9 @@ impl NodeConfig {
                 level: self.log.level.clone(),
                 message,
             });
+        }
+        if self.access.is_some() && self.tls.is_none() {
+            return Err(ConfigError::AuthWithoutTls);
         }
         if let Some(metrics) = self.metrics_listen
             && metrics == self.listen
@@ -577,6 +642,74 @@ fn placement_settings(args: &ServeArgs) -> PlacementSettings {
             .rebalance_interval_ms
             .unwrap_or(default.rebalance_interval_ms),
     }
+}
+
+/// The TLS settings of the three files `args` names (all three or none), each read and
+/// checked; an error names the file.
+fn tls_settings(args: &ServeArgs) -> Result<Option<TlsSettings>, ConfigError> {
+    let (cert, key, ca) = match (&args.tls_cert, &args.tls_key, &args.tls_ca) {
+        (None, None, None) => return Ok(None),
+        (Some(cert), Some(key), Some(ca)) => (cert, key, ca),
+        (cert, key, ca) => {
+            let given = [
+                (TlsPart::Cert, cert),
+                (TlsPart::Key, key),
+                (TlsPart::Ca, ca),
+            ];
+            let missing: Vec<&str> = given
+                .iter()
+                .filter(|(_, path)| path.is_none())
+                .map(|(part, _)| part.setting())
+                .collect();
+            return Err(ConfigError::TlsIncomplete(missing.join(", ")));
+        }
+    };
+    let pems = (
+        read_pem(TlsPart::Cert, cert)?,
+        read_pem(TlsPart::Key, key)?,
+        read_pem(TlsPart::Ca, ca)?,
+    );
+    TlsSettings::from_pem(pems.0, pems.1, pems.2)
+        .map(Some)
+        .map_err(|error| match error {
+            TlsError::Pem { part, .. } => ConfigError::TlsFile {
+                setting: part.setting(),
+                path: match part {
+                    TlsPart::Cert => cert.clone(),
+                    TlsPart::Key => key.clone(),
+                    TlsPart::Ca => ca.clone(),
+                },
+                message: error.to_string(),
+            },
+            TlsError::Unusable(_) => ConfigError::TlsUnusable {
+                message: error.to_string(),
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            },
+        })
+}
+
+/// The bytes of one PEM file, at most `TLS_PEM_BYTES_MAX`.
+fn read_pem(part: TlsPart, path: &Path) -> Result<Vec<u8>, ConfigError> {
+    let failed = |message: String| ConfigError::TlsFile {
+        setting: part.setting(),
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| failed(e.to_string()))?;
+    let limit = limits::TLS_PEM_BYTES_MAX;
+    let mut bytes = Vec::new();
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| failed(e.to_string()))?;
+    if bytes.len() > limit {
+        return Err(failed(format!(
+            "longer than {}, the limit of a PEM file",
+            limits::human_bytes(limit)
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Parses "127.0.0.1:7001,127.0.0.1:7002".
@@ -705,6 +838,9 @@ fn check_listen(listen: SocketAddr, cluster: &str) -> Result<(), ConfigError> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tls_tests;
 
 #[cfg(test)]
 mod split_settings_tests {

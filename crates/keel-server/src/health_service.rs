@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use keel_proto::raft::raft_server;
 use keel_proto::v1::{cluster_server, idempotency_server, kv_server, lock_server};
+use keel_raft::RaftGroup;
+use keel_types::NodeId;
 use tokio::time::MissedTickBehavior;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -45,11 +47,41 @@ pub(crate) fn verdict(shared: &Shared) -> Result<(), String> {
         if group.members().is_empty() {
             continue;
         }
-        if !group.leader_known(quorum_ack_max) {
+        if !leader_known(shared, &group, quorum_ack_max) {
             return Err(format!("range {} has no leader", group.range()));
         }
     }
     Ok(())
+}
+
+/// Whether `group`'s replica here knows a leader it can count on (`RaftGroup::leader_known`),
+/// or leads it quiesced while a quorum of its voters, this node included, sent node
+/// heartbeats within `quorum_ack_max`: a quiet group has no Raft traffic to count on, and its
+/// followers would wake and elect another once this node's heartbeats stopped reaching them.
+pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: Duration) -> bool {
+    if group.leader_known(quorum_ack_max) {
+        return true;
+    }
+    if !(group.is_quiesced() && group.is_leader()) {
+        return false;
+    }
+    let seen = shared.heartbeats.last_seen();
+    let voters: Vec<NodeId> = group
+        .members()
+        .into_iter()
+        .filter(|member| member.voter)
+        .map(|member| member.id)
+        .collect();
+    let heard = voters
+        .iter()
+        .filter(|id| {
+            **id == shared.node_id
+                || seen
+                    .get(id)
+                    .is_some_and(|at| at.elapsed() <= quorum_ack_max)
+        })
+        .count();
+    heard > voters.len() / 2
 }
 
 /// How long a leader may go without a quorum's acknowledgement and still count as the

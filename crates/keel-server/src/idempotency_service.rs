@@ -25,6 +25,7 @@ use keel_types::{
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::access::Call;
 use crate::coordinated::{self, Coordinated, unexpected};
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
@@ -211,21 +212,23 @@ impl Idempotency for IdempotencyService {
         &self,
         request: Request<BeginRequest>,
     ) -> Result<Response<BeginResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.begin(r).await };
         let served = self.serve_begin(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn complete(
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<CompleteResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let request = caller.confine(request.into_inner());
         let forward =
             |mut idem: IdempotencyClient<Channel>, r| async move { idem.complete(r).await };
         let served = self.serve_complete(&request).await;
@@ -233,32 +236,36 @@ impl Idempotency for IdempotencyService {
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn abort(
         &self,
         request: Request<AbortRequest>,
     ) -> Result<Response<AbortResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.abort(r).await };
         let served = self.serve_abort(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn get(
         &self,
         request: Request<IdempotencyGetRequest>,
     ) -> Result<Response<IdempotencyGetResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.get(r).await };
         let served = self.serve_get(&request).await;
-        self.router
+        let answer = self
+            .router
             .answer(served, request, Hop::READ, forward)
-            .await
+            .await;
+        caller.reveal(answer)
     }
 }

@@ -15,7 +15,7 @@ use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
     GetResponse, IncrementRequest, IncrementResponse, OpenSessionRequest, OpenSessionResponse,
-    PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse,
+    PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse, batch_op,
 };
 use keel_raft::RaftGroup;
 use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
@@ -26,6 +26,7 @@ use keel_types::{
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::access::Call;
 use crate::coordinated::unexpected;
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
@@ -234,6 +235,14 @@ fn delete_op(request: &DeleteRequest) -> Result<BatchOp, KvError> {
     })
 }
 
+/// Whether a batch may add keys or bytes: it puts or increments.
+fn grows(request: &BatchRequest) -> bool {
+    request
+        .ops
+        .iter()
+        .any(|op| !matches!(op.op, Some(batch_op::Op::Delete(_))))
+}
+
 fn batch_ops(request: &BatchRequest) -> Result<Vec<BatchOp>, KvError> {
     check_op_count(request.ops.len())?;
     request.ops.iter().cloned().map(convert::batch_op).collect()
@@ -308,82 +317,98 @@ impl KvService {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.get(r).await };
         let served = self.serve_get(&request).await;
-        self.router
+        let answer = self
+            .router
             .answer(served, request, Hop::READ, forward)
-            .await
+            .await;
+        caller.reveal(answer)
     }
 
     async fn scan(&self, request: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.scan(r).await };
         let served = self.serve_scan(&request).await;
-        self.router
+        let answer = self
+            .router
             .answer(served, request, Hop::READ, forward)
-            .await
+            .await;
+        caller.reveal(answer)
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: true })?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
         let served = self.serve_put(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn delete(
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
         let served = self.serve_delete(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn batch(
         &self,
         request: Request<BatchRequest>,
     ) -> Result<Response<BatchResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(
+            &request,
+            Call::Write {
+                grows: grows(request.get_ref()),
+            },
+        )?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
         let served = self.serve_batch(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn increment(
         &self,
         request: Request<IncrementRequest>,
     ) -> Result<Response<IncrementResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: true })?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.increment(r).await };
         let served = self.serve_increment(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     /// Answered by any node from its own clock; nothing is written. The id is random: two
     /// clients share one with probability about n²/2⁶⁵.
     async fn open_session(
         &self,
-        _request: Request<OpenSessionRequest>,
+        request: Request<OpenSessionRequest>,
     ) -> Result<Response<OpenSessionResponse>, Status> {
+        self.shared.admit(&request, Call::Listing)?;
         self.shared.health.check().map_err(|e| to_status(&e))?;
         let client_id = loop {
             let id = rand::random::<u64>();

@@ -7,6 +7,7 @@
 //! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
+mod access;
 mod applied_cache;
 mod backup;
 mod cleanup;
@@ -47,8 +48,12 @@ mod shared;
 mod split_driver;
 mod splits;
 pub mod status;
+mod tenancy;
+mod tenant_usage;
+mod tls;
 mod transport;
 
+pub use access::Access;
 pub use config::{
     ConfigError, KvSettings, NodeConfig, PlacementSettings, ServeArgs, parse_initial_cluster,
 };
@@ -58,3 +63,4 @@ pub use logging::{LogFormat, LogSettings};
 pub use node::Node;
 pub use restore::{RestoreArgs, RestoreError, RestoreProgress, RestoreSummary, restore};
 pub use run::run;
+pub use tls::{TlsError, TlsPart, TlsSettings};

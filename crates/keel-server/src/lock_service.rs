@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::access::Call;
 use crate::coordinated::{self, unexpected};
 use crate::lock_queues::LockQueues;
 use crate::router::{Hop, Router};
@@ -290,7 +291,8 @@ impl Lock for LockService {
         request: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
         let started = Instant::now();
-        let mut request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let mut request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.acquire(r).await };
         let served = self.serve_acquire(&request, started).await;
         request.wait_ms = remaining_wait_ms(request.wait_ms, started);
@@ -299,47 +301,52 @@ impl Lock for LockService {
             wait: Duration::from_millis(u64::try_from(request.wait_ms).unwrap_or(0)),
         };
         let answer = self.router.answer(served, request, hop, forward).await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn renew(
         &self,
         request: Request<RenewRequest>,
     ) -> Result<Response<RenewResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.renew(r).await };
         let served = self.serve_renew(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn release(
         &self,
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.release(r).await };
         let served = self.serve_release(&request).await;
         let answer = self
             .router
             .answer(served, request, Hop::WRITE, forward)
             .await;
-        self.router.deliver(answer)
+        caller.reveal(self.router.deliver(answer))
     }
 
     async fn inspect(
         &self,
         request: Request<InspectRequest>,
     ) -> Result<Response<InspectResponse>, Status> {
-        let request = request.into_inner();
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.inspect(r).await };
         let served = self.serve_inspect(&request).await;
-        self.router
+        let answer = self
+            .router
             .answer(served, request, Hop::READ, forward)
-            .await
+            .await;
+        caller.reveal(answer)
     }
 }
 

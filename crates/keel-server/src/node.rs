@@ -25,6 +25,7 @@ use keel_types::{NodeAddr, NodeId, RangeDescriptor, RangeId, limits};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::pb::health_server::{Health, HealthServer};
@@ -48,13 +49,15 @@ use crate::peers::Peers;
 use crate::placement::MetaLeadership;
 use crate::publisher::{self, Published};
 use crate::quiescence;
-use crate::raft_service::RaftService;
+use crate::raft_service::{self, RaftService};
 use crate::ranges::{self, RangeTables};
 use crate::rebalancer;
 use crate::reflection;
 use crate::replicas::Prepared;
 use crate::shared::Shared;
 use crate::split_driver;
+use crate::tenant_usage;
+use crate::tls::{CallerLayer, TlsSettings};
 use crate::transport::GrpcTransport;
 
 /// How often the node checks its store and Raft groups for a failure.
@@ -103,7 +106,8 @@ impl Node {
         store.observe_commits(metrics.storage.clone());
         let awaits_bootstrap = awaited_ranges(&config, &store, &stored).await?;
         let source = Some(config.listen.ip()).filter(|ip| !ip.is_unspecified());
-        let peers = Arc::new(Peers::new(source));
+        let peer_tls = config.tls.as_ref().map(TlsSettings::peer_config);
+        let peers = Arc::new(Peers::new(source, peer_tls));
         let transport = Arc::new(GrpcTransport::new(peers.clone()));
         let groups = Groups::on_store(node_id, store.clone(), config.raft.clone(), transport);
         let shared = Arc::new(Shared {
@@ -128,6 +132,8 @@ impl Node {
             clock: config.clock.clone(),
             faults: config.faults,
             metrics,
+            access: config.access.clone(),
+            tls: config.tls.clone(),
         });
         let started = start_groups(&shared, &stored)
             .instrument(span.clone())
@@ -282,6 +288,10 @@ fn spawn_tasks(
         tokio::spawn(quiescence::watch(shared.clone()).instrument(span.clone())),
         tokio::spawn(health_service::run(shared.clone(), reporter).instrument(span.clone())),
     ];
+    if let Some(access) = &shared.access {
+        let counting = tenant_usage::run(shared.clone(), access.clone());
+        tasks.push(tokio::spawn(counting.instrument(span.clone())));
+    }
     if let Some(listener) = metrics {
         let addr = listener.local_addr().ok();
         let serving = metrics::serve(listener, shared.clone());
@@ -438,12 +448,18 @@ async fn serve<H: Health>(
     let raft = RaftServer::new(RaftService::new(shared.clone()))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let raft = InterceptedService::new(raft, raft_service::peers_only);
     let reflection = reflection::v1_service().expect("the built-in descriptor sets are valid");
     let reflection_alpha =
         reflection::v1alpha_service().expect("the built-in descriptor sets are valid");
     let metered = MeteredLayer::new(shared.metrics.requests.clone(), shared.node_id);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let router = Server::builder()
+    let mut server = Server::builder();
+    if let Some(tls) = &shared.tls {
+        server = server.tls_config(tls.server_config())?;
+    }
+    let router = server
+        .layer(CallerLayer::new(shared.tls.is_some()))
         .layer(metered)
         .add_service(kv)
         .add_service(lock)

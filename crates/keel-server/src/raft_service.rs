@@ -2,7 +2,8 @@
 //! proposals, heartbeats and replica calls from other nodes. Hands raw payloads to `Groups`
 //! and returns their encoded replies; decodes a meta command and proposes it on the meta
 //! range's leader (here, or forwarded once); records heartbeats; serves replica calls here
-//! (`replicas`) or forwards them once to the range's leader. Knows nothing of openraft types.
+//! (`replicas`) or forwards them once to the range's leader. Serves peers only
+//! (`peers_only`, in front of every method). Knows nothing of openraft types.
 
 use std::sync::Arc;
 
@@ -27,6 +28,18 @@ use crate::quiescence;
 use crate::replicas;
 use crate::shared::Shared;
 use crate::status::to_status;
+use crate::tls;
+
+/// Refuses, before any method runs, a call that is not from a node of the cluster
+/// (`tls::is_peer`): with TLS on, nobody without a node certificate reaches Raft.
+pub(crate) fn peers_only(request: Request<()>) -> Result<Request<()>, Status> {
+    if tls::is_peer(&request) {
+        return Ok(request);
+    }
+    Err(Status::permission_denied(
+        "keel.raft.v1 serves cluster nodes only: this connection presented no certificate signed by the cluster CA",
+    ))
+}
 
 pub(crate) struct RaftService {
     shared: Arc<Shared>,

@@ -10,6 +10,7 @@ use keel_raft::{GroupError, Groups, RaftGroup, RaftTimings};
 use keel_storage::Store;
 use keel_types::{KvError, NodeId, RangeId, SharedClock};
 
+use crate::access::{Access, Call, Caller};
 use crate::config::{KvSettings, PlacementSettings};
 use crate::faults::Faults;
 use crate::health::Health;
@@ -21,6 +22,7 @@ use crate::placement::MetaLeadership;
 use crate::publisher::Published;
 use crate::ranges::RangeTables;
 use crate::replicas::Prepared;
+use crate::tls::TlsSettings;
 
 pub(crate) struct Shared {
     pub node_id: NodeId,
@@ -57,9 +59,23 @@ pub(crate) struct Shared {
     pub faults: Faults,
     /// What the node counts for `--metrics-listen`.
     pub metrics: Metrics,
+    /// The tokens of `--auth-tokens`; `None` while authentication is off.
+    pub access: Option<Arc<Access>>,
+    /// The node's certificate, key and cluster CA when TLS is on: the server accepts TLS
+    /// only and `peers` dial https. Who called is `tls::is_peer`, on any request.
+    pub tls: Option<TlsSettings>,
 }
 
 impl Shared {
+    /// The caller of `request`, when it may make `call` now; else the status to answer.
+    pub fn admit<T>(
+        &self,
+        request: &tonic::Request<T>,
+        call: Call,
+    ) -> Result<Caller, tonic::Status> {
+        crate::access::admit(self.access.as_deref(), request, call)
+    }
+
     /// The group serving `range`; `Unavailable` while this node hosts none.
     pub fn group(&self, range: RangeId) -> Result<Arc<RaftGroup>, KvError> {
         self.groups.get(range).ok_or_else(|| {

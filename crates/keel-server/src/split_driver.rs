@@ -3,17 +3,19 @@
 //! key count from its state machine, its load from `shared.load`. When the plan says split,
 //! the key comes from the storage for size (the key halving the range's bytes) and from the
 //! sampled request keys for load (`keel_meta::load_split_key`), and `splits::split_range`
-//! carries the split out, the same path as `Cluster.Split`. The driver awaits each split
+//! carries the split out, the same path as `Cluster.Split`. Before any of that, a range a
+//! bound of a tenant's namespace lies inside splits there (`keel_meta::boundary_split_key`),
+//! so that each namespace is a whole number of ranges. The driver awaits each split
 //! before the next check, so at most one of its splits is in flight on a node. Failures are
 //! logged and the range is weighed again next round. A range's counts are read from storage
 //! only when something was applied to it since the last check (`applied_cache`), so idle
 //! ranges cost no read. Knows nothing of gRPC.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_meta::{RangeLoad, SplitPolicy, SplitReason, plan_split};
+use keel_meta::{RangeLoad, SplitPolicy, SplitReason, boundary_split_key, plan_split};
 use keel_raft::RaftGroup;
 use keel_storage::RangeCounts;
 use keel_types::validate::show_key;
@@ -40,12 +42,16 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let hosted: HashSet<RangeId> = groups.iter().map(|group| group.range()).collect();
         shared.load.retain(|range| hosted.contains(&range));
         counts.retain(|range| hosted.contains(&range));
+        let boundaries = boundary_splits(&shared);
         for group in groups {
             let leads = group.leader().map(|(id, _)| id) == Some(shared.node_id);
             if group.range() == RangeId::META || !leads {
                 continue;
             }
-            check(&shared, &group, &policy, &mut counts).await;
+            match boundaries.get(&group.range()) {
+                Some(at) => split(&shared, &group, SplitReason::Boundary, at.clone()).await,
+                None => check(&shared, &group, &policy, &mut counts).await,
+            }
         }
     }
 }
@@ -57,6 +63,24 @@ fn policy(settings: &SplitSettings) -> SplitPolicy {
         requests_per_sec_max: settings.requests_per_sec_max,
         load_secs: settings.load_secs,
     }
+}
+
+/// The local ranges a bound of a tenant's namespace lies inside, and that bound: they split
+/// there before anything else (with authentication off, none).
+fn boundary_splits(shared: &Shared) -> HashMap<RangeId, Vec<u8>> {
+    let Some(access) = &shared.access else {
+        return HashMap::new();
+    };
+    let bounds: Vec<&[u8]> = access
+        .tenants()
+        .iter()
+        .flat_map(|tenant| [tenant.namespace.start(), tenant.namespace.end()])
+        .collect();
+    let local = shared.ranges.local_ranges();
+    local
+        .iter()
+        .filter_map(|range| Some((range.id, boundary_split_key(range, bounds.iter().copied())?)))
+        .collect()
 }
 
 /// Weighs one range and splits it if the plan says so.
@@ -75,6 +99,12 @@ async fn check(
             return;
         }
     };
+    split(shared, group, reason, at).await;
+}
+
+/// Splits `group`'s range at `at` for `reason`, logging what came of it.
+async fn split(shared: &Shared, group: &RaftGroup, reason: SplitReason, at: Vec<u8>) {
+    let range = group.range();
     let rate = shared.load.requests_per_sec(range);
     match crate::splits::split_range(shared, group, at.clone()).await {
         Ok((left, right)) => {
@@ -134,6 +164,8 @@ async fn plan(
             let span = state_machine.descriptor().await.map_err(storage)?;
             shared.load.split_key(&span)
         }
+        // `boundary_splits` finds these, before the plan is asked.
+        SplitReason::Boundary => return Ok(None),
     };
     if at.is_none() {
         debug!(

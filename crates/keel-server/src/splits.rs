@@ -5,7 +5,7 @@
 //! halves to the meta range. Knows nothing of gRPC.
 
 use keel_raft::RaftGroup;
-use keel_types::validate::{check_key, show_key};
+use keel_types::validate::{check_split_key, show_key};
 use keel_types::{KvError, MetaCommand, MetaOutcome, RangeDescriptor, RangeId};
 use tracing::{info, warn};
 
@@ -25,7 +25,7 @@ pub(crate) async fn split_range(
     group: &RaftGroup,
     at: Vec<u8>,
 ) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
-    check_key(&at)?;
+    check_split_key(&at)?;
     let range = group.range();
     if range == RangeId::META {
         return Err(KvError::invalid(

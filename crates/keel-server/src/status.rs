@@ -20,6 +20,9 @@
 //! | RecordNotOwned    | FAILED_PRECONDITION | the token lost the idempotency record              |
 //! | KeyOutOfRange     | FAILED_PRECONDITION | key left the range (split); refresh ranges, retry  |
 //! | EpochMismatch     | FAILED_PRECONDITION | the range changed first; refresh ranges, retry     |
+//! | Unauthenticated   | UNAUTHENTICATED     | no token or an unknown one; nothing done           |
+//! | PermissionDenied  | PERMISSION_DENIED   | the token may not make this call; nothing done     |
+//! | QuotaExceeded     | RESOURCE_EXHAUSTED  | the tenant is at a quota; nothing applied          |
 //!
 //! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
 //! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
@@ -51,6 +54,9 @@ pub fn code(error: &KvError) -> Code {
         | KvError::LockNotHeld { .. }
         | KvError::RecordNotOwned { .. } => Code::FailedPrecondition,
         KvError::KeyOutOfRange { .. } | KvError::EpochMismatch { .. } => Code::FailedPrecondition,
+        KvError::Unauthenticated { .. } => Code::Unauthenticated,
+        KvError::PermissionDenied { .. } => Code::PermissionDenied,
+        KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
     }
 }
 
@@ -188,6 +194,30 @@ mod tests {
         check(
             KvError::Overloaded {
                 message: "sessions".into(),
+            },
+            Code::ResourceExhausted,
+        );
+    }
+
+    #[test]
+    fn access_errors_have_their_codes() {
+        check(
+            KvError::Unauthenticated {
+                message: "no token".into(),
+            },
+            Code::Unauthenticated,
+        );
+        check(
+            KvError::PermissionDenied {
+                message: "admin only".into(),
+            },
+            Code::PermissionDenied,
+        );
+        check(
+            KvError::QuotaExceeded {
+                tenant: "acme".into(),
+                quota: "keys".into(),
+                limit: 10,
             },
             Code::ResourceExhausted,
         );

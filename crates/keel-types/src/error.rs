@@ -129,6 +129,28 @@ pub enum KvError {
         expected_epoch: u64,
         range: Box<RangeDescriptor>,
     },
+
+    /// The request carries no bearer token, or one the cluster does not know, while
+    /// authentication is on; nothing was done.
+    #[error("unauthenticated: {message}")]
+    Unauthenticated { message: String },
+
+    /// The caller's token does not allow this request (a tenant calling an admin RPC);
+    /// nothing was done.
+    #[error("permission denied: {message}")]
+    PermissionDenied { message: String },
+
+    /// The tenant is at one of its quotas (`quota`: `keys`, `bytes` or `requests_per_sec`,
+    /// whose limit is `limit`); nothing was applied. Delete data or ask for a larger quota;
+    /// a `requests_per_sec` refusal may be retried after a pause.
+    #[error(
+        "quota exceeded: tenant {tenant} is at its {quota} quota of {limit}; nothing was applied"
+    )]
+    QuotaExceeded {
+        tenant: String,
+        quota: String,
+        limit: u64,
+    },
 }
 
 impl From<Rejection> for KvError {
@@ -266,6 +288,9 @@ impl KvError {
             KvError::RecordNotOwned { .. } => "record_not_owned",
             KvError::KeyOutOfRange { .. } => "key_out_of_range",
             KvError::EpochMismatch { .. } => "epoch_mismatch",
+            KvError::Unauthenticated { .. } => "unauthenticated",
+            KvError::PermissionDenied { .. } => "permission_denied",
+            KvError::QuotaExceeded { .. } => "quota_exceeded",
         }
     }
 }

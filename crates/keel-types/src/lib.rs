@@ -11,6 +11,7 @@ pub mod ids;
 pub mod limits;
 pub mod planted;
 pub mod range;
+pub mod tenant;
 pub mod validate;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};

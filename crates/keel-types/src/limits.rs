@@ -116,6 +116,18 @@ pub const HOT_KEYS_SAMPLE_EVERY: u64 = 4;
 /// Hot keys: length of one counting window; the report covers the last one or two.
 pub const HOT_KEYS_WINDOW_SECS: u64 = 60;
 
+/// Bytes of a tenant's name (`--auth-tokens`); see `tenant`.
+pub const TENANT_NAME_BYTES_MAX: usize = 64;
+/// Bytes of the tokens file (`--auth-tokens`).
+pub const AUTH_FILE_BYTES_MAX: usize = 1024 * 1024;
+/// Bytes of one bearer token: at least 16 (a guessable token is refused), at most 256.
+pub const TOKEN_BYTES_MIN: usize = 16;
+pub const TOKEN_BYTES_MAX: usize = 256;
+/// How often a node refreshes the tenants' key and byte counts that keys and bytes quotas
+/// are checked against (from the range table); a quota can be passed by what is written in
+/// about this long.
+pub const TENANT_USAGE_REFRESH_MS: u64 = 2_000;
+
 /// A human size: `1 MiB`, `4 KiB`, `17 bytes`.
 pub fn human_bytes(bytes: usize) -> String {
     const KIB: usize = 1024;
@@ -148,6 +160,12 @@ pub const RESTORE_RECORDS_IN_FLIGHT: usize = 4;
 /// Largest record of a backup file: a snapshot chunk or a range descriptor (two keys), plus
 /// framing. A reader refuses a longer one as corrupt.
 pub const BACKUP_RECORD_BYTES_MAX: usize = SNAPSHOT_CHUNK_BYTES + 64 * 1024;
+
+/// TLS: bytes of one PEM file (a node's certificate chain, its key, the cluster CA, a
+/// client's CA); real ones are a few KiB. A longer file is refused, naming it.
+pub const TLS_PEM_BYTES_MAX: usize = 1024 * 1024;
+/// TLS: time one connection has to finish its handshake, on either side.
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
 
 /// Range descriptors one meta command records.
 pub const META_UPDATE_RANGES_MAX: usize = 64;

@@ -1,13 +1,17 @@
 //! Checks of client input against `limits`. Every public entry point calls these before it
 //! does anything, so bad input changes nothing. Messages name the thing and the limit.
+//! Limits on keys and names count the bytes after a tenant's prefix (`tenant`), and
+//! messages show them without it, as the tenant named them.
 
 use crate::command::{BatchOp, Condition};
 use crate::coordination::{Fence, idempotency_key};
 use crate::error::KvError;
 use crate::limits::{self, human_bytes};
+use crate::tenant::namespace_prefix_len;
 
-/// A key shown in an error: lossy UTF-8, cut to 64 bytes.
+/// A key shown in an error: lossy UTF-8 without a tenant's prefix, cut to 64 bytes.
 pub fn show_key(key: &[u8]) -> String {
+    let key = named(key);
     let shown = &key[..key.len().min(64)];
     let mut text = format!("{:?}", String::from_utf8_lossy(shown));
     if key.len() > shown.len() {
@@ -16,19 +20,39 @@ pub fn show_key(key: &[u8]) -> String {
     text
 }
 
+/// `stored` without the tenant prefix it starts with, if any: the name its tenant gave.
+fn named(stored: &[u8]) -> &[u8] {
+    &stored[namespace_prefix_len(stored)..]
+}
+
 pub fn check_key(key: &[u8]) -> Result<(), KvError> {
-    if key.is_empty() {
+    let named = named(key);
+    if named.is_empty() {
         return Err(KvError::invalid("key is empty; keys must have 1 to 4 KiB"));
     }
-    if key.len() > limits::KEY_BYTES_MAX {
+    if named.len() > limits::KEY_BYTES_MAX {
         return Err(KvError::invalid(format!(
             "key is {}; limit is {} (key {})",
-            human_bytes(key.len()),
+            human_bytes(named.len()),
             human_bytes(limits::KEY_BYTES_MAX),
             show_key(key)
         )));
     }
     Ok(())
+}
+
+/// Checks a split key: a key as `check_key` wants it, or the bound of a tenant's namespace
+/// (its prefix, whose name part is empty).
+pub fn check_split_key(at: &[u8]) -> Result<(), KvError> {
+    if at.is_empty() {
+        return Err(KvError::invalid(
+            "split key is empty; the keyspace already starts there",
+        ));
+    }
+    if named(at).is_empty() {
+        return Ok(());
+    }
+    check_key(at)
 }
 
 pub fn check_value(key: &[u8], value: &[u8]) -> Result<(), KvError> {
@@ -123,7 +147,7 @@ pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
             BatchOp::Delete { .. } | BatchOp::Increment { .. } => None,
         };
         check_op(op.key(), value, op.condition())?;
-        bytes += op.key().len() + value.map_or(0, <[u8]>::len);
+        bytes += named(op.key()).len() + value.map_or(0, <[u8]>::len);
         if let Some(Condition::Value(expected)) = op.condition() {
             bytes += expected.len();
         }
@@ -140,10 +164,11 @@ pub fn check_ops(ops: &[BatchOp]) -> Result<(), KvError> {
 
 /// Checks a lock name: the same rules as a key (it routes like one).
 pub fn check_lock_name(name: &[u8]) -> Result<(), KvError> {
-    if name.is_empty() || name.len() > limits::KEY_BYTES_MAX {
+    let named = named(name);
+    if named.is_empty() || named.len() > limits::KEY_BYTES_MAX {
         return Err(KvError::invalid(format!(
             "lock name is {}; it must have 1 byte to {} (lock {})",
-            human_bytes(name.len()),
+            human_bytes(named.len()),
             human_bytes(limits::KEY_BYTES_MAX),
             show_key(name)
         )));
@@ -208,10 +233,11 @@ pub fn check_fence(fence: &Fence) -> Result<(), KvError> {
 /// Checks an idempotency record's scope (1 to `IDEMPOTENCY_SCOPE_BYTES_MAX` bytes, no zero
 /// byte) and id (1 to `IDEMPOTENCY_ID_BYTES_MAX` bytes) and returns the record's key.
 pub fn check_idempotency_key(scope: &[u8], id: &[u8]) -> Result<Vec<u8>, KvError> {
-    if scope.is_empty() || scope.len() > limits::IDEMPOTENCY_SCOPE_BYTES_MAX {
+    let named_scope = named(scope);
+    if named_scope.is_empty() || named_scope.len() > limits::IDEMPOTENCY_SCOPE_BYTES_MAX {
         return Err(KvError::invalid(format!(
             "idempotency scope is {}; it must have 1 to {} (scope {})",
-            human_bytes(scope.len()),
+            human_bytes(named_scope.len()),
             human_bytes(limits::IDEMPOTENCY_SCOPE_BYTES_MAX),
             show_key(scope)
         )));
@@ -249,17 +275,17 @@ pub fn check_idempotency_result(id: &[u8], result: &[u8]) -> Result<(), KvError>
 /// Checks a scan of `[start, end)` (an empty `end` means the end of the keyspace) and
 /// returns the row limit to use (0 means the default).
 pub fn check_scan(start: &[u8], end: &[u8], limit: u32) -> Result<u32, KvError> {
-    if start.len() > limits::KEY_BYTES_MAX {
+    if named(start).len() > limits::KEY_BYTES_MAX {
         return Err(KvError::invalid(format!(
             "scan start is {}; limit is {}",
-            human_bytes(start.len()),
+            human_bytes(named(start).len()),
             human_bytes(limits::KEY_BYTES_MAX)
         )));
     }
-    if end.len() > limits::KEY_BYTES_MAX {
+    if named(end).len() > limits::KEY_BYTES_MAX {
         return Err(KvError::invalid(format!(
             "scan end is {}; limit is {}",
-            human_bytes(end.len()),
+            human_bytes(named(end).len()),
             human_bytes(limits::KEY_BYTES_MAX)
         )));
     }
@@ -307,6 +333,30 @@ mod tests {
             }
             (result, expected) => panic!("got {result:?}, expected {expected:?}"),
         }
+    }
+
+    #[test]
+    fn limits_count_the_name_after_a_tenant_prefix() {
+        let acme = crate::tenant::Namespace::of(&crate::tenant::TenantName::new("acme").unwrap());
+        assert!(check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX])).is_ok());
+        assert!(check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX + 1])).is_err());
+        assert!(
+            check_key(&acme.confine(b"")).is_err(),
+            "an empty name is empty"
+        );
+        assert!(check_lock_name(&acme.confine(b"")).is_err());
+        assert!(
+            check_split_key(acme.start()).is_ok(),
+            "a namespace's bound splits"
+        );
+        assert!(check_split_key(b"").is_err());
+        let message = check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX + 1]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("\"kkk") && !message.contains("acme"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@ use crate::history::Status;
 /// The outcome of a write that returned `error`: `Fail` when the client knows it was not
 /// applied, `Info` (indeterminate) otherwise.
 ///
-/// keel-client returns `NotLeader`, `Unavailable` and `Overloaded` only when no attempt of the
+/// keel-client returns `NotLeader`, `Unavailable`, `Overloaded` and the refusals at the door
+/// (`Unauthenticated`, `PermissionDenied`, `QuotaExceeded`) only when no attempt of the
 /// write can have been applied (otherwise it answers `OutcomeUnknown`); `ConditionFailed`,
 /// `InvalidArgument`, `NotACounter`, `Overflow`, `FencedOut`, `LockNotHeld` and
 /// `RecordNotOwned` are the server's final word that nothing was applied, as are
@@ -29,7 +30,10 @@ pub fn write_status(error: &KvError) -> Status {
         | KvError::LockNotHeld { .. }
         | KvError::RecordNotOwned { .. }
         | KvError::KeyOutOfRange { .. }
-        | KvError::EpochMismatch { .. } => Status::Fail,
+        | KvError::EpochMismatch { .. }
+        | KvError::Unauthenticated { .. }
+        | KvError::PermissionDenied { .. }
+        | KvError::QuotaExceeded { .. } => Status::Fail,
         KvError::OutcomeUnknown { .. }
         | KvError::Timeout { .. }
         | KvError::Fatal { .. }
@@ -62,6 +66,9 @@ pub fn error_name(error: &KvError) -> &'static str {
         KvError::RecordNotOwned { .. } => "record-not-owned",
         KvError::KeyOutOfRange { .. } => "key-out-of-range",
         KvError::EpochMismatch { .. } => "epoch-mismatch",
+        KvError::Unauthenticated { .. } => "unauthenticated",
+        KvError::PermissionDenied { .. } => "permission-denied",
+        KvError::QuotaExceeded { .. } => "quota-exceeded",
     }
 }
 

@@ -8,12 +8,12 @@ use keel_proto::v1::backup_chunk::Part;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_types::{KvError, NodeId, RangeDescriptor, Revision};
 use tokio::time::Duration;
-use tonic::transport::Channel;
 
 use super::route::RouteBy;
 use super::{Client, Kind};
 use crate::results::Served;
 use crate::retry;
+use crate::stub::Transport;
 
 /// What a range's backup stream holds, from its first message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,7 +114,7 @@ impl Client {
                 RouteBy::Key(&range.start),
                 timeout,
                 retry::decide_read,
-                |cluster: ClusterClient<Channel>| open(cluster, request),
+                |cluster: ClusterClient<Transport>| open(cluster, request),
             )
             .await?;
         let snapshot = snapshot_of(opened.start)?;
@@ -129,7 +129,7 @@ impl Client {
 
 /// Sends the request and waits for the stream's first message.
 async fn open(
-    mut cluster: ClusterClient<Channel>,
+    mut cluster: ClusterClient<Transport>,
     request: v1::BackupRequest,
 ) -> Result<tonic::Response<Opened>, tonic::Status> {
     let mut stream = cluster.backup(request).await?.into_inner();

@@ -10,7 +10,6 @@ use keel_proto::v1::kv_client::KvClient;
 use keel_types::validate::{self, show_key};
 use keel_types::{BatchOp, KvError, OpResult};
 use tokio::task::JoinSet;
-use tonic::transport::Channel;
 
 use super::route::RouteBy;
 use super::write::WriteError;
@@ -18,6 +17,7 @@ use super::{Client, WRITE, checked_fence};
 use crate::options::BatchOptions;
 use crate::range_table::Spans;
 use crate::results::{self, BatchPart, BatchResult, NonAtomicBatchResult};
+use crate::stub::Transport;
 
 /// A part's indexes into the caller's ops, and what became of it.
 type PartOutcome = (Vec<usize>, Result<BatchResult, WriteError>);
@@ -134,7 +134,7 @@ impl Client {
         let count = request.ops.len();
         let by = RouteBy::Keys(keys);
         let response = self
-            .write_routed(WRITE, by, |mut kv: KvClient<Channel>, id| {
+            .write_routed(WRITE, by, |mut kv: KvClient<Transport>, id| {
                 let request = v1::BatchRequest {
                     request_id: Some(id.into()),
                     ..request.clone()

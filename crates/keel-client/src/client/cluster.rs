@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use keel_proto::v1;
 use keel_proto::v1::cluster_client::ClusterClient;
-use keel_types::{KvError, NodeId, RangeDescriptor, RangeId, limits, validate};
+use keel_types::{KvError, NodeId, RangeDescriptor, RangeId, validate};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::route::{RangesAnswer, RouteBy};
 use super::{Client, Kind, locate, timed_out};
@@ -17,6 +16,7 @@ use crate::endpoints;
 use crate::range_table::RangeTable;
 use crate::results::{self, RangeInfo};
 use crate::retry;
+use crate::stub::{Stub, Transport};
 
 /// A split: any node takes it and forwards it to the range's leader, so no leader is
 /// learned from the answer; its attempts have a write's budget.
@@ -64,7 +64,7 @@ impl Client {
     /// changed meanwhile. An attempt whose answer was lost ends with `OutcomeUnknown`
     /// (`ranges` shows whether it happened).
     pub async fn split(&self, at: &[u8]) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
-        validate::check_key(at)?;
+        validate::check_split_key(at)?;
         let request = v1::SplitRequest {
             at: at.to_vec(),
             no_forward: false,
@@ -76,7 +76,7 @@ impl Client {
                 RouteBy::Key(at),
                 timeout,
                 retry::decide_split,
-                |mut cluster: ClusterClient<Channel>| {
+                |mut cluster: ClusterClient<Transport>| {
                     let request = request.clone();
                     async move { cluster.split(request).await }
                 },
@@ -150,7 +150,7 @@ impl Client {
     /// `InvalidArgument` is returned at once.
     async fn on_any_endpoint<T, F, Fut>(&self, call: F) -> Result<T, KvError>
     where
-        F: Fn(ClusterClient<Channel>) -> Fut,
+        F: Fn(ClusterClient<Transport>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut last = KvError::unavailable("the client has no endpoints");
@@ -167,13 +167,12 @@ impl Client {
     /// One call of the Cluster service at `endpoint`, within the request timeout.
     async fn cluster_call<T, F, Fut>(&self, endpoint: &str, call: F) -> Result<T, KvError>
     where
-        F: FnOnce(ClusterClient<Channel>) -> Fut,
+        F: FnOnce(ClusterClient<Transport>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let uri = endpoints::normalize(endpoint)?;
         let channel = self.inner.pool.channel(&uri)?;
-        let cluster =
-            ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+        let cluster = ClusterClient::on(channel, self.inner.credentials.clone());
         let timeout = self.inner.options.request_timeout;
         match tokio::time::timeout(timeout, call(cluster)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),

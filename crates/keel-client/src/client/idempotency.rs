@@ -9,12 +9,12 @@ use keel_proto::v1::idempotency_client::IdempotencyClient;
 use keel_types::coordination::idempotency_key;
 use keel_types::validate::{self, show_key};
 use keel_types::{Consistency, KvError, limits};
-use tonic::transport::Channel;
 
 use super::route::RouteBy;
 use super::{Client, WRITE, read};
 use crate::options::millis;
 use crate::results::{self, AbortResult, BeginResult, CompleteResult, IdempotencyGetResult};
+use crate::stub::Transport;
 
 impl Client {
     /// Starts the record `(scope, id)` for `owner` (`None`: `Client::owner`), takes over one
@@ -46,7 +46,7 @@ impl Client {
             .write(
                 WRITE,
                 RouteBy::Key(&key),
-                |mut records: IdempotencyClient<Channel>, request_id| {
+                |mut records: IdempotencyClient<Transport>, request_id| {
                     let request = v1::BeginRequest {
                         request_id: Some(request_id.into()),
                         ..request.clone()
@@ -87,7 +87,7 @@ impl Client {
             .write(
                 WRITE,
                 RouteBy::Key(&key),
-                |mut records: IdempotencyClient<Channel>, request_id| {
+                |mut records: IdempotencyClient<Transport>, request_id| {
                     let request = v1::CompleteRequest {
                         request_id: Some(request_id.into()),
                         ..request.clone()
@@ -116,7 +116,7 @@ impl Client {
             .write(
                 WRITE,
                 RouteBy::Key(&key),
-                |mut records: IdempotencyClient<Channel>, request_id| {
+                |mut records: IdempotencyClient<Transport>, request_id| {
                     let request = v1::AbortRequest {
                         request_id: Some(request_id.into()),
                         ..request.clone()
@@ -150,7 +150,7 @@ impl Client {
                 read(consistency),
                 RouteBy::Key(&key),
                 timeout,
-                |mut records: IdempotencyClient<Channel>| {
+                |mut records: IdempotencyClient<Transport>| {
                     let request = request.clone();
                     async move { records.get(request).await }
                 },

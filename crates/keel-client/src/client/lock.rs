@@ -9,7 +9,6 @@ use keel_proto::v1;
 use keel_proto::v1::lock_client::LockClient;
 use keel_types::{Consistency, KvError, validate};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::route::RouteBy;
 use super::{Client, Kind, WRITE, read};
@@ -17,6 +16,7 @@ use crate::errors::LockError;
 use crate::guard::{self, LockGuard, Renewal};
 use crate::options::{AcquireOptions, millis};
 use crate::results::{self, AcquireResult, InspectResult, ReleaseResult, RenewResult};
+use crate::stub::Transport;
 
 impl Client {
     /// Takes the lock `name` if it is free; if someone else holds it, waits up to
@@ -50,7 +50,7 @@ impl Client {
             .write(
                 kind,
                 RouteBy::Key(name),
-                |mut lock: LockClient<Channel>, id| {
+                |mut lock: LockClient<Transport>, id| {
                     let left = wait.saturating_sub(started.elapsed()).max(wait_min);
                     let request = v1::AcquireRequest {
                         request_id: Some(id.into()),
@@ -86,7 +86,7 @@ impl Client {
             .write(
                 WRITE,
                 RouteBy::Key(name),
-                |mut lock: LockClient<Channel>, id| {
+                |mut lock: LockClient<Transport>, id| {
                     let request = v1::RenewRequest {
                         request_id: Some(id.into()),
                         ..request.clone()
@@ -113,7 +113,7 @@ impl Client {
             .write(
                 WRITE,
                 RouteBy::Key(name),
-                |mut lock: LockClient<Channel>, id| {
+                |mut lock: LockClient<Transport>, id| {
                     let request = v1::ReleaseRequest {
                         request_id: Some(id.into()),
                         ..request.clone()
@@ -143,7 +143,7 @@ impl Client {
                 read(consistency),
                 RouteBy::Key(name),
                 timeout,
-                |mut lock: LockClient<Channel>| {
+                |mut lock: LockClient<Transport>| {
                     let request = request.clone();
                     async move { lock.inspect(request).await }
                 },

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use keel_proto::v1;
 use keel_proto::v1::cluster_client::ClusterClient;
-use keel_types::{KvError, limits};
+use keel_types::KvError;
 use tokio::time::Instant;
 use tonic::Code;
 
@@ -23,6 +23,7 @@ use crate::endpoints;
 use crate::range_cache::{Fetched, Urgency};
 use crate::range_table::{self, Picked, RangeTable, Spans, Stale};
 use crate::retry::{self, Target};
+use crate::stub::{Stub, Transport};
 
 /// What routes a request.
 #[derive(Debug, Clone, Copy)]
@@ -259,8 +260,8 @@ impl Client {
         budget: Duration,
     ) -> Result<v1::RangesResponse, Option<KvError>> {
         let channel = self.inner.pool.channel(uri).map_err(Some)?;
-        let mut cluster =
-            ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+        let mut cluster: ClusterClient<Transport> =
+            Stub::on(channel, self.inner.credentials.clone());
         let request = v1::RangesRequest { no_forward: false };
         match tokio::time::timeout(budget, cluster.ranges(request)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),

@@ -6,11 +6,11 @@ use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
 use keel_types::{Consistency, KvError, validate};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::{Client, read};
 use crate::results::{self, ScanResult};
 use crate::scan_page::{Next, ScanPage};
+use crate::stub::Transport;
 
 impl Client {
     /// One page of the keys of `[start, end)` (empty `end` = to the end of the keyspace), at
@@ -72,7 +72,7 @@ impl Client {
                 read(consistency),
                 by,
                 timeout,
-                |mut kv: KvClient<Channel>| {
+                |mut kv: KvClient<Transport>| {
                     let request = request.clone();
                     async move { kv.scan(request).await }
                 },

@@ -12,7 +12,6 @@ use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
 use keel_types::{KvError, RequestId};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::route::{Route, RouteBy};
 use super::{Client, Kind};
@@ -21,7 +20,7 @@ use crate::range_table::Spans;
 use crate::results::{self, Served};
 use crate::retry::{self, Target, WriteDecision, WriteProgress};
 use crate::session::Pending;
-use crate::stub::Stub;
+use crate::stub::{Stub, Transport};
 
 /// Opening a session: any node answers, and nothing is written.
 const SESSION: Kind = Kind {
@@ -187,14 +186,22 @@ impl Client {
                 SESSION,
                 RouteBy::AnyNode,
                 timeout,
-                |mut kv: KvClient<Channel>| async move {
+                |mut kv: KvClient<Transport>| async move {
                     kv.open_session(v1::OpenSessionRequest {}).await
                 },
             )
             .await
             .and_then(results::session);
-        opened.map_err(|error| KvError::Unavailable {
-            message: format!("could not open a client session, so the write was not sent: {error}"),
+        opened.map_err(|error| match error {
+            // Refused at the door: the write would be refused alike.
+            KvError::Unauthenticated { .. }
+            | KvError::PermissionDenied { .. }
+            | KvError::QuotaExceeded { .. } => error,
+            error => KvError::Unavailable {
+                message: format!(
+                    "could not open a client session, so the write was not sent: {error}"
+                ),
+            },
         })
     }
 }

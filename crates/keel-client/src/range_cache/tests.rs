@@ -59,7 +59,7 @@ fn one_range_table() -> RangeTable {
         },
         leader: None,
     };
-    let nodes = BTreeMap::from([(1, "http://127.0.0.1:7001".to_string())]);
+    let nodes = BTreeMap::from([(1, "127.0.0.1:7001".to_string())]);
     RangeTable::new(vec![entry], nodes).unwrap()
 }
 
@@ -95,7 +95,7 @@ async fn concurrent_first_requests_share_one_fetch() {
     assert_eq!(cache.wanted(), None);
     let (picked, uri, _) = cache.pick(Some(b"k"), &[], &[], 0);
     assert_eq!(picked, Picked::Range(RangeId::FIRST));
-    assert_eq!(uri.as_deref(), Some("http://127.0.0.1:7001"));
+    assert_eq!(uri.as_deref(), Some("127.0.0.1:7001"));
 }
 
 #[tokio::test]

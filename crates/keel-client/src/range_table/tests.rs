@@ -30,7 +30,7 @@ fn descriptor(id: u64, start: &[u8], end: Option<&[u8]>) -> RangeDescriptor {
 }
 
 fn uri(node: u64) -> String {
-    format!("http://127.0.0.1:700{node}")
+    format!("127.0.0.1:700{node}")
 }
 
 fn nodes(ids: &[u64]) -> BTreeMap<NodeId, String> {

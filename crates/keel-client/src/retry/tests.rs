@@ -31,6 +31,9 @@ fn kind(error: &KvError) -> &'static str {
         KvError::RecordNotOwned { .. } => "record not owned",
         KvError::KeyOutOfRange { .. } => "key out of range",
         KvError::EpochMismatch { .. } => "epoch mismatch",
+        KvError::Unauthenticated { .. } => "unauthenticated",
+        KvError::PermissionDenied { .. } => "permission denied",
+        KvError::QuotaExceeded { .. } => "quota exceeded",
     }
 }
 
@@ -285,6 +288,43 @@ fn an_expired_id_is_renewed_once_and_never_after_a_maybe_applied_attempt() {
     assert_eq!(write(&expired(), after_refused).0, Want::Renew);
 }
 
+fn over_quota() -> AttemptError {
+    server(KvError::QuotaExceeded {
+        tenant: "acme".into(),
+        quota: "requests_per_sec".into(),
+        limit: 10,
+    })
+}
+
+#[test]
+fn a_refusal_at_the_door_is_final_unless_an_earlier_attempt_may_have_been_applied() {
+    let first = WriteProgress {
+        attempts: 1,
+        ..WriteProgress::default()
+    };
+    let after_lost = WriteProgress {
+        attempts: 2,
+        maybe_applied: true,
+        renewed: false,
+    };
+    let unknown_token = server(KvError::Unauthenticated {
+        message: "unknown token".into(),
+    });
+    assert_eq!(write(&over_quota(), first).0, Want::Gives("quota exceeded"));
+    assert_eq!(
+        write(&unknown_token, first).0,
+        Want::Gives("unauthenticated")
+    );
+    assert_eq!(
+        write(&over_quota(), after_lost).0,
+        Want::Gives("outcome unknown")
+    );
+    assert!(matches!(
+        decide_read(&over_quota(), 1),
+        Decision::GiveUp(KvError::QuotaExceeded { .. })
+    ));
+}
+
 #[test]
 fn writes_give_up_after_their_attempts_saying_whether_they_may_have_been_applied() {
     let spent = WriteProgress {
@@ -387,7 +427,7 @@ fn write_backoff_doubles_to_a_cap_with_jitter_in_the_upper_half() {
 #[test]
 fn hints_naming_unreachable_endpoints_are_skipped() {
     let hint = || Target::Hinted(NodeAddr::new("127.0.0.1:7001"));
-    let dead = vec!["http://127.0.0.1:7001".to_string()];
+    let dead = vec!["127.0.0.1:7001".to_string()];
     assert_eq!(skip_stale_hint(hint(), &dead), Target::Next);
     assert_eq!(skip_stale_hint(hint(), &[]), hint());
     let garbage = Target::Hinted(NodeAddr::new("not an address"));

@@ -375,6 +375,9 @@ pub fn status(error: &KvError) -> Status {
         KvError::Timeout { .. } => Code::DeadlineExceeded,
         KvError::OutcomeUnknown { .. } => Code::Unknown,
         KvError::Fatal { .. } => Code::Internal,
+        KvError::Unauthenticated { .. } => Code::Unauthenticated,
+        KvError::PermissionDenied { .. } => Code::PermissionDenied,
+        KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
     };
     let detail = v1::ErrorDetail::from(error).encode_to_vec();
     Status::with_details(code, error.to_string(), detail.into())

@@ -207,3 +207,31 @@ fn load_splits_divide_the_sampled_keys_evenly() {
         }
     }
 }
+
+#[test]
+fn a_range_splits_at_the_first_namespace_bound_inside_it() {
+    let span = |start: &[u8], end: Option<&[u8]>| RangeDescriptor {
+        id: RangeId(3),
+        start: start.to_vec(),
+        end: end.map(<[u8]>::to_vec),
+        epoch: 1,
+        conf_version: 1,
+        replicas: vec![1, 2, 3],
+    };
+    let bounds: [&[u8]; 4] = [b"m", b"c", b"t", b"x"];
+    let cases: [(RangeDescriptor, Option<&[u8]>); 6] = [
+        (span(b"", None), Some(b"c")),
+        (span(b"c", None), Some(b"m")),
+        (span(b"c", Some(b"m")), None),
+        (span(b"n", Some(b"x")), Some(b"t")),
+        (span(b"x", None), None),
+        (span(b"d", Some(b"e")), None),
+    ];
+    for (range, want) in cases {
+        assert_eq!(
+            boundary_split_key(&range, bounds),
+            want.map(<[u8]>::to_vec),
+            "{range}"
+        );
+    }
+}

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::*;
 
-fn args(node_id: u64, listen: &str, cluster: &str) -> ServeArgs {
+pub(super) fn args(node_id: u64, listen: &str, cluster: &str) -> ServeArgs {
     ServeArgs {
         node_id: Some(node_id),
         listen: Some(listen.parse().unwrap()),
@@ -319,16 +319,21 @@ fn observability_settings_come_from_flags_over_the_file_and_are_checked() {
     }
 }
 
-#[test]
-fn observability_flags_parse() {
+/// The `keel serve` flags of a command line (without the program name).
+pub(super) fn parse_flags(flags: &[&str]) -> Result<ServeArgs, clap::Error> {
     use clap::Parser;
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
         serve: ServeArgs,
     }
-    let cli = Cli::try_parse_from([
-        "keel",
+    let line = std::iter::once("keel").chain(flags.iter().copied());
+    Cli::try_parse_from(line).map(|cli| cli.serve)
+}
+
+#[test]
+fn observability_flags_parse() {
+    let serve = parse_flags(&[
         "--metrics-listen",
         "0.0.0.0:9101",
         "--log-format",
@@ -337,11 +342,8 @@ fn observability_flags_parse() {
         "warn",
     ])
     .unwrap();
-    assert_eq!(
-        cli.serve.metrics_listen,
-        Some("0.0.0.0:9101".parse().unwrap())
-    );
-    assert_eq!(cli.serve.log_format, Some(LogFormat::Json));
-    assert_eq!(cli.serve.log_level.as_deref(), Some("warn"));
-    assert!(Cli::try_parse_from(["keel", "--log-format", "xml"]).is_err());
+    assert_eq!(serve.metrics_listen, Some("0.0.0.0:9101".parse().unwrap()));
+    assert_eq!(serve.log_format, Some(LogFormat::Json));
+    assert_eq!(serve.log_level.as_deref(), Some("warn"));
+    assert!(parse_flags(&["--log-format", "xml"]).is_err());
 }

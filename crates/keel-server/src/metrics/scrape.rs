@@ -55,7 +55,7 @@ async fn range_views(shared: &Shared) -> Vec<RangeView> {
             _ => None,
         };
         views.push(RangeView {
-            leader_known: group.leader_known(quorum_ack_max),
+            leader_known: health_service::leader_known(shared, &group, quorum_ack_max),
             status,
             content,
         });

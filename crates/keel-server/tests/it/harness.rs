@@ -79,6 +79,8 @@ impl Cluster {
             faults: Faults::default(),
             metrics_listen: None,
             log: LogSettings::default(),
+            access: None,
+            tls: None,
         }
     }
 
@@ -137,9 +139,20 @@ impl Cluster {
         status.ranges.into_iter().find(|r| r.range_id == range.0)
     }
 
-    /// Waits until every running node names the same leader of the first range.
+    /// Waits until every running node names the same leader of the first range and routes
+    /// keys to it: a follower learns the leader from the first append, before it applies
+    /// the range's first entries and puts the range in its local table.
     pub async fn leader(&self) -> NodeId {
-        self.leader_of(RangeId::FIRST).await
+        let leader = self.leader_of(RangeId::FIRST).await;
+        eventually("every node routes keys to the first range", || async {
+            let routes = |id: &NodeId| {
+                let local = self.node(*id).local_ranges();
+                local.iter().any(|range| range.id == RangeId::FIRST)
+            };
+            self.running().iter().all(routes).then_some(())
+        })
+        .await;
+        leader
     }
 
     /// Waits until every running node names the same leader of `range`.

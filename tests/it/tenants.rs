@@ -1,0 +1,305 @@
+//! A cluster with authentication on (TLS, tokens of two tenants and an admin): requests
+//! without a token or with an unknown one are refused; each tenant sees only its own keys,
+//! locks, idempotency records and ranges, whatever bytes its keys hold; tenants may not
+//! administer; quotas refuse with a typed error.
+
+use std::time::{Duration, Instant};
+
+use keel_client::{AcquireOptions, BeginResult, Client, ClientOptions, PutOptions};
+use keel_proto::v1::kv_client::KvClient;
+use keel_proto::v1::{self, GetRequest, PutRequest};
+use keel_server::Access;
+use keel_types::tenant::{Namespace, TenantName};
+use keel_types::{Consistency, KvError};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+
+use crate::harness::{Cluster, WAIT_LIMIT};
+
+const ADMIN: &str = "admin-token-0123456789";
+const ACME: &str = "acme-token-0123456789";
+const GLOBEX: &str = "globex-token-0123456789";
+const SLOW: &str = "slow-token-0123456789";
+const SMALL: &str = "small-token-0123456789";
+
+const TOKENS: &str = r#"
+[[admin]]
+name = "ops"
+tokens = ["admin-token-0123456789"]
+
+[[tenant]]
+name = "acme"
+tokens = ["acme-token-0123456789"]
+
+[[tenant]]
+name = "globex"
+tokens = ["globex-token-0123456789"]
+
+[[tenant]]
+name = "slow"
+tokens = ["slow-token-0123456789"]
+max_requests_per_sec = 1
+
+[[tenant]]
+name = "small"
+tokens = ["small-token-0123456789"]
+max_keys = 5
+"#;
+
+async fn start() -> Cluster {
+    Cluster::start_authenticated(3, Access::parse(TOKENS).unwrap(), ADMIN).await
+}
+
+fn client_as(cluster: &Cluster, token: Option<&str>) -> Client {
+    let options = ClientOptions {
+        token: token.map(str::to_string),
+        write_deadline: Duration::from_secs(5),
+        ..cluster.client_options()
+    };
+    let endpoints = cluster
+        .ids()
+        .iter()
+        .map(|id| cluster.endpoint(*id))
+        .collect();
+    Client::new(endpoints, options).unwrap()
+}
+
+async fn value(client: &Client, key: &[u8]) -> Option<Vec<u8>> {
+    let got = client.get(key, Consistency::Linearizable).await.unwrap();
+    got.kv.map(|kv| kv.value)
+}
+
+async fn put(client: &Client, key: &[u8], value: &[u8]) -> Result<(), KvError> {
+    client
+        .put(key, value, PutOptions::default())
+        .await
+        .map(|_| ())
+}
+
+fn stored(tenant: &str, key: &[u8]) -> Vec<u8> {
+    Namespace::of(&TenantName::new(tenant).unwrap()).confine(key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_without_a_known_token_are_refused_and_change_nothing() {
+    let cluster = start().await;
+    let admin = client_as(&cluster, Some(ADMIN));
+    for token in [None, Some("wrong-token-0123456789")] {
+        let anonymous = client_as(&cluster, token);
+        let refused = put(&anonymous, b"k", b"v").await.unwrap_err();
+        assert!(
+            matches!(refused, KvError::Unauthenticated { .. }),
+            "{token:?}: {refused:?}"
+        );
+        let read = anonymous.get(b"k", Consistency::Linearizable).await;
+        assert!(
+            matches!(read, Err(KvError::Unauthenticated { .. })),
+            "{read:?}"
+        );
+    }
+    assert_eq!(value(&admin, b"k").await, None, "nothing was written");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenants_see_only_their_own_keys_locks_records_and_ranges() {
+    let cluster = start().await;
+    let (acme, globex) = (
+        client_as(&cluster, Some(ACME)),
+        client_as(&cluster, Some(GLOBEX)),
+    );
+    let admin = client_as(&cluster, Some(ADMIN));
+    put(&acme, b"k", b"acme's").await.unwrap();
+    put(&globex, b"k", b"globex's").await.unwrap();
+    assert_eq!(value(&acme, b"k").await.unwrap(), b"acme's");
+    assert_eq!(value(&globex, b"k").await.unwrap(), b"globex's");
+
+    // A key crafted to be globex's stored key stays in acme's namespace.
+    let crafted = stored("globex", b"k");
+    assert_eq!(value(&acme, &crafted).await, None);
+    put(&acme, &crafted, b"forged").await.unwrap();
+    assert_eq!(value(&globex, b"k").await.unwrap(), b"globex's");
+    assert_eq!(
+        value(&admin, &stored("acme", &crafted)).await.unwrap(),
+        b"forged"
+    );
+
+    let everything = acme.scan(b"", b"", 0, Consistency::Linearizable).await;
+    let keys: Vec<Vec<u8>> = everything
+        .unwrap()
+        .kvs
+        .into_iter()
+        .map(|kv| kv.key)
+        .collect();
+    assert_eq!(
+        keys,
+        vec![b"k".to_vec(), crafted.clone()],
+        "acme lists its own names only"
+    );
+    let theirs = globex.scan(b"", b"", 0, Consistency::Linearizable).await;
+    assert_eq!(theirs.unwrap().kvs.len(), 1);
+
+    let lock = |ttl| AcquireOptions {
+        ttl,
+        ..AcquireOptions::default()
+    };
+    let held = acme
+        .acquire(b"jobs", lock(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let other = globex
+        .acquire(b"jobs", lock(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(
+        held.acquired && other.acquired,
+        "two locks named alike, one per tenant"
+    );
+    let inspected = globex
+        .inspect(b"jobs", Consistency::Linearizable)
+        .await
+        .unwrap();
+    assert_eq!(inspected.holder.unwrap().token, other.holder.unwrap().token);
+
+    let ttl = Duration::from_secs(30);
+    let first = acme.begin(b"orders", b"1", None, ttl).await.unwrap();
+    let second = globex.begin(b"orders", b"1", None, ttl).await.unwrap();
+    assert!(
+        matches!(first, BeginResult::Started { .. })
+            && matches!(second, BeginResult::Started { .. }),
+        "{first:?} {second:?}"
+    );
+
+    let ranges = acme.ranges().await.unwrap();
+    assert!(!ranges.is_empty());
+    for range in &ranges {
+        assert!(
+            !range
+                .descriptor
+                .start
+                .starts_with(&keel_types::tenant::TENANT_MARK),
+            "{}",
+            range.descriptor
+        );
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tenants_may_not_administer_the_cluster() {
+    let cluster = start().await;
+    let acme = client_as(&cluster, Some(ACME));
+    let denied = acme.split(b"m").await.unwrap_err();
+    assert!(
+        matches!(denied, KvError::PermissionDenied { .. }),
+        "{denied:?}"
+    );
+    let status = acme.status(&cluster.endpoint(1)).await.unwrap_err();
+    assert!(
+        matches!(status, KvError::PermissionDenied { .. }),
+        "{status:?}"
+    );
+    let admin = client_as(&cluster, Some(ADMIN));
+    admin.split(b"m").await.unwrap();
+    cluster.shutdown().await;
+}
+
+/// `message` with acme's token.
+fn with_token<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let bearer = format!("Bearer {ACME}").parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    request
+}
+
+/// A raw call to a follower, which forwards it to the leader as the tenant's request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_a_follower_forwards_stays_in_its_tenants_namespace() {
+    let cluster = start().await;
+    let leader = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(cluster.pki().ca_pem()));
+    let channel = Endpoint::from_shared(format!("https://{}", cluster.endpoint(follower)))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut kv = KvClient::new(channel);
+    let put = PutRequest {
+        key: b"via-follower".to_vec(),
+        value: b"v".to_vec(),
+        ..PutRequest::default()
+    };
+    kv.put(with_token(put)).await.unwrap();
+    let get = GetRequest {
+        key: b"via-follower".to_vec(),
+        consistency: v1::Consistency::Linearizable.into(),
+        no_forward: false,
+    };
+    let got = kv.get(with_token(get)).await.unwrap().into_inner();
+    assert_eq!(
+        got.kv.unwrap().key,
+        b"via-follower",
+        "the answer names the tenant's key"
+    );
+    let acme = client_as(&cluster, Some(ACME));
+    assert_eq!(value(&acme, b"via-follower").await.unwrap(), b"v");
+    let admin = client_as(&cluster, Some(ADMIN));
+    assert_eq!(
+        value(&admin, b"via-follower").await,
+        None,
+        "not in the raw keyspace"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quotas_refuse_with_a_typed_error() {
+    let cluster = start().await;
+    let slow = client_as(&cluster, Some(SLOW));
+    let mut refused = None;
+    for _ in 0..50 {
+        if let Err(error) = slow.get(b"k", Consistency::Linearizable).await {
+            refused = Some(error);
+            break;
+        }
+    }
+    match refused {
+        Some(KvError::QuotaExceeded {
+            tenant,
+            quota,
+            limit,
+        }) => {
+            assert_eq!(
+                (tenant.as_str(), quota.as_str(), limit),
+                ("slow", "requests_per_sec", 1)
+            );
+        }
+        other => panic!("50 reads at once passed a quota of 1 per second: {other:?}"),
+    }
+
+    // Keys: counted from the range table once the namespace has split off, so writes go on
+    // until the count catches up, then stop.
+    let small = client_as(&cluster, Some(SMALL));
+    let started = Instant::now();
+    let mut written = 0u32;
+    let refusal = loop {
+        assert!(
+            started.elapsed() < WAIT_LIMIT,
+            "{written} keys written, never refused"
+        );
+        match put(&small, format!("key-{written}").as_bytes(), b"v").await {
+            Ok(()) => written += 1,
+            Err(error) => break error,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        matches!(&refusal, KvError::QuotaExceeded { quota, limit: 5, .. } if quota == "keys"),
+        "{refusal:?}"
+    );
+    assert!(written >= 5, "refused after {written} keys");
+    small.delete(b"key-0", Default::default()).await.unwrap();
+    cluster.shutdown().await;
+}
