@@ -1,6 +1,7 @@
 //! Integration tests of the `keel` binary.
 
 mod backup;
+mod deploy;
 mod five_nodes;
 mod help;
 mod process;
