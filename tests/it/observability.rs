@@ -16,10 +16,15 @@ use crate::prometheus::{self, Scrape};
 
 /// `GET /metrics` from node `id`, as HTTP/1.1: (status line, content type, body).
 async fn get_metrics(cluster: &Cluster, id: NodeId) -> (String, String, String) {
+    get_path(cluster, id, "/metrics").await
+}
+
+/// Status line, content type and body of `GET path` on node `id`'s metrics endpoint.
+async fn get_path(cluster: &Cluster, id: NodeId, path: &str) -> (String, String, String) {
     let mut stream = tokio::net::TcpStream::connect(cluster.metrics_addr(id))
         .await
         .unwrap();
-    let request = "GET /metrics HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n";
+    let request = format!("GET {path} HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).await.unwrap();
@@ -182,6 +187,13 @@ async fn health_reports_not_serving_while_a_node_has_no_leader_for_its_ranges() 
             .await;
         }
     }
+    for path in ["/healthz", "/readyz"] {
+        eventually("the HTTP probes say ok", || async {
+            let (status, _, _) = get_path(&cluster, 1, path).await;
+            (status == "HTTP/1.1 200 OK").then_some(())
+        })
+        .await;
+    }
     cluster.stop_node(2).await;
     cluster.stop_node(3).await;
     for service in ["", "keel.v1.Kv", "keel.v1.Cluster"] {
@@ -198,6 +210,11 @@ async fn health_reports_not_serving_while_a_node_has_no_leader_for_its_ranges() 
     );
     let scrape = scrape(&cluster, 1).await;
     assert_eq!(scrape.value("keel_node_serving", &[]), Some(0.0));
+    let (ready, _, why) = get_path(&cluster, 1, "/readyz").await;
+    assert_eq!(ready, "HTTP/1.1 503 Service Unavailable", "{why}");
+    assert!(why.contains("has no leader"), "{why}");
+    let (live, _, _) = get_path(&cluster, 1, "/healthz").await;
+    assert_eq!(live, "HTTP/1.1 200 OK");
     cluster.shutdown().await;
 }
 

@@ -1,5 +1,7 @@
 //! The metrics endpoint (`--metrics-listen`): a minimal HTTP/1.x server answering
-//! `GET /metrics` with the text format, one request per connection. Bounded: at most
+//! `GET /metrics` with the text format, and `GET /healthz` and `GET /readyz` with the node's
+//! health as `grpc.health.v1` judges it (200 or 503; for probes that cannot speak TLS, such
+//! as Kubernetes' gRPC probe against a TLS node), one request per connection. Bounded: at most
 //! `METRICS_CONNECTIONS_MAX` connections at once (more are closed unanswered), a request head
 //! of at most `METRICS_REQUEST_BYTES_MAX` bytes, and `METRICS_REQUEST_TIMEOUT_MS` to read the
 //! request and send the answer. Knows nothing of what the metrics are.
@@ -18,12 +20,17 @@ use tracing::{debug, warn};
 
 use super::scrape;
 use super::text::CONTENT_TYPE;
+use crate::health_service;
 use crate::shared::Shared;
 
 /// What a request asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Asked {
     Metrics,
+    /// `/healthz`: the node is healthy (what `keel.raft.v1.Raft`'s health status says).
+    Live,
+    /// `/readyz`: healthy, and every range hosted knows a leader (the `""` status).
+    Ready,
     /// Another path: 404.
     NotFound,
     /// Another method: 405.
@@ -73,6 +80,11 @@ async fn answer(mut stream: TcpStream, shared: &Shared) {
     };
     let (status, content_type, body) = match asked {
         Asked::Metrics => ("200 OK", CONTENT_TYPE, scrape::render(shared).await),
+        Asked::Live => probe(match shared.health.summary() {
+            (true, _) => Ok(()),
+            (false, message) => Err(message),
+        }),
+        Asked::Ready => probe(health_service::verdict(shared)),
         Asked::NotFound => ("404 Not Found", "text/plain", "try /metrics\n".to_string()),
         Asked::MethodNotAllowed => ("405 Method Not Allowed", "text/plain", "GET only\n".into()),
         Asked::BadRequest => ("400 Bad Request", "text/plain", "bad request\n".to_string()),
@@ -88,6 +100,18 @@ async fn answer(mut stream: TcpStream, shared: &Shared) {
     };
     if let Err(error) = written.await {
         debug!(%error, "metrics endpoint: writing the answer failed");
+    }
+}
+
+/// A probe's answer: 200 `ok`, or 503 with the reason.
+fn probe(verdict: Result<(), String>) -> (&'static str, &'static str, String) {
+    match verdict {
+        Ok(()) => ("200 OK", "text/plain", "ok\n".to_string()),
+        Err(reason) => (
+            "503 Service Unavailable",
+            "text/plain",
+            format!("{reason}\n"),
+        ),
     }
 }
 
@@ -129,6 +153,8 @@ pub(crate) fn parse(head: &[u8]) -> Asked {
     let path = target.split('?').next().unwrap_or_default();
     match (method, path) {
         ("GET", "/metrics") => Asked::Metrics,
+        ("GET", "/healthz") => Asked::Live,
+        ("GET", "/readyz") => Asked::Ready,
         ("GET", _) => Asked::NotFound,
         _ => Asked::MethodNotAllowed,
     }
@@ -148,6 +174,8 @@ mod tests {
             ("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", Asked::Metrics),
             ("GET /metrics HTTP/1.0\r\n\r\n", Asked::Metrics),
             ("GET /metrics?name[]=x HTTP/1.1\r\n\r\n", Asked::Metrics),
+            ("GET /healthz HTTP/1.1\r\n\r\n", Asked::Live),
+            ("GET /readyz HTTP/1.1\r\n\r\n", Asked::Ready),
             ("GET / HTTP/1.1\r\n\r\n", Asked::NotFound),
             ("GET /metricsx HTTP/1.1\r\n\r\n", Asked::NotFound),
             ("POST /metrics HTTP/1.1\r\n\r\n", Asked::MethodNotAllowed),
