@@ -58,8 +58,14 @@ pub struct Global {
     /// Bearer token sent with every request, for a cluster with authentication on (`keel
     /// serve --auth-tokens`); it names the tenant or admin you act as. Prefer the
     /// environment variable: a flag shows in the process list.
-    #[arg(long, global = true, env = "KEEL_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    #[arg(
+        long = "token",
+        global = true,
+        env = "KEEL_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub auth_token: Option<String>,
     /// PEM file of the CA that signed the nodes' certificates: talk TLS to the cluster,
     /// trusting only this CA (a cluster serving TLS refuses plaintext). Without it,
     /// plaintext.
@@ -549,6 +555,28 @@ mod tests {
             let error = fence(&["put", "k", "v", "--fence", bad]).unwrap_err();
             assert!(error.contains(message), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn the_bearer_token_is_apart_from_lock_and_record_tokens() {
+        let args = [
+            "--token",
+            "t0123456789abcdef",
+            "lock",
+            "renew",
+            "jobs",
+            "5",
+            "--ttl",
+            "1s",
+        ];
+        let cli = parse(&args).unwrap();
+        assert_eq!(cli.global.auth_token.as_deref(), Some("t0123456789abcdef"));
+        let Command::Lock(LockCommand::Renew { token, .. }) = cli.command else {
+            panic!("parsed as {:?}", cli.command);
+        };
+        assert_eq!(token, 5);
+        let cli = parse(&["idem", "complete", "pay", "o-1", "9", "done"]).unwrap();
+        assert_eq!(cli.global.auth_token, None);
     }
 
     #[test]

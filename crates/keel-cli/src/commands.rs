@@ -48,7 +48,7 @@ fn options(global: &Global) -> Result<ClientOptions, KvError> {
         write_deadline: timeout,
         write_attempt_timeout: defaults.write_attempt_timeout.min(timeout / 2),
         connect_timeout: defaults.connect_timeout.min(timeout),
-        token: global.token.clone(),
+        token: global.auth_token.clone(),
         tls,
         ..defaults
     })
