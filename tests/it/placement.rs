@@ -14,8 +14,9 @@ use keel_types::{Consistency, NodeId};
 use crate::harness::{Cluster, eventually_within};
 
 /// How long a test waits for the rebalancer: each move sends a snapshot and makes two
-/// membership changes, a few at a time, on two busy cores.
-const MOVES_LIMIT: Duration = Duration::from_secs(90);
+/// membership changes, a few at a time, on two busy cores. Alone, the healing test takes
+/// about 10 s; beside the rest of the suite in a fresh CI clone it once took more than 90.
+const MOVES_LIMIT: Duration = Duration::from_secs(240);
 
 /// Fast healing for tests: a node is dead after 3 s without a heartbeat.
 fn placement() -> PlacementSettings {
