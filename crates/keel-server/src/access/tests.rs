@@ -27,8 +27,9 @@ fn bearer(token: &str) -> MetadataMap {
     metadata
 }
 
-fn tenant_of(caller: Caller) -> Arc<Tenant> {
-    match caller {
+/// The tenant `token` names (as a client's request, not a peer's).
+fn tenant(access: &Access, token: &str) -> Arc<Tenant> {
+    match access.caller(&bearer(token), false).unwrap() {
         Caller::Tenant(tenant) => tenant,
         other => panic!("not a tenant: {other:?}"),
     }
@@ -37,19 +38,18 @@ fn tenant_of(caller: Caller) -> Arc<Tenant> {
 #[test]
 fn tokens_name_their_callers() {
     let access = Access::parse(FILE).unwrap();
-    let acme = tenant_of(
-        access
-            .caller(&bearer("acme-second-0123456789"), false)
-            .unwrap(),
-    );
+    let acme = tenant(&access, "acme-second-0123456789");
     assert_eq!(acme.name.as_str(), "acme");
     assert_eq!(acme.quotas.keys, Some(10));
-    let globex = tenant_of(
-        access
-            .caller(&bearer("globex-token-0123456789"), true)
-            .unwrap(),
-    );
+    let globex = tenant(&access, "globex-token-0123456789");
     assert_ne!(acme.namespace, globex.namespace);
+    assert!(
+        matches!(
+            access.caller(&bearer("globex-token-0123456789"), true),
+            Ok(Caller::Tenant(_))
+        ),
+        "a token counts before the peer's certificate"
+    );
     assert!(matches!(
         access.caller(&bearer("admin-token-0123456789"), false),
         Ok(Caller::Admin)
@@ -142,11 +142,7 @@ fn tenants_may_not_administer() {
 #[test]
 fn keys_quota_refuses_growing_writes_only() {
     let access = Access::parse(FILE).unwrap();
-    let acme = tenant_of(
-        access
-            .caller(&bearer("acme-token-0123456789"), false)
-            .unwrap(),
-    );
+    let acme = tenant(&access, "acme-token-0123456789");
     let now = Instant::now();
     let later = |secs| now + Duration::from_secs(secs);
     assert!(acme.admit(Call::Write { grows: true }, now).is_ok());
@@ -166,11 +162,7 @@ fn keys_quota_refuses_growing_writes_only() {
 #[test]
 fn requests_per_sec_quota_refills_over_time() {
     let access = Access::parse(FILE).unwrap();
-    let acme = tenant_of(
-        access
-            .caller(&bearer("acme-token-0123456789"), false)
-            .unwrap(),
-    );
+    let acme = tenant(&access, "acme-token-0123456789");
     let now = Instant::now();
     assert!(acme.admit(Call::Read, now).is_ok());
     assert!(acme.admit(Call::Read, now).is_ok());
@@ -191,11 +183,7 @@ fn requests_per_sec_quota_refills_over_time() {
         acme.admit(Call::Read, now + Duration::from_millis(500))
             .is_err()
     );
-    let globex = tenant_of(
-        access
-            .caller(&bearer("globex-token-0123456789"), false)
-            .unwrap(),
-    );
+    let globex = tenant(&access, "globex-token-0123456789");
     for _ in 0..100 {
         assert!(globex.admit(Call::Read, now).is_ok(), "no quota, no limit");
     }
