@@ -12,8 +12,8 @@ use crate::progress::Progress;
 pub async fn run(args: RestoreArgs, output: Output) -> u8 {
     let listen = keel_server::parse_initial_cluster(&args.initial_cluster)
         .ok()
-        .and_then(|cluster| cluster.get(&args.node_id).cloned())
-        .unwrap_or_else(|| "HOST:PORT".to_string());
+        .and_then(|cluster| cluster.get(&args.node_id).map(|addr| listen_on(addr)))
+        .unwrap_or_else(|| "IP:PORT".to_string());
     let serve = format!(
         "keel serve --node-id {} --listen {listen} --data-dir {} --initial-cluster {}",
         args.node_id,
@@ -51,4 +51,29 @@ pub async fn run(args: RestoreArgs, output: Output) -> u8 {
         }
     };
     crate::commands::print(&report)
+}
+
+/// What `--listen` takes for a node the cluster knows at `addr`: the address itself when it
+/// names an IP, else every interface on its port (`serve` listens on an IP, not a name).
+fn listen_on(addr: &str) -> String {
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return addr.to_string();
+    }
+    match addr.rsplit_once(':') {
+        Some((_, port)) => format!("0.0.0.0:{port}"),
+        None => "IP:PORT".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_on;
+
+    #[test]
+    fn the_printed_listen_address_is_one_serve_takes() {
+        assert_eq!(listen_on("127.0.0.1:7101"), "127.0.0.1:7101");
+        assert_eq!(listen_on("[::1]:7101"), "[::1]:7101");
+        assert_eq!(listen_on("localhost:7101"), "0.0.0.0:7101");
+        assert_eq!(listen_on("keel-0.keel:7001"), "0.0.0.0:7001");
+    }
 }
