@@ -293,7 +293,6 @@ async fn quotas_refuse_with_a_typed_error() {
             Ok(()) => written += 1,
             Err(error) => break error,
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(
         matches!(&refusal, KvError::QuotaExceeded { quota, limit: 5, .. } if quota == "keys"),
