@@ -40,6 +40,9 @@ pub struct RangeView {
     pub leader: Option<NodeId>,
     /// A membership change or leader transfer of this range is in flight: plan nothing for it.
     pub busy: bool,
+    /// The membership is joint (`voters` holds both configurations): a change is half done,
+    /// and when the range is not busy, the leader that made it stopped in between.
+    pub joint: bool,
 }
 
 /// How many replicas a range should have, and how much one plan may start.
@@ -81,6 +84,8 @@ pub enum Action {
     TransferLeader { range: RangeId, to: NodeId },
     /// Remove learner `node` left over from an interrupted change.
     RemoveLearner { range: RangeId, node: NodeId },
+    /// Finish a membership change left joint by a leader that stopped in between.
+    FinishChange { range: RangeId },
 }
 
 impl Action {
@@ -91,7 +96,8 @@ impl Action {
             | Action::RemoveVoter { range, .. }
             | Action::Replace { range, .. }
             | Action::TransferLeader { range, .. }
-            | Action::RemoveLearner { range, .. } => range,
+            | Action::RemoveLearner { range, .. }
+            | Action::FinishChange { range } => range,
         }
     }
 }
@@ -105,6 +111,7 @@ impl std::fmt::Display for Action {
             Action::Replace { from, to, .. } => write!(f, "replace {from} -> {to}"),
             Action::TransferLeader { to, .. } => write!(f, "transfer leader to {to}"),
             Action::RemoveLearner { node, .. } => write!(f, "remove learner {node}"),
+            Action::FinishChange { .. } => write!(f, "finish the half-done change"),
         }
     }
 }
@@ -125,6 +132,8 @@ impl std::fmt::Display for Action {
 /// and a failed one is about to be replaced by an election), or whose voters on non-failed
 /// nodes are no quorum (it cannot commit a change). In priority order, ranges by id:
 ///
+/// 0. Finish: a joint range finishes its change, and nothing else is planned for it until
+///    it has (its voters are those of both configurations).
 /// 1. Repair: a voter on a failed node (the lowest id) is replaced by the best target; with no
 ///    target it is removed if the range keeps at least `replication_factor` voters, else it
 ///    stays (removing it would only shrink the quorum).
@@ -154,6 +163,7 @@ pub fn plan_rebalance(
     policy: &RebalancePolicy,
 ) -> Vec<Action> {
     let mut planner = Planner::new(nodes, ranges, policy);
+    planner.each_range(Planner::finish_change);
     planner.each_range(Planner::repair);
     planner.each_range(Planner::add_voter);
     planner.each_range(Planner::drain);
@@ -247,6 +257,13 @@ impl<'a> Planner<'a> {
                 self.push(range, action);
             }
         }
+    }
+
+    /// Rule 0: finish a half-done membership change.
+    fn finish_change(&self, range: LedRange<'a>) -> Option<Action> {
+        range.view.joint.then_some(Action::FinishChange {
+            range: range.view.id,
+        })
     }
 
     /// Rule 1: replace, or remove, a voter on a failed node.
@@ -507,7 +524,9 @@ impl<'a> Planner<'a> {
                 decrement(&mut self.leaders, range.leader);
                 increment(&mut self.leaders, to);
             }
-            Action::TransferLeader { .. } | Action::RemoveLearner { .. } => {}
+            Action::TransferLeader { .. }
+            | Action::RemoveLearner { .. }
+            | Action::FinishChange { .. } => {}
         }
         self.actions.push(action);
     }

@@ -1,6 +1,7 @@
 //! Changing which nodes replicate a range, on its leader: add a replica (as a learner that
 //! first receives a snapshot, then a voter), remove one, replace one by another in a single
-//! joint change, or drop a learner an interrupted change left behind. One change at a time
+//! joint change, drop a learner an interrupted change left behind, or finish a joint change a
+//! stopped leader left half done. One change at a time
 //! per range (the group's change lock, shared with splits). Knows nothing of who decided the
 //! change or how the new replica's node was told to expect the range.
 //!
@@ -48,8 +49,9 @@ impl RaftGroup {
     ///
     /// `NotLeader` when this replica does not lead; `InvalidArgument` when the change does
     /// not fit the membership (removing the leader or a node that is not a voter, adding a
-    /// voter); `Unavailable` while another change is half done or when the new replica did
-    /// not catch up in time (it stays a learner; removing it is a later change).
+    /// voter); `Unavailable` while another change is half done (`ReplicaChange::Finish`
+    /// finishes it) or when the new replica did not catch up in time (it stays a learner;
+    /// removing it is a later change).
     pub async fn change_replicas(
         &self,
         change: &ReplicaChange,
@@ -64,6 +66,9 @@ impl RaftGroup {
             self.renew_lease(deadline).await?;
         }
         let current = self.membership();
+        if *change == ReplicaChange::Finish && !current.joint {
+            return self.descriptor().await;
+        }
         check_change(self, &current, change)?;
         info!(range_id = self.range().0, %change, "changing replicas");
         if let Some((node, addr)) = change.added() {
@@ -81,13 +86,15 @@ impl RaftGroup {
             ReplicaChange::Add { node, .. } => Some(with(&voters, *node)),
             ReplicaChange::Remove { node } => Some(without(&voters, *node)),
             ReplicaChange::Replace { from, to, .. } => Some(with(&without(&voters, *from), *to)),
-            ReplicaChange::RemoveLearner { .. } => None,
+            ReplicaChange::RemoveLearner { .. } | ReplicaChange::Finish => None,
         };
         let membership = match (members, change) {
             (Some(voters), _) => ChangeMembers::ReplaceAllVoters(voters),
             (None, ReplicaChange::RemoveLearner { node }) => {
                 ChangeMembers::RemoveNodes(BTreeSet::from([*node]))
             }
+            // From a joint membership, a change that adds nothing moves to its newer half.
+            (None, ReplicaChange::Finish) => ChangeMembers::AddVoterIds(BTreeSet::new()),
             (None, _) => unreachable!("every other change sets the voters"),
         };
         self.propose_change(membership).await?;
@@ -217,7 +224,7 @@ fn check_change(
     change: &ReplicaChange,
 ) -> Result<(), KvError> {
     let range = group.range();
-    if current.joint {
+    if current.joint && *change != ReplicaChange::Finish {
         return Err(KvError::unavailable(format!(
             "range {range} is in the middle of a membership change"
         )));

@@ -56,8 +56,6 @@ pub(crate) struct ClusterView {
     pub nodes: BTreeMap<NodeId, NodeEntry>,
     /// Every range the meta range records, and the meta range itself, by id.
     pub ranges: Vec<RangeView>,
-    /// Ranges in the middle of a membership change (a joint configuration).
-    pub joint: BTreeSet<RangeId>,
     /// What each range's leader last reported of it.
     pub led: BTreeMap<RangeId, LedRange>,
 }
@@ -127,12 +125,9 @@ pub(crate) async fn gather(shared: &Shared, meta: &RaftGroup) -> Result<ClusterV
         ..ClusterView::default()
     };
     let meta_view = meta_range_view(shared, meta);
-    for range in std::iter::once(meta_view).chain(descriptors.iter().map(|d| from_meta(d, &led))) {
-        if range.joint {
-            view.joint.insert(range.view.id);
-        }
-        view.ranges.push(range.view);
-    }
+    view.ranges = std::iter::once(meta_view)
+        .chain(descriptors.iter().map(|d| from_meta(d, &led)))
+        .collect();
     let now = Instant::now();
     let dead_after = Duration::from_millis(shared.placement.node_dead_after_ms);
     let mut ids: BTreeSet<NodeId> = shared.cluster.keys().copied().collect();
@@ -170,49 +165,40 @@ pub(crate) async fn gather(shared: &Shared, meta: &RaftGroup) -> Result<ClusterV
     Ok(view)
 }
 
-/// A range as the planner sees it, and whether its membership is joint.
-struct Viewed {
-    view: RangeView,
-    joint: bool,
-}
-
 /// The meta range, from this node's own replica (it leads it).
-fn meta_range_view(shared: &Shared, meta: &RaftGroup) -> Viewed {
+fn meta_range_view(shared: &Shared, meta: &RaftGroup) -> RangeView {
     let membership = meta.membership();
-    Viewed {
-        view: RangeView {
-            id: RangeId::META,
-            voters: membership.voters,
-            learners: membership.learners,
-            leader: Some(shared.node_id),
-            busy: false,
-        },
+    RangeView {
+        id: RangeId::META,
+        voters: membership.voters,
+        learners: membership.learners,
+        leader: Some(shared.node_id),
+        busy: false,
         joint: membership.joint,
     }
 }
 
 /// A data range: its recorded descriptor, with the membership its leader reported when a
 /// live node reported leading it (fresher than the meta table).
-fn from_meta(descriptor: &RangeDescriptor, led: &BTreeMap<RangeId, (NodeId, LedRange)>) -> Viewed {
+fn from_meta(
+    descriptor: &RangeDescriptor,
+    led: &BTreeMap<RangeId, (NodeId, LedRange)>,
+) -> RangeView {
     match led.get(&descriptor.id) {
-        Some((leader, reported)) => Viewed {
-            view: RangeView {
-                id: descriptor.id,
-                voters: reported.voters.clone(),
-                learners: reported.learners.clone(),
-                leader: Some(*leader),
-                busy: false,
-            },
+        Some((leader, reported)) => RangeView {
+            id: descriptor.id,
+            voters: reported.voters.clone(),
+            learners: reported.learners.clone(),
+            leader: Some(*leader),
+            busy: false,
             joint: reported.joint,
         },
-        None => Viewed {
-            view: RangeView {
-                id: descriptor.id,
-                voters: descriptor.replicas.clone(),
-                learners: Vec::new(),
-                leader: None,
-                busy: false,
-            },
+        None => RangeView {
+            id: descriptor.id,
+            voters: descriptor.replicas.clone(),
+            learners: Vec::new(),
+            leader: None,
+            busy: false,
             joint: false,
         },
     }

@@ -94,7 +94,7 @@ async fn round(shared: &Arc<Shared>, meta: &RaftGroup, busy: &Arc<Busy>) -> Resu
     let mut view = placement::gather(shared, meta).await?;
     let busy_now = busy.now();
     for range in &mut view.ranges {
-        range.busy = busy_now.contains(&range.id) || view.joint.contains(&range.id);
+        range.busy = busy_now.contains(&range.id);
     }
     mark_drained(shared, &view).await;
     let policy = RebalancePolicy {
@@ -163,6 +163,7 @@ async fn execute(shared: &Shared, view: &ClusterView, action: &Action) -> Result
         },
         Action::RemoveVoter { node, .. } => ReplicaChange::Remove { node },
         Action::RemoveLearner { node, .. } => ReplicaChange::RemoveLearner { node },
+        Action::FinishChange { .. } => ReplicaChange::Finish,
     };
     change_on(shared, view, range, leader, &change)
         .await

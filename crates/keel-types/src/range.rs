@@ -115,6 +115,9 @@ pub enum ReplicaChange {
     },
     /// Remove learner `node`.
     RemoveLearner { node: NodeId },
+    /// Finish a change that a leader stopped in the middle of (the membership is still joint):
+    /// move to the change's new voters. Nothing to do when the membership is not joint.
+    Finish,
 }
 
 impl ReplicaChange {
@@ -123,7 +126,9 @@ impl ReplicaChange {
         match self {
             ReplicaChange::Add { node, addr } => Some((*node, addr)),
             ReplicaChange::Replace { to, addr, .. } => Some((*to, addr)),
-            _ => None,
+            ReplicaChange::Remove { .. }
+            | ReplicaChange::RemoveLearner { .. }
+            | ReplicaChange::Finish => None,
         }
     }
 
@@ -132,7 +137,7 @@ impl ReplicaChange {
         match self {
             ReplicaChange::Remove { node } | ReplicaChange::RemoveLearner { node } => Some(*node),
             ReplicaChange::Replace { from, .. } => Some(*from),
-            ReplicaChange::Add { .. } => None,
+            ReplicaChange::Add { .. } | ReplicaChange::Finish => None,
         }
     }
 }
@@ -144,6 +149,7 @@ impl std::fmt::Display for ReplicaChange {
             ReplicaChange::Remove { node } => write!(f, "remove {node}"),
             ReplicaChange::Replace { from, to, .. } => write!(f, "replace {from} -> {to}"),
             ReplicaChange::RemoveLearner { node } => write!(f, "remove learner {node}"),
+            ReplicaChange::Finish => write!(f, "finish the half-done change"),
         }
     }
 }

@@ -66,37 +66,53 @@ async fn write_keys(client: &Client) -> BTreeMap<String, Vec<u8>> {
     acknowledged
 }
 
-/// Polls `probe` until it returns `Some`, failing with the node logs after `WAIT_LIMIT`.
+/// Polls `probe` until it returns `Ok`, failing after `WAIT_LIMIT` with the last reason it
+/// gave and the node logs.
 pub(crate) async fn eventually<T, F, Fut>(processes: &Processes, what: &str, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
+    Fut: std::future::Future<Output = Result<T, String>>,
 {
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     let mut ticks = tokio::time::interval(Duration::from_millis(200));
     loop {
         ticks.tick().await;
-        if let Some(value) = probe().await {
-            return value;
-        }
+        let why = match probe().await {
+            Ok(value) => return value,
+            Err(why) => why,
+        };
         assert!(
             tokio::time::Instant::now() < deadline,
-            "gave up waiting for {what}; {}",
+            "gave up waiting for {what}: {why}; {}",
             processes.logs()
         );
     }
 }
 
-/// Whether every range has 3 voters, all on `nodes`, and a leader among them.
-pub(crate) async fn healed_on(client: &Client, nodes: &[NodeId]) -> Option<usize> {
-    let ranges = client.ranges().await.ok()?;
-    let healed = ranges.iter().all(|range| {
-        let voters = &range.descriptor.replicas;
-        voters.len() == 3
-            && voters.iter().all(|voter| nodes.contains(voter))
-            && range.leader.is_some_and(|leader| voters.contains(&leader))
-    });
-    healed.then_some(ranges.len())
+/// The number of ranges if every range has 3 voters, all on `nodes`, and a leader among
+/// them; otherwise the ranges that do not.
+pub(crate) async fn healed_on(client: &Client, nodes: &[NodeId]) -> Result<usize, String> {
+    let ranges = client.ranges().await.map_err(|error| error.to_string())?;
+    let unhealed: Vec<String> = ranges
+        .iter()
+        .filter(|range| {
+            let voters = &range.descriptor.replicas;
+            voters.len() != 3
+                || !voters.iter().all(|voter| nodes.contains(voter))
+                || !range.leader.is_some_and(|leader| voters.contains(&leader))
+        })
+        .map(|range| {
+            format!(
+                "range {} replicas {:?} leader {:?}",
+                range.descriptor.id, range.descriptor.replicas, range.leader
+            )
+        })
+        .collect();
+    if unhealed.is_empty() {
+        Ok(ranges.len())
+    } else {
+        Err(unhealed.join(", "))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -113,7 +129,11 @@ async fn five_nodes_split_by_load_spread_and_heal_after_a_node_is_lost() {
     );
     eventually(&processes, "the load splits and spreads", || async {
         let ranges = healed_on(&client, &all).await?;
-        (ranges >= 8).then_some(())
+        if ranges >= 8 {
+            Ok(())
+        } else {
+            Err(format!("{ranges} ranges"))
+        }
     })
     .await;
     let members = client.members().await.unwrap();

@@ -39,6 +39,7 @@ fn range(id: u64, voters: &[NodeId], leader: NodeId) -> RangeView {
         learners: Vec::new(),
         leader: Some(leader),
         busy: false,
+        joint: false,
     }
 }
 
@@ -49,6 +50,12 @@ fn with_learners(mut view: RangeView, learners: &[NodeId]) -> RangeView {
 
 fn busy(mut view: RangeView) -> RangeView {
     view.busy = true;
+    view
+}
+
+/// A membership left joint: `voters` are those of both configurations.
+fn joint(mut view: RangeView) -> RangeView {
+    view.joint = true;
     view
 }
 
@@ -90,6 +97,12 @@ fn transfer(range: u64, to: NodeId) -> Action {
     Action::TransferLeader {
         range: RangeId(range),
         to,
+    }
+}
+
+fn finish(range: u64) -> Action {
+    Action::FinishChange {
+        range: RangeId(range),
     }
 }
 
@@ -352,6 +365,36 @@ fn ranges_with_too_many_voters_lose_one() {
             vec![range(1, &[1, 2, 3], 1)],
             policy(1, 4),
             vec![remove(1, 3)],
+        ),
+    ]);
+}
+
+#[test]
+fn half_done_changes_are_finished_first() {
+    check_all(vec![
+        (
+            "a joint range with a voter on a dead node finishes its change, nothing else",
+            vec![live(1), dead(2), live(3), live(4), live(5)],
+            vec![joint(range(1, &[1, 2, 3, 4], 1)), range(2, &[1, 2, 3], 1)],
+            policy(3, 4),
+            vec![finish(1), replace(2, 2, 5)],
+        ),
+        (
+            "finishing comes before every other rule, in range order",
+            lives(4),
+            vec![
+                with_learners(range(1, &[1, 2], 1), &[4]),
+                joint(range(2, &[1, 2, 3, 4], 2)),
+            ],
+            policy(3, 1),
+            vec![finish(2)],
+        ),
+        (
+            "a busy joint range is changing now: nothing to finish",
+            lives(4),
+            vec![busy(joint(range(1, &[1, 2, 3, 4], 1)))],
+            policy(3, 4),
+            vec![],
         ),
     ]);
 }
@@ -734,6 +777,7 @@ impl Cluster {
                 assert!(view.learners.contains(&node), "{action}");
                 view.learners.retain(|&learner| learner != node);
             }
+            Action::FinishChange { .. } => panic!("the simulated ranges are never joint"),
         }
         view.voters.sort_unstable();
     }

@@ -1,5 +1,6 @@
 //! A `Transport` that hands messages straight to another in-process node's `Groups`, with
-//! switchable "down" nodes and the gRPC message size limit. Exercises the real encoding and dispatch, without sockets.
+//! switchable "down" nodes, a held-back membership entry and the gRPC message size limit.
+//! Exercises the real encoding and dispatch, without sockets.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -7,15 +8,20 @@ use std::time::Duration;
 
 use keel_raft::{
     Groups, Peer, RaftGroup, RaftMessage, RaftTimings, RpcKind, SnapshotReader, Transport,
-    TransportError,
+    TransportError, wire,
 };
+use keel_storage::raft_types::TypeConfig;
 use keel_storage::{SnapshotFile, Store};
 use keel_types::{NodeAddr, NodeId, RangeId, limits};
+use openraft::EntryPayload;
+use openraft::raft::AppendEntriesRequest;
 
 #[derive(Default)]
 pub struct Loopback {
     nodes: Mutex<BTreeMap<NodeId, (Groups, Store)>>,
     down: Mutex<BTreeSet<NodeId>>,
+    /// Appends carrying a uniform membership with exactly these voters fail to reach anyone.
+    held: Mutex<Option<BTreeSet<NodeId>>>,
 }
 
 impl Loopback {
@@ -43,6 +49,30 @@ impl Loopback {
             set.remove(&node);
         }
     }
+
+    /// Holds back (`Some`) or lets through (`None`) every append that carries a uniform
+    /// membership of exactly `voters`: the second step of a joint change to them.
+    pub fn hold_membership(&self, voters: Option<BTreeSet<NodeId>>) {
+        *self.held.lock().unwrap() = voters;
+    }
+
+    fn is_held(&self, kind: RpcKind, message: &RaftMessage) -> bool {
+        let held = self.held.lock().unwrap();
+        let Some(voters) = held.as_ref() else {
+            return false;
+        };
+        if kind != RpcKind::AppendEntries {
+            return false;
+        }
+        let request: AppendEntriesRequest<TypeConfig> = wire::decode(&message.payload).unwrap();
+        request.entries.iter().any(|entry| match &entry.payload {
+            EntryPayload::Membership(membership) => {
+                let configs = membership.get_joint_config();
+                configs.len() == 1 && &configs[0] == voters
+            }
+            _ => false,
+        })
+    }
 }
 
 fn remote(target: NodeId, error: impl std::fmt::Display) -> TransportError {
@@ -61,6 +91,12 @@ impl Transport for Loopback {
         deadline: Duration,
     ) -> Result<Vec<u8>, TransportError> {
         let (groups, _) = self.node(target)?;
+        if self.is_held(kind, &message) {
+            return Err(TransportError::Unreachable {
+                target: target.id,
+                message: "membership entry held back".to_string(),
+            });
+        }
         if message.payload.len() > limits::GRPC_MESSAGE_BYTES_MAX {
             let size = message.payload.len();
             return Err(remote(

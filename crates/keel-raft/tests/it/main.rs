@@ -2,5 +2,6 @@
 //! made of modules.
 
 mod loopback;
+mod membership;
 mod replication;
 mod splits;

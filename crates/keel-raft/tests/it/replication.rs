@@ -10,7 +10,7 @@ use crate::loopback::{Loopback, TestNode};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-fn put(key: &str, value: &str) -> Command {
+pub fn put(key: &str, value: &str) -> Command {
     Command::Mutate(Mutation {
         request: None,
         now_ms: 0,
