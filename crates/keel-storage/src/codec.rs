@@ -45,6 +45,13 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     postcard::to_extend(value, bytes).expect("postcard encoding into a Vec cannot fail")
 }
 
+/// The length of `encode(value)`, without encoding it.
+pub(crate) fn encoded_len<T: Serialize>(value: &T) -> usize {
+    let body = postcard::experimental::serialized_size(value)
+        .expect("postcard sizing of a value it can encode cannot fail");
+    1 + body
+}
+
 /// Decodes a record written by `encode` by any readable version. Only for records whose
 /// shape is the same in every readable version; `what` names it in errors.
 pub(crate) fn decode<T: DeserializeOwned>(

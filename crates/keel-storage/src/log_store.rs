@@ -5,10 +5,13 @@
 //! Appends, votes, truncations and purges are executed by the store's writer thread and
 //! reported only after a durable commit. Reads run on blocking threads.
 //!
-//! openraft replicates entries as soon as `append` returns, before they are durable (its
-//! pipeline reads what was submitted), but redb shows readers only committed data. So the log
-//! keeps appended entries in memory (`PendingLog`) until the writer has committed them, and
-//! reads take entries from there first and from redb for the rest.
+//! Most reads come right behind the appends: replication sends the entries just appended,
+//! and the state machine applies the entries just committed. So the log keeps its latest
+//! entries in memory (`RecentLog`), and reads take entries from there first and from redb
+//! for the rest. An appended entry stays there until the writer has committed it: openraft
+//! replicates entries as soon as `append` returns, before they are durable, and redb shows
+//! readers only committed data. A durable one stays while the durable ones fit in
+//! `DURABLE_KEPT_BYTES`.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -21,43 +24,111 @@ use openraft::OptionalSend;
 use openraft::storage::{RaftLogReader, RaftLogStorage};
 use redb::{ReadableTable, WriteTransaction};
 
+use crate::codec;
 use crate::error::StorageError;
 use crate::raft_types::{Entry, IoFlushed, LogId, LogState, TypeConfig, Vote};
 use crate::store::Store;
 use crate::tables::{self, RAFT_COMMITTED, RAFT_LOG, RAFT_META, RAFT_PURGED, RAFT_VOTE};
 use crate::writer::Op;
 
-/// The Raft log of one range. Cheap to clone; clones share the pending entries.
+/// Encoded bytes of durable entries a range's log keeps in memory at most: a commit batch of
+/// small writes fits (64 puts of 256 bytes are about 20 KiB), and 1,000 ranges keep at most
+/// 64 MiB. Larger entries are read back from redb.
+const DURABLE_KEPT_BYTES: usize = 64 * 1024;
+
+/// The Raft log of one range. Cheap to clone; clones share the recent entries.
 #[derive(Clone)]
 pub struct LogStore {
     store: Store,
     range: RangeId,
-    pending: Arc<PendingLog>,
+    recent: Arc<RecentLog>,
 }
 
-/// Entries appended but not yet committed by the writer, by index. An entry leaves only once
-/// it is on disk, so every appended entry is readable from here or from redb.
+/// The latest entries of the log, by index: contiguous and ending at the last appended one.
+/// Every entry the writer has not committed yet is here, so every appended entry is readable
+/// from here or from redb.
 #[derive(Default)]
-struct PendingLog {
-    entries: Mutex<BTreeMap<u64, Arc<Entry>>>,
+struct RecentLog {
+    entries: Mutex<Recent>,
 }
 
-impl PendingLog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Entry>>> {
-        self.entries.lock().expect("pending log lock poisoned")
+#[derive(Default)]
+struct Recent {
+    entries: BTreeMap<u64, Kept>,
+    /// Encoded bytes of the durable entries.
+    durable_bytes: usize,
+}
+
+struct Kept {
+    entry: Arc<Entry>,
+    /// Encoded bytes.
+    bytes: usize,
+    durable: bool,
+}
+
+impl RecentLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.entries.lock().expect("recent log lock poisoned")
+    }
+}
+
+impl Recent {
+    fn append(&mut self, entries: &[Arc<Entry>]) {
+        for entry in entries {
+            let kept = Kept {
+                entry: Arc::clone(entry),
+                bytes: codec::encoded_len(entry.as_ref()),
+                durable: false,
+            };
+            if let Some(replaced) = self.entries.insert(entry.log_id.index, kept) {
+                self.forget(&replaced);
+            }
+        }
     }
 
-    /// Forgets the committed `ids`, unless an entry was replaced meanwhile (truncated and
-    /// appended again).
-    fn settle(&self, ids: &[LogId]) {
-        let mut entries = self.lock();
+    /// Marks the committed `ids` durable, unless an entry was replaced meanwhile (truncated
+    /// and appended again), then forgets the oldest durable entries beyond the budget.
+    /// Commits come in log order, so the durable entries lead the map.
+    fn settle(&mut self, ids: &[LogId]) {
         for id in ids {
-            if entries
-                .get(&id.index)
-                .is_some_and(|entry| entry.log_id == *id)
+            if let Some(kept) = self.entries.get_mut(&id.index)
+                && kept.entry.log_id == *id
+                && !kept.durable
             {
-                entries.remove(&id.index);
+                kept.durable = true;
+                self.durable_bytes += kept.bytes;
             }
+        }
+        while self.durable_bytes > DURABLE_KEPT_BYTES {
+            let Some(first) = self.entries.first_entry() else {
+                break;
+            };
+            if !first.get().durable {
+                break;
+            }
+            let kept = first.remove();
+            self.forget(&kept);
+        }
+    }
+
+    /// Forgets every entry from `first` on.
+    fn truncate(&mut self, first: u64) {
+        for kept in self.entries.split_off(&first).into_values() {
+            self.forget(&kept);
+        }
+    }
+
+    /// Forgets every entry up to and including `last`.
+    fn purge(&mut self, last: u64) {
+        let kept = self.entries.split_off(&(last + 1));
+        for purged in std::mem::replace(&mut self.entries, kept).into_values() {
+            self.forget(&purged);
+        }
+    }
+
+    fn forget(&mut self, kept: &Kept) {
+        if kept.durable {
+            self.durable_bytes -= kept.bytes;
         }
     }
 }
@@ -67,7 +138,7 @@ impl LogStore {
         LogStore {
             store,
             range,
-            pending: Arc::default(),
+            recent: Arc::default(),
         }
     }
 
@@ -126,23 +197,27 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
         }
-        // Pending entries first: one that is committed and forgotten after this snapshot is
-        // on disk by then, and the disk read below stops where the pending ones start.
-        let pending: Vec<Entry> = {
-            let entries = self.pending.lock();
+        // Recent entries first: one forgotten after this copy is on disk by then, and the
+        // disk read below stops where the recent ones start.
+        let recent: Vec<Entry> = {
+            let recent = self.recent.lock();
             let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
             let span = (Bound::Included(start), upper);
-            entries
+            recent
+                .entries
                 .range(span)
-                .map(|(_, entry)| Entry::clone(entry))
+                .map(|(_, kept)| Entry::clone(&kept.entry))
                 .collect()
         };
-        let disk_end = match (pending.first(), end) {
+        let disk_end = match (recent.first(), end) {
             (Some(first), _) => Some(first.log_id.index),
             (None, end) => end,
         };
+        if disk_end.is_some_and(|disk_end| disk_end <= start) {
+            return Ok(recent);
+        }
         let mut entries = self.read_entries(start, disk_end).await?;
-        entries.extend(pending);
+        entries.extend(recent);
         Ok(entries)
     }
 
@@ -168,10 +243,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 tables::log_state(&log, &meta, range)
             })
             .await?;
-        let pending_last = self.pending.lock().values().next_back().map(|e| e.log_id);
+        let recent_last =
+            (self.recent.lock().entries.values().next_back()).map(|kept| kept.entry.log_id);
         Ok(LogState {
             last_purged_log_id,
-            last_log_id: pending_last.or(last_log_id),
+            last_log_id: recent_last.or(last_log_id),
         })
     }
 
@@ -211,20 +287,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Shared with the writer: the pending copy costs a reference count, not a copy.
+        // Shared with the writer: the recent copy costs a reference count, not a copy.
         let entries: Vec<Arc<Entry>> = entries.into_iter().map(Arc::new).collect();
         if entries.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
         }
         let ids: Vec<LogId> = entries.iter().map(|entry| entry.log_id).collect();
-        self.pending.lock().extend(
-            entries
-                .iter()
-                .map(|entry| (entry.log_id.index, Arc::clone(entry))),
-        );
-        let pending = self.pending.clone();
-        let settle: crate::writer::Settle = Box::new(move || pending.settle(&ids));
+        self.recent.lock().append(&entries);
+        let recent = self.recent.clone();
+        let settle: crate::writer::Settle = Box::new(move || recent.lock().settle(&ids));
         let op = Op::Append {
             range: self.range,
             entries,
@@ -238,7 +310,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// deletion is durable.
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let first_removed = last_log_id.map_or(0, |last| last.index + 1);
-        self.pending.lock().split_off(&first_removed);
+        self.recent.lock().truncate(first_removed);
         let op = Op::TruncateAfter {
             range: self.range,
             last: last_log_id,
@@ -249,7 +321,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     /// Deletes every entry up to and including `log_id`; returns after it is durable.
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        self.pending.lock().retain(|index, _| *index > log_id.index);
+        self.recent.lock().purge(log_id.index);
         let op = Op::Purge {
             range: self.range,
             upto: log_id,
@@ -384,3 +456,7 @@ pub(crate) fn purge(
         .map_err(|e| StorageError::redb("purge log", e))?;
     tables::write_meta(&mut meta, range, RAFT_PURGED, upto)
 }
+
+#[cfg(test)]
+#[path = "log_store_tests.rs"]
+mod tests;

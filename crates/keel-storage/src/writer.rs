@@ -31,7 +31,7 @@ use crate::{apply, install, log_store, remove, restore};
 pub(crate) enum Op {
     Append {
         range: RangeId,
-        /// Shared with the log store's pending entries until the commit.
+        /// Shared with the log store's recent entries.
         entries: Vec<Arc<Entry>>,
     },
     SaveVote {
