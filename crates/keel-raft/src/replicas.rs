@@ -1,9 +1,9 @@
 //! Changing which nodes replicate a range, on its leader: add a replica (as a learner that
 //! first receives a snapshot, then a voter), remove one, replace one by another in a single
 //! joint change, drop a learner an interrupted change left behind, or finish a joint change a
-//! stopped leader left half done. One change at a time
-//! per range (the group's change lock, shared with splits). Knows nothing of who decided the
-//! change or how the new replica's node was told to expect the range.
+//! stopped leader left half done. One change at a time per range (the group's change lock,
+//! shared with splits). Knows nothing of who decided the change or how the new replica's node
+//! was told to expect the range.
 //!
 //! A new replica must start from a snapshot, never from the log: the log may hold splits
 //! applied before the node was a member, and replaying one would make the node create the

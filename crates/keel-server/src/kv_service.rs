@@ -18,6 +18,7 @@ use keel_proto::v1::{
     PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse, batch_op,
 };
 use keel_raft::RaftGroup;
+use keel_storage::KeyRead;
 use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
 use keel_types::{
     BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
@@ -74,12 +75,20 @@ impl KvService {
     ) -> Result<GetResponse, KvError> {
         group.read_barrier(consistency).await?;
         let now_ms = self.shared.clock.now_ms();
-        let (kv, revision) = group
+        let read = group
             .state_machine()
-            .get(&request.key, now_ms)
+            .read_key(&request.key, now_ms)
             .await
             .map_err(|e| self.router.storage_failed(e))?;
-        self.router.check_span(&group, &request.key).await?;
+        let (kv, revision) = match read {
+            KeyRead::Inside { kv, revision } => (kv, revision),
+            KeyRead::Outside { descriptor, .. } => {
+                return Err(KvError::KeyOutOfRange {
+                    key: request.key.clone(),
+                    range: Box::new(descriptor),
+                });
+            }
+        };
         Ok(GetResponse {
             header: self.router.header(&group, revision, false),
             kv: kv.map(|kv| convert::key_value(kv, now_ms)),

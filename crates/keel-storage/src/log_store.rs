@@ -75,12 +75,24 @@ impl RecentLog {
 impl Recent {
     fn append(&mut self, entries: &[Arc<Entry>]) {
         for entry in entries {
+            let index = entry.log_id.index;
+            if self
+                .entries
+                .last_key_value()
+                .is_some_and(|(&last, _)| index > last + 1)
+            {
+                // The log jumped (past an installed snapshot): what is kept is durable or
+                // purged, and keeping it would leave a gap reads cannot tell from the disk.
+                let kept = std::mem::take(&mut self.entries);
+                self.durable_bytes = 0;
+                self.entries = kept.into_iter().filter(|(_, kept)| !kept.durable).collect();
+            }
             let kept = Kept {
                 entry: Arc::clone(entry),
                 bytes: codec::encoded_len(entry.as_ref()),
                 durable: false,
             };
-            if let Some(replaced) = self.entries.insert(entry.log_id.index, kept) {
+            if let Some(replaced) = self.entries.insert(index, kept) {
                 self.forget(&replaced);
             }
         }

@@ -130,3 +130,14 @@ fn appending_over_a_durable_entry_and_purging_keep_the_count() {
     assert_eq!(kept(&recent), Vec::<u64>::new());
     assert_eq!(recent.durable_bytes, 0);
 }
+
+#[test]
+fn a_jump_in_the_log_forgets_what_came_before() {
+    let mut recent = Recent::default();
+    let old = entries(1, 1, 3, 100);
+    recent.append(&old);
+    recent.settle(&ids(&old));
+    recent.append(&entries(2, 10, 12, 100));
+    assert_eq!(kept(&recent), vec![10, 11, 12]);
+    assert_eq!(recent.durable_bytes, 0);
+}

@@ -14,7 +14,7 @@ use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 use redb::ReadableTableMetadata;
 
 use super::tests::{apply_commands_to, open, put};
-use super::{RangeCounts, StateMachine};
+use super::{KeyRead, RangeCounts, StateMachine};
 use crate::error::StorageError;
 use crate::raft_types::{Entry, Membership, Snapshot, TypeConfig};
 use crate::split::initial_log_id;
@@ -234,6 +234,16 @@ async fn each_half_reads_and_writes_only_its_span() {
     let right = span(2, "d", None, 1, 1);
     assert_eq!(ranges.sm(parent).descriptor().await.unwrap(), left);
     assert_eq!(ranges.sm(child).descriptor().await.unwrap(), right);
+    // A read of a key that split off names the range it read from.
+    match ranges.sm(parent).read_key(b"e", 0).await.unwrap() {
+        KeyRead::Outside { descriptor, .. } => assert_eq!(descriptor, left),
+        inside => panic!("{inside:?}"),
+    }
+    let read = ranges.sm(child).read_key(b"e", 0).await.unwrap();
+    assert!(
+        matches!(read, KeyRead::Inside { kv: Some(_), .. }),
+        "{read:?}"
+    );
 
     // A key outside the span is refused whole: nothing written, no record, no session.
     let counts = ranges.sm(parent).counts().await.unwrap();

@@ -81,6 +81,21 @@ pub struct StateMachine {
     trace_parent: tracing::Span,
 }
 
+/// One key as a range's replica holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyRead {
+    /// In the range's span: the live row, if any, and the range's applied revision.
+    Inside {
+        kv: Option<KeyValue>,
+        revision: Revision,
+    },
+    /// Outside the range's span (it split off since the read was routed).
+    Outside {
+        descriptor: RangeDescriptor,
+        revision: Revision,
+    },
+}
+
 impl StateMachine {
     pub(crate) fn new(store: Store, range: RangeId) -> StateMachine {
         StateMachine {
@@ -109,27 +124,42 @@ impl StateMachine {
     }
 
     /// The key (absent if expired at `max(now_ms, range clock)`) and the range's applied
-    /// revision, read in one consistent read transaction.
-    pub async fn get(
-        &self,
-        key: &[u8],
-        now_ms: u64,
-    ) -> Result<(Option<KeyValue>, Revision), StorageError> {
+    /// revision, or the range's descriptor when the key is outside its span, read in one
+    /// consistent read transaction.
+    pub async fn read_key(&self, key: &[u8], now_ms: u64) -> Result<KeyRead, StorageError> {
         let (range, key) = (self.range, key.to_vec());
         self.store
             .read(move |txn| {
                 let state = readable_state(txn, range)?;
                 if !state.span.contains(&key) {
-                    return Ok((None, state.revision));
+                    return Ok(KeyRead::Outside {
+                        descriptor: state.descriptor(range),
+                        revision: state.revision,
+                    });
                 }
                 let kv = txn
                     .open_table(KV)
                     .map_err(|e| StorageError::redb("open kv", e))?;
                 let now_ms = now_ms.max(state.clock_ms);
-                let found = apply::read_kv(&kv, &key)?.filter(|kv| !kv.is_expired(now_ms));
-                Ok((found, state.revision))
+                let kv = apply::read_kv(&kv, &key)?.filter(|kv| !kv.is_expired(now_ms));
+                Ok(KeyRead::Inside {
+                    kv,
+                    revision: state.revision,
+                })
             })
             .await
+    }
+
+    /// `read_key`, with a key outside the span read as absent.
+    pub async fn get(
+        &self,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<(Option<KeyValue>, Revision), StorageError> {
+        Ok(match self.read_key(key, now_ms).await? {
+            KeyRead::Inside { kv, revision } => (kv, revision),
+            KeyRead::Outside { revision, .. } => (None, revision),
+        })
     }
 
     /// Keys of `[start, end)` (empty `end` = unbounded) inside the range that are not
