@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Two Keel builds side by side: a 3-node cluster of each binary on loopback (data in one temp
+# dir, same disk), both up for the whole run, the same keel-bench cases on both, alternating
+# which goes first and repeating. Prints one line per run; compare A and B within a repeat
+# (fsync speed swings about tenfold over minutes here). Every server is stopped at the end.
+#
+#   bench/ab-keel.sh OLD_KEEL NEW_KEEL
+#   env: CASES="put:1 put:16 put:64 lock-contended:16" (op:clients), REPEATS=3, DURATION=8s,
+#        BENCH=target/release/keel-bench
+#
+# Build the two binaries first, e.g. `cargo build --release -p keel-cli -p keel-bench` at each
+# commit and copy target/release/keel aside.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+[ $# -eq 2 ] || { sed -n '2,12p' "$0"; exit 2; }
+A=$1 B=$2
+for bin in "$A" "$B"; do
+  [ -x "$bin" ] || { echo "ab-keel.sh: $bin is not an executable" >&2; exit 2; }
+done
+BENCH=${BENCH:-$ROOT/target/release/keel-bench}
+CASES=${CASES:-"put:1 put:16 put:64 lock-contended:16"}
+REPEATS=${REPEATS:-3} DURATION=${DURATION:-8s}
+declare -A PORTS=([a]=27500 [b]=27600)
+CONNECTIONS_MAX=8 READY_TIMEOUT_S=90 STOP_TIMEOUT_S=10
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/keel-ab.XXXXXX")
+SERVER_PIDS=()
+
+cleanup() {
+  local status=$? pid waited
+  trap - EXIT INT TERM
+  for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${SERVER_PIDS[@]}"; do
+    waited=0
+    while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((STOP_TIMEOUT_S * 10)) ]; do
+      sleep 0.1; waited=$((waited + 1))
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ $status -ne 0 ]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
+  exit $status
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+endpoints() { # base port
+  echo "127.0.0.1:$(($1 + 1)),127.0.0.1:$(($1 + 2)),127.0.0.1:$(($1 + 3))"
+}
+
+start_cluster() { # name, binary
+  local name=$1 bin=$2 base=${PORTS[$1]} cluster i
+  cluster="1=127.0.0.1:$((base + 1)),2=127.0.0.1:$((base + 2)),3=127.0.0.1:$((base + 3))"
+  for i in 1 2 3; do
+    "$bin" serve --node-id "$i" --listen "127.0.0.1:$((base + i))" \
+      --data-dir "$WORK/$name-$i" --initial-cluster "$cluster" >"$WORK/$name-$i.log" 2>&1 &
+    SERVER_PIDS+=($!)
+  done
+  local deadline=$((SECONDS + READY_TIMEOUT_S))
+  until "$BENCH" --target keel --endpoints "$(endpoints "$base")" --op put --keyspace 1 \
+      --duration 200ms --warmup 0s >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { echo "cluster $name did not become ready" >&2; return 1; }
+    sleep 1
+  done
+}
+
+start_cluster a "$A"
+start_cluster b "$B"
+echo "a = $A; b = $B"
+for repeat in $(seq 1 "$REPEATS"); do
+  for entry in $CASES; do
+    op=${entry%%:*} clients=${entry##*:}
+    order="a b"; [ $((repeat % 2)) -eq 0 ] && order="b a"
+    for side in $order; do
+      extra=(); case $op in lock*) extra=(--no-preload) ;; esac
+      line=$("$BENCH" --target keel --endpoints "$(endpoints "${PORTS[$side]}")" --op "$op" \
+        --clients "$clients" --connections $((clients < CONNECTIONS_MAX ? clients : CONNECTIONS_MAX)) \
+        --duration "$DURATION" --warmup 1s --value-bytes 256 --keyspace 10000 --seed "$repeat" \
+        "${extra[@]}" | tail -n 1)
+      echo "repeat $repeat $side $op-$clients: $line"
+    done
+  done
+done
