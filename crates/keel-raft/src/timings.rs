@@ -86,8 +86,8 @@ impl RaftTimings {
             max_in_snapshot_log_to_keep: self.logs_kept_after_snapshot,
             snapshot_max_chunk_size: limits::SNAPSHOT_CHUNK_BYTES as u64,
             enable_pre_vote: Some(true),
-            // The state machine applies without fsync and the committed log id is not saved
-            // durably, so a leader restarted after a crash may hold a stale state machine. If
+            // The state machine applies without fsync and the committed log id is not saved,
+            // so a leader restarted after a crash may hold a stale state machine. If
             // it took its leadership back without an election it would serve linearizable
             // reads from that stale state (found by the Jepsen-style matrix: counter under
             // kill-all read 207 after 211 was acknowledged). Without restore it learns the

@@ -5,7 +5,7 @@
 //! | table         | key                                   | value                                  |
 //! |---------------|---------------------------------------|----------------------------------------|
 //! | `raft_log`    | range id (u64 BE) + log index (u64 BE) | openraft entry                         |
-//! | `raft_meta`   | range id (u64 BE) + kind (u8)          | vote / committed log id / purged log id |
+//! | `raft_meta`   | range id (u64 BE) + kind (u8)          | vote / purged log id                    |
 //! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records / (format 4) span, epoch, conf_version, counts of keys and bytes |
 //! | `kv`          | user key                              | create and mod revision, expiry (format 2), then the raw value |
 //! | `ttl`         | expiry ms (u64 BE) + user key          | empty                                  |
@@ -76,7 +76,7 @@ pub(crate) const META: TableDefinition<Bytes, Bytes> = TableDefinition::new("met
 
 /// Kinds of `raft_meta` rows.
 pub(crate) const RAFT_VOTE: u8 = 1;
-pub(crate) const RAFT_COMMITTED: u8 = 2;
+// 2 held the committed log id, written by builds before 2026-12; it is neither written nor read.
 pub(crate) const RAFT_PURGED: u8 = 3;
 
 /// Kinds of `sm_meta` rows.

@@ -38,10 +38,9 @@ pub(crate) enum Op {
         range: RangeId,
         vote: Vote,
     },
-    SaveCommitted {
-        range: RangeId,
-        committed: Option<LogId>,
-    },
+    /// Executes nothing: answered once every request queued before it has committed. A batch
+    /// of barriers alone opens no transaction.
+    Barrier,
     TruncateAfter {
         range: RangeId,
         last: Option<LogId>,
@@ -95,10 +94,7 @@ impl Op {
     fn needs_durability(&self) -> bool {
         !matches!(
             self,
-            Op::Apply { .. }
-                | Op::SaveCommitted { .. }
-                | Op::InstallClear { .. }
-                | Op::InstallRecords { .. }
+            Op::Apply { .. } | Op::Barrier | Op::InstallClear { .. } | Op::InstallRecords { .. }
         )
     }
 }
@@ -285,6 +281,15 @@ impl Writer {
             fail_all(batch, &error.to_string());
             return None;
         }
+        if batch
+            .iter()
+            .all(|request| matches!(request.op, Op::Barrier))
+        {
+            for request in batch {
+                succeed(request.done, Outcome::Done);
+            }
+            return None;
+        }
         let durable = batch.iter().any(|request| request.op.needs_durability());
         let committed = panic::catch_unwind(AssertUnwindSafe(|| self.commit(&batch, durable)));
         match committed {
@@ -365,9 +370,7 @@ fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
     match op {
         Op::Append { range, entries } => done(log_store::append_entries(txn, *range, entries)),
         Op::SaveVote { range, vote } => done(log_store::save_vote(txn, *range, vote)),
-        Op::SaveCommitted { range, committed } => {
-            done(log_store::save_committed(txn, *range, committed.as_ref()))
-        }
+        Op::Barrier => Ok(Outcome::Done),
         Op::TruncateAfter { range, last } => {
             done(log_store::truncate_after(txn, *range, last.as_ref()))
         }

@@ -47,6 +47,41 @@ async fn applies_alone_commit_without_fsync() {
     assert_eq!(after.durable_commits, before.durable_commits, "{after:?}");
 }
 
+/// `save_committed` writes nothing and opens no transaction of its own, but answers only
+/// after every request queued before it has committed: it paces the Raft loop to the writer.
+#[tokio::test]
+async fn save_committed_waits_for_the_queue_and_commits_nothing() {
+    use openraft::storage::RaftLogStorage;
+    let (_dir, store) = open_temp();
+    let mut log = store.log_store(RangeId(1));
+    let before = store.stats();
+    log.save_committed(Some(super::log_id(1, 1, 0)))
+        .await
+        .unwrap();
+    let after = store.stats();
+    assert_eq!(after.commits, before.commits, "{after:?}");
+    assert_eq!(log.read_committed().await.unwrap(), None);
+
+    let hold = store.hold_writer().await.unwrap();
+    let (callback, flushed) = super::flush_signal();
+    log.append(vec![blank(1, 0)], callback).await.unwrap();
+    let mut pacing = log.clone();
+    let mut saved = tokio::spawn(async move { pacing.save_committed(None).await });
+    tokio::task::yield_now().await;
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(100), &mut saved).await;
+    assert!(
+        waited.is_err(),
+        "answered while the append ahead of it was held"
+    );
+    drop(hold);
+    saved.await.unwrap().unwrap();
+    assert!(
+        flushed.await.is_ok(),
+        "the append ahead of it had committed first"
+    );
+    assert_eq!(store.stats().commits - after.commits, 1);
+}
+
 /// openraft replicates what `append` accepted before the flush callback fires; the log must
 /// return those entries even though redb has not committed them yet.
 #[tokio::test]
