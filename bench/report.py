@@ -367,6 +367,37 @@ blocking thread, even when the entries were still in memory. The tried change to
 round trip out of every commit but made the leader's Raft loop run faster with smaller
 batches: at 64 clients over 5 s, 7.5 puts per fsync instead of 14.6 (2,514 durable commits for
 18,951 puts against 1,700 for 24,838), so throughput fell.
+
+Runs of 2026-12-02 05:00–05:30 UTC against `20d95df`, same script; the first change 3 repeats
+of 6 s, the tried ones 2 or 3 repeats of 6 s:
+
+| change | case | repeat 1 | repeat 2 | repeat 3 |
+|---|---|---|---|---|
+| the committed log id is not stored; `save_committed` only waits for the writer's queue (`5010a9e`) | put, 1 client | 376 → 405 | 334 → 416 | 465 → 498 |
+| | put, 16 clients | 2603 → 2628 | 1859 → 1942 | 2802 → 2931 |
+| | put, 64 clients | 5533 → 6139 | 4728 → 4479 | 6083 → 6490 |
+| | lock, 1 client | 229 → 213 | 192 → 209 | 242 → 258 |
+| | contended lock, 16 clients | 322 → 340 | 346 → 349 | 338 → 343 |
+| tried, not kept: `save_committed` answers at once (no wait, no write) | put, 1 client | 405 → 447 | 352 → 400 | |
+| | put, 16 clients | 2570 → 2295 | 2173 → 1870 | |
+| | put, 64 clients | 4561 → 3588 | 5822 → 3691 | |
+| tried, not kept: openraft's `broadcast_submitted_on_append` | put, 1 client | 458 → 479 | 446 → 456 | |
+| | put, 64 clients | 6353 → 6401 | 6003 → 5314 | |
+| tried, not kept: the writer waits up to 200 µs for more requests when its last durable batch had several | put, 64 clients | 4892 → 5271 | 5371 → 5219 | |
+| the same, up to 500 µs | put, 64 clients | 5402 → 5113 | 4597 → 4320 | |
+| tried, not kept: mimalloc as the global allocator | put, 64 clients | 4500 → 4836 | 4540 → 4470 | 4872 → 5197 |
+| | linearizable get, 64 clients | 10180 → 13650 | 14453 → 13786 | 14320 → 15040 |
+| tried, not kept: one tokio worker per node (`TOKIO_WORKER_THREADS=1`) | put, 64 clients | 4889 → 5421 | 5679 → 5849 | |
+| | linearizable get, 64 clients | 14654 → 14460 | 13485 → 14012 | |
+
+The kept change takes one of the three write transactions each node ran per write out of
+the path (a lone put: 2 commits instead of 3, 70 KB instead of 82 KB written per put per node,
+that is 17 pages per fsync instead of 20, measured with `/proc/PID/io` and `strace` of the
+writer thread) and keeps the wait that makes the Raft loop batch. Taking the wait out too
+(the second row) confirms what the previous stop found: smaller appends and more fsyncs, and
+puts at 16 and 64 clients fall 11–37 %. The writer waiting for more requests does not bring
+that batching back, because the batches are formed in the Raft loop, before the writer.
+The others were within the noise or mixed, and one adds a C dependency (mimalloc).
 """
 
 
