@@ -12,6 +12,7 @@
 # commit and copy target/release/keel aside.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 [ $# -eq 2 ] || { sed -n '2,12p' "$0"; exit 2; }
 A=$1 B=$2
 for bin in "$A" "$B"; do
@@ -26,17 +27,9 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/keel-ab.XXXXXX")
 SERVER_PIDS=()
 
 cleanup() {
-  local status=$? pid waited
+  local status=$?
   trap - EXIT INT TERM
-  for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${SERVER_PIDS[@]}"; do
-    waited=0
-    while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((STOP_TIMEOUT_S * 10)) ]; do
-      sleep 0.1; waited=$((waited + 1))
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_servers "$STOP_TIMEOUT_S" "${SERVER_PIDS[@]}"
   if [ $status -ne 0 ]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
   exit $status
 }

@@ -15,6 +15,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 ARGS="$*"
 REPEATS=3 DURATION=10s WARMUP=2s MODE=full WRITE_DOCS=1 KEEP=0
 VALUE_BYTES=256 KEYSPACE=10000
@@ -63,19 +64,11 @@ log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # Stops what this script started, by pid: servers with SIGTERM then SIGKILL, then helpers.
 cleanup() {
-  local status=$? pid waited
+  local status=$? pid
   trap - EXIT INT TERM
   [ -z "$BENCH_PID" ] || kill "$BENCH_PID" 2>/dev/null || true
   for pid in "${HELPER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${SERVER_PIDS[@]}"; do
-    waited=0
-    while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((STOP_TIMEOUT_S * 10)) ]; do
-      sleep 0.1; waited=$((waited + 1))
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_servers "$STOP_TIMEOUT_S" "${SERVER_PIDS[@]}"
   for pid in "${HELPER_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ "$KEEP" = 1 ] || [ $status -ne 0 ]; then
     log "kept $WORK (logs: $WORK/*.log)"

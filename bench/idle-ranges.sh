@@ -21,6 +21,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 N=${N:-1000} IDLE_WAIT_S=${IDLE_WAIT_S:-15} SAMPLE_S=${SAMPLE_S:-30} SETTLE_MAX_S=${SETTLE_MAX_S:-600}
 PARALLEL=${PARALLEL:-4} PORT_BASE=${PORT_BASE:-7600} BUILD=${BUILD:-1}
 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10
@@ -32,14 +33,7 @@ log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
 cleanup() {
   trap - EXIT INT TERM
-  for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${SERVER_PIDS[@]}"; do
-    local waited=0
-    while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((STOP_TIMEOUT_S * 10)) ]; do
-      sleep 0.1; waited=$((waited + 1))
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
+  stop_servers "$STOP_TIMEOUT_S" "${SERVER_PIDS[@]}"
   log "servers stopped; logs are in $WORK"
 }
 trap cleanup EXIT

@@ -11,6 +11,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
 REPEATS=${REPEATS:-3} DURATION=${DURATION:-10s} WARMUP=${WARMUP:-2s}
 RANGES=${RANGES:-8} CLIENTS=${CLIENTS:-"16 64"}
 VALUE_BYTES=256 KEYSPACE=10000 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10 SPREAD_TIMEOUT_S=60
@@ -23,14 +24,7 @@ log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 cleanup() {
   trap - EXIT INT TERM
   [ -z "$BENCH_PID" ] || kill "$BENCH_PID" 2>/dev/null || true
-  for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${SERVER_PIDS[@]}"; do
-    local waited=0
-    while kill -0 "$pid" 2>/dev/null && [ $waited -lt $((STOP_TIMEOUT_S * 10)) ]; do
-      sleep 0.1; waited=$((waited + 1))
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
+  stop_servers "$STOP_TIMEOUT_S" "${SERVER_PIDS[@]}"
   log "servers stopped; logs and runs are in $WORK"
 }
 trap cleanup EXIT
