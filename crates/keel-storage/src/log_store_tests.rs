@@ -37,6 +37,14 @@ fn ids(entries: &[Arc<Entry>]) -> Vec<LogId> {
     entries.iter().map(|entry| entry.log_id).collect()
 }
 
+/// A log that appended `appended` and has them all durable.
+fn durable(appended: Vec<Arc<Entry>>) -> Recent {
+    let mut recent = Recent::default();
+    recent.append(&appended);
+    recent.settle(&ids(&appended));
+    recent
+}
+
 /// The kept indexes, after checking what every change must keep true: contiguous indexes,
 /// the durable entries first, and their bytes counted exactly.
 fn kept(recent: &Recent) -> Vec<u64> {
@@ -117,10 +125,7 @@ fn a_replaced_entry_is_not_made_durable_by_the_commit_of_the_old_one() {
 
 #[test]
 fn appending_over_a_durable_entry_and_purging_keep_the_count() {
-    let mut recent = Recent::default();
-    let old = entries(1, 1, 6, 100);
-    recent.append(&old);
-    recent.settle(&ids(&old));
+    let mut recent = durable(entries(1, 1, 6, 100));
     recent.append(&entries(2, 5, 6, 300));
     assert_eq!(kept(&recent), (1..=6).collect::<Vec<_>>());
     assert!(!recent.entries[&5].durable);
@@ -133,10 +138,7 @@ fn appending_over_a_durable_entry_and_purging_keep_the_count() {
 
 #[test]
 fn a_jump_in_the_log_forgets_what_came_before() {
-    let mut recent = Recent::default();
-    let old = entries(1, 1, 3, 100);
-    recent.append(&old);
-    recent.settle(&ids(&old));
+    let mut recent = durable(entries(1, 1, 3, 100));
     recent.append(&entries(2, 10, 12, 100));
     assert_eq!(kept(&recent), vec![10, 11, 12]);
     assert_eq!(recent.durable_bytes, 0);
