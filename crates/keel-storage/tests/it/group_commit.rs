@@ -66,11 +66,11 @@ async fn save_committed_waits_for_the_queue_and_commits_nothing() {
     let (callback, flushed) = super::flush_signal();
     log.append(vec![blank(1, 0)], callback).await.unwrap();
     let mut pacing = log.clone();
-    let mut saved = tokio::spawn(async move { pacing.save_committed(None).await });
+    let saved = tokio::spawn(async move { pacing.save_committed(None).await });
+    // One turn of this single-threaded runtime runs the task until it waits for the writer.
     tokio::task::yield_now().await;
-    let waited = tokio::time::timeout(std::time::Duration::from_millis(100), &mut saved).await;
     assert!(
-        waited.is_err(),
+        !saved.is_finished(),
         "answered while the append ahead of it was held"
     );
     drop(hold);
