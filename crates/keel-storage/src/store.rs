@@ -299,8 +299,25 @@ impl Store {
 
     /// Queues a write; `done` fires after its transaction commits (or fails).
     pub(crate) async fn submit(&self, op: Op, done: Done) -> Result<(), StorageError> {
-        self.send(Message::Request(Box::new(Request { op, done })))
-            .await
+        let shared = &self.inner.shared;
+        shared.queued();
+        let sent = self
+            .send(Message::Request(Box::new(Request { op, done })))
+            .await;
+        if sent.is_err() {
+            shared.queue_failed();
+        }
+        sent
+    }
+
+    /// Returns once every write queued before it has committed: at once when none is
+    /// outstanding, else after a barrier has passed through the writer's queue.
+    pub(crate) async fn barrier(&self) -> Result<(), StorageError> {
+        self.check()?;
+        if self.inner.shared.settled() {
+            return Ok(());
+        }
+        self.call(Op::Barrier).await.map(|_| ())
     }
 
     /// Queues a write and waits for its commit.

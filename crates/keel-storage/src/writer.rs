@@ -39,7 +39,8 @@ pub(crate) enum Op {
         vote: Vote,
     },
     /// Executes nothing: answered once every request queued before it has committed. A batch
-    /// of barriers alone opens no transaction.
+    /// of barriers alone opens no transaction. `Store::barrier` sends one only while requests
+    /// are outstanding.
     Barrier,
     TruncateAfter {
         range: RangeId,
@@ -173,6 +174,8 @@ pub(crate) struct Shared {
     /// Test seam: 0 = off; n = the n-th commit from now fails.
     fail_commit_in: AtomicU64,
     requests: AtomicU64,
+    /// Requests submitted whose transaction has not finished yet (committed or failed).
+    outstanding: AtomicU64,
     commits: AtomicU64,
     durable_commits: AtomicU64,
     observer: OnceLock<Arc<dyn CommitObserver>>,
@@ -211,6 +214,20 @@ impl Shared {
     /// Sets the commit observer; false (and nothing changes) when one is set already.
     pub fn observe(&self, observer: Arc<dyn CommitObserver>) -> bool {
         self.observer.set(observer).is_ok()
+    }
+
+    /// Counts a request about to be queued; `queue_failed` takes it back if it was not.
+    pub fn queued(&self) {
+        self.outstanding.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn queue_failed(&self) {
+        self.outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether every request queued so far has committed or failed.
+    pub fn settled(&self) -> bool {
+        self.outstanding.load(Ordering::SeqCst) == 0
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -273,11 +290,15 @@ impl Writer {
     }
 
     /// Executes and commits one batch, then fires its callbacks. Returns whether the commit
-    /// was durable, or `None` if nothing was committed.
+    /// was durable, or `None` if nothing was committed. The batch stops counting as
+    /// outstanding once its transaction has finished, before any callback fires, so a
+    /// barrier that a callback leads to finds it settled.
     fn process(&self, batch: Vec<Request>) -> Option<bool> {
         let count = u64::try_from(batch.len()).expect("batch length fits in u64");
         self.shared.requests.fetch_add(count, Ordering::Relaxed);
+        let finished = || self.shared.outstanding.fetch_sub(count, Ordering::SeqCst);
         if let Some(error) = self.shared.poisoned() {
+            finished();
             fail_all(batch, &error.to_string());
             return None;
         }
@@ -285,6 +306,7 @@ impl Writer {
             .iter()
             .all(|request| matches!(request.op, Op::Barrier))
         {
+            finished();
             for request in batch {
                 succeed(request.done, Outcome::Done);
             }
@@ -292,6 +314,7 @@ impl Writer {
         }
         let durable = batch.iter().any(|request| request.op.needs_durability());
         let committed = panic::catch_unwind(AssertUnwindSafe(|| self.commit(&batch, durable)));
+        finished();
         match committed {
             Ok(Ok(outcomes)) => {
                 let ranges_changed = batch

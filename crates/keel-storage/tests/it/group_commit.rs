@@ -82,6 +82,26 @@ async fn save_committed_waits_for_the_queue_and_commits_nothing() {
     assert_eq!(store.stats().commits - after.commits, 1);
 }
 
+/// With no request outstanding, `save_committed` answers without a trip through the writer's
+/// queue: here the writer is held, and it answers all the same.
+#[tokio::test]
+async fn save_committed_answers_at_once_when_nothing_is_outstanding() {
+    use openraft::storage::RaftLogStorage;
+    let (_dir, store) = open_temp();
+    let mut log = store.log_store(RangeId(1));
+    super::append(&mut log, vec![blank(1, 0)]).await.unwrap();
+    let hold = store.hold_writer().await.unwrap();
+    let mut pacing = log.clone();
+    let saved = tokio::spawn(async move { pacing.save_committed(None).await });
+    tokio::task::yield_now().await;
+    assert!(
+        saved.is_finished(),
+        "waited for the held writer with nothing outstanding"
+    );
+    saved.await.unwrap().unwrap();
+    drop(hold);
+}
+
 /// openraft replicates what `append` accepted before the flush callback fires; the log must
 /// return those entries even though redb has not committed them yet.
 #[tokio::test]
