@@ -25,35 +25,21 @@ declare -A PORTS=([a]=27500 [b]=27600)
 CONNECTIONS_MAX=8 READY_TIMEOUT_S=90 STOP_TIMEOUT_S=10
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/keel-ab.XXXXXX")
 SERVER_PIDS=()
+declare -A SERVER_NAME=()
 
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
-  stop_servers "$STOP_TIMEOUT_S" "${SERVER_PIDS[@]}"
-  if [ $status -ne 0 ]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
+  stop_and_clean $status "$WORK"
   exit $status
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-endpoints() { # base port
-  echo "127.0.0.1:$(($1 + 1)),127.0.0.1:$(($1 + 2)),127.0.0.1:$(($1 + 3))"
-}
-
 start_cluster() { # name, binary
-  local name=$1 bin=$2 base=${PORTS[$1]} cluster i
-  cluster="1=127.0.0.1:$((base + 1)),2=127.0.0.1:$((base + 2)),3=127.0.0.1:$((base + 3))"
-  for i in 1 2 3; do
-    "$bin" serve --node-id "$i" --listen "127.0.0.1:$((base + i))" \
-      --data-dir "$WORK/$name-$i" --initial-cluster "$cluster" >"$WORK/$name-$i.log" 2>&1 &
-    SERVER_PIDS+=($!)
-  done
-  local deadline=$((SECONDS + READY_TIMEOUT_S))
-  until "$BENCH" --target keel --endpoints "$(endpoints "$base")" --op put --keyspace 1 \
-      --duration 200ms --warmup 0s >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || { echo "cluster $name did not become ready" >&2; return 1; }
-    sleep 1
-  done
+  start_keel_cluster "$1" "$2" "${PORTS[$1]}" "$WORK"
+  wait_for_put "$BENCH" keel "$(cluster_endpoints "${PORTS[$1]}")" "$READY_TIMEOUT_S" ||
+    { echo "cluster $1 did not become ready" >&2; return 1; }
 }
 
 start_cluster a "$A"
@@ -65,7 +51,7 @@ for repeat in $(seq 1 "$REPEATS"); do
     order="a b"; [ $((repeat % 2)) -eq 0 ] && order="b a"
     for side in $order; do
       extra=(); case $op in lock*) extra=(--no-preload) ;; esac
-      line=$("$BENCH" --target keel --endpoints "$(endpoints "${PORTS[$side]}")" --op "$op" \
+      line=$("$BENCH" --target keel --endpoints "$(cluster_endpoints "${PORTS[$side]}")" --op "$op" \
         --clients "$clients" --connections $((clients < CONNECTIONS_MAX ? clients : CONNECTIONS_MAX)) \
         --duration "$DURATION" --warmup 1s --value-bytes 256 --keyspace 10000 --seed "$repeat" \
         "${extra[@]}" | tail -n 1)

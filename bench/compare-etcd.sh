@@ -102,46 +102,20 @@ build() {
   KEEL=$target_dir/release/keel BENCH=$target_dir/release/keel-bench
 }
 
-start_server() { # name, command...
-  local name=$1; shift
-  "$@" >"$WORK/$name.log" 2>&1 &
-  SERVER_PIDS+=($!)
-  SERVER_NAME[$!]=$name
-}
-
 start_clusters() {
-  local i etcd_cluster="" keel_cluster="" etcd_endpoints="" keel_endpoints=""
-  for i in 1 2 3; do
-    etcd_cluster+="${etcd_cluster:+,}etcd-$i=http://127.0.0.1:$((ETCD_PEER_PORT + i))"
-    keel_cluster+="${keel_cluster:+,}$i=127.0.0.1:$((KEEL_PORT + i))"
-    etcd_endpoints+="${etcd_endpoints:+,}127.0.0.1:$((ETCD_CLIENT_PORT + i))"
-    keel_endpoints+="${keel_endpoints:+,}127.0.0.1:$((KEEL_PORT + i))"
-  done
-  for i in 1 2 3; do
-    start_server "etcd-$i" etcd --name "etcd-$i" --data-dir "$WORK/etcd-$i" \
-      --listen-client-urls "http://127.0.0.1:$((ETCD_CLIENT_PORT + i))" \
-      --advertise-client-urls "http://127.0.0.1:$((ETCD_CLIENT_PORT + i))" \
-      --listen-peer-urls "http://127.0.0.1:$((ETCD_PEER_PORT + i))" \
-      --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PEER_PORT + i))" \
-      --initial-cluster "$etcd_cluster" --initial-cluster-state new \
-      --initial-cluster-token keel-vs-etcd --logger zap --log-outputs stderr
-    start_server "keel-$i" "$KEEL" serve --node-id "$i" --listen "127.0.0.1:$((KEEL_PORT + i))" \
-      --data-dir "$WORK/keel-$i" --initial-cluster "$keel_cluster"
-  done
-  declare -gA ENDPOINTS=([etcd]=$etcd_endpoints [keel]=$keel_endpoints)
+  start_etcd_cluster etcd "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$WORK"
+  start_keel_cluster keel "$KEEL" "$KEEL_PORT" "$WORK"
+  declare -gA ENDPOINTS=([etcd]=$(cluster_endpoints "$ETCD_CLIENT_PORT")
+    [keel]=$(cluster_endpoints "$KEEL_PORT"))
 }
 
 # Waits until a one-key put succeeds on `system`.
 wait_ready() {
-  local system=$1 deadline=$((SECONDS + READY_TIMEOUT_S))
-  until "$BENCH" --target "$system" --endpoints "${ENDPOINTS[$system]}" --op put --keyspace 1 \
-      --duration 200ms --warmup 0s >/dev/null 2>&1; do
-    if [ $SECONDS -ge $deadline ]; then
-      log "$system did not become ready within ${READY_TIMEOUT_S}s; its logs are in $WORK"
-      return 1
-    fi
-    sleep 1
-  done
+  local system=$1
+  if ! wait_for_put "$BENCH" "$system" "${ENDPOINTS[$system]}" "$READY_TIMEOUT_S"; then
+    log "$system did not become ready within ${READY_TIMEOUT_S}s; its logs are in $WORK"
+    return 1
+  fi
   log "$system is ready"
 }
 
@@ -155,15 +129,6 @@ sample_rss() {
     done
     sleep 1
   done
-}
-
-# Microseconds per 4 KiB synchronous write on the data dir's disk, from 200 dsync writes.
-fsync_probe() {
-  local seconds
-  seconds=$(dd if=/dev/zero of="$WORK/fsync-probe" bs=4k count=200 oflag=dsync 2>&1 |
-    awk '/copied/ {for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) print $(i - 1)}')
-  rm -f "$WORK/fsync-probe"
-  awk -v s="${seconds:-0}" 'BEGIN { printf "%.0f", s * 1e6 / 200 }'
 }
 
 run_case() { # system, case name, op, clients, repeat
@@ -217,7 +182,7 @@ json.dump({
   "cpu": "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)",
   "kernel": "$(uname -r)",
   "disk": "$disk",
-  "fsync_us_before": $FSYNC_BEFORE, "fsync_us_after": $(fsync_probe),
+  "fsync_us_before": $FSYNC_BEFORE, "fsync_us_after": $(fsync_probe_in "$WORK"),
   "keel_commit": "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet HEAD 2>/dev/null || echo '+uncommitted')",
   "etcd_version": "$(etcd --version | awk '/^etcd Version/ {print $3}')",
   "rustc": "$(rustc --version)",
@@ -230,7 +195,7 @@ EOF
 STARTED=$(date -u '+%Y-%m-%d %H:%M UTC')
 install_etcd
 build
-FSYNC_BEFORE=$(fsync_probe)
+FSYNC_BEFORE=$(fsync_probe_in "$WORK")
 log "data in $WORK; fsync of 4 KiB takes ${FSYNC_BEFORE} µs now"
 start_clusters
 sample_rss & HELPER_PIDS+=($!)
