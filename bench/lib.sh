@@ -1,5 +1,13 @@
-# Shared by the bench scripts (source it; it defines functions only; the callers declare the
-# SERVER_PIDS array and the SERVER_NAME associative array the start_* functions fill).
+# Shared by the bench scripts (source it; it defines functions and BENCH_SERVE_ARGS; the
+# callers declare the SERVER_PIDS array and the SERVER_NAME associative array the start_*
+# functions fill).
+
+# `keel serve` flags of the clusters that compare-etcd.sh, ab-keel.sh and ceiling.sh measure:
+# no load splits, so every run meets one range, as etcd is one Raft group. By default a range
+# serving over 2,500 requests/s for 10 s splits, and on one machine the parts only add Raft
+# groups on the same two cores and disk: on one cluster, put at 64 clients fell from about
+# 7,500 to 4,500 ops/s within a minute of load as one range became three (docs/BENCHMARKS.md).
+BENCH_SERVE_ARGS=(--range-split-requests-per-sec 0)
 
 # stop_servers TIMEOUT_S PID...: SIGTERM to every pid, then waits up to TIMEOUT_S for each to
 # exit before SIGKILL, and reaps it (when it is a child of this shell).
@@ -32,15 +40,17 @@ cluster_endpoints() { # base port
   echo "127.0.0.1:$(($1 + 1)),127.0.0.1:$(($1 + 2)),127.0.0.1:$(($1 + 3))"
 }
 
-# start_keel_cluster NAME KEEL BASE DIR: three `keel serve` nodes on 127.0.0.1:BASE+1..3, data
-# in DIR/NAME-<i>, output in DIR/NAME-<i>.log. Appends each pid to SERVER_PIDS and names it in
-# SERVER_NAME (the caller declares both: an array and an associative array).
+# start_keel_cluster NAME KEEL BASE DIR [SERVE_ARG...]: three `keel serve` nodes on
+# 127.0.0.1:BASE+1..3, data in DIR/NAME-<i>, output in DIR/NAME-<i>.log, with the SERVE_ARGs.
+# Appends each pid to SERVER_PIDS and names it in SERVER_NAME (the caller declares both: an
+# array and an associative array).
 start_keel_cluster() {
   local name=$1 keel=$2 base=$3 dir=$4 i cluster=""
+  shift 4
   for i in 1 2 3; do cluster+="${cluster:+,}$i=127.0.0.1:$((base + i))"; done
   for i in 1 2 3; do
     "$keel" serve --node-id "$i" --listen "127.0.0.1:$((base + i))" \
-      --data-dir "$dir/$name-$i" --initial-cluster "$cluster" >"$dir/$name-$i.log" 2>&1 &
+      --data-dir "$dir/$name-$i" --initial-cluster "$cluster" "$@" >"$dir/$name-$i.log" 2>&1 &
     SERVER_PIDS+=($!)
     SERVER_NAME[$!]=$name-$i
   done
