@@ -299,15 +299,13 @@ impl Store {
 
     /// Queues a write; `done` fires after its transaction commits (or fails).
     pub(crate) async fn submit(&self, op: Op, done: Done) -> Result<(), StorageError> {
-        let shared = &self.inner.shared;
-        shared.queued();
-        let sent = self
-            .send(Message::Request(Box::new(Request { op, done })))
-            .await;
-        if sent.is_err() {
-            shared.queue_failed();
-        }
-        sent
+        // Counted before it can reach the writer, which uncounts it; taken back if it never
+        // gets there (a send error, or this future dropped while the queue is full).
+        let mut counted = Outstanding::count(&self.inner.shared);
+        self.send(Message::Request(Box::new(Request { op, done })))
+            .await?;
+        counted.handed_over = true;
+        Ok(())
     }
 
     /// Returns once every write queued before it has committed: at once when none is
@@ -382,6 +380,31 @@ impl Store {
     /// The error for a writer that went away: poisoned if it failed, else closed.
     fn stopped(&self) -> StorageError {
         self.inner.shared.poisoned().unwrap_or(StorageError::Closed)
+    }
+}
+
+/// One request counted as outstanding by `Store::submit`: uncounted on drop unless it reached
+/// the writer's queue.
+struct Outstanding<'a> {
+    shared: &'a Shared,
+    handed_over: bool,
+}
+
+impl<'a> Outstanding<'a> {
+    fn count(shared: &'a Shared) -> Outstanding<'a> {
+        shared.queued();
+        Outstanding {
+            shared,
+            handed_over: false,
+        }
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            self.shared.queue_failed();
+        }
     }
 }
 

@@ -216,7 +216,7 @@ impl Shared {
         self.observer.set(observer).is_ok()
     }
 
-    /// Counts a request about to be queued; `queue_failed` takes it back if it was not.
+    /// Counts a request about to be queued; `queue_failed` takes it back if it never was.
     pub fn queued(&self) {
         self.outstanding.fetch_add(1, Ordering::SeqCst);
     }

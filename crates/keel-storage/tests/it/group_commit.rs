@@ -102,6 +102,43 @@ async fn save_committed_answers_at_once_when_nothing_is_outstanding() {
     drop(hold);
 }
 
+/// An append dropped while it waits for room in a full writer queue never reaches the writer
+/// and is not left counted as outstanding: once the queue has drained, `save_committed`
+/// answers at once again (the writer held, as above).
+#[tokio::test]
+async fn an_append_dropped_at_a_full_queue_is_not_left_outstanding() {
+    use futures::FutureExt;
+    use openraft::storage::RaftLogStorage;
+    let (_dir, store) = open_temp();
+    let hold = store.hold_writer().await.unwrap();
+    let queue_max = keel_types::limits::STORAGE_WRITER_QUEUE_MAX as u64;
+    let mut flushed = Vec::new();
+    for range in 1..=queue_max {
+        let (callback, done) = super::flush_signal();
+        let mut log = store.log_store(RangeId(range));
+        log.append(vec![blank(1, 0)], callback).await.unwrap();
+        flushed.push(done);
+    }
+    let mut late = store.log_store(RangeId(queue_max + 1));
+    let (callback, _never) = super::flush_signal();
+    let waiting = late.append(vec![blank(1, 0)], callback).now_or_never();
+    assert!(waiting.is_none(), "the queue had room for one more");
+    drop(hold);
+    for done in flushed {
+        done.await.unwrap();
+    }
+    let hold = store.hold_writer().await.unwrap();
+    let mut pacing = late.clone();
+    let saved = tokio::spawn(async move { pacing.save_committed(None).await });
+    tokio::task::yield_now().await;
+    assert!(
+        saved.is_finished(),
+        "the dropped append was left counted as outstanding"
+    );
+    saved.await.unwrap().unwrap();
+    drop(hold);
+}
+
 /// openraft replicates what `append` accepted before the flush callback fires; the log must
 /// return those entries even though redb has not committed them yet.
 #[tokio::test]
