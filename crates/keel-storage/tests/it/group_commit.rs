@@ -86,20 +86,13 @@ async fn save_committed_waits_for_the_queue_and_commits_nothing() {
 /// queue: here the writer is held, and it answers all the same.
 #[tokio::test]
 async fn save_committed_answers_at_once_when_nothing_is_outstanding() {
-    use openraft::storage::RaftLogStorage;
     let (_dir, store) = open_temp();
     let mut log = store.log_store(RangeId(1));
     super::append(&mut log, vec![blank(1, 0)]).await.unwrap();
-    let hold = store.hold_writer().await.unwrap();
-    let mut pacing = log.clone();
-    let saved = tokio::spawn(async move { pacing.save_committed(None).await });
-    tokio::task::yield_now().await;
     assert!(
-        saved.is_finished(),
+        save_committed_answers_while_held(&store, &log).await,
         "waited for the held writer with nothing outstanding"
     );
-    saved.await.unwrap().unwrap();
-    drop(hold);
 }
 
 /// An append dropped while it waits for room in a full writer queue never reaches the writer
@@ -127,16 +120,27 @@ async fn an_append_dropped_at_a_full_queue_is_not_left_outstanding() {
     for done in flushed {
         done.await.unwrap();
     }
-    let hold = store.hold_writer().await.unwrap();
-    let mut pacing = late.clone();
-    let saved = tokio::spawn(async move { pacing.save_committed(None).await });
-    tokio::task::yield_now().await;
     assert!(
-        saved.is_finished(),
+        save_committed_answers_while_held(&store, &late).await,
         "the dropped append was left counted as outstanding"
     );
-    saved.await.unwrap().unwrap();
+}
+
+/// Whether `save_committed` answers while the writer is held, within one turn of this
+/// single-threaded runtime (it is answered in the end either way).
+async fn save_committed_answers_while_held(
+    store: &keel_storage::Store,
+    log: &keel_storage::LogStore,
+) -> bool {
+    use openraft::storage::RaftLogStorage;
+    let hold = store.hold_writer().await.unwrap();
+    let mut pacing = log.clone();
+    let saved = tokio::spawn(async move { pacing.save_committed(None).await });
+    tokio::task::yield_now().await;
+    let answered = saved.is_finished();
     drop(hold);
+    saved.await.unwrap().unwrap();
+    answered
 }
 
 /// openraft replicates what `append` accepted before the flush callback fires; the log must
