@@ -301,10 +301,10 @@ impl Store {
     pub(crate) async fn submit(&self, op: Op, done: Done) -> Result<(), StorageError> {
         // Counted before it can reach the writer, which uncounts it; taken back if it never
         // gets there (a send error, or this future dropped while the queue is full).
-        let mut counted = Outstanding::count(&self.inner.shared);
+        let counted = self.inner.shared.count_outstanding();
         self.send(Message::Request(Box::new(Request { op, done })))
             .await?;
-        counted.handed_over = true;
+        counted.handed_over();
         Ok(())
     }
 
@@ -380,31 +380,6 @@ impl Store {
     /// The error for a writer that went away: poisoned if it failed, else closed.
     fn stopped(&self) -> StorageError {
         self.inner.shared.poisoned().unwrap_or(StorageError::Closed)
-    }
-}
-
-/// One request counted as outstanding by `Store::submit`: uncounted on drop unless it reached
-/// the writer's queue.
-struct Outstanding<'a> {
-    shared: &'a Shared,
-    handed_over: bool,
-}
-
-impl<'a> Outstanding<'a> {
-    fn count(shared: &'a Shared) -> Outstanding<'a> {
-        shared.queued();
-        Outstanding {
-            shared,
-            handed_over: false,
-        }
-    }
-}
-
-impl Drop for Outstanding<'_> {
-    fn drop(&mut self) {
-        if !self.handed_over {
-            self.shared.queue_failed();
-        }
     }
 }
 

@@ -216,13 +216,20 @@ impl Shared {
         self.observer.set(observer).is_ok()
     }
 
-    /// Counts a request about to be queued; `queue_failed` takes it back if it never was.
-    pub fn queued(&self) {
+    /// Counts one request as outstanding from now until the writer has finished its
+    /// transaction; the count is taken back when the guard is dropped before
+    /// `Outstanding::handed_over` (the request never reached the writer's queue).
+    pub fn count_outstanding(&self) -> Outstanding<'_> {
         self.outstanding.fetch_add(1, Ordering::SeqCst);
+        Outstanding {
+            shared: self,
+            handed_over: false,
+        }
     }
 
-    pub fn queue_failed(&self) {
-        self.outstanding.fetch_sub(1, Ordering::SeqCst);
+    /// The writer has finished the transaction of `count` requests.
+    fn finished(&self, count: u64) {
+        self.outstanding.fetch_sub(count, Ordering::SeqCst);
     }
 
     /// Whether every request queued so far has committed or failed.
@@ -235,6 +242,27 @@ impl Shared {
             commits: self.commits.load(Ordering::Relaxed),
             durable_commits: self.durable_commits.load(Ordering::Relaxed),
             requests: self.requests.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One request counted as outstanding (`Shared::count_outstanding`).
+pub(crate) struct Outstanding<'a> {
+    shared: &'a Shared,
+    handed_over: bool,
+}
+
+impl Outstanding<'_> {
+    /// The request is in the writer's queue: from here on the writer uncounts it.
+    pub fn handed_over(mut self) {
+        self.handed_over = true;
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            self.shared.finished(1);
         }
     }
 }
@@ -296,7 +324,7 @@ impl Writer {
     fn process(&self, batch: Vec<Request>) -> Option<bool> {
         let count = u64::try_from(batch.len()).expect("batch length fits in u64");
         self.shared.requests.fetch_add(count, Ordering::Relaxed);
-        let finished = || self.shared.outstanding.fetch_sub(count, Ordering::SeqCst);
+        let finished = || self.shared.finished(count);
         if let Some(error) = self.shared.poisoned() {
             finished();
             fail_all(batch, &error.to_string());
