@@ -27,6 +27,7 @@ PARALLEL=${PARALLEL:-4} PORT_BASE=${PORT_BASE:-7600} BUILD=${BUILD:-1}
 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10
 KEEL=${KEEL:-${CARGO_TARGET_DIR:-$ROOT/target}/release/keel}
 SERVER_PIDS=()
+declare -A SERVER_NAME=()
 WORK=$(mktemp -d /tmp/keel-idle-ranges.XXXXXX)
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -39,17 +40,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ENDPOINTS="127.0.0.1:$((PORT_BASE + 1)),127.0.0.1:$((PORT_BASE + 2)),127.0.0.1:$((PORT_BASE + 3))"
+ENDPOINTS=$(cluster_endpoints "$PORT_BASE")
 
 start_cluster() {
-  local i initial=""
-  for i in 1 2 3; do initial+="${initial:+,}$i=127.0.0.1:$((PORT_BASE + i))"; done
-  for i in 1 2 3; do
-    "$KEEL" serve --node-id "$i" --listen "127.0.0.1:$((PORT_BASE + i))" \
-      --data-dir "$WORK/n$i" --initial-cluster "$initial" \
-      --range-split-requests-per-sec 0 >"$WORK/n$i.log" 2>&1 &
-    SERVER_PIDS+=($!)
-  done
+  start_keel_cluster n "$KEEL" "$PORT_BASE" "$WORK" "${BENCH_SERVE_ARGS[@]}"
 }
 
 wait_ready() {
@@ -100,7 +94,7 @@ split_all() {
 settle() {
   local start=$SECONDS last=-1 count quiet_since=$SECONDS
   while :; do
-    count=$(cat "$WORK"/n[123].log | grep -c 'rebalancing action' || true)
+    count=$(cat "$WORK"/n-[123].log | grep -c 'rebalancing action' || true)
     if [ "$count" != "$last" ]; then last=$count; quiet_since=$SECONDS; fi
     [ $((SECONDS - quiet_since)) -lt "$IDLE_WAIT_S" ] || break
     if [ $((SECONDS - start)) -ge "$SETTLE_MAX_S" ]; then
@@ -140,7 +134,7 @@ print(f"{count}/{len(ranges)}")' <<<"$json" 2>/dev/null || echo "?"
 settle() {
   local start=$SECONDS last=-1 count quiet_since=$SECONDS
   while :; do
-    count=$(cat "$WORK"/n[123].log | grep -c 'rebalancing action' || true)
+    count=$(cat "$WORK"/n-[123].log | grep -c 'rebalancing action' || true)
     if [ "$count" != "$last" ]; then last=$count; quiet_since=$SECONDS; fi
     [ $((SECONDS - quiet_since)) -lt "$IDLE_WAIT_S" ] || break
     if [ $((SECONDS - start)) -ge "$SETTLE_MAX_S" ]; then

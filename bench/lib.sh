@@ -2,8 +2,9 @@
 # callers declare the SERVER_PIDS array and the SERVER_NAME associative array the start_*
 # functions fill).
 
-# `keel serve` flags of the clusters that compare-etcd.sh, ab-keel.sh and ceiling.sh measure:
-# no load splits, so every run meets one range, as etcd is one Raft group. By default a range
+# `keel serve` flags of every cluster the bench scripts start: no load splits, so a cluster
+# has the ranges the script made (one unless it splits by command), and compare-etcd.sh meets
+# one range, as etcd is one Raft group. By default a range
 # serving over 2,500 requests/s for 10 s splits, and on one machine the parts only add Raft
 # groups on the same two cores and disk: on one cluster, put at 64 clients fell from about
 # 7,500 to 4,500 ops/s within a minute of load as one range became three (docs/BENCHMARKS.md).

@@ -17,6 +17,7 @@ RANGES=${RANGES:-8} CLIENTS=${CLIENTS:-"16 64"}
 VALUE_BYTES=256 KEYSPACE=10000 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10 SPREAD_TIMEOUT_S=60
 declare -A PORT_BASE=([one]=7400 [many]=7500) CLUSTER_PIDS=()
 SERVER_PIDS=() BENCH_PID=
+declare -A SERVER_NAME=()
 WORK=$(mktemp -d /tmp/keel-ranges-bench.XXXXXX)
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -31,29 +32,18 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 endpoints() { # cluster
-  local i list=""
-  for i in 1 2 3; do list+="${list:+,}127.0.0.1:$((PORT_BASE[$1] + i))"; done
-  echo "$list"
+  cluster_endpoints "${PORT_BASE[$1]}"
 }
 
+# Splits happen by command only: the "many" cluster is split into $RANGES by split_many.
 start_cluster() { # cluster
-  local i initial=""
-  for i in 1 2 3; do initial+="${initial:+,}$i=127.0.0.1:$((PORT_BASE[$1] + i))"; done
-  for i in 1 2 3; do
-    "$KEEL" serve --node-id "$i" --listen "127.0.0.1:$((PORT_BASE[$1] + i))" \
-      --data-dir "$WORK/$1-$i" --initial-cluster "$initial" \
-      --range-split-requests-per-sec 0 >"$WORK/$1-$i.log" 2>&1 &
-    SERVER_PIDS+=($!) CLUSTER_PIDS[$1]+="$! "
-  done
+  start_keel_cluster "$1" "$KEEL" "${PORT_BASE[$1]}" "$WORK" "${BENCH_SERVE_ARGS[@]}"
+  CLUSTER_PIDS[$1]="${SERVER_PIDS[*]: -3}"
 }
 
 wait_ready() { # cluster
-  local deadline=$((SECONDS + READY_TIMEOUT_S))
-  until "$BENCH" --target keel --endpoints "$(endpoints "$1")" --op put --keyspace 1 \
-      --duration 200ms --warmup 0s >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || { log "$1 did not become ready; logs in $WORK"; exit 1; }
-    sleep 1
-  done
+  wait_for_put "$BENCH" keel "$(endpoints "$1")" "$READY_TIMEOUT_S" ||
+    { log "$1 did not become ready; logs in $WORK"; exit 1; }
 }
 
 # Splits the "many" cluster's keyspace into $RANGES ranges of equal shares of the bench keys,
