@@ -77,7 +77,17 @@ impl Cluster {
     /// Starts `size` nodes serving TLS (as `start_tls`) that check `access`'s tokens, and
     /// waits until they agree on a leader. The harness's own clients send `admin_token`.
     pub async fn start_authenticated(size: u64, access: Access, admin_token: &str) -> Cluster {
-        let mut cluster = Cluster::new(size, RaftTimings::default(), KvSettings::default());
+        Cluster::start_authenticated_with(size, access, admin_token, KvSettings::default()).await
+    }
+
+    /// `start_authenticated` with the nodes' `kv` settings.
+    pub async fn start_authenticated_with(
+        size: u64,
+        access: Access,
+        admin_token: &str,
+        kv: KvSettings,
+    ) -> Cluster {
+        let mut cluster = Cluster::new(size, RaftTimings::default(), kv);
         cluster.pki = Some(Pki::new("keel test cluster CA"));
         cluster.access = Some(Arc::new(access));
         cluster.admin_token = Some(admin_token.to_string());

@@ -548,8 +548,9 @@ impl RaftGroup {
     fn unexpected(&self, outcome: &CommandOutcome) -> KvError {
         KvError::OutcomeUnknown {
             message: format!(
-                "range {} applied the command with an outcome it cannot have: {outcome:?}",
-                self.range
+                "range {} answered the command with an outcome of kind {}, which it cannot have; it may or may not have been applied",
+                self.range,
+                outcome.kind()
             ),
         }
     }

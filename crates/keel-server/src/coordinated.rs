@@ -21,7 +21,7 @@ pub(crate) struct Coordinated {
 
 impl Coordinated {
     /// Reads the outcome of a `Command::Coordinate`: rejections become their `KvError`, and an
-    /// outcome no coordination produces becomes `OutcomeUnknown`.
+    /// outcome no coordination produces becomes the error `unexpected` gives.
     pub fn from_outcome(outcome: CommandOutcome) -> Result<Coordinated, KvError> {
         let (outcome, replayed) = match outcome {
             CommandOutcome::Replayed(first) => (*first, true),
@@ -35,11 +35,11 @@ impl Coordinated {
             }),
             CommandOutcome::Rejected(rejection) => Err(rejection.into()),
             CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
-            other @ (CommandOutcome::Applied { .. }
+            CommandOutcome::Applied { .. }
             | CommandOutcome::Internal
             | CommandOutcome::Replayed(_)
             | CommandOutcome::Split { .. }
-            | CommandOutcome::Meta(_)) => Err(unexpected(&other)),
+            | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }
 }
@@ -67,11 +67,19 @@ pub(crate) async fn propose(
     Coordinated::from_outcome(group.write(command(clock, request, op)).await?)
 }
 
-/// The error for an outcome the proposed command cannot produce: the command's fate is not
-/// known from it.
-pub(crate) fn unexpected(outcome: &impl std::fmt::Debug) -> KvError {
-    KvError::OutcomeUnknown {
-        message: format!("the command was applied with an outcome it cannot have: {outcome:?}"),
+/// The error for an outcome (or a result) the proposed command cannot have. A `replayed` one
+/// is the record of another request under the same id, kept before records had a digest
+/// of their request (`RequestIdReused` refuses the others): nothing was applied now. Any
+/// other is a fault of this build: the command's fate is not known from it. The message
+/// shows nothing the outcome holds.
+pub(crate) fn unexpected(replayed: bool) -> KvError {
+    match replayed {
+        true => KvError::invalid(
+            "the request id's record is of a different request; a retry must repeat its request exactly, and a new request needs a new sequence",
+        ),
+        false => KvError::OutcomeUnknown {
+            message: "the command was answered with an outcome of another kind; it may or may not have been applied".to_string(),
+        },
     }
 }
 
@@ -131,17 +139,16 @@ mod tests {
                 "{outcome:?}"
             );
         }
-        for outcome in [
-            CommandOutcome::Internal,
-            CommandOutcome::Applied {
-                revision: 1,
-                results: Vec::new(),
-            },
-        ] {
-            assert!(matches!(
-                Coordinated::from_outcome(outcome),
-                Err(KvError::OutcomeUnknown { .. })
-            ));
+        let applied = CommandOutcome::Applied {
+            revision: 1,
+            results: Vec::new(),
+        };
+        for outcome in [CommandOutcome::Internal, applied.clone()] {
+            assert_eq!(Coordinated::from_outcome(outcome), Err(unexpected(false)));
         }
+        // A replayed record of another kind of request: refused as such, showing none of it.
+        let replayed = CommandOutcome::Replayed(Box::new(applied));
+        assert_eq!(Coordinated::from_outcome(replayed), Err(unexpected(true)));
+        assert!(matches!(unexpected(true), KvError::InvalidArgument { .. }));
     }
 }

@@ -116,7 +116,7 @@ impl IdempotencyService {
                 result,
                 ttl_remaining_ms: self.remaining_ms(expires_at_ms),
             }),
-            other => return Err(unexpected(&other)),
+            _ => return Err(unexpected(begun.replayed)),
         };
         Ok(BeginResponse {
             header: self.router.header(&group, begun.revision, begun.replayed),
@@ -142,7 +142,7 @@ impl IdempotencyService {
             expires_at_ms,
         } = completed.result
         else {
-            return Err(unexpected(&completed.result));
+            return Err(unexpected(completed.replayed));
         };
         Ok(CompleteResponse {
             header: self
@@ -164,7 +164,7 @@ impl IdempotencyService {
         };
         let (group, aborted) = self.propose(&key, id, op).await?;
         if aborted.result != CoordinationResult::Aborted {
-            return Err(unexpected(&aborted.result));
+            return Err(unexpected(aborted.replayed));
         }
         Ok(AbortResponse {
             header: self

@@ -178,12 +178,7 @@ impl KvService {
             outcome => (outcome, false),
         };
         match outcome {
-            CommandOutcome::Applied { revision, results } => {
-                assert_eq!(
-                    results.len(),
-                    ops.len(),
-                    "an applied write has one result per op"
-                );
+            CommandOutcome::Applied { revision, results } if results_fit(ops, &results) => {
                 Ok(Applied {
                     group,
                     revision,
@@ -193,16 +188,24 @@ impl KvService {
             }
             CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
             CommandOutcome::Rejected(rejection) => Err(rejection.into()),
-            CommandOutcome::Internal | CommandOutcome::Replayed(_) => {
-                Err(KvError::OutcomeUnknown {
-                    message: "write was applied as an internal entry".to_string(),
-                })
-            }
-            outcome @ (CommandOutcome::Coordinated { .. }
+            CommandOutcome::Applied { .. }
+            | CommandOutcome::Internal
+            | CommandOutcome::Replayed(_)
+            | CommandOutcome::Coordinated { .. }
             | CommandOutcome::Split { .. }
-            | CommandOutcome::Meta(_)) => Err(unexpected(&outcome)),
+            | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }
+}
+
+/// Whether `results` can be what applying `ops` produced: one result per op, a new value for
+/// every increment. The answers below read them so; a replayed record of another request
+/// (one kept before records had a digest) may not fit.
+fn results_fit(ops: &[BatchOp], results: &[OpResult]) -> bool {
+    results.len() == ops.len()
+        && ops.iter().zip(results).all(|(op, result)| {
+            !matches!(op, BatchOp::Increment { .. }) || result.counter.is_some()
+        })
 }
 
 /// The rows of a page read from `range` that lie inside it, and where the next page starts:
@@ -311,11 +314,12 @@ impl KvService {
             delta: request.delta,
         };
         let mut applied = self.write(vec![op], id, None).await?;
+        // `results_fit` checked the result has the new value.
         let value = applied
             .results
             .remove(0)
             .counter
-            .expect("an applied increment reports its new value");
+            .ok_or_else(|| unexpected(applied.replayed))?;
         Ok(IncrementResponse {
             header: self.write_header(&applied),
             value,

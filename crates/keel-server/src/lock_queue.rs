@@ -351,7 +351,7 @@ impl LockQueue {
                 self.seen = Seen::Held(hold);
                 Vec::new()
             }
-            Ok(other) => self.fail(unexpected(&other)),
+            Ok(other) => self.fail(unexpected(other.replayed)),
             Err(error) => self.fail(error),
         }
     }
@@ -388,7 +388,7 @@ impl LockQueue {
                     replayed,
                 })
             }
-            Ok(other) => Err(unexpected(&other)),
+            Ok(other) => Err(unexpected(other.replayed)),
             Err(error) => Err(error),
         };
         let failed = done.as_ref().err().cloned();

@@ -193,7 +193,7 @@ impl LockQueues {
                 revision: done.revision,
                 replayed: done.replayed,
             }),
-            other => Err(unexpected(&other)),
+            _ => Err(unexpected(done.replayed)),
         }
     }
 }

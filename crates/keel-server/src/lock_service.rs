@@ -119,7 +119,7 @@ impl LockService {
                 Ok(self.busy(&group, Some(hold), attempt.revision, attempt.replayed))
             }
             CoordinationResult::Busy(_) => self.wait(&group, args, started).await,
-            other => Err(unexpected(&other)),
+            _ => Err(unexpected(attempt.replayed)),
         }
     }
 
@@ -210,7 +210,7 @@ impl LockService {
         };
         let renewed = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
         let CoordinationResult::Renewed(hold) = renewed.result else {
-            return Err(unexpected(&renewed.result));
+            return Err(unexpected(renewed.replayed));
         };
         Ok(RenewResponse {
             header: self

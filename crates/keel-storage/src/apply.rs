@@ -41,10 +41,10 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::coordination::{self, Change, Plan, Subject};
 use crate::error::StorageError;
 use crate::raft_types::Entry;
-use crate::session::{self, RangeSessions, RequestPlan, SessionLimits, Verdict};
+use crate::session::{self, Asked, RangeSessions, RequestPlan, SessionLimits, Verdict};
 use crate::tables::{
-    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, LOCKS, META, REQUESTS, SESSIONS, SM_META,
-    Session, SmState, TTL,
+    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, LOCKS, META, REQUESTS, RequestRecord,
+    SESSIONS, SM_META, Session, SmState, TTL,
 };
 use crate::{meta, split};
 
@@ -279,15 +279,21 @@ fn apply_data_command(
             let ops: Vec<BatchOp> = ops.iter().cloned().map(BatchOp::from).collect();
             let clock_ms = state.clock_ms;
             let keys: Vec<&[u8]> = ops.iter().map(BatchOp::key).collect();
-            deduplicated(tables, state, range, None, &keys, |tables, state| {
-                apply_unfenced(tables, state, &ops, clock_ms)
-            })
+            deduplicated(
+                tables,
+                state,
+                range,
+                (None, command),
+                &keys,
+                |tables, state| apply_unfenced(tables, state, &ops, clock_ms),
+            )
         }
         Command::Mutate(mutation) => {
             let clock_ms = state.advance_clock(mutation.now_ms);
             let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
             let request = mutation.request.as_ref();
-            deduplicated(tables, state, range, request, &keys, |tables, state| {
+            let asked = (request, command);
+            deduplicated(tables, state, range, asked, &keys, |tables, state| {
                 apply_unfenced(tables, state, &mutation.ops, clock_ms)
             })
         }
@@ -295,7 +301,8 @@ fn apply_data_command(
             let clock_ms = state.advance_clock(mutation.now_ms);
             let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
             let request = mutation.request.as_ref();
-            deduplicated(tables, state, range, request, &keys, |tables, state| {
+            let asked = (request, command);
+            deduplicated(tables, state, range, asked, &keys, |tables, state| {
                 apply_fenced(tables, state, fence, &mutation.ops, clock_ms)
             })
         }
@@ -306,7 +313,8 @@ fn apply_data_command(
                 Subject::Lock(name) => name,
                 Subject::Record(key) => key,
             };
-            deduplicated(tables, state, range, request, &[key], |tables, state| {
+            let asked = (request, command);
+            deduplicated(tables, state, range, asked, &[key], |tables, state| {
                 apply_coordination(tables, state, &coordination.op, clock_ms)
             })
         }
@@ -326,34 +334,45 @@ fn outside_span(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejec
 }
 
 /// Runs `run` for a client command deduplicated by its request id, if it has one (see
-/// `session`): a request applied before is answered from its record, a refused one is not
-/// run, and the outcome of one that runs is recorded. A request that would run but touches
-/// a key outside the span (`keys`) is refused with `KeyOutOfRange` and leaves no trace, no
-/// record and no session change: it was not applied, so a retry under the same id at the
-/// right range is safe. The range clock is advanced already.
+/// `session`; `asked` is the id and the command): a request applied before is answered from
+/// its record, a refused one is not run, and the outcome of one that runs is recorded with
+/// the command's digest. A request that would run but touches a key outside the span
+/// (`keys`, the first of which names the request's owner) is refused with `KeyOutOfRange`
+/// and leaves no trace, no record and no session change: it was not applied, so a retry
+/// under the same id at the right range is safe. The range clock is advanced already.
 fn deduplicated(
     tables: &mut Tables,
     state: &mut SmState,
     range: RangeId,
-    request: Option<&RequestId>,
+    asked: (Option<&RequestId>, &Command),
     keys: &[&[u8]],
     run: impl FnOnce(&mut Tables, &mut SmState) -> Result<CommandOutcome, StorageError>,
 ) -> Result<CommandOutcome, StorageError> {
-    let Some(id) = request else {
+    let (Some(id), command) = asked else {
         if let Some(rejection) = outside_span(state, range, keys) {
             return Ok(CommandOutcome::Rejected(rejection));
         }
         return run(tables, state);
     };
+    let asked = Asked {
+        id,
+        owner: session::owner_of(keys.first().copied().unwrap_or_default()),
+        digest: session::request_digest(command),
+    };
     let stored = tables::read_session(&tables.sessions, range, id.client_id)?;
+    let recorded = match stored {
+        Some(_) => tables::read_request(&tables.requests, range, id.client_id, id.sequence)?,
+        None => None,
+    };
     let facts = RangeSessions {
         session_horizon_ms: state.session_horizon_ms,
         sessions: state.sessions,
     };
     let plan = session::plan_request(
-        id,
+        asked,
         state.clock_ms,
         stored,
+        recorded.as_ref().map(|record| record.digest),
         facts,
         SessionLimits::default(),
         |sequences| tables::count_requests(&tables.requests, range, id.client_id, sequences),
@@ -369,23 +388,24 @@ fn deduplicated(
         return Ok(CommandOutcome::Rejected(rejection));
     }
     store_session(tables, state, range, id.client_id, stored, &plan)?;
-    match verdict {
-        Verdict::Reject(rejection) => Ok(CommandOutcome::Rejected(rejection)),
-        Verdict::Replay => {
-            let outcome = tables::read_request(&tables.requests, range, id.client_id, id.sequence)?
-                .expect("a request counted as recorded has a record");
-            Ok(CommandOutcome::Replayed(Box::new(outcome)))
-        }
-        Verdict::Apply => {
+    match (verdict, recorded) {
+        (Verdict::Reject(rejection), _) => Ok(CommandOutcome::Rejected(rejection)),
+        (Verdict::Replay, Some(record)) => Ok(CommandOutcome::Replayed(Box::new(record.outcome))),
+        (Verdict::Replay, None) => unreachable!("a request is replayed only from its record"),
+        (Verdict::Apply, _) => {
             let outcome = run(tables, state)?;
+            let record = RequestRecord {
+                digest: Some(asked.digest),
+                outcome,
+            };
             tables::write_request(
                 &mut tables.requests,
                 range,
                 id.client_id,
                 id.sequence,
-                &outcome,
+                &record,
             )?;
-            Ok(outcome)
+            Ok(record.outcome)
         }
     }
 }

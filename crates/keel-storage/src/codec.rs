@@ -26,6 +26,12 @@
 //!   (`NodeState`, key kind 4); log entries may hold `MetaCommand::SetNodeState` and
 //!   outcomes the rejection `MembershipChanging`; snapshot files of the meta range gained a
 //!   `MetaNodeState` record. A build of format 4 refuses a file of format 5.
+//! - 6: request ids belong to their sender. A `sessions` row gained its owner and a
+//!   `requests` row the digest of its request (`tables::{Session, RequestRecord}`; rows of
+//!   older formats decode with neither, `session` says how they are treated); the
+//!   rejection `RequestIdReused` appeared; snapshot files write sessions and request records
+//!   as the records `OwnedSession` and `DigestedRequest` (files of older formats keep
+//!   `Session` and `Request`). A build of format 5 refuses a file of format 6.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -35,7 +41,7 @@ use serde::de::DeserializeOwned;
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 5;
+pub(crate) const FORMAT_VERSION: u8 = 6;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

@@ -114,11 +114,26 @@ async fn replay_returns_the_first_outcome_and_changes_nothing() {
         .apply(request(1, 1, 1_000, vec![put("a", "1", None)]))
         .await;
     assert_eq!(applied_at(&first), 1);
-    // A retry, even with other ops, is answered from the record.
+    // A retry is answered from the record.
     let replayed = applier
-        .apply(request(1, 1, 1_100, vec![put("a", "2", None)]))
+        .apply(request(1, 1, 1_100, vec![put("a", "1", None)]))
         .await;
     assert_eq!(replayed, CommandOutcome::Replayed(Box::new(first)));
+    // Another request under a used id is refused and changes nothing.
+    let counts = applier.sm().counts().await.unwrap();
+    for ops in [
+        vec![put("a", "2", None)],
+        vec![delete("a", None)],
+        vec![put("a", "1", None), put("b", "1", None)],
+    ] {
+        let reused = applier.apply(request(1, 1, 1_100, ops)).await;
+        let expected = CommandOutcome::Rejected(Rejection::RequestIdReused {
+            client_id: CLIENT,
+            sequence: 1,
+        });
+        assert_eq!(reused, expected);
+    }
+    assert_eq!(applier.sm().counts().await.unwrap(), counts);
     assert_eq!(applier.value("a", 0).await.unwrap().value, b"1");
     assert_eq!(applier.revision().await, 1);
 
@@ -519,9 +534,8 @@ async fn check_filled(applier: &mut Applier, first: CommandOutcome) {
         1,
         "the TTL index holds the expired key: {plan:?}"
     );
-    let replayed = applier
-        .apply(request(1, 1, 0, vec![delete("live", None)]))
-        .await;
+    let retry = vec![put_ttl("live", "1", 60_000), put_ttl("dead", "1", 500)];
+    let replayed = applier.apply(request(1, 1, 0, retry)).await;
     assert_eq!(replayed, CommandOutcome::Replayed(Box::new(first)));
     assert!(applier.value("live", 0).await.is_some());
 }

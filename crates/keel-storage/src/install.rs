@@ -26,7 +26,7 @@
 
 use std::ops::Bound;
 
-use keel_types::{CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, limits};
+use keel_types::{Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, limits};
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::codec::decode;
@@ -38,7 +38,7 @@ use crate::snapshot::{self, RangeFacts, Record, SnapshotFile, SnapshotHeader, Sn
 use crate::store::Store;
 use crate::tables::{
     self, Bytes, DEADLINES, Deadlined, FENCES, IDEMPOTENCY, InstallMarker, KV, KeySpan, KvCounts,
-    LOCKS, META, REQUESTS, SESSIONS, SM_INSTALLING, SM_META, Session, SmState, TTL,
+    LOCKS, META, REQUESTS, RequestRecord, SESSIONS, SM_INSTALLING, SM_META, Session, SmState, TTL,
 };
 use crate::writer::{Op, Outcome};
 
@@ -47,7 +47,7 @@ use crate::writer::{Op, Outcome};
 pub(crate) struct InstallBatch {
     pub rows: Vec<KeyValue>,
     pub sessions: Vec<(u64, Session)>,
-    pub requests: Vec<(u64, u64, CommandOutcome)>,
+    pub requests: Vec<(u64, u64, RequestRecord)>,
     /// Locks by name.
     pub locks: Vec<(Vec<u8>, LockHold)>,
     /// Fences by user key.
@@ -197,6 +197,7 @@ async fn copy_records(
                 ));
             }
             Record::Session { session, .. } => session_records += session.records,
+            Record::OwnedSession { session, .. } => session_records += session.records,
             _ => {}
         }
         add_record(record, range, &mut state, &mut batch)?;
@@ -244,19 +245,27 @@ fn add_record(
             Ok(())
         }
         Record::Session { client_id, session } => {
-            state.sessions += 1;
-            batch.sessions.push((client_id, session));
-            Ok(())
+            add_session(client_id, session.into(), state, batch)
+        }
+        Record::OwnedSession { client_id, session } => {
+            add_session(client_id, session, state, batch)
         }
         Record::Request {
             client_id,
             sequence,
             outcome,
         } => {
-            state.requests += 1;
-            batch.requests.push((client_id, sequence, outcome));
-            Ok(())
+            let record = RequestRecord {
+                digest: None,
+                outcome,
+            };
+            add_request(client_id, sequence, record, state, batch)
         }
+        Record::DigestedRequest {
+            client_id,
+            sequence,
+            record,
+        } => add_request(client_id, sequence, record, state, batch),
         Record::Lock { name, hold } => {
             add_keyed(&mut batch.locks, name, hold, span, "a lock")?;
             state.locks += 1;
@@ -538,8 +547,8 @@ pub(crate) fn insert_records(
         tables::write_session(&mut sessions, range, *client_id, session)?;
     }
     let mut requests = open(txn, REQUESTS)?;
-    for (client_id, sequence, outcome) in &batch.requests {
-        tables::write_request(&mut requests, range, *client_id, *sequence, outcome)?;
+    for (client_id, sequence, record) in &batch.requests {
+        tables::write_request(&mut requests, range, *client_id, *sequence, record)?;
     }
     let (mut locks, mut deadlines) = (open(txn, LOCKS)?, open(txn, DEADLINES)?);
     for (name, hold) in &batch.locks {
@@ -572,4 +581,27 @@ pub(crate) fn finish(
         .map_err(|e| StorageError::redb("open sm_meta", e))?;
     tables::write_sm_state(&mut sm_meta, range, state)?;
     tables::remove_meta(&mut sm_meta, range, SM_INSTALLING)
+}
+
+fn add_session(
+    client_id: u64,
+    session: Session,
+    state: &mut SmState,
+    batch: &mut InstallBatch,
+) -> Result<(), StorageError> {
+    state.sessions += 1;
+    batch.sessions.push((client_id, session));
+    Ok(())
+}
+
+fn add_request(
+    client_id: u64,
+    sequence: u64,
+    record: RequestRecord,
+    state: &mut SmState,
+    batch: &mut InstallBatch,
+) -> Result<(), StorageError> {
+    state.requests += 1;
+    batch.requests.push((client_id, sequence, record));
+    Ok(())
 }

@@ -43,8 +43,8 @@ use crate::meta::{self, MetaRow};
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::store::Store;
 use crate::tables::{
-    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, SESSIONS, SM_META,
-    Session,
+    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord, SESSIONS,
+    SM_META, Session, SessionV1,
 };
 
 /// Buffer size of snapshot readers and writers.
@@ -209,10 +209,10 @@ pub(crate) enum Record {
         row: SnapshotRow,
         expires_at_ms: u64,
     },
-    /// Format 2: a client session of the range.
+    /// Format 2 to 5: a client session of the range, without an owner.
     Session {
         client_id: u64,
-        session: Session,
+        session: SessionV1,
     },
     /// Format 2: a request record of the range.
     Request {
@@ -248,6 +248,18 @@ pub(crate) enum Record {
     MetaNextRangeId(u64),
     /// Format 5: where a node stands, as the meta range records it.
     MetaNodeState(NodeId, NodeState),
+    /// Format 6: a client session of the range, with its owner (it replaces `Session`).
+    OwnedSession {
+        client_id: u64,
+        session: Session,
+    },
+    /// Format 6: a request record of the range, with its request's digest (it replaces
+    /// `Request`).
+    DigestedRequest {
+        client_id: u64,
+        sequence: u64,
+        record: RequestRecord,
+    },
 }
 
 /// What a snapshot says about its range besides the header: span, epoch, conf_version.
@@ -493,8 +505,8 @@ fn write_sessions(
     {
         let (key, value) = row.map_err(|e| StorageError::redb("read sessions", e))?;
         let client_id = tables::session_key_client(key.value());
-        let session = decode("session", value.value())?;
-        out.write(&Record::Session { client_id, session })?;
+        let session = Session::decode(value.value())?;
+        out.write(&Record::OwnedSession { client_id, session })?;
     }
     let requests = txn
         .open_table(REQUESTS)
@@ -509,11 +521,11 @@ fn write_sessions(
     {
         let (key, value) = row.map_err(|e| StorageError::redb("read request records", e))?;
         let (client_id, sequence) = tables::request_key_parts(key.value());
-        let outcome = decode("request record", value.value())?;
-        out.write(&Record::Request {
+        let record = RequestRecord::decode(value.value())?;
+        out.write(&Record::DigestedRequest {
             client_id,
             sequence,
-            outcome,
+            record,
         })?;
     }
     Ok(())

@@ -32,10 +32,10 @@ use openraft::vote::RaftLeaderIdExt;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::apply::Tables;
-use crate::codec::decode;
+
 use crate::error::StorageError;
 use crate::raft_types::{LogId, StoredMembership, TypeConfig};
-use crate::tables::{self, Bytes, KeySpan, RAFT_LOG, RAFT_META, RAFT_PURGED, SmState};
+use crate::tables::{self, Bytes, KeySpan, RAFT_LOG, RAFT_META, RAFT_PURGED, Session, SmState};
 
 /// The parent and child after a split, as decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,7 +266,7 @@ fn copy_exactly_once(
         .map_err(|e| StorageError::redb("read sessions", e))?
     {
         let (key, value) = row.map_err(|e| StorageError::redb("read sessions", e))?;
-        let session = decode("session", value.value())?;
+        let session = Session::decode(value.value())?;
         copied.push((tables::session_key_client(key.value()), session));
     }
     assert_eq!(

@@ -318,18 +318,25 @@ async fn a_request_applied_before_the_split_replays_on_both_halves() {
     let (_dir, store) = open();
     let mut ranges = Ranges::new(&store);
     split_filled(&mut ranges).await;
-    let retry = || {
+    let retry = || request(1, vec![put("a", "1", None), put("e", "5", None)]);
+    let changed = || {
         request(
             1,
             vec![put("a", "changed", None), put("e", "changed", None)],
         )
     };
+    let reused = CommandOutcome::Rejected(Rejection::RequestIdReused {
+        client_id: CLIENT,
+        sequence: 1,
+    });
     for range in [RangeId(1), RangeId(2)] {
         let replayed = ranges.apply(range, retry()).await;
         assert!(
             matches!(&replayed, CommandOutcome::Replayed(first) if revision_of(first) == 1),
             "{range}: {replayed:?}"
         );
+        // Another request under the same id is refused on both halves.
+        assert_eq!(ranges.apply(range, changed()).await, reused, "{range}");
     }
     assert_eq!(
         ranges

@@ -9,8 +9,8 @@
 //! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records / (format 4) span, epoch, conf_version, counts of keys and bytes |
 //! | `kv`          | user key                              | create and mod revision, expiry (format 2), then the raw value |
 //! | `ttl`         | expiry ms (u64 BE) + user key          | empty                                  |
-//! | `sessions`    | range id (u64 BE) + client id (u64 BE) | `Session`                              |
-//! | `requests`    | range id (u64 BE) + client id (u64 BE) + sequence (u64 BE) | the request's first `CommandOutcome` |
+//! | `sessions`    | range id (u64 BE) + client id (u64 BE) | `Session` (format 6: with its owner)   |
+//! | `requests`    | range id (u64 BE) + client id (u64 BE) + sequence (u64 BE) | the request's first `CommandOutcome` (format 6: a `RequestRecord`, with the request's digest) |
 //! | `locks`       | lock name (format 3)                  | `LockHold`                             |
 //! | `fences`      | user key (format 3)                   | `Fence`: the lock and highest token accepted |
 //! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
@@ -55,9 +55,12 @@ use keel_types::{
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{decode, decode_body_with_tail, encode, encode_with_tail, split_version};
+use crate::codec::{
+    decode, decode_body, decode_body_with_tail, encode, encode_with_tail, split_version,
+};
 use crate::error::StorageError;
 use crate::raft_types::{Entry, LogId, StoredMembership};
+use crate::session::Digest;
 
 pub(crate) type Bytes = &'static [u8];
 
@@ -429,6 +432,9 @@ impl SmState {
 /// One client session of a range (`session` decides with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Session {
+    /// Whose requests it answers (`session::owner_of`); `None` in a session written before
+    /// format 6, which the next request's owner takes.
+    pub owner: Option<Digest>,
     /// `RequestId::client_started_ms` of the client.
     pub started_ms: u64,
     /// Range clock of the newest request of this session.
@@ -437,6 +443,60 @@ pub(crate) struct Session {
     pub completed_below: u64,
     /// Rows of this session in `requests`.
     pub records: u64,
+}
+
+impl Session {
+    /// Decodes a session of any readable format.
+    pub fn decode(bytes: &[u8]) -> Result<Session, StorageError> {
+        let (version, body) = split_version("session", bytes)?;
+        if version >= 6 {
+            return decode_body("session", body);
+        }
+        Ok(decode_body::<SessionV1>("session", body)?.into())
+    }
+}
+
+impl From<SessionV1> for Session {
+    fn from(old: SessionV1) -> Session {
+        Session {
+            owner: None,
+            started_ms: old.started_ms,
+            last_active_ms: old.last_active_ms,
+            completed_below: old.completed_below,
+            records: old.records,
+        }
+    }
+}
+
+/// A session as formats 2 to 5 stored it: without an owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SessionV1 {
+    pub started_ms: u64,
+    pub last_active_ms: u64,
+    pub completed_below: u64,
+    pub records: u64,
+}
+
+/// A request record: what the request asked and its first outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RequestRecord {
+    /// `session::request_digest` of the request; `None` in a record written before format 6.
+    pub digest: Option<Digest>,
+    pub outcome: CommandOutcome,
+}
+
+impl RequestRecord {
+    /// Decodes a record of any readable format.
+    pub fn decode(bytes: &[u8]) -> Result<RequestRecord, StorageError> {
+        let (version, body) = split_version("request record", bytes)?;
+        if version >= 6 {
+            return decode_body("request record", body);
+        }
+        Ok(RequestRecord {
+            digest: None,
+            outcome: decode_body("request record", body)?,
+        })
+    }
 }
 
 /// Written before a snapshot install deletes anything; cleared by the commit that finishes it.
@@ -780,8 +840,7 @@ where
     let row = sessions
         .get(key.as_slice())
         .map_err(|e| StorageError::redb("read session", e))?;
-    row.map(|value| decode("session", value.value()))
-        .transpose()
+    row.map(|value| Session::decode(value.value())).transpose()
 }
 
 pub(crate) fn write_session(
@@ -797,13 +856,13 @@ pub(crate) fn write_session(
     Ok(())
 }
 
-/// The stored outcome of a request, if it has a record.
+/// The record of a request, if it has one.
 pub(crate) fn read_request<R>(
     requests: &R,
     range: RangeId,
     client_id: u64,
     sequence: u64,
-) -> Result<Option<CommandOutcome>, StorageError>
+) -> Result<Option<RequestRecord>, StorageError>
 where
     R: ReadableTable<Bytes, Bytes>,
 {
@@ -811,7 +870,7 @@ where
     let row = requests
         .get(key.as_slice())
         .map_err(|e| StorageError::redb("read request record", e))?;
-    row.map(|value| decode("request record", value.value()))
+    row.map(|value| RequestRecord::decode(value.value()))
         .transpose()
 }
 
@@ -820,11 +879,11 @@ pub(crate) fn write_request(
     range: RangeId,
     client_id: u64,
     sequence: u64,
-    outcome: &CommandOutcome,
+    record: &RequestRecord,
 ) -> Result<(), StorageError> {
     let key = request_key(range, client_id, sequence);
     requests
-        .insert(key.as_slice(), encode(outcome).as_slice())
+        .insert(key.as_slice(), encode(record).as_slice())
         .map_err(|e| StorageError::redb("write request record", e))?;
     Ok(())
 }

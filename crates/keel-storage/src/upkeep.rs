@@ -13,7 +13,6 @@
 use keel_types::{Cleanup, ExpiredKey, ExpiredRecord, RangeId, Reclaim, limits};
 use redb::ReadableTable;
 
-use crate::codec::decode;
 use crate::error::StorageError;
 use crate::state_machine::{StateMachine, readable_state};
 use crate::tables::{self, DEADLINES, KeySpan, SESSIONS, Session, TTL};
@@ -209,7 +208,7 @@ where
     let mut active_since: Option<u64> = None;
     for row in rows {
         let (key, value) = row.map_err(|e| StorageError::redb("read sessions", e))?;
-        let session: Session = decode("session", value.value())?;
+        let session = Session::decode(value.value())?;
         if session.last_active_ms >= idle_before_ms {
             let earliest =
                 active_since.map_or(session.last_active_ms, |at| at.min(session.last_active_ms));

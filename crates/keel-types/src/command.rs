@@ -415,6 +415,10 @@ pub enum Rejection {
     /// configuration): the child would inherit a half-done change. `range` is the range's
     /// descriptor when it refused.
     MembershipChanging { range: RangeDescriptor },
+    /// Format 6: the request id is taken by another request: its session belongs to another
+    /// tenant or another client start, or its record is of a different request (a retry
+    /// must repeat its request exactly). Nothing was applied and the session is unchanged.
+    RequestIdReused { client_id: u64, sequence: u64 },
 }
 
 /// What applying one log entry produced. Every replica computes the same outcome.
@@ -447,6 +451,22 @@ pub enum CommandOutcome {
     },
     /// A meta command was applied.
     Meta(MetaOutcome),
+}
+
+impl CommandOutcome {
+    /// The variant's name, for messages that must not show what the outcome holds.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CommandOutcome::Applied { .. } => "Applied",
+            CommandOutcome::ConditionFailed(_) => "ConditionFailed",
+            CommandOutcome::Internal => "Internal",
+            CommandOutcome::Rejected(_) => "Rejected",
+            CommandOutcome::Replayed(_) => "Replayed",
+            CommandOutcome::Coordinated { .. } => "Coordinated",
+            CommandOutcome::Split { .. } => "Split",
+            CommandOutcome::Meta(_) => "Meta",
+        }
+    }
 }
 
 /// How a read is made consistent.

@@ -229,11 +229,23 @@ impl From<Rejection> for KvError {
             Rejection::MembershipChanging { range } => KvError::unavailable(format!(
                 "range {range} is changing its replicas; split it once that is done"
             )),
+            Rejection::RequestIdReused {
+                client_id,
+                sequence,
+            } => KvError::invalid(request_id_reused(client_id, sequence)),
             Rejection::WrongRangeKind { range } => KvError::invalid(format!(
                 "range {range} cannot apply this command: meta commands go to the meta range, data commands to data ranges"
             )),
         }
     }
+}
+
+/// The message of a request id used for another request. The same for every cause, so it
+/// tells a caller nothing about whose the id is.
+pub fn request_id_reused(client_id: u64, sequence: u64) -> String {
+    format!(
+        "request id (client {client_id:#x}, sequence {sequence}) was used for a different request; a retry must repeat its request exactly, and a new request needs a new sequence"
+    )
 }
 
 fn holder_token(current: &Option<u64>) -> String {

@@ -2,8 +2,9 @@
 //! come and go. Range 1 has a learner (node 4) and refuses a split while it does; range 2
 //! split at `x` into range 3, whose replica was then removed from this store (a tombstone
 //! left, its rows gone); the meta range records node 4 as active and node 2 as draining.
-//! `write_v5` made the files; set `KEEL_WRITE_FIXTURES=1` to rewrite them (only ever needed
-//! if they are lost). Every later build must read them.
+//! `write_v5` made the files with a build of format 5; it is kept so the fixture can be
+//! understood, and no longer rewrites them (this build writes format 6). Every later build
+//! must read them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,7 +15,7 @@ use keel_types::{Command, MetaCommand, NodeAddr, NodeDescriptor, NodeState, Rang
 use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 
-use super::fixture::{FIXTURE_STORE_FILE, copy_dir, fixture_dir, membership, open_fixture};
+use super::fixture::{membership, open_fixture};
 use super::{append, apply, blank, log_id, open_in, puts};
 
 fn split(at: &str, child: u64, expected_epoch: u64) -> Command {
@@ -155,12 +156,6 @@ async fn v5_fixture_reads_back() {
 async fn v5_fixture_writer_matches_expectations() {
     let dir = tempfile::tempdir().unwrap();
     write_v5(dir.path()).await;
-    if std::env::var_os("KEEL_WRITE_FIXTURES").is_some() {
-        let target = fixture_dir(5);
-        let _ = std::fs::remove_dir_all(&target);
-        copy_dir(dir.path(), &target);
-        std::fs::rename(target.join("keel.redb"), target.join(FIXTURE_STORE_FILE)).unwrap();
-    }
     let store = open_in(dir.path());
     check_v5(&store).await;
 }
