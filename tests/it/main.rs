@@ -15,6 +15,7 @@ mod placement;
 mod prometheus;
 mod quiescence;
 mod ranges;
+mod tenant_quotas;
 mod tenant_replay;
 mod tenants;
 mod tls;

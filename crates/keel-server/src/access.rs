@@ -9,22 +9,24 @@
 //! Without the file (`keel dev`), every caller is the system: one namespace, no quotas.
 //!
 //! Quotas: requests per second are counted on the node that first receives the request (a
-//! token bucket per tenant per node). Keys and bytes are checked against the tenant's usage
-//! as the range table reports it, refreshed every `TENANT_USAGE_REFRESH_MS`
-//! (`tenant_usage.rs`): a tenant at or over a limit has its writes that may add data refused
-//! (deletes go through), and one can pass a limit by what it writes before the next refresh.
+//! token bucket per tenant per node): every call of a tenant draws one token, a batch one
+//! per op, and a call that needs more tokens than the bucket holds is refused as invalid.
+//! Keys and bytes are reserved on the leader of the range a write goes to, against that
+//! range's live counts (`admission.rs`, deciding with `quota.rs`); the tenant keeps its
+//! reservations in flight and the node's table of its ranges (`tenant_usage.rs`) here.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use keel_types::tenant::{Namespace, TenantName};
-use keel_types::{KvError, limits};
+use keel_types::tenant::{Namespace, TenantName, namespace_prefix_len};
+use keel_types::{KvError, RangeId, limits};
 use serde::Deserialize;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
+use crate::quota::{self, Amount, Draw, Limits, Refusal, Standing, TokenBucket};
 use crate::status::to_status;
 use crate::tls::is_peer;
 
@@ -79,21 +81,25 @@ pub(crate) struct Quotas {
     pub requests_per_sec: Option<u32>,
 }
 
-/// Keys and bytes (keys + values) a tenant stores, as last counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Usage {
-    pub keys: u64,
-    pub bytes: u64,
-}
-
 /// One tenant: its namespace, quotas, and what this node counts of it.
 #[derive(Debug)]
 pub(crate) struct Tenant {
     pub name: TenantName,
     pub namespace: Namespace,
     pub quotas: Quotas,
-    usage: Mutex<Usage>,
+    /// The ranges of the namespace and their counts, as this node's table last listed them.
+    table: Mutex<Vec<(RangeId, Amount)>>,
+    /// Keys and bytes of the tenant's writes admitted on this node and not yet applied.
+    ledger: Mutex<Ledger>,
     requests: Mutex<TokenBucket>,
+}
+
+/// What a tenant has reserved on this node: in flight now, and released so far (only
+/// grows, so an admission can tell what was released while it read the live counts).
+#[derive(Debug, Default)]
+struct Ledger {
+    reserved: Amount,
+    released: Amount,
 }
 
 /// Who a request is from.
@@ -107,17 +113,31 @@ pub(crate) enum Caller {
     Tenant(Arc<Tenant>),
 }
 
-/// What a call needs from its caller.
+/// What a call needs from its caller. Every call of a tenant but `Admin` (refused) draws
+/// one request token, a batch one per op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Call {
     /// Reads keys, locks or records.
     Read,
-    /// Changes them; `grows` when it may add keys or bytes (a put, an increment).
-    Write { grows: bool },
+    /// Changes one key, lock or record.
+    Write,
+    /// Changes keys in a batch of `ops` operations.
+    Batch { ops: usize },
     /// Lists the cluster as the caller may see it (members, its ranges, a session).
     Listing,
     /// Administers the cluster (splits, moves, nodes, backups, status).
     Admin,
+}
+
+impl Call {
+    /// The request tokens the call draws.
+    fn tokens(self) -> u32 {
+        match self {
+            Call::Read | Call::Write | Call::Listing => 1,
+            Call::Batch { ops } => u32::try_from(ops.max(1)).unwrap_or(u32::MAX),
+            Call::Admin => 0,
+        }
+    }
 }
 
 /// The tokens of a cluster with authentication on.
@@ -125,6 +145,8 @@ pub(crate) enum Call {
 pub struct Access {
     tokens: HashMap<String, Caller>,
     tenants: Vec<Arc<Tenant>>,
+    /// The tenants by the prefix of their namespace.
+    prefixes: HashMap<Vec<u8>, Arc<Tenant>>,
 }
 
 impl Access {
@@ -152,6 +174,7 @@ impl Access {
         let mut access = Access {
             tokens: HashMap::new(),
             tenants: Vec::new(),
+            prefixes: HashMap::new(),
         };
         let mut names = BTreeSet::new();
         for admin in file.admin {
@@ -172,6 +195,8 @@ impl Access {
             let tenant = Arc::new(Tenant::new(name, quotas(&entry)?));
             let owner = format!("tenant {}", tenant.name);
             access.add_tokens(&owner, entry.tokens, Caller::Tenant(tenant.clone()))?;
+            let prefix = tenant.namespace.start().to_vec();
+            access.prefixes.insert(prefix, tenant.clone());
             access.tenants.push(tenant);
         }
         if access.tokens.is_empty() {
@@ -201,6 +226,13 @@ impl Access {
     /// The tenants, in the file's order.
     pub(crate) fn tenants(&self) -> &[Arc<Tenant>] {
         &self.tenants
+    }
+
+    /// The tenant whose namespace holds `stored` (a key, lock name or idempotency key as
+    /// stored), if any.
+    pub(crate) fn tenant_of(&self, stored: &[u8]) -> Option<&Arc<Tenant>> {
+        let prefix = &stored[..namespace_prefix_len(stored)];
+        self.prefixes.get(prefix)
     }
 
     /// The caller of a request with `metadata`, which came from a peer node or not.
@@ -267,44 +299,98 @@ impl Tenant {
         Tenant {
             namespace: Namespace::of(&name),
             requests: Mutex::new(TokenBucket::new(quotas.requests_per_sec)),
-            usage: Mutex::default(),
+            table: Mutex::default(),
+            ledger: Mutex::default(),
             name,
             quotas,
         }
     }
 
-    /// Records the tenant's usage as counted now.
-    pub fn set_usage(&self, usage: Usage) {
-        *self.usage.lock().expect("tenant usage lock poisoned") = usage;
+    /// Records the namespace's ranges and their counts as the range table lists them now.
+    pub fn set_table(&self, ranges: Vec<(RangeId, Amount)>) {
+        *self.table.lock().expect("tenant table lock poisoned") = ranges;
     }
 
-    pub fn usage(&self) -> Usage {
-        *self.usage.lock().expect("tenant usage lock poisoned")
+    /// The keys and bytes quotas.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            keys: self.quotas.keys,
+            bytes: self.quotas.bytes,
+        }
+    }
+
+    /// All the tenant has released on this node so far; an admission reads it before the
+    /// live counts.
+    pub fn released(&self) -> Amount {
+        self.ledger
+            .lock()
+            .expect("tenant ledger lock poisoned")
+            .released
+    }
+
+    /// Reserves `growth` for a write to `range` if the quotas admit it, judged by the range's
+    /// `live` counts, read after the ledger had released `released_before`. What was
+    /// released since may be in `live` or not, so it counts as still reserved.
+    pub fn reserve(
+        &self,
+        range: RangeId,
+        live: Amount,
+        released_before: Amount,
+        growth: Amount,
+    ) -> Result<(), KvError> {
+        let mut standing = self.standing(range);
+        let mut ledger = self.ledger.lock().expect("tenant ledger lock poisoned");
+        standing.live = live;
+        standing.reserved = ledger.reserved.plus(ledger.released.since(released_before));
+        quota::judge(&standing, growth, self.limits())
+            .map_err(|Refusal { quota, limit }| self.exceeded(quota, limit))?;
+        ledger.reserved = ledger.reserved.plus(growth);
+        Ok(())
+    }
+
+    /// Gives back a reservation: its write was applied, refused or lost.
+    pub fn release(&self, amount: Amount) {
+        let mut ledger = self.ledger.lock().expect("tenant ledger lock poisoned");
+        ledger.reserved = ledger.reserved.less(amount);
+        let released = ledger.released;
+        ledger.released = Amount {
+            keys: released.keys.wrapping_add(amount.keys),
+            bytes: released.bytes.wrapping_add(amount.bytes),
+        };
+    }
+
+    /// What the table says of `range` and of the namespace's other ranges.
+    fn standing(&self, range: RangeId) -> Standing {
+        let table = self.table.lock().expect("tenant table lock poisoned");
+        let mut standing = Standing::default();
+        for (id, counts) in table.iter() {
+            if *id == range {
+                standing.reported = Some(*counts);
+            } else {
+                standing.others = standing.others.plus(*counts);
+                standing.other_ranges += 1;
+            }
+        }
+        standing
     }
 
     /// Admits one request of the tenant for `call`, or says which quota refuses it.
     fn admit(&self, call: Call, now: Instant) -> Result<(), KvError> {
-        if let Call::Write { grows: true } = call {
-            let usage = self.usage();
-            self.within("keys", usage.keys, self.quotas.keys)?;
-            self.within("bytes", usage.bytes, self.quotas.bytes)?;
-        }
-        if matches!(call, Call::Read | Call::Write { .. }) {
-            let mut bucket = self.requests.lock().expect("tenant bucket lock poisoned");
-            if !bucket.take(now) {
-                return Err(self.exceeded(
-                    "requests_per_sec",
-                    self.quotas.requests_per_sec.map_or(0, u64::from),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn within(&self, quota: &str, used: u64, limit: Option<u64>) -> Result<(), KvError> {
-        match limit {
-            Some(limit) if used >= limit => Err(self.exceeded(quota, limit)),
-            _ => Ok(()),
+        let tokens = call.tokens();
+        let drawn = self
+            .requests
+            .lock()
+            .expect("tenant bucket lock poisoned")
+            .take(tokens, now);
+        let rate = self.quotas.requests_per_sec.unwrap_or(0);
+        match drawn {
+            Draw::Taken => Ok(()),
+            Draw::Empty => Err(self.exceeded("requests_per_sec", u64::from(rate))),
+            Draw::TooLarge => Err(KvError::invalid(format!(
+                "a batch of {tokens} ops counts as {tokens} requests; tenant {} may make \
+                 {rate} requests per second: send batches of at most {rate} ops",
+                self.name
+            ))),
         }
     }
 
@@ -316,7 +402,7 @@ impl Tenant {
         }
     }
 
-    /// Whether any quota needs the tenant's usage counted.
+    /// Whether any quota needs the tenant's keys and bytes counted.
     pub fn counts_usage(&self) -> bool {
         self.quotas.keys.is_some() || self.quotas.bytes.is_some()
     }
@@ -343,41 +429,6 @@ impl Caller {
             Caller::Tenant(tenant) => Some(&tenant.namespace),
             Caller::System | Caller::Admin => None,
         }
-    }
-}
-
-/// Requests a tenant may make on one node: up to its rate per second, bursts of up to one
-/// second's worth.
-#[derive(Debug)]
-struct TokenBucket {
-    rate: Option<f64>,
-    available: f64,
-    filled_at: Option<Instant>,
-}
-
-impl TokenBucket {
-    fn new(per_sec: Option<u32>) -> TokenBucket {
-        let rate = per_sec.map(f64::from);
-        TokenBucket {
-            rate,
-            available: rate.unwrap_or(0.0),
-            filled_at: None,
-        }
-    }
-
-    /// Takes one request's token if there is one at `now`.
-    fn take(&mut self, now: Instant) -> bool {
-        let Some(rate) = self.rate else { return true };
-        if let Some(filled_at) = self.filled_at {
-            let elapsed = now.saturating_duration_since(filled_at).as_secs_f64();
-            self.available = (self.available + elapsed * rate).min(rate);
-        }
-        self.filled_at = Some(now);
-        if self.available >= 1.0 {
-            self.available -= 1.0;
-            return true;
-        }
-        false
     }
 }
 

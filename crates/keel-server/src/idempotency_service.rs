@@ -26,7 +26,9 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
+use crate::admission;
 use crate::coordinated::{self, Coordinated, unexpected};
+use crate::quota;
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
 
@@ -58,7 +60,10 @@ impl IdempotencyService {
         let propose = |group: Arc<RaftGroup>| {
             let op = op.clone();
             async move {
+                let growth = quota::coordination_growth(&op);
+                let reserved = admission::reserve(&self.shared, &group, key, growth).await?;
                 let done = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
+                drop(reserved);
                 Ok((group, done))
             }
         };
@@ -212,7 +217,7 @@ impl Idempotency for IdempotencyService {
         &self,
         request: Request<BeginRequest>,
     ) -> Result<Response<BeginResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.begin(r).await };
         let served = self.serve_begin(&request).await;
@@ -227,7 +232,7 @@ impl Idempotency for IdempotencyService {
         &self,
         request: Request<CompleteRequest>,
     ) -> Result<Response<CompleteResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward =
             |mut idem: IdempotencyClient<Channel>, r| async move { idem.complete(r).await };
@@ -243,7 +248,7 @@ impl Idempotency for IdempotencyService {
         &self,
         request: Request<AbortRequest>,
     ) -> Result<Response<AbortResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.abort(r).await };
         let served = self.serve_abort(&request).await;

@@ -15,7 +15,7 @@ use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
     GetResponse, IncrementRequest, IncrementResponse, OpenSessionRequest, OpenSessionResponse,
-    PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse, batch_op,
+    PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse,
 };
 use keel_raft::RaftGroup;
 use keel_storage::KeyRead;
@@ -28,7 +28,9 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
+use crate::admission;
 use crate::coordinated::unexpected;
+use crate::quota;
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
 use crate::status::to_status;
@@ -166,6 +168,9 @@ impl KvService {
             now_ms: self.shared.clock.now_ms(),
             ops: ops.to_vec(),
         };
+        let key = ops.first().map(BatchOp::key).unwrap_or_default();
+        let growth = quota::mutation_growth(ops, fence.map(|fence| fence.lock.as_slice()));
+        let _reserved = admission::reserve(&self.shared, &group, key, growth).await?;
         let command = match fence {
             Some(fence) => Command::FencedMutate {
                 fence: fence.clone(),
@@ -245,14 +250,6 @@ fn delete_op(request: &DeleteRequest) -> Result<BatchOp, KvError> {
         condition: convert::condition(request.condition.clone())?,
         return_previous: request.return_previous,
     })
-}
-
-/// Whether a batch may add keys or bytes: it puts or increments.
-fn grows(request: &BatchRequest) -> bool {
-    request
-        .ops
-        .iter()
-        .any(|op| !matches!(op.op, Some(batch_op::Op::Delete(_))))
 }
 
 fn batch_ops(request: &BatchRequest) -> Result<Vec<BatchOp>, KvError> {
@@ -354,7 +351,7 @@ impl Kv for KvService {
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: true })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
         let served = self.serve_put(&request).await;
@@ -369,7 +366,7 @@ impl Kv for KvService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
         let served = self.serve_delete(&request).await;
@@ -384,12 +381,8 @@ impl Kv for KvService {
         &self,
         request: Request<BatchRequest>,
     ) -> Result<Response<BatchResponse>, Status> {
-        let caller = self.shared.admit(
-            &request,
-            Call::Write {
-                grows: grows(request.get_ref()),
-            },
-        )?;
+        let ops = request.get_ref().ops.len();
+        let caller = self.shared.admit(&request, Call::Batch { ops })?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
         let served = self.serve_batch(&request).await;
@@ -404,7 +397,7 @@ impl Kv for KvService {
         &self,
         request: Request<IncrementRequest>,
     ) -> Result<Response<IncrementResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: true })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<Channel>, r| async move { kv.increment(r).await };
         let served = self.serve_increment(&request).await;

@@ -8,6 +8,7 @@
 //! nothing of openraft's internals (groups are behind `keel-raft`).
 
 mod access;
+mod admission;
 mod applied_cache;
 mod backup;
 mod cleanup;
@@ -36,6 +37,7 @@ mod peers;
 mod placement;
 mod publisher;
 mod quiescence;
+mod quota;
 mod raft_service;
 mod ranges;
 mod rebalancer;

@@ -28,8 +28,10 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
+use crate::admission;
 use crate::coordinated::{self, unexpected};
 use crate::lock_queues::LockQueues;
+use crate::quota;
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
 
@@ -100,9 +102,12 @@ impl LockService {
         args: &AcquireArgs,
         started: Instant,
     ) -> Result<AcquireResponse, KvError> {
+        let growth = quota::coordination_growth(&args.op());
+        let reserved = admission::reserve(&self.shared, &group, &args.name, growth).await?;
         let mut attempt =
             coordinated::propose(&group, self.shared.clock.as_ref(), args.request, args.op())
                 .await?;
+        drop(reserved);
         let busy = matches!(attempt.result, CoordinationResult::Busy(_));
         if busy && attempt.replayed && !args.wait.is_zero() {
             // A retry of an acquire that found the lock busy and then waited: the queue's
@@ -291,7 +296,7 @@ impl Lock for LockService {
         request: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
         let started = Instant::now();
-        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let mut request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.acquire(r).await };
         let served = self.serve_acquire(&request, started).await;
@@ -308,7 +313,7 @@ impl Lock for LockService {
         &self,
         request: Request<RenewRequest>,
     ) -> Result<Response<RenewResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.renew(r).await };
         let served = self.serve_renew(&request).await;
@@ -323,7 +328,7 @@ impl Lock for LockService {
         &self,
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
-        let caller = self.shared.admit(&request, Call::Write { grows: false })?;
+        let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<Channel>, r| async move { lock.release(r).await };
         let served = self.serve_release(&request).await;

@@ -1,20 +1,23 @@
-//! Counts each tenant's keys and bytes for its quotas: every `TENANT_USAGE_REFRESH_MS`, the
-//! range table (from the meta range's leader, with each range's size as its leader last
-//! reported it) is read and the sizes of the ranges wholly inside each namespace added up.
-//! The split driver keeps every namespace a whole number of ranges; until its bounds have
-//! split, a namespace counts as empty. Runs only while some tenant has a keys or bytes
-//! quota. Knows nothing of requests.
+//! Lists each tenant's ranges for its quotas: every `TENANT_USAGE_REFRESH_MS`, the range
+//! table (from the meta range's leader, with each range's keys and size as its leader last
+//! reported them) is read and the ranges wholly inside each namespace kept with the tenant.
+//! A range's leader judges a write by its own live counts; the table tells it how many
+//! ranges share the quota and how full the others are (`quota::judge`). The split driver
+//! keeps every namespace a whole number of ranges; until its bounds have split, a
+//! namespace lists no range. Runs only while some tenant has a keys or bytes quota. Knows
+//! nothing of requests.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_proto::v1::{RangeInfo, RangesRequest};
 use keel_types::tenant::Namespace;
-use keel_types::{RangeDescriptor, limits};
+use keel_types::{RangeDescriptor, RangeId, limits};
 use tracing::debug;
 
-use crate::access::{Access, Usage};
+use crate::access::Access;
 use crate::cluster_service::ClusterService;
+use crate::quota::Amount;
 use crate::shared::Shared;
 
 /// Runs until the node shuts down (the task is aborted then).
@@ -37,7 +40,7 @@ pub(crate) async fn run(shared: Arc<Shared>, access: Arc<Access>) {
         match cluster.serve_ranges(&request).await {
             Ok(table) => {
                 for tenant in &counted {
-                    tenant.set_usage(usage(&table.ranges, &tenant.namespace));
+                    tenant.set_table(ranges_inside(&table.ranges, &tenant.namespace));
                 }
             }
             Err(error) => debug!(%error, "tenant usage not refreshed; trying again next round"),
@@ -45,19 +48,21 @@ pub(crate) async fn run(shared: Arc<Shared>, access: Arc<Access>) {
     }
 }
 
-/// The keys and bytes of the ranges wholly inside `namespace`.
-fn usage(ranges: &[RangeInfo], namespace: &Namespace) -> Usage {
+/// The ranges wholly inside `namespace`, with their keys and bytes.
+fn ranges_inside(ranges: &[RangeInfo], namespace: &Namespace) -> Vec<(RangeId, Amount)> {
     ranges
         .iter()
-        .filter(|info| {
-            info.descriptor
-                .clone()
-                .is_some_and(|descriptor| namespace.holds(&RangeDescriptor::from(descriptor)))
+        .filter_map(|info| {
+            let descriptor = RangeDescriptor::from(info.descriptor.clone()?);
+            let counts = Amount {
+                keys: info.keys,
+                bytes: info.size_bytes,
+            };
+            namespace
+                .holds(&descriptor)
+                .then_some((descriptor.id, counts))
         })
-        .fold(Usage::default(), |sum, info| Usage {
-            keys: sum.keys + info.keys,
-            bytes: sum.bytes + info.size_bytes,
-        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -93,8 +98,12 @@ mod tests {
             info(&inside, Some(acme.end()), 4, 40),
             info(acme.end(), None, 100, 1000),
         ];
-        assert_eq!(usage(&ranges, &acme), Usage { keys: 7, bytes: 70 });
+        let amount = |keys, bytes| Amount { keys, bytes };
+        assert_eq!(
+            ranges_inside(&ranges, &acme),
+            vec![(RangeId(2), amount(3, 30)), (RangeId(2), amount(4, 40))]
+        );
         let unsplit = [info(b"", None, 100, 1000)];
-        assert_eq!(usage(&unsplit, &acme), Usage::default());
+        assert_eq!(ranges_inside(&unsplit, &acme), vec![]);
     }
 }

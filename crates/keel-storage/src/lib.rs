@@ -43,7 +43,7 @@ pub use error::StorageError;
 pub use log_store::LogStore;
 pub use restore::SnapshotSummary;
 pub use snapshot::{IncomingSnapshot, SnapshotBuilder, SnapshotFile};
-pub use state_machine::{KeyRead, RangeCounts, ScanPage, StateMachine};
+pub use state_machine::{KeyRead, QuotaCounts, RangeCounts, ScanPage, StateMachine};
 #[doc(hidden)]
 pub use store::WriterHold;
 pub use store::{Store, StoreOptions};

@@ -38,7 +38,7 @@ use crate::raft_types::{
 use crate::snapshot::{self, SnapshotBuilder, SnapshotFile};
 use crate::store::Store;
 use crate::tables::{
-    self, DEADLINES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,
+    self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,
 };
 use crate::upkeep::{due_records, expired_keys, idle_sessions};
 use crate::writer::{Done, Op};
@@ -68,6 +68,15 @@ pub struct RangeCounts {
     pub keys: u64,
     /// Key plus value bytes of those keys.
     pub size_bytes: u64,
+}
+
+/// Keys and bytes a tenant's keys and bytes quotas count: rows of `kv` (bytes: key plus
+/// value) and rows of `locks`, `fences` and `idempotency` (keys only: their bytes are not
+/// counted per range yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuotaCounts {
+    pub keys: u64,
+    pub bytes: u64,
 }
 
 /// The state machine of one range. Cheap to clone. Every read takes the range's key span
@@ -357,6 +366,44 @@ impl StateMachine {
             fenced_keys: state.fenced_keys,
             idempotency_records: state.idempotency_records,
         })
+    }
+
+    /// What a tenant's keys and bytes quotas count in the whole range, from its recorded
+    /// counts (no scan).
+    pub async fn quota_counts(&self) -> Result<QuotaCounts, StorageError> {
+        let state = self.state().await?;
+        Ok(QuotaCounts {
+            keys: state.kv.keys + state.locks + state.fenced_keys + state.idempotency_records,
+            bytes: state.kv.bytes,
+        })
+    }
+
+    /// What a tenant's quotas count in the range's part of `[start, end)`, counted row by
+    /// row: for a namespace that shares a range with other keys (before its bounds split).
+    pub async fn quota_counts_within(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    ) -> Result<QuotaCounts, StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                let span = state.span.within(start, end);
+                let open = |table| {
+                    txn.open_table(table)
+                        .map_err(|e| StorageError::redb("open table", e))
+                };
+                let kv = tables::count_kv_rows(&open(KV)?, &span)?;
+                let locks = tables::count_rows(&open(LOCKS)?, &span)?;
+                let fences = tables::count_rows(&open(FENCES)?, &span)?;
+                let records = tables::count_rows(&open(IDEMPOTENCY)?, &span)?;
+                Ok(QuotaCounts {
+                    keys: kv.keys + locks + fences + records,
+                    bytes: kv.bytes,
+                })
+            })
+            .await
     }
 
     /// The applied revision and applied log id; `(0, None)` while a snapshot install is

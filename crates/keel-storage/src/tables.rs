@@ -265,6 +265,19 @@ impl KeySpan {
             .is_some_and(|end| end <= self.start.as_slice())
     }
 
+    /// The part of `[start, end)` inside this span (`[start, start)` when none is).
+    pub fn within(&self, start: Vec<u8>, end: Vec<u8>) -> KeySpan {
+        let start = start.max(self.start.clone());
+        let end = match &self.end {
+            Some(own) => end.min(own.clone()),
+            None => end,
+        };
+        KeySpan {
+            end: Some(end.max(start.clone())),
+            start,
+        }
+    }
+
     /// Whether some key lies in both spans.
     pub fn overlaps(&self, other: &KeySpan) -> bool {
         let before =

@@ -123,10 +123,16 @@ pub const AUTH_FILE_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes of one bearer token: at least 16 (a guessable token is refused), at most 256.
 pub const TOKEN_BYTES_MIN: usize = 16;
 pub const TOKEN_BYTES_MAX: usize = 256;
-/// How often a node refreshes the tenants' key and byte counts that keys and bytes quotas
-/// are checked against (from the range table); a quota can be passed by what is written in
-/// about this long.
+/// How often a node refreshes its table of the tenants' ranges and their key and byte
+/// counts. A range's leader checks keys and bytes quotas against its live counts; the table
+/// only says how many ranges a namespace has and how full the others are.
 pub const TENANT_USAGE_REFRESH_MS: u64 = 2_000;
+/// Bytes a quota reserves for an increment's stored value: a decimal i64 with its sign.
+pub const COUNTER_VALUE_BYTES_MAX: usize = 20;
+/// Bytes a quota reserves for the fixed fields of a lock, fence or idempotency row (tokens,
+/// instants, its encoding), on top of its name, owner and result. At least what such a row
+/// stores beyond those (`keel-storage` counts a row as its key plus its encoded value).
+pub const QUOTA_ROW_OVERHEAD_BYTES: usize = 64;
 
 /// A human size: `1 MiB`, `4 KiB`, `17 bytes`.
 pub fn human_bytes(bytes: usize) -> String {

@@ -139,24 +139,63 @@ fn tenants_may_not_administer() {
     assert!(admin.namespace().is_none() && acme.namespace().is_some());
 }
 
+fn keys(keys: u64) -> Amount {
+    Amount { keys, bytes: 0 }
+}
+
 #[test]
-fn keys_quota_refuses_growing_writes_only() {
+fn reservations_in_flight_count_until_released() {
     let access = Access::parse(FILE).unwrap();
     let acme = tenant(&access, "acme-token-0123456789");
-    let now = Instant::now();
-    let later = |secs| now + Duration::from_secs(secs);
-    assert!(acme.admit(Call::Write { grows: true }, now).is_ok());
-    acme.set_usage(Usage { keys: 10, bytes: 0 });
-    let refused = acme.admit(Call::Write { grows: true }, later(1));
+    let range = RangeId(4);
+    let nothing = Amount::default();
+    assert!(acme.reserve(range, keys(0), nothing, keys(6)).is_ok());
+    let refused = acme.reserve(range, keys(0), nothing, keys(5));
     assert!(
         matches!(&refused, Err(KvError::QuotaExceeded { quota, limit: 10, .. }) if quota == "keys"),
-        "{refused:?}"
+        "6 reserved + 5 > 10: {refused:?}"
+    );
+    assert!(acme.reserve(range, keys(0), nothing, keys(4)).is_ok());
+    // The first write applies (6 live) and gives its reservation back; an admission that
+    // read the live counts before the release sees 0 live but still counts the 6.
+    let before = acme.released();
+    acme.release(keys(6));
+    assert!(acme.reserve(range, keys(0), before, keys(1)).is_err());
+    assert!(
+        acme.reserve(range, keys(6), acme.released(), keys(1))
+            .is_err()
+    );
+    acme.release(keys(4));
+    assert!(
+        acme.reserve(range, keys(9), acme.released(), keys(1))
+            .is_ok()
     );
     assert!(
-        acme.admit(Call::Write { grows: false }, later(2)).is_ok(),
-        "a delete goes through"
+        acme.reserve(range, keys(12), acme.released(), nothing)
+            .is_ok(),
+        "a write that adds nothing goes through"
     );
-    assert!(acme.admit(Call::Read, later(3)).is_ok());
+}
+
+#[test]
+fn a_namespace_split_in_two_shares_the_room_by_the_table() {
+    let access = Access::parse(FILE).unwrap();
+    let acme = tenant(&access, "acme-token-0123456789");
+    acme.set_table(vec![(RangeId(4), keys(2)), (RangeId(5), keys(4))]);
+    let nothing = Amount::default();
+    // 4 left, 2 each: range 4 may hold 4.
+    assert!(acme.reserve(RangeId(4), keys(3), nothing, keys(1)).is_ok());
+    assert!(acme.reserve(RangeId(4), keys(3), nothing, keys(1)).is_err());
+}
+
+#[test]
+fn the_tenant_of_a_stored_key_is_found_by_its_prefix() {
+    let access = Access::parse(FILE).unwrap();
+    let acme = tenant(&access, "acme-token-0123456789");
+    let stored = acme.namespace.confine(b"k");
+    assert_eq!(access.tenant_of(&stored).unwrap().name, acme.name);
+    assert!(access.tenant_of(b"k").is_none());
+    assert!(access.tenant_of(b"\xffTnobody\x01k").is_none());
 }
 
 #[test]
@@ -171,9 +210,10 @@ fn requests_per_sec_quota_refills_over_time() {
         matches!(&refused, Err(KvError::QuotaExceeded { quota, limit: 2, .. }) if quota == "requests_per_sec"),
         "{refused:?}"
     );
+    let listing = acme.admit(Call::Listing, now);
     assert!(
-        acme.admit(Call::Listing, now).is_ok(),
-        "listings are not counted"
+        matches!(&listing, Err(KvError::QuotaExceeded { .. })),
+        "listings draw tokens too: {listing:?}"
     );
     assert!(
         acme.admit(Call::Read, now + Duration::from_millis(500))
@@ -183,6 +223,14 @@ fn requests_per_sec_quota_refills_over_time() {
         acme.admit(Call::Read, now + Duration::from_millis(500))
             .is_err()
     );
+    let later = now + Duration::from_secs(10);
+    let too_large = acme.admit(Call::Batch { ops: 3 }, later);
+    assert!(
+        matches!(&too_large, Err(KvError::InvalidArgument { message }) if message.contains("at most 2 ops")),
+        "a batch of 3 ops can never pass a bucket of 2: {too_large:?}"
+    );
+    assert!(acme.admit(Call::Batch { ops: 2 }, later).is_ok());
+    assert!(acme.admit(Call::Write, later).is_err(), "the batch drew 2");
     let globex = tenant(&access, "globex-token-0123456789");
     for _ in 0..100 {
         assert!(globex.admit(Call::Read, now).is_ok(), "no quota, no limit");

@@ -5,7 +5,8 @@
 //! place of the smallest count, plus one, so a key's count may be over but never under its
 //! sampled requests while it is kept), and reported as the top `HOT_KEYS_REPORTED_MAX` of the
 //! last two windows. Keys are kept cut to `HOT_KEY_BYTES_MAX` bytes. Time is an argument or
-//! the node's clock seam. Knows nothing of gRPC or the text format.
+//! the node's clock seam. A key of a tenant's namespace is kept as the tenant's name and the key
+//! within it, never with the internal prefix. Knows nothing of gRPC or the text format.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,18 +18,29 @@ use keel_types::limits::{
     HOT_KEY_BYTES_MAX, HOT_KEYS_COUNTED_MAX, HOT_KEYS_REPORTED_MAX, HOT_KEYS_SAMPLE_EVERY,
     HOT_KEYS_WINDOW_SECS,
 };
+use keel_types::tenant::{TENANT_MARK, namespace_prefix_len};
 
-/// A key as counted: its first `HOT_KEY_BYTES_MAX` bytes, and whether it was longer.
+/// A key as counted: the tenant whose namespace holds it (`None` outside every namespace),
+/// the first `HOT_KEY_BYTES_MAX` bytes of the key within it, and whether it was longer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct HotKey {
+    pub tenant: Option<String>,
     pub prefix: Vec<u8>,
     pub cut: bool,
 }
 
 impl HotKey {
-    pub fn of(key: &[u8]) -> HotKey {
+    pub fn of(stored: &[u8]) -> HotKey {
+        let prefix_len = namespace_prefix_len(stored);
+        let tenant = (prefix_len > 0).then(|| {
+            // The prefix is the mark, the name (lowercase ASCII) and one end byte.
+            let name = &stored[TENANT_MARK.len()..prefix_len - 1];
+            String::from_utf8_lossy(name).into_owned()
+        });
+        let key = &stored[prefix_len..];
         let cut = key.len() > HOT_KEY_BYTES_MAX;
         HotKey {
+            tenant,
             prefix: key[..key.len().min(HOT_KEY_BYTES_MAX)].to_vec(),
             cut,
         }
@@ -199,6 +211,7 @@ impl HotKeys {
 #[cfg(test)]
 mod tests {
     use keel_types::ManualClock;
+    use keel_types::tenant::{Namespace, TenantName};
 
     use super::*;
 
@@ -237,6 +250,19 @@ mod tests {
         for (bytes, label) in cases {
             assert_eq!(HotKey::of(bytes).label(), label, "{bytes:?}");
         }
+    }
+
+    #[test]
+    fn a_tenants_key_shows_its_tenant_and_the_key_within_not_the_prefix() {
+        let acme = Namespace::of(&TenantName::new("acme").unwrap());
+        let hot = HotKey::of(&acme.confine(b"cart:7"));
+        assert_eq!(hot.tenant.as_deref(), Some("acme"));
+        assert_eq!(hot.label(), "cart:7");
+        let long = HotKey::of(&acme.confine(&[b'a'; HOT_KEY_BYTES_MAX]));
+        assert!(!long.cut, "the prefix does not count toward the cut");
+        let plain = HotKey::of(b"\xffTnot-a-prefix");
+        assert_eq!(plain.tenant, None);
+        assert_eq!(plain.label(), "\\xffTnot-a-prefix");
     }
 
     #[test]

@@ -353,10 +353,14 @@ fn write_hot_keys(text: &mut Text, shared: &Shared) {
     text.family(
         "keel_hot_key_requests",
         Kind::Gauge,
-        "The most requested keys this node served over the last one to two minutes, estimated from a sample; keys are cut to 64 bytes (… marks a cut), bytes outside printable ASCII as \\xNN.",
+        "The most requested keys this node served over the last one to two minutes, estimated from a sample; keys are cut to 64 bytes (… marks a cut), bytes outside printable ASCII as \\xNN; a tenant's key is labelled with its tenant and the key within its namespace.",
     );
     for (key, requests) in shared.metrics.hot_keys.report() {
-        text.sample(&[("key", &key.label())], requests as f64);
+        let label = key.label();
+        match &key.tenant {
+            Some(tenant) => text.sample(&[("tenant", tenant), ("key", &label)], requests as f64),
+            None => text.sample(&[("key", &label)], requests as f64),
+        }
     }
 }
 
