@@ -11,15 +11,17 @@ use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{MembersRequest, OpenSessionRequest, RangesRequest};
 use keel_server::Access;
+use keel_types::tenant::{Namespace, TenantName};
 use keel_types::{BatchOp, Consistency, KvError, limits};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use crate::harness::{Cluster, WAIT_LIMIT};
+use crate::harness::{Cluster, WAIT_LIMIT, eventually};
 
 const ADMIN: &str = "admin-token-0123456789";
 const FIFTY: &str = "fifty-token-0123456789";
 const COORD: &str = "coord-token-0123456789";
 const PACED: &str = "paced-token-0123456789";
+const RESULTS: &str = "results-token-0123456789";
 
 const TOKENS: &str = r#"
 [[admin]]
@@ -41,6 +43,11 @@ max_bytes = 32768
 name = "paced"
 tokens = ["paced-token-0123456789"]
 max_requests_per_sec = 5
+
+[[tenant]]
+name = "results"
+tokens = ["results-token-0123456789"]
+max_bytes = 32768
 "#;
 
 const QUOTA: usize = 50;
@@ -239,6 +246,60 @@ async fn locks_and_idempotency_records_count_toward_keys_and_bytes() {
         .complete(b"orders", b"2", token, b"ok", ttl)
         .await
         .unwrap();
+    cluster.shutdown().await;
+}
+
+/// Idempotency results are kept after their write: each stored one counts toward
+/// `max_bytes`, so results one after another stop at the quota, not only one larger than it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stored_idempotency_results_count_toward_the_bytes_quota() {
+    let cluster = start().await;
+    // Once the namespace is a range of its own, its counts are the range's recorded ones
+    // (before, its rows are counted one by one).
+    let namespace = Namespace::of(&TenantName::new("results").unwrap());
+    let admin = cluster.client();
+    eventually("the namespace splits off", || {
+        let admin = admin.clone();
+        let (start, end) = (namespace.start().to_vec(), namespace.end().to_vec());
+        async move {
+            let ranges = admin.ranges().await.ok()?;
+            let whole = |info: &keel_client::RangeInfo| {
+                info.descriptor.start == start && info.descriptor.end() == Some(end.as_slice())
+            };
+            ranges.iter().any(whole).then_some(())
+        }
+    })
+    .await;
+    let results = client_of(&cluster, RESULTS, vec![cluster.endpoint(cluster.ids()[0])]);
+    let ttl = Duration::from_secs(60);
+    let result = vec![7u8; 8 * 1024];
+    let mut stored = 0usize;
+    let refusal = loop {
+        assert!(
+            stored < 20,
+            "{stored} results of 8 KiB stored under a 32 KiB quota"
+        );
+        let id = format!("job-{stored}");
+        let token = match results.begin(b"jobs", id.as_bytes(), None, ttl).await {
+            Ok(BeginResult::Started { token, .. }) => token,
+            Ok(other) => panic!("record {id} not started: {other:?}"),
+            Err(error) => break error,
+        };
+        match results
+            .complete(b"jobs", id.as_bytes(), token, &result, ttl)
+            .await
+        {
+            Ok(_) => stored += 1,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(&refusal, KvError::QuotaExceeded { quota, limit: 32768, .. } if quota == "bytes"),
+        "{refusal:?}"
+    );
+    // Sent one at a time, no write is in flight beside the one judged: 3 results and their
+    // records fit in 32 KiB, a 4th does not.
+    assert_eq!(stored, 3, "results stored before the refusal");
     cluster.shutdown().await;
 }
 

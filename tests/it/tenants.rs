@@ -279,8 +279,8 @@ async fn quotas_refuse_with_a_typed_error() {
         other => panic!("50 reads at once passed a quota of 1 per second: {other:?}"),
     }
 
-    // Keys: counted from the range table once the namespace has split off, so writes go on
-    // until the count catches up, then stop.
+    // Keys: reserved on the range's leader against its live counts, so writes stop at the
+    // quota (tenant_quotas.rs bounds the overshoot).
     let small = client_as(&cluster, Some(SMALL));
     let started = Instant::now();
     let mut written = 0u32;

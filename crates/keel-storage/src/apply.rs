@@ -422,7 +422,7 @@ fn apply_unfenced(
     if matches!(outcome, CommandOutcome::Applied { .. }) {
         for op in ops {
             if let BatchOp::Delete { key, .. } = op {
-                tables::write_fence(&mut tables.fences, &mut state.fenced_keys, key, None)?;
+                tables::write_fence(&mut tables.fences, state.fence_counts(), key, None)?;
             }
         }
     }
@@ -448,8 +448,8 @@ fn apply_fenced(
     let outcome = apply_ops(tables, state, ops, clock_ms)?;
     if matches!(outcome, CommandOutcome::Applied { .. }) {
         for op in ops {
-            let fenced_keys = &mut state.fenced_keys;
-            tables::write_fence(&mut tables.fences, fenced_keys, op.key(), Some(fence))?;
+            let counts = state.fence_counts();
+            tables::write_fence(&mut tables.fences, counts, op.key(), Some(fence))?;
         }
     }
     Ok(outcome)
@@ -470,7 +470,7 @@ fn apply_coordination(
             let plan = coordination::plan_lock_op(op, stored.as_ref(), clock_ms, next);
             settle(plan, state, |state, after| {
                 let (locks, deadlines) = (&mut tables.locks, &mut tables.deadlines);
-                tables::write_deadlined(locks, deadlines, &mut state.locks, name, after)
+                tables::write_deadlined(locks, deadlines, state.lock_counts(), name, after)
             })
         }
         Subject::Record(key) => {
@@ -480,8 +480,7 @@ fn apply_coordination(
             let plan = coordination::plan_idempotency_op(op, stored.as_ref(), clock_ms, next);
             settle(plan, state, |state, after| {
                 let (records, deadlines) = (&mut tables.idempotency, &mut tables.deadlines);
-                let count = &mut state.idempotency_records;
-                tables::write_deadlined(records, deadlines, count, key, after)
+                tables::write_deadlined(records, deadlines, state.record_counts(), key, after)
             })
         }
     }
@@ -643,8 +642,8 @@ fn apply_reclaim(
         let stored: Option<LockHold> = tables::read_row(&tables.locks, &item.key, "lock")?;
         if stored.is_some_and(|hold| hold.available_at_ms() == item.at_ms) {
             let (locks, deadlines) = (&mut tables.locks, &mut tables.deadlines);
-            let count = &mut state.locks;
-            tables::write_deadlined::<LockHold>(locks, deadlines, count, &item.key, None)?;
+            let counts = state.lock_counts();
+            tables::write_deadlined::<LockHold>(locks, deadlines, counts, &item.key, None)?;
         }
     }
     for item in reclaim.records.iter().filter(|item| due(item)) {
@@ -653,9 +652,9 @@ fn apply_reclaim(
             tables::read_row(&tables.idempotency, &item.key, what)?;
         if stored.is_some_and(|record| record.expires_at_ms() == item.at_ms) {
             let (records, deadlines) = (&mut tables.idempotency, &mut tables.deadlines);
-            let count = &mut state.idempotency_records;
+            let counts = state.record_counts();
             tables::write_deadlined::<IdempotencyRecord>(
-                records, deadlines, count, &item.key, None,
+                records, deadlines, counts, &item.key, None,
             )?;
         }
     }

@@ -29,7 +29,9 @@
 //! - 6: request ids belong to their sender. A `sessions` row gained its owner and a
 //!   `requests` row the digest of its request (`tables::{Session, RequestRecord}`; rows of
 //!   older formats decode with neither, `session` says how they are treated); the
-//!   rejection `RequestIdReused` appeared; snapshot files write sessions and request records
+//!   rejection `RequestIdReused` appeared; `sm_meta` gained each range's count of the bytes
+//!   of its `locks`, `fences` and `idempotency` rows (counted when the store first opens an
+//!   older file); snapshot files write sessions and request records
 //!   as the records `OwnedSession` and `DigestedRequest` (files of older formats keep
 //!   `Session` and `Request`). A build of format 5 refuses a file of format 6.
 //!

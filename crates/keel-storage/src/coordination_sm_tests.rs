@@ -472,6 +472,39 @@ fn due(key: &str, at_ms: u64) -> ExpiredRecord {
     }
 }
 
+/// The range's recorded counts of keys and bytes (locks, fences and records included) match
+/// its rows counted one by one.
+async fn assert_counted(sm: &StateMachine) {
+    let recorded = sm.quota_counts().await.unwrap();
+    let everything = sm.quota_counts_within(Vec::new(), vec![0xFF; 8192]);
+    assert_eq!(recorded, everything.await.unwrap());
+}
+
+#[tokio::test]
+async fn stored_locks_fences_and_records_count_their_bytes() {
+    let (_dir, store) = open();
+    let mut applier = Applier::new(&store);
+    let empty = applier.sm().quota_counts().await.unwrap();
+    fill(&mut applier).await;
+    let filled = applier.sm().quota_counts().await.unwrap();
+    assert_counted(&applier.sm()).await;
+    // A larger result, a renewal and a fence dropped by a delete move the bytes both ways.
+    let token = granted_record(&applier.apply(at(2_000, begin(b"big", "w", 100))).await);
+    let result = "r".repeat(10_000);
+    applier
+        .apply(at(2_000, complete(b"big", token, &result, 60_000)))
+        .await;
+    let grown = applier.sm().quota_counts().await.unwrap();
+    assert!(
+        grown.bytes >= filled.bytes + 10_000,
+        "{filled:?} -> {grown:?}"
+    );
+    assert_counted(&applier.sm()).await;
+    applier.apply(mutate(vec![delete("k", None)])).await;
+    assert_counted(&applier.sm()).await;
+    assert!(applier.sm().quota_counts().await.unwrap().bytes > empty.bytes);
+}
+
 #[tokio::test]
 async fn reclaim_removes_only_free_locks_and_expired_records() {
     let (_dir, store) = open();
@@ -516,6 +549,7 @@ async fn reclaim_removes_only_free_locks_and_expired_records() {
         idempotency_records: 1,
     };
     assert_eq!(counts(&applier).await, expected);
+    assert_counted(&applier.sm()).await;
     assert!(applier.sm().plan_reclaim(2_000).await.unwrap().is_empty());
     let later = applier.sm().plan_reclaim(6_100).await.unwrap();
     assert_eq!(
@@ -544,8 +578,10 @@ async fn reads_and_reclaim_plans_stay_within_the_span() {
         matches!(outcome, CommandOutcome::Split { .. }),
         "{outcome:?}"
     );
-    // The child owns `[m, +inf)`.
+    // The child owns `[m, +inf)`; each half counts the bytes of its own rows.
     let sm = store.state_machine(RangeId(2));
+    assert_counted(&sm).await;
+    assert_counted(&applier.sm()).await;
     assert_eq!(holder(&sm, "a-lock", 0).await, None);
     assert!(holder(&sm, "z-lock", 0).await.is_some());
     assert_eq!(sm.idempotency_record(b"a-lock", 0).await.unwrap().0, None);
@@ -606,6 +642,9 @@ async fn snapshots_carry_locks_fences_and_records() {
 
     let (source_sm, target_sm) = (source.sm(), target.sm());
     assert_eq!(counts(&target).await, counts(&source).await);
+    assert_counted(&target_sm).await;
+    let counted = target_sm.quota_counts().await.unwrap();
+    assert_eq!(counted, source_sm.quota_counts().await.unwrap());
     assert_eq!(counts(&target).await.fenced_keys, 1);
     assert_eq!(
         holder(&target_sm, "L", 0).await,

@@ -29,7 +29,7 @@ use std::ops::Bound;
 use keel_types::{Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, limits};
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 
-use crate::codec::decode;
+use crate::codec::{decode, encode};
 
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
@@ -39,6 +39,7 @@ use crate::store::Store;
 use crate::tables::{
     self, Bytes, DEADLINES, Deadlined, FENCES, IDEMPOTENCY, InstallMarker, KV, KeySpan, KvCounts,
     LOCKS, META, REQUESTS, RequestRecord, SESSIONS, SM_INSTALLING, SM_META, Session, SmState, TTL,
+    Uncounted,
 };
 use crate::writer::{Op, Outcome};
 
@@ -267,16 +268,19 @@ fn add_record(
             record,
         } => add_request(client_id, sequence, record, state, batch),
         Record::Lock { name, hold } => {
+            state.coordination_bytes += tables::row_bytes(&name, &encode(&hold));
             add_keyed(&mut batch.locks, name, hold, span, "a lock")?;
             state.locks += 1;
             Ok(())
         }
         Record::Fence { key, fence } => {
+            state.coordination_bytes += tables::row_bytes(&key, &encode(&fence));
             add_keyed(&mut batch.fences, key, fence, span, "a fence")?;
             state.fenced_keys += 1;
             Ok(())
         }
         Record::Idempotency { key, record } => {
+            state.coordination_bytes += tables::row_bytes(&key, &encode(&record));
             let what = "an idempotency record";
             add_keyed(&mut batch.records, key, record, span, what)?;
             state.idempotency_records += 1;
@@ -536,8 +540,9 @@ pub(crate) fn insert_records(
     batch: &InstallBatch,
 ) -> Result<(), StorageError> {
     let (mut kv, mut ttl) = (open(txn, KV)?, open(txn, TTL)?);
-    // The install counts rows from the file; the counts these writes keep are dropped.
-    let mut uncounted = 0;
+    // The install counts rows from the file (`add_record`); the counts these writes keep
+    // are dropped.
+    let mut uncounted = Uncounted::default();
     let mut uncounted_kv = KvCounts::default();
     for row in &batch.rows {
         tables::write_kv(&mut kv, &mut ttl, &mut uncounted_kv, &row.key, Some(row))?;
@@ -552,16 +557,22 @@ pub(crate) fn insert_records(
     }
     let (mut locks, mut deadlines) = (open(txn, LOCKS)?, open(txn, DEADLINES)?);
     for (name, hold) in &batch.locks {
-        tables::write_deadlined(&mut locks, &mut deadlines, &mut uncounted, name, Some(hold))?;
+        tables::write_deadlined(
+            &mut locks,
+            &mut deadlines,
+            uncounted.counts(),
+            name,
+            Some(hold),
+        )?;
     }
     let mut records = open(txn, IDEMPOTENCY)?;
     for (key, record) in &batch.records {
         let (table, index) = (&mut records, &mut deadlines);
-        tables::write_deadlined(table, index, &mut uncounted, key, Some(record))?;
+        tables::write_deadlined(table, index, uncounted.counts(), key, Some(record))?;
     }
     let mut fences = open(txn, FENCES)?;
     for (key, fence) in &batch.fences {
-        tables::write_fence(&mut fences, &mut uncounted, key, Some(fence))?;
+        tables::write_fence(&mut fences, uncounted.counts(), key, Some(fence))?;
     }
     let mut meta = open(txn, META)?;
     for row in &batch.meta {

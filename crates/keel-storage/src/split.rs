@@ -201,6 +201,7 @@ struct HalfCounts {
     locks: u64,
     fenced_keys: u64,
     idempotency_records: u64,
+    coordination_bytes: u64,
 }
 
 impl HalfCounts {
@@ -210,6 +211,7 @@ impl HalfCounts {
             locks: state.locks,
             fenced_keys: state.fenced_keys,
             idempotency_records: state.idempotency_records,
+            coordination_bytes: state.coordination_bytes,
         }
     }
 
@@ -228,6 +230,11 @@ impl HalfCounts {
                 part.idempotency_records,
                 "idempotency record",
             ),
+            coordination_bytes: less(
+                self.coordination_bytes,
+                part.coordination_bytes,
+                "coordination byte",
+            ),
         }
     }
 
@@ -236,15 +243,20 @@ impl HalfCounts {
         state.locks = self.locks;
         state.fenced_keys = self.fenced_keys;
         state.idempotency_records = self.idempotency_records;
+        state.coordination_bytes = self.coordination_bytes;
     }
 }
 
 fn count_half(tables: &Tables, span: &KeySpan) -> Result<HalfCounts, StorageError> {
+    let (locks, lock_bytes) = tables::count_rows(&tables.locks, span)?;
+    let (fenced_keys, fence_bytes) = tables::count_rows(&tables.fences, span)?;
+    let (idempotency_records, record_bytes) = tables::count_rows(&tables.idempotency, span)?;
     Ok(HalfCounts {
         kv: tables::count_kv_rows(&tables.kv, span)?,
-        locks: tables::count_rows(&tables.locks, span)?,
-        fenced_keys: tables::count_rows(&tables.fences, span)?,
-        idempotency_records: tables::count_rows(&tables.idempotency, span)?,
+        locks,
+        fenced_keys,
+        idempotency_records,
+        coordination_bytes: lock_bytes + fence_bytes + record_bytes,
     })
 }
 

@@ -374,7 +374,7 @@ impl StateMachine {
         let state = self.state().await?;
         Ok(QuotaCounts {
             keys: state.kv.keys + state.locks + state.fenced_keys + state.idempotency_records,
-            bytes: state.kv.bytes,
+            bytes: state.kv.bytes + state.coordination_bytes,
         })
     }
 
@@ -399,8 +399,8 @@ impl StateMachine {
                 let fences = tables::count_rows(&open(FENCES)?, &span)?;
                 let records = tables::count_rows(&open(IDEMPOTENCY)?, &span)?;
                 Ok(QuotaCounts {
-                    keys: kv.keys + locks + fences + records,
-                    bytes: kv.bytes,
+                    keys: kv.keys + locks.0 + fences.0 + records.0,
+                    bytes: kv.bytes + locks.1 + fences.1 + records.1,
                 })
             })
             .await

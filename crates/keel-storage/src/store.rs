@@ -462,6 +462,13 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
         for range in tables::count_unrecorded_kv(&mut sm_meta, &kv)? {
             tracing::info!(%range, "counted the keys and bytes of a range of an older format");
         }
+        // A file of format 1-5 has no coordination byte counts: count them once.
+        let open = |table| {
+            txn.open_table(table)
+                .map_err(|e| StorageError::redb("open table", e))
+        };
+        let (locks, fences, records) = (open(LOCKS)?, open(FENCES)?, open(IDEMPOTENCY)?);
+        tables::count_unrecorded_coordination(&mut sm_meta, [&locks, &fences, &records])?;
     }
     txn.commit().map_err(|e| StorageError::redb("commit", e))
 }

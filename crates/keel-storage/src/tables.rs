@@ -6,7 +6,7 @@
 //! |---------------|---------------------------------------|----------------------------------------|
 //! | `raft_log`    | range id (u64 BE) + log index (u64 BE) | openraft entry                         |
 //! | `raft_meta`   | range id (u64 BE) + kind (u8)          | vote / purged log id                    |
-//! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records / (format 4) span, epoch, conf_version, counts of keys and bytes |
+//! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records / (format 4) span, epoch, conf_version, counts of keys and bytes / (format 6) bytes of the range's locks, fences and idempotency records |
 //! | `kv`          | user key                              | create and mod revision, expiry (format 2), then the raw value |
 //! | `ttl`         | expiry ms (u64 BE) + user key          | empty                                  |
 //! | `sessions`    | range id (u64 BE) + client id (u64 BE) | `Session` (format 6: with its owner)   |
@@ -39,7 +39,9 @@
 //! (`LockHold::available_at_ms`, kind 1) and when each idempotency record expires (kind 2):
 //! it holds `(at, kind, key)` exactly when the table of that kind holds `key` with that
 //! instant, kept in step by `write_deadlined`, so a reclaim plan reads it in time order.
-//! `sm_meta` counts the range's rows of all three tables.
+//! `sm_meta` counts the range's rows of all three tables and (format 6) their bytes, kept
+//! in step by `write_deadlined` and `write_fence` (`RowCounts`); a file of format 1-5 lacks
+//! the bytes until the store opens it (`count_unrecorded_coordination`).
 //!
 //! `meta` is the meta range's (range 0's) table of the cluster: range descriptors, nodes and
 //! the range id allocator (`meta`). No other range reads or writes it.
@@ -111,6 +113,9 @@ pub(crate) const SM_BYTES: u8 = 17;
 pub(crate) const SM_REMOVING: u8 = 18;
 /// The range's replica was removed from this file (a tombstone, the only row left of it).
 pub(crate) const SM_REMOVED: u8 = 19;
+/// (format 6) Bytes of the range's rows in `locks`, `fences` and `idempotency`: name or key
+/// plus the stored value. Missing in older files until the store counts them at open.
+pub(crate) const SM_COORDINATION_BYTES: u8 = 20;
 
 /// Kinds of `meta` rows (the first byte of their key).
 pub(crate) const META_RANGE: u8 = 1;
@@ -423,6 +428,8 @@ pub(crate) struct SmState {
     pub fenced_keys: u64,
     /// Rows of this range in `idempotency`, expired ones not yet reclaimed included.
     pub idempotency_records: u64,
+    /// Bytes of this range's rows in `locks`, `fences` and `idempotency` (`row_bytes`).
+    pub coordination_bytes: u64,
 }
 
 impl SmState {
@@ -433,6 +440,30 @@ impl SmState {
         replicas.dedup();
         self.span
             .descriptor(range, self.epoch, self.conf_version, replicas)
+    }
+
+    /// The counts a write of a `locks` row keeps in step.
+    pub fn lock_counts(&mut self) -> RowCounts<'_> {
+        RowCounts {
+            rows: &mut self.locks,
+            bytes: &mut self.coordination_bytes,
+        }
+    }
+
+    /// The counts a write of a `fences` row keeps in step.
+    pub fn fence_counts(&mut self) -> RowCounts<'_> {
+        RowCounts {
+            rows: &mut self.fenced_keys,
+            bytes: &mut self.coordination_bytes,
+        }
+    }
+
+    /// The counts a write of an `idempotency` row keeps in step.
+    pub fn record_counts(&mut self) -> RowCounts<'_> {
+        RowCounts {
+            rows: &mut self.idempotency_records,
+            bytes: &mut self.coordination_bytes,
+        }
     }
 
     /// Moves the clock to `now_ms` if that is later, and returns it.
@@ -702,6 +733,7 @@ where
         locks: count(SM_LOCKS, "lock count")?,
         fenced_keys: count(SM_FENCED_KEYS, "fenced key count")?,
         idempotency_records: count(SM_IDEMPOTENCY_RECORDS, "record count")?,
+        coordination_bytes: count(SM_COORDINATION_BYTES, "coordination byte count")?,
     })
 }
 
@@ -732,6 +764,7 @@ pub(crate) fn write_sm_state(
         (SM_LOCKS, state.locks),
         (SM_FENCED_KEYS, state.fenced_keys),
         (SM_IDEMPOTENCY_RECORDS, state.idempotency_records),
+        (SM_COORDINATION_BYTES, state.coordination_bytes),
     ];
     for (kind, value) in numbers {
         write_meta(sm_meta, range, kind, &value)?;
@@ -798,20 +831,55 @@ where
     Ok(counts)
 }
 
-/// Rows of `table` (keyed by user key, lock name or idempotency key) within `span`.
-pub(crate) fn count_rows<R>(table: &R, span: &KeySpan) -> Result<u64, StorageError>
+/// Rows of `table` (keyed by user key, lock name or idempotency key) within `span`, and
+/// their bytes (`row_bytes`).
+pub(crate) fn count_rows<R>(table: &R, span: &KeySpan) -> Result<(u64, u64), StorageError>
 where
     R: ReadableTable<Bytes, Bytes>,
 {
-    let mut count = 0;
+    let (mut count, mut bytes) = (0, 0);
     for row in table
         .range::<&[u8]>(span.bounds())
         .map_err(|e| StorageError::redb("count rows", e))?
     {
-        row.map_err(|e| StorageError::redb("count rows", e))?;
+        let (key, value) = row.map_err(|e| StorageError::redb("count rows", e))?;
         count += 1;
+        bytes += row_bytes(key.value(), value.value());
     }
-    Ok(count)
+    Ok((count, bytes))
+}
+
+/// What a row of `locks`, `fences` or `idempotency` adds to `SmState::coordination_bytes`:
+/// its name or key and its stored value.
+pub(crate) fn row_bytes(key: &[u8], stored: &[u8]) -> u64 {
+    (key.len() + stored.len()) as u64
+}
+
+/// Writes the coordination byte count of every range with applied state that has none (a
+/// file of format 1-5), counted from its rows in `tables`. A range in the middle of an
+/// install is left alone: finishing the install writes its counts.
+pub(crate) fn count_unrecorded_coordination(
+    sm_meta: &mut Table<Bytes, Bytes>,
+    tables: [&Table<Bytes, Bytes>; 3],
+) -> Result<(), StorageError> {
+    for range in ranges_in(sm_meta)? {
+        let recorded: Option<u64> = read_meta(
+            sm_meta,
+            range,
+            SM_COORDINATION_BYTES,
+            "coordination byte count",
+        )?;
+        let state = read_sm_state(sm_meta, range)?;
+        if recorded.is_some() || state.applied.is_none() || state.installing.is_some() {
+            continue;
+        }
+        let mut bytes = 0;
+        for table in tables {
+            bytes += count_rows(table, &state.span)?.1;
+        }
+        write_meta(sm_meta, range, SM_COORDINATION_BYTES, &bytes)?;
+    }
+    Ok(())
 }
 
 /// Writes the key and byte counts of every range with applied state that has none (a file
@@ -1027,22 +1095,58 @@ where
     row.map(|value| decode(what, value.value())).transpose()
 }
 
+/// The counts a write of a `locks`, `fences` or `idempotency` row keeps in step: the rows of
+/// its table and the bytes of all three (`SmState::coordination_bytes`).
+pub(crate) struct RowCounts<'a> {
+    pub rows: &'a mut u64,
+    pub bytes: &'a mut u64,
+}
+
+impl RowCounts<'_> {
+    /// Counts a row of `key` going from `before` (its stored value, if any) to `after`.
+    fn replace(&mut self, key: &[u8], before: Option<&[u8]>, after: Option<&[u8]>, what: &str) {
+        let bytes = |stored: Option<&[u8]>| stored.map_or(0, |stored| row_bytes(key, stored));
+        *self.bytes = (*self.bytes + bytes(after))
+            .checked_sub(bytes(before))
+            .unwrap_or_else(|| panic!("the range's byte count covers its {what} rows"));
+        *self.rows = adjust_count(*self.rows, before.is_some(), after.is_some(), what);
+    }
+}
+
+/// Counts that nothing reads, for writes whose counts are kept elsewhere (an install's).
+#[derive(Debug, Default)]
+pub(crate) struct Uncounted {
+    rows: u64,
+    bytes: u64,
+}
+
+impl Uncounted {
+    pub fn counts(&mut self) -> RowCounts<'_> {
+        RowCounts {
+            rows: &mut self.rows,
+            bytes: &mut self.bytes,
+        }
+    }
+}
+
 /// Writes a lock or idempotency row (or removes it, for `None`) and keeps its `deadlines`
-/// row and the range's count of such rows (`count`) in step with the row it replaces.
+/// row and the range's counts (`counts`) in step with the row it replaces.
 pub(crate) fn write_deadlined<T: Deadlined>(
     table: &mut Table<Bytes, Bytes>,
     deadlines: &mut Table<Bytes, Bytes>,
-    count: &mut u64,
+    mut counts: RowCounts,
     key: &[u8],
     after: Option<&T>,
 ) -> Result<(), StorageError> {
-    let before: Option<T> = match after {
-        Some(value) => table.insert(key, encode(value).as_slice()),
+    let encoded = after.map(encode);
+    let old = match &encoded {
+        Some(value) => table.insert(key, value.as_slice()),
         None => table.remove(key),
     }
-    .map_err(|e| StorageError::redb("write deadlined row", e))?
-    .map(|old| decode(T::WHAT, old.value()))
-    .transpose()?;
+    .map_err(|e| StorageError::redb("write deadlined row", e))?;
+    let old = old.map(|old| old.value().to_vec());
+    counts.replace(key, old.as_deref(), encoded.as_deref(), T::WHAT);
+    let before: Option<T> = old.map(|old| decode(T::WHAT, &old)).transpose()?;
     if let Some(before) = &before {
         let removed = deadlines
             .remove(deadline_key(before.deadline_ms(), T::KIND, key).as_slice())
@@ -1061,25 +1165,25 @@ pub(crate) fn write_deadlined<T: Deadlined>(
             )
             .map_err(|e| StorageError::redb("write deadlines index", e))?;
     }
-    *count = adjust_count(*count, before.is_some(), after.is_some(), T::WHAT);
     Ok(())
 }
 
-/// Writes the fence row of a user key (or removes it, for `None`) and keeps the range's count
-/// of fenced keys in step.
+/// Writes the fence row of a user key (or removes it, for `None`) and keeps the range's
+/// counts (`counts`: fenced keys and coordination bytes) in step.
 pub(crate) fn write_fence(
     fences: &mut Table<Bytes, Bytes>,
-    fenced_keys: &mut u64,
+    mut counts: RowCounts,
     key: &[u8],
     after: Option<&Fence>,
 ) -> Result<(), StorageError> {
-    let before = match after {
-        Some(fence) => fences.insert(key, encode(fence).as_slice()),
+    let encoded = after.map(encode);
+    let old = match &encoded {
+        Some(value) => fences.insert(key, value.as_slice()),
         None => fences.remove(key),
     }
     .map_err(|e| StorageError::redb("write fence", e))?
-    .is_some();
-    *fenced_keys = adjust_count(*fenced_keys, before, after.is_some(), "fence");
+    .map(|old| old.value().to_vec());
+    counts.replace(key, old.as_deref(), encoded.as_deref(), "fence");
     Ok(())
 }
 
