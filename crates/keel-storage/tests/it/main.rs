@@ -5,6 +5,7 @@ mod fixture;
 mod fixture_v3;
 mod fixture_v4;
 mod fixture_v5;
+mod fixture_v6;
 mod group_commit;
 mod poison;
 mod restart;
