@@ -37,6 +37,7 @@ use std::ops::RangeInclusive;
 use keel_types::tenant::namespace_prefix_len;
 use keel_types::{Command, CoordinationOp, Rejection, RequestId, limits};
 use serde::{Deserialize, Serialize};
+use serde_bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 
 use crate::error::StorageError;
@@ -47,18 +48,35 @@ use crate::tables::Session;
 pub(crate) struct Digest(pub [u8; 16]);
 
 impl Digest {
-    /// The digest of `parts`, each prefixed with its length so that no two lists of parts
-    /// share one.
-    pub fn of(parts: &[&[u8]]) -> Digest {
-        let mut hasher = Sha256::new();
-        for part in parts {
-            hasher.update((part.len() as u64).to_be_bytes());
-            hasher.update(part);
-        }
-        let full = hasher.finalize();
+    /// The digest of `value`'s postcard encoding (self-delimiting, so no two values share
+    /// one), hashed as it is encoded: nothing is copied.
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Digest {
+        let hasher = postcard::serialize_with_flavor(value, Hashing(Sha256::new()))
+            .expect("hashing a postcard encoding cannot fail");
         let mut digest = [0; 16];
-        digest.copy_from_slice(&full[..16]);
+        digest.copy_from_slice(&hasher.finalize()[..16]);
         Digest(digest)
+    }
+}
+
+/// A postcard flavor that feeds what it encodes to a SHA-256.
+struct Hashing(Sha256);
+
+impl postcard::ser_flavors::Flavor for Hashing {
+    type Output = Sha256;
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.update(data);
+        Ok(())
+    }
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.update([data]);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Sha256> {
+        Ok(self.0)
     }
 }
 
@@ -75,7 +93,7 @@ pub(crate) struct Asked<'a> {
 /// The owner of a request whose first key (or lock name, or idempotency key) is `key`: the
 /// digest of the tenant prefix it starts with (empty for the raw keyspace).
 pub(crate) fn owner_of(key: &[u8]) -> Digest {
-    Digest::of(&[&key[..namespace_prefix_len(key)]])
+    Digest::of(Bytes::new(&key[..namespace_prefix_len(key)]))
 }
 
 /// What a client command asks, as the parts the client chose: its ops (and fence), or its
@@ -84,27 +102,20 @@ pub(crate) fn owner_of(key: &[u8]) -> Digest {
 /// Stable across builds: a record keeps the digest its request had when it was applied.
 pub(crate) fn request_digest(command: &Command) -> Digest {
     match command {
-        Command::Mutate(mutation) => Digest::of(&[b"mutate", &encode(&mutation.ops)]),
-        Command::FencedMutate { fence, mutation } => {
-            Digest::of(&[b"fenced", &encode(fence), &encode(&mutation.ops)])
-        }
+        Command::Mutate(mutation) => Digest::of(&("mutate", &mutation.ops)),
+        Command::FencedMutate { fence, mutation } => Digest::of(&("fenced", fence, &mutation.ops)),
         Command::Coordinate(coordination) => match &coordination.op {
             CoordinationOp::Release { name, token, .. } => {
-                Digest::of(&[b"release", name, &token.to_be_bytes()])
+                Digest::of(&("release", Bytes::new(name), token))
             }
-            op => Digest::of(&[b"coordinate", &encode(op)]),
+            op => Digest::of(&("coordinate", op)),
         },
         Command::Write { .. }
         | Command::Cleanup(_)
         | Command::Reclaim(_)
         | Command::Split(_)
-        | Command::Meta(_) => Digest::of(&[b"internal"]),
+        | Command::Meta(_) => Digest::of("internal"),
     }
-}
-
-/// The postcard encoding of a part a request digest covers.
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    postcard::to_allocvec(value).expect("postcard encoding into a Vec cannot fail")
 }
 
 /// The limits the decision enforces; `limits::*` in production, smaller in tests.
@@ -267,7 +278,7 @@ mod tests {
     }
 
     fn digest() -> Digest {
-        Digest::of(&[b"the request"])
+        Digest::of("the request")
     }
 
     fn session(completed_below: u64, records: u64) -> Session {
@@ -435,7 +446,7 @@ mod tests {
         let stored = Some(session(1, 2));
         let mallory = owner_of(b"\xffTmallory\x01k");
         let raw = owner_of(b"k");
-        let other = Digest::of(&[b"another request"]);
+        let other = Digest::of("another request");
         // (owner, client start, sequence, completed_below, record of that sequence, verdict)
         let cases = [
             // Another tenant (or the raw keyspace) sends the id of a recorded request, with or
