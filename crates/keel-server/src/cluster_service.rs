@@ -314,9 +314,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<MembersRequest>,
     ) -> Result<Response<MembersResponse>, Status> {
-        self.shared.admit(&request, Call::Listing)?;
-        let served = self.serve_members(request.into_inner());
-        served.await.map(Response::new).map_err(|e| to_status(&e))
+        let caller = self.shared.admit(&request, Call::Listing)?;
+        let served = self.serve_members(request.into_inner()).await;
+        caller.reveal(served.map(Response::new).map_err(|e| to_status(&e)))
     }
 
     async fn status(

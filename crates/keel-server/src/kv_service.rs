@@ -414,18 +414,20 @@ impl Kv for KvService {
         &self,
         request: Request<OpenSessionRequest>,
     ) -> Result<Response<OpenSessionResponse>, Status> {
-        self.shared.admit(&request, Call::Listing)?;
-        self.shared.health.check().map_err(|e| to_status(&e))?;
-        let client_id = loop {
-            let id = rand::random::<u64>();
-            if id != 0 {
-                break id;
-            }
-        };
-        Ok(Response::new(OpenSessionResponse {
-            client_id,
-            client_started_ms: self.shared.clock.now_ms(),
-        }))
+        let caller = self.shared.admit(&request, Call::Listing)?;
+        let opened = self.shared.health.check().map(|()| {
+            let client_id = loop {
+                let id = rand::random::<u64>();
+                if id != 0 {
+                    break id;
+                }
+            };
+            Response::new(OpenSessionResponse {
+                client_id,
+                client_started_ms: self.shared.clock.now_ms(),
+            })
+        });
+        caller.reveal(opened.map_err(|e| to_status(&e)))
     }
 }
 
