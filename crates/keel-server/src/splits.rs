@@ -68,8 +68,14 @@ async fn allocate_range_id(shared: &Shared) -> Result<RangeId, KvError> {
     let command = MetaCommand::AllocateRangeIds { count: 1 };
     match meta_client::propose_meta(shared, command).await? {
         MetaOutcome::RangeIdsAllocated { first, count: 1 } => Ok(first),
-        other => Err(KvError::unavailable(format!(
-            "the meta range answered an id allocation with {other:?}; nothing was split"
-        ))),
+        other => {
+            warn!(
+                ?other,
+                "the meta range answered an id allocation with another outcome"
+            );
+            Err(KvError::unavailable(
+                "the meta range answered an id allocation with another outcome; nothing was split",
+            ))
+        }
     }
 }
