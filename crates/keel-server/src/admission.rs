@@ -46,21 +46,15 @@ pub(crate) async fn reserve(
     if growth.is_zero() || !tenant.counts_usage() {
         return Ok(None);
     }
-    let range = group.descriptor().await?;
     let released_before = tenant.released();
-    let machine = group.state_machine();
-    let counted = match tenant.namespace.holds(&range) {
-        true => machine.quota_counts().await,
-        false => {
-            let (start, end) = (tenant.namespace.start(), tenant.namespace.end());
-            machine
-                .quota_counts_within(start.to_vec(), end.to_vec())
-                .await
-        }
-    };
+    let (start, end) = (tenant.namespace.start(), tenant.namespace.end());
+    let counted = group
+        .state_machine()
+        .namespace_quota_counts(start.to_vec(), end.to_vec())
+        .await;
     let QuotaCounts { keys, bytes } = counted.map_err(|error| storage_failed(shared, error))?;
     let live = Amount { keys, bytes };
-    tenant.reserve(range.id, live, released_before, growth)?;
+    tenant.reserve(group.range(), live, released_before, growth)?;
     Ok(Some(Reservation {
         tenant: tenant.clone(),
         amount: growth,

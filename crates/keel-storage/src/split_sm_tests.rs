@@ -13,7 +13,7 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 use redb::ReadableTableMetadata;
 
-use super::tests::{apply_commands_to, open, put};
+use super::tests::{apply_commands_to, mutate, open, put};
 use super::{KeyRead, RangeCounts, StateMachine};
 use crate::error::StorageError;
 use crate::raft_types::{Entry, Membership, Snapshot, TypeConfig};
@@ -1094,4 +1094,43 @@ async fn a_first_range_installing_its_first_snapshot_claims_no_span_yet() {
         .await
         .unwrap();
     assert_eq!(keys(&sm).await, ["d", "e", "f"]);
+}
+
+#[tokio::test]
+async fn a_namespace_is_counted_by_its_rows_until_its_range_lies_inside_it() {
+    let (_dir, store) = open();
+    let mut ranges = Ranges::new(&store);
+    let (a, a_end) = (b"\xffTa\x01".to_vec(), b"\xffTa\x02".to_vec());
+    let (b, b_end) = (b"\xffTb\x01".to_vec(), b"\xffTb\x02".to_vec());
+    let put = |prefix: &[u8], value: &[u8]| BatchOp::Put {
+        key: [prefix, b"k"].concat(),
+        value: value.to_vec(),
+        condition: None,
+        return_previous: false,
+        ttl_ms: None,
+    };
+    let ops = vec![put(&a, b"1"), put(&b, b"22")];
+    ranges.apply(RangeId::FIRST, mutate(ops)).await;
+    let sm = ranges.sm(RangeId::FIRST);
+    let in_a = sm.namespace_quota_counts(a.clone(), a_end.clone()).await;
+    let rows_of_a = sm.quota_counts_within(a, a_end).await.unwrap();
+    assert_eq!(in_a.unwrap(), rows_of_a);
+    assert_ne!(rows_of_a, sm.quota_counts().await.unwrap());
+    // b's namespace splits off into range 2, `[b, b_end)`: its recorded counts answer.
+    for (at, range, child, expected_epoch) in [(&b, 1, 2, 0), (&b_end, 2, 3, 1)] {
+        let split = Command::Split(Split {
+            at: at.clone(),
+            child: RangeId(child),
+            expected_epoch,
+        });
+        let outcome = ranges.apply(RangeId(range), split).await;
+        assert!(
+            matches!(outcome, CommandOutcome::Split { .. }),
+            "{outcome:?}"
+        );
+    }
+    let sm = ranges.sm(RangeId(2));
+    let counted = sm.namespace_quota_counts(b, b_end).await.unwrap();
+    assert_eq!(counted, sm.quota_counts().await.unwrap());
+    assert_eq!(counted.keys, 1);
 }

@@ -371,15 +371,11 @@ impl StateMachine {
     /// What a tenant's keys and bytes quotas count in the whole range, from its recorded
     /// counts (no scan).
     pub async fn quota_counts(&self) -> Result<QuotaCounts, StorageError> {
-        let state = self.state().await?;
-        Ok(QuotaCounts {
-            keys: state.kv.keys + state.locks + state.fenced_keys + state.idempotency_records,
-            bytes: state.kv.bytes + state.coordination_bytes,
-        })
+        Ok(recorded_quota_counts(&self.state().await?))
     }
 
     /// What a tenant's quotas count in the range's part of `[start, end)`, counted row by
-    /// row: for a namespace that shares a range with other keys (before its bounds split).
+    /// row.
     pub async fn quota_counts_within(
         &self,
         start: Vec<u8>,
@@ -389,19 +385,28 @@ impl StateMachine {
         self.store
             .read(move |txn| {
                 let state = readable_state(txn, range)?;
-                let span = state.span.within(start, end);
-                let open = |table| {
-                    txn.open_table(table)
-                        .map_err(|e| StorageError::redb("open table", e))
-                };
-                let kv = tables::count_kv_rows(&open(KV)?, &span)?;
-                let locks = tables::count_rows(&open(LOCKS)?, &span)?;
-                let fences = tables::count_rows(&open(FENCES)?, &span)?;
-                let records = tables::count_rows(&open(IDEMPOTENCY)?, &span)?;
-                Ok(QuotaCounts {
-                    keys: kv.keys + locks.0 + fences.0 + records.0,
-                    bytes: kv.bytes + locks.1 + fences.1 + records.1,
-                })
+                quota_counts_in_rows(txn, &state.span.within(start, end))
+            })
+            .await
+    }
+
+    /// What a tenant's quotas count of its namespace `[start, end)` in this range, in one
+    /// read: the recorded counts when the range lies inside the namespace, else the
+    /// namespace's rows counted one by one (a namespace that shares a range with other keys
+    /// before its bounds split).
+    pub async fn namespace_quota_counts(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    ) -> Result<QuotaCounts, StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                match state.span.lies_in(&start, &end) {
+                    true => Ok(recorded_quota_counts(&state)),
+                    false => quota_counts_in_rows(txn, &state.span.within(start, end)),
+                }
             })
             .await
     }
@@ -650,6 +655,34 @@ where
         }
     }
     Ok(last)
+}
+
+/// What the quotas count of a range, from its recorded counts: keys, locks, fenced keys and
+/// idempotency records, and their bytes.
+fn recorded_quota_counts(state: &SmState) -> QuotaCounts {
+    QuotaCounts {
+        keys: state.kv.keys + state.locks + state.fenced_keys + state.idempotency_records,
+        bytes: state.kv.bytes + state.coordination_bytes,
+    }
+}
+
+/// What the quotas count of the rows within `span`, counted one by one.
+fn quota_counts_in_rows(
+    txn: &ReadTransaction,
+    span: &KeySpan,
+) -> Result<QuotaCounts, StorageError> {
+    let open = |table| {
+        txn.open_table(table)
+            .map_err(|e| StorageError::redb("open table", e))
+    };
+    let kv = tables::count_kv_rows(&open(KV)?, span)?;
+    let locks = tables::count_rows(&open(LOCKS)?, span)?;
+    let fences = tables::count_rows(&open(FENCES)?, span)?;
+    let records = tables::count_rows(&open(IDEMPOTENCY)?, span)?;
+    Ok(QuotaCounts {
+        keys: kv.keys + locks.0 + fences.0 + records.0,
+        bytes: kv.bytes + locks.1 + fences.1 + records.1,
+    })
 }
 
 #[cfg(test)]

@@ -270,6 +270,11 @@ impl KeySpan {
             .is_some_and(|end| end <= self.start.as_slice())
     }
 
+    /// Whether the span lies wholly inside `[start, end)`.
+    pub fn lies_in(&self, start: &[u8], end: &[u8]) -> bool {
+        self.start.as_slice() >= start && self.end.as_deref().is_some_and(|own| own <= end)
+    }
+
     /// The part of `[start, end)` inside this span (`[start, start)` when none is).
     pub fn within(&self, start: Vec<u8>, end: Vec<u8>) -> KeySpan {
         let start = start.max(self.start.clone());
