@@ -29,7 +29,7 @@ use std::ops::Bound;
 use keel_types::{Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, limits};
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 
-use crate::codec::{decode, encode};
+use crate::codec::{decode, encoded_len};
 
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
@@ -268,19 +268,19 @@ fn add_record(
             record,
         } => add_request(client_id, sequence, record, state, batch),
         Record::Lock { name, hold } => {
-            state.coordination_bytes += tables::row_bytes(&name, &encode(&hold));
+            state.coordination_bytes += tables::row_bytes(&name, encoded_len(&hold));
             add_keyed(&mut batch.locks, name, hold, span, "a lock")?;
             state.locks += 1;
             Ok(())
         }
         Record::Fence { key, fence } => {
-            state.coordination_bytes += tables::row_bytes(&key, &encode(&fence));
+            state.coordination_bytes += tables::row_bytes(&key, encoded_len(&fence));
             add_keyed(&mut batch.fences, key, fence, span, "a fence")?;
             state.fenced_keys += 1;
             Ok(())
         }
         Record::Idempotency { key, record } => {
-            state.coordination_bytes += tables::row_bytes(&key, &encode(&record));
+            state.coordination_bytes += tables::row_bytes(&key, encoded_len(&record));
             let what = "an idempotency record";
             add_keyed(&mut batch.records, key, record, span, what)?;
             state.idempotency_records += 1;

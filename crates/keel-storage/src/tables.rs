@@ -849,15 +849,15 @@ where
     {
         let (key, value) = row.map_err(|e| StorageError::redb("count rows", e))?;
         count += 1;
-        bytes += row_bytes(key.value(), value.value());
+        bytes += row_bytes(key.value(), value.value().len());
     }
     Ok((count, bytes))
 }
 
 /// What a row of `locks`, `fences` or `idempotency` adds to `SmState::coordination_bytes`:
 /// its name or key and its stored value.
-pub(crate) fn row_bytes(key: &[u8], stored: &[u8]) -> u64 {
-    (key.len() + stored.len()) as u64
+pub(crate) fn row_bytes(key: &[u8], stored_len: usize) -> u64 {
+    (key.len() + stored_len) as u64
 }
 
 /// Writes the coordination byte count of every range with applied state that has none (a
@@ -1108,9 +1108,10 @@ pub(crate) struct RowCounts<'a> {
 }
 
 impl RowCounts<'_> {
-    /// Counts a row of `key` going from `before` (its stored value, if any) to `after`.
-    fn replace(&mut self, key: &[u8], before: Option<&[u8]>, after: Option<&[u8]>, what: &str) {
-        let bytes = |stored: Option<&[u8]>| stored.map_or(0, |stored| row_bytes(key, stored));
+    /// Counts a row of `key` going from a stored value of `before` bytes (if any) to one of
+    /// `after` bytes.
+    fn replace(&mut self, key: &[u8], before: Option<usize>, after: Option<usize>, what: &str) {
+        let bytes = |stored: Option<usize>| stored.map_or(0, |len| row_bytes(key, len));
         *self.bytes = (*self.bytes + bytes(after))
             .checked_sub(bytes(before))
             .unwrap_or_else(|| panic!("the range's byte count covers its {what} rows"));
@@ -1149,9 +1150,9 @@ pub(crate) fn write_deadlined<T: Deadlined>(
         None => table.remove(key),
     }
     .map_err(|e| StorageError::redb("write deadlined row", e))?;
-    let old = old.map(|old| old.value().to_vec());
-    counts.replace(key, old.as_deref(), encoded.as_deref(), T::WHAT);
-    let before: Option<T> = old.map(|old| decode(T::WHAT, &old)).transpose()?;
+    let old_len = old.as_ref().map(|old| old.value().len());
+    counts.replace(key, old_len, encoded.as_ref().map(Vec::len), T::WHAT);
+    let before: Option<T> = old.map(|old| decode(T::WHAT, old.value())).transpose()?;
     if let Some(before) = &before {
         let removed = deadlines
             .remove(deadline_key(before.deadline_ms(), T::KIND, key).as_slice())
@@ -1187,8 +1188,8 @@ pub(crate) fn write_fence(
         None => fences.remove(key),
     }
     .map_err(|e| StorageError::redb("write fence", e))?
-    .map(|old| old.value().to_vec());
-    counts.replace(key, old.as_deref(), encoded.as_deref(), "fence");
+    .map(|old| old.value().len());
+    counts.replace(key, old, encoded.as_ref().map(Vec::len), "fence");
     Ok(())
 }
 
