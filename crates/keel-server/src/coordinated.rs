@@ -1,13 +1,17 @@
 //! Proposing a lock or idempotency operation (`Command::Coordinate`, stamped with the node's
-//! clock) and reading what it came back with from its `CommandOutcome`: the result and
-//! revision, whether it was a replay, or the error a client sees. Knows nothing of gRPC or of
-//! the queue.
+//! clock; a client's under its tenant's quota reservation) and reading what it came back with
+//! from its `CommandOutcome`: the result and revision, whether it was a replay, or the error
+//! a client sees. Knows nothing of gRPC or of the queue.
 
 use keel_raft::RaftGroup;
 use keel_types::{
     Clock, Command, CommandOutcome, Coordination, CoordinationOp, CoordinationResult, KvError,
     RequestId, Revision,
 };
+
+use crate::admission;
+use crate::quota;
+use crate::shared::Shared;
 
 /// An applied (or replayed) coordination operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,14 +61,19 @@ pub(crate) fn command(
     })
 }
 
-/// Proposes `op` on `group`'s replica, which must lead, and reads the outcome.
+/// Proposes a client's `op` on `group`'s replica, which must lead, stamped with the node's
+/// clock and holding the tenant's quota reservation for what it may add until it is
+/// applied (`admission`), and reads the outcome.
 pub(crate) async fn propose(
+    shared: &Shared,
     group: &RaftGroup,
-    clock: &dyn Clock,
     request: Option<RequestId>,
     op: CoordinationOp,
 ) -> Result<Coordinated, KvError> {
-    Coordinated::from_outcome(group.write(command(clock, request, op)).await?)
+    let growth = quota::coordination_growth(&op);
+    let _reserved = admission::reserve(shared, group, op.subject_key(), growth).await?;
+    let command = command(shared.clock.as_ref(), request, op);
+    Coordinated::from_outcome(group.write(command).await?)
 }
 
 /// The error for an outcome (or a result) the proposed command cannot have. A `replayed` one

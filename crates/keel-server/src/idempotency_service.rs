@@ -26,9 +26,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
-use crate::admission;
 use crate::coordinated::{self, Coordinated, unexpected};
-use crate::quota;
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
 
@@ -60,10 +58,7 @@ impl IdempotencyService {
         let propose = |group: Arc<RaftGroup>| {
             let op = op.clone();
             async move {
-                let growth = quota::coordination_growth(&op);
-                let reserved = admission::reserve(&self.shared, &group, key, growth).await?;
-                let done = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
-                drop(reserved);
+                let done = coordinated::propose(&self.shared, &group, id, op).await?;
                 Ok((group, done))
             }
         };

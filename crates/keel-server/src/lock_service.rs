@@ -28,10 +28,8 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
-use crate::admission;
 use crate::coordinated::{self, unexpected};
 use crate::lock_queues::LockQueues;
-use crate::quota;
 use crate::router::{Hop, Router};
 use crate::shared::Shared;
 
@@ -102,19 +100,14 @@ impl LockService {
         args: &AcquireArgs,
         started: Instant,
     ) -> Result<AcquireResponse, KvError> {
-        let growth = quota::coordination_growth(&args.op());
-        let reserved = admission::reserve(&self.shared, &group, &args.name, growth).await?;
         let mut attempt =
-            coordinated::propose(&group, self.shared.clock.as_ref(), args.request, args.op())
-                .await?;
-        drop(reserved);
+            coordinated::propose(&self.shared, &group, args.request, args.op()).await?;
         let busy = matches!(attempt.result, CoordinationResult::Busy(_));
         if busy && attempt.replayed && !args.wait.is_zero() {
             // A retry of an acquire that found the lock busy and then waited: the queue's
             // grant carries no request id, so ask again (an owner holding the lock keeps its
             // token).
-            attempt =
-                coordinated::propose(&group, self.shared.clock.as_ref(), None, args.op()).await?;
+            attempt = coordinated::propose(&self.shared, &group, None, args.op()).await?;
         }
         match attempt.result {
             CoordinationResult::Acquired(hold) => {
@@ -213,7 +206,7 @@ impl LockService {
             token: request.token,
             ttl_ms,
         };
-        let renewed = coordinated::propose(&group, self.shared.clock.as_ref(), id, op).await?;
+        let renewed = coordinated::propose(&self.shared, &group, id, op).await?;
         let CoordinationResult::Renewed(hold) = renewed.result else {
             return Err(unexpected(renewed.replayed));
         };

@@ -186,6 +186,20 @@ pub enum CoordinationOp {
     },
 }
 
+impl CoordinationOp {
+    /// The lock name or idempotency key the operation is on.
+    pub fn subject_key(&self) -> &[u8] {
+        match self {
+            CoordinationOp::Acquire { name, .. }
+            | CoordinationOp::Renew { name, .. }
+            | CoordinationOp::Release { name, .. } => name,
+            CoordinationOp::Begin { key, .. }
+            | CoordinationOp::Complete { key, .. }
+            | CoordinationOp::Abort { key, .. } => key,
+        }
+    }
+}
+
 /// A lock or idempotency operation as the leader proposes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Coordination {
