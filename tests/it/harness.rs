@@ -14,7 +14,7 @@ use keel_server::{
     Access, Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
 };
 use keel_types::{Clock, Consistency, ManualClock, NodeId, RangeId};
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::pki::Pki;
 
@@ -196,6 +196,21 @@ impl Cluster {
             .unwrap()
     }
 
+    /// A TLS channel to node `id` of a cluster started with `start_tls` or
+    /// `start_authenticated`, for raw gRPC calls (a 10 s deadline on each).
+    pub async fn tls_channel(&self, id: NodeId) -> Channel {
+        let ca = Certificate::from_pem(self.pki().ca_pem());
+        let tls = ClientTlsConfig::new().ca_certificate(ca);
+        Endpoint::from_shared(format!("https://{}", self.endpoint(id)))
+            .unwrap()
+            .timeout(Duration::from_secs(10))
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
     /// A client that knows only node `id` (it may still follow leader hints elsewhere).
     pub fn client_of(&self, id: NodeId) -> Client {
         Client::new(vec![self.endpoint(id)], self.client_options()).unwrap()
@@ -298,6 +313,14 @@ fn first_range(ranges: Vec<keel_proto::v1::RangeStatus>) -> Option<keel_proto::v
     ranges
         .into_iter()
         .find(|range| range.range_id == RangeId::FIRST.0)
+}
+
+/// `message` carrying `authorization: Bearer token`, for raw gRPC calls.
+pub fn with_bearer<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let bearer = format!("Bearer {token}").parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    request
 }
 
 /// Polls `probe` until it returns `Some`, failing the test after `WAIT_LIMIT`.

@@ -13,9 +13,8 @@ use keel_proto::v1::{MembersRequest, OpenSessionRequest, RangesRequest};
 use keel_server::Access;
 use keel_types::tenant::{Namespace, TenantName};
 use keel_types::{BatchOp, Consistency, KvError, limits};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use crate::harness::{Cluster, WAIT_LIMIT, eventually};
+use crate::harness::{Cluster, WAIT_LIMIT, eventually, with_bearer};
 
 const ADMIN: &str = "admin-token-0123456789";
 const FIFTY: &str = "fifty-token-0123456789";
@@ -305,18 +304,7 @@ async fn stored_idempotency_results_count_toward_the_bytes_quota() {
 
 /// `message` with the paced tenant's token.
 fn paced<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    let bearer = format!("Bearer {PACED}").parse().unwrap();
-    request.metadata_mut().insert("authorization", bearer);
-    request
-}
-
-async fn channel(cluster: &Cluster) -> Channel {
-    let ca = Certificate::from_pem(cluster.pki().ca_pem());
-    let tls = ClientTlsConfig::new().ca_certificate(ca);
-    let address = format!("https://{}", cluster.endpoint(cluster.ids()[0]));
-    let endpoint = Endpoint::from_shared(address).unwrap();
-    endpoint.tls_config(tls).unwrap().connect().await.unwrap()
+    with_bearer(PACED, message)
 }
 
 /// Calls `call` up to 50 times (10 times the rate) and returns the first refusal.
@@ -348,7 +336,7 @@ async fn listing_calls_are_refused_past_the_request_rate() {
     );
 
     // Past the rate, every call is refused, listings included.
-    let channel = channel(&cluster).await;
+    let channel = cluster.tls_channel(cluster.ids()[0]).await;
     let cluster_client = ClusterClient::new(channel.clone());
     let kv = KvClient::new(channel);
     let refused = [

@@ -4,8 +4,6 @@
 //! `InvalidArgument` (never a panic); and no refusal shows a tenant prefix, another
 //! tenant's bytes or the server's debug output.
 
-use std::time::Duration;
-
 use keel_proto::v1::idempotency_client::IdempotencyClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::lock_client::LockClient;
@@ -17,10 +15,10 @@ use keel_server::{Access, KvSettings};
 use keel_types::KvError;
 use keel_types::tenant::{Namespace, TenantName};
 use prost::Message;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use crate::harness::{Cluster, eventually};
+use crate::harness::{Cluster, eventually, with_bearer};
 
 const ADMIN: &str = "admin-token-0123456789";
 const ALICE: &str = "alice-token-0123456789";
@@ -63,16 +61,7 @@ struct Tenant {
 
 impl Tenant {
     async fn connect(cluster: &Cluster, token: &'static str) -> Tenant {
-        let tls =
-            ClientTlsConfig::new().ca_certificate(Certificate::from_pem(cluster.pki().ca_pem()));
-        let channel = Endpoint::from_shared(format!("https://{}", cluster.endpoint(1)))
-            .unwrap()
-            .timeout(Duration::from_secs(10))
-            .tls_config(tls)
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = cluster.tls_channel(1).await;
         Tenant {
             token,
             kv: KvClient::new(channel.clone()),
@@ -100,10 +89,7 @@ impl Tenant {
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        let bearer = format!("Bearer {}", self.token).parse().unwrap();
-        request.metadata_mut().insert("authorization", bearer);
-        request
+        with_bearer(self.token, message)
     }
 
     async fn session(&mut self) -> (u64, u64) {

@@ -11,9 +11,8 @@ use keel_proto::v1::{self, GetRequest, PutRequest};
 use keel_server::Access;
 use keel_types::tenant::{Namespace, TenantName};
 use keel_types::{Consistency, KvError};
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
-use crate::harness::{Cluster, WAIT_LIMIT};
+use crate::harness::{Cluster, WAIT_LIMIT, with_bearer};
 
 const ADMIN: &str = "admin-token-0123456789";
 const ACME: &str = "acme-token-0123456789";
@@ -205,10 +204,7 @@ async fn tenants_may_not_administer_the_cluster() {
 
 /// `message` with acme's token.
 fn with_token<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    let bearer = format!("Bearer {ACME}").parse().unwrap();
-    request.metadata_mut().insert("authorization", bearer);
-    request
+    with_bearer(ACME, message)
 }
 
 /// A raw call to a follower, which forwards it to the leader as the tenant's request.
@@ -217,15 +213,7 @@ async fn a_request_a_follower_forwards_stays_in_its_tenants_namespace() {
     let cluster = start().await;
     let leader = cluster.leader().await;
     let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
-    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(cluster.pki().ca_pem()));
-    let channel = Endpoint::from_shared(format!("https://{}", cluster.endpoint(follower)))
-        .unwrap()
-        .tls_config(tls)
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut kv = KvClient::new(channel);
+    let mut kv = KvClient::new(cluster.tls_channel(follower).await);
     let put = PutRequest {
         key: b"via-follower".to_vec(),
         value: b"v".to_vec(),
