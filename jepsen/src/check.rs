@@ -11,21 +11,25 @@ use serde_json::Value;
 use crate::checker::{self, Budget, CheckerName, Input, Verdict};
 use crate::fault::{self, FaultEvent};
 use crate::history::{self, JsonLinesError, Op};
+use crate::ranges::{self, RangeSnapshot};
 use crate::spec::{self, RunSpec, RunSpecError};
 
 pub const HISTORY_FILE: &str = "history.jsonl";
 pub const FAULTS_FILE: &str = "faults.jsonl";
 pub const RUN_SPEC_FILE: &str = "run.json";
+pub const RANGES_FILE: &str = "ranges.jsonl";
 pub const RESULTS_FILE: &str = "results.json";
 pub const REPORT_FILE: &str = "report.html";
 
 /// What a run directory holds. A missing faults.jsonl reads as no faults; a missing history
-/// or run.json is an error only for checkers that need it.
+/// or run.json is an error only for checkers that need it; ranges.jsonl is only for the
+/// report (runs of older builds and single-range runs have none).
 #[derive(Debug, Clone, Default)]
 pub struct RunDir {
     pub history: Option<Vec<Op>>,
     pub faults: Vec<FaultEvent>,
     pub spec: Option<RunSpec>,
+    pub ranges: Option<Vec<RangeSnapshot>>,
 }
 
 /// The verdict of a whole check, as written to results.json.
@@ -64,11 +68,12 @@ pub enum CheckError {
     },
 }
 
-/// Reads whatever of history.jsonl, faults.jsonl and run.json is in `dir`.
+/// Reads whatever of history.jsonl, faults.jsonl, run.json and ranges.jsonl is in `dir`.
 pub fn load(dir: &Path) -> Result<RunDir, CheckError> {
     let history_path = dir.join(HISTORY_FILE);
     let faults_path = dir.join(FAULTS_FILE);
     let spec_path = dir.join(RUN_SPEC_FILE);
+    let ranges_path = dir.join(RANGES_FILE);
     Ok(RunDir {
         history: match history_path.exists() {
             true => Some(history::read_history(&history_path)?),
@@ -80,6 +85,10 @@ pub fn load(dir: &Path) -> Result<RunDir, CheckError> {
         },
         spec: match spec_path.exists() {
             true => Some(spec::read_run_spec(&spec_path)?),
+            false => None,
+        },
+        ranges: match ranges_path.exists() {
+            true => Some(ranges::read_ranges(&ranges_path)?),
             false => None,
         },
     })

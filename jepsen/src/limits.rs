@@ -5,6 +5,10 @@
 pub const HISTORY_OPS_MAX: usize = 10_000_000;
 /// Records read from one faults file.
 pub const FAULT_EVENTS_MAX: usize = 1_000_000;
+/// Snapshots read from one ranges file (the range table as the runner saw it over time).
+pub const RANGE_SNAPSHOTS_MAX: usize = 100_000;
+/// Ranges in one snapshot of the range table.
+pub const RANGES_PER_SNAPSHOT_MAX: usize = 10_000;
 /// Size of run.json.
 pub const RUN_SPEC_BYTES_MAX: u64 = 1 << 20;
 

@@ -137,6 +137,7 @@ fn report_of_a_hundred_thousand_ops_stays_small_and_says_it_is_bucketed() {
         history: Some(history),
         faults: vec![serde_json::from_str(FAULTS).unwrap()],
         spec: Some(serde_json::from_str(RUN_SPEC).unwrap()),
+        ranges: None,
     };
     let results = Results {
         valid: Verdict::Valid,
