@@ -39,5 +39,14 @@ pub const REPORT_TIMELINE_OPS_MAX: usize = 3_000;
 pub const REPORT_BUCKETS: usize = 600;
 /// Client lanes of the timeline; more clients share lanes.
 pub const REPORT_LANES_MAX: usize = 64;
+/// Range-table changes marked on the timeline and listed; the page says when more were left
+/// out.
+pub const REPORT_RANGE_CHANGES_MAX: usize = 500;
+/// Change lines in one marker's hover text; the changes table has them all.
+pub const REPORT_RANGE_CHANGE_LINES_MAX: usize = 20;
+/// Ops quoted as evidence listed with their ranges under one checker's details.
+pub const REPORT_QUOTED_OPS_MAX: usize = 100;
+/// Keys named in one row of the ops-per-range table; the rest are counted.
+pub const REPORT_RANGE_KEYS_SHOWN_MAX: usize = 8;
 /// Points of the latency plot; above this it samples (keeping the slowest op per bucket).
 pub const REPORT_SCATTER_POINTS_MAX: usize = 4_000;

@@ -1,9 +1,11 @@
 //! report.html: one self-contained page (inline CSS and SVG, no scripts, no fonts, nothing
 //! fetched) with the verdicts, a timeline of ops per client with fault bands, and latency
-//! over time. Large histories are bucketed or sampled, and the page says so. Knows nothing
+//! over time; for runs with a ranges.jsonl also the range table's changes and the range of
+//! each op. Large histories are bucketed or sampled, and the page says so. Knows nothing
 //! about how verdicts are reached.
 
 mod latency;
+mod ranges;
 mod timeline;
 
 use std::collections::BTreeSet;
@@ -14,6 +16,8 @@ use crate::checker::Verdict;
 use crate::fault::FaultEvent;
 use crate::history::{Op, Status};
 use crate::limits;
+use crate::ranges::RangeSnapshot;
+use ranges::RangeView;
 use serde_json::Value;
 
 /// Width of the plotting area of both charts, in px.
@@ -36,23 +40,35 @@ margin:8px 0}svg text{font-size:11px;fill:#333}";
 /// The page for a checked run.
 pub fn render(run: &RunDir, results: &Results) -> String {
     let history = run.history.as_deref().unwrap_or(&[]);
-    let frame = Frame::new(history, &run.faults);
+    let snapshots = run.ranges.as_deref().unwrap_or(&[]);
+    let frame = Frame::new(history, &run.faults, snapshots);
+    let view = RangeView::new(snapshots, history);
     let mut page = String::new();
     page.push_str("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">");
     page.push_str("<title>keel-jepsen report</title><style>");
     page.push_str(CSS);
     page.push_str("</style></head><body>");
-    header(&mut page, run, results, history);
-    checker_table(&mut page, results);
+    header(&mut page, run, results, history, view.as_ref());
+    checker_table(&mut page, results, history, view.as_ref(), &frame);
     page.push_str("<h2>Operations by client</h2>");
     let mut quoted = BTreeSet::new();
     for result in results.checkers.values() {
         collect_records(&result.details, &mut quoted);
     }
-    timeline::render(&mut page, history, &run.faults, &frame, &quoted);
+    let chart = timeline::Chart {
+        history,
+        faults: &run.faults,
+        frame: &frame,
+        quoted: &quoted,
+        ranges: view.as_ref(),
+    };
+    timeline::render(&mut page, &chart);
     page.push_str("<h2>Latency over time</h2>");
     latency::render(&mut page, history, &run.faults, &frame);
     fault_table(&mut page, &run.faults, &frame);
+    if let Some(view) = &view {
+        ranges::section(&mut page, history, view, &frame);
+    }
     page.push_str("</body></html>\n");
     page
 }
@@ -65,11 +81,12 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(history: &[Op], faults: &[FaultEvent]) -> Frame {
+    fn new(history: &[Op], faults: &[FaultEvent], snapshots: &[RangeSnapshot]) -> Frame {
         let times = history
             .iter()
             .flat_map(|op| [Some(op.call_ns), op.return_ns])
             .chain(faults.iter().flat_map(|f| [Some(f.start_ns), f.stop_ns]))
+            .chain(snapshots.iter().map(|s| Some(s.at_ns)))
             .flatten();
         let (start_ns, end_ns) = times.fold((u64::MAX, 0), |(lo, hi), t| (lo.min(t), hi.max(t)));
         if start_ns > end_ns {
@@ -201,7 +218,13 @@ fn seconds_label(seconds: f64, step: f64) -> String {
     format!("{seconds:.decimals$} s")
 }
 
-fn header(page: &mut String, run: &RunDir, results: &Results, history: &[Op]) {
+fn header(
+    page: &mut String,
+    run: &RunDir,
+    results: &Results,
+    history: &[Op],
+    view: Option<&RangeView>,
+) {
     let verdict = results.valid.as_str();
     let _ = write!(
         page,
@@ -221,16 +244,33 @@ fn header(page: &mut String, run: &RunDir, results: &Results, history: &[Op]) {
     let count = |status| history.iter().filter(|op| op.status() == status).count();
     let _ = write!(
         page,
-        "<p>{} ops: {} ok, {} fail, {} indeterminate; {} fault events</p>",
+        "<p>{} ops: {} ok, {} fail, {} indeterminate; {} fault events",
         history.len(),
         count(Status::Ok),
         count(Status::Fail),
         count(Status::Info),
         run.faults.len()
     );
+    if let Some(view) = view {
+        let _ = write!(
+            page,
+            "; {} range-table snapshots, {} changes",
+            view.snapshots.len(),
+            view.changes.len() - 1
+        );
+    }
+    page.push_str("</p>");
 }
 
-fn checker_table(page: &mut String, results: &Results) {
+/// The verdicts, then the details of every checker that did not pass (with, for runs with
+/// ranges, the range of each op it quoted).
+fn checker_table(
+    page: &mut String,
+    results: &Results,
+    history: &[Op],
+    view: Option<&RangeView>,
+    frame: &Frame,
+) {
     page.push_str("<h2>Checkers</h2><table><tr><th>checker</th><th>result</th>");
     page.push_str("<th>time</th><th>summary</th></tr>");
     for (name, result) in &results.checkers {
@@ -265,6 +305,11 @@ fn checker_table(page: &mut String, results: &Results) {
             let _ = write!(page, "<li>{}</li>", escape(explanation));
         }
         let _ = write!(page, "</ul><pre>{}</pre>", escape(&text));
+        if let Some(view) = view {
+            let mut records = BTreeSet::new();
+            collect_records(&result.details, &mut records);
+            ranges::quoted_ops(page, history, view, &records, frame);
+        }
     }
 }
 

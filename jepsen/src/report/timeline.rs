@@ -1,10 +1,12 @@
 //! The timeline chart: one lane per client, one bar per op from call to return, coloured by
-//! outcome, over shaded fault bands. Above `limits::REPORT_TIMELINE_OPS_MAX` ops each lane is
-//! cut into time buckets showing the worst outcome in each. Knows nothing about checkers.
+//! outcome, over shaded fault bands; for runs with a ranges.jsonl a lane of range-table
+//! changes under them. Above `limits::REPORT_TIMELINE_OPS_MAX` ops each lane is cut into time
+//! buckets showing the worst outcome in each. Knows nothing about checkers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+use super::ranges::{self, RangeView};
 use super::{Frame, MARGIN_LEFT_PX, PLOT_WIDTH_PX, escape, fault_bands, status_colour, time_axis};
 use crate::fault::FaultEvent;
 use crate::history::{Op, Status};
@@ -16,19 +18,34 @@ const INFO_BAR_PX: f64 = 6.0;
 const TOP_PX: f64 = 6.0;
 /// Characters of an op's JSON shown in its tooltip.
 const TOOLTIP_CHARS_MAX: usize = 300;
+/// Height of the lane of range-table changes, in px.
+const RANGE_LANE_PX: f64 = 16.0;
+
+/// What the chart draws.
+pub(super) struct Chart<'a> {
+    pub(super) history: &'a [Op],
+    pub(super) faults: &'a [FaultEvent],
+    pub(super) frame: &'a Frame,
+    /// Record numbers (1-based) of ops quoted as evidence; they are outlined.
+    pub(super) quoted: &'a BTreeSet<usize>,
+    /// The range table, when the run has one: a lane of its changes, and each op's range in
+    /// its tooltip.
+    pub(super) ranges: Option<&'a RangeView<'a>>,
+}
 
 /// Appends the chart and its note to the page.
-/// `quoted` holds the record numbers (1-based) of ops quoted as evidence; they are outlined.
-pub(super) fn render(
-    page: &mut String,
-    history: &[Op],
-    faults: &[FaultEvent],
-    frame: &Frame,
-    quoted: &BTreeSet<usize>,
-) {
+pub(super) fn render(page: &mut String, chart: &Chart) {
+    let Chart {
+        history,
+        faults,
+        frame,
+        ranges: view,
+        ..
+    } = *chart;
     let lanes = Lanes::new(history);
     let lane_px = if lanes.count <= 24 { 14.0 } else { 8.0 };
-    let plot_px = TOP_PX + lanes.count as f64 * lane_px;
+    let lanes_px = TOP_PX + lanes.count as f64 * lane_px;
+    let plot_px = lanes_px + view.map_or(0.0, |_| RANGE_LANE_PX);
     let height = plot_px + 30.0;
     let width = MARGIN_LEFT_PX + PLOT_WIDTH_PX + 10.0;
     let _ = write!(
@@ -41,13 +58,16 @@ pub(super) fn render(
     if bucketed {
         buckets(page, history, &lanes, frame, lane_px);
     } else {
-        bars(page, history, &lanes, frame, lane_px, quoted);
+        bars(page, chart, &lanes, lane_px);
     }
     // Over the bars, translucent, so that dense lanes do not hide them.
     fault_bands(page, faults, frame, 0.0, plot_px);
+    if let Some(view) = view {
+        ranges::lane(page, view, frame, lanes_px, RANGE_LANE_PX);
+    }
     time_axis(page, frame, plot_px + 4.0);
     page.push_str("</svg>");
-    note(page, history.len(), &lanes, bucketed, frame);
+    note(page, chart, &lanes, bucketed);
 }
 
 /// Which lane each client gets. Up to `limits::REPORT_LANES_MAX` clients get a lane each;
@@ -95,17 +115,11 @@ fn lane_labels(svg: &mut String, lanes: &Lanes, lane_px: f64) {
     }
 }
 
-/// One bar per op, with its record as a tooltip.
-fn bars(
-    svg: &mut String,
-    history: &[Op],
-    lanes: &Lanes,
-    frame: &Frame,
-    lane_px: f64,
-    quoted: &BTreeSet<usize>,
-) {
-    for (index, op) in history.iter().enumerate() {
-        let outline = if quoted.contains(&(index + 1)) {
+/// One bar per op, with its record (and range) as a tooltip.
+fn bars(svg: &mut String, chart: &Chart, lanes: &Lanes, lane_px: f64) {
+    let frame = chart.frame;
+    for (index, op) in chart.history.iter().enumerate() {
+        let outline = if chart.quoted.contains(&(index + 1)) {
             " stroke=\"#000\" stroke-width=\"1.5\""
         } else {
             ""
@@ -125,10 +139,13 @@ fn bars(
             tooltip.truncate(cut);
             tooltip.push('…');
         }
+        let range = chart
+            .ranges
+            .map_or(String::new(), |view| format!(" ({})", view.op_text(index)));
         let _ = write!(
             svg,
             "<rect x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"{outline}>\
-             <title>record {}: {}</title></rect>",
+             <title>record {}{range}: {}</title></rect>",
             lanes.y(op.client, lane_px) + 1.0,
             x1 - x0,
             lane_px - 2.0,
@@ -204,9 +221,17 @@ pub(super) fn bucket_of(frame: &Frame, time_ns: u64, bucket_count: usize) -> usi
     bucket.min(bucket_count - 1)
 }
 
-fn note(page: &mut String, ops: usize, lanes: &Lanes, bucketed: bool, frame: &Frame) {
-    let colours = "green = ok, red = fail (definitely not applied), amber = indeterminate \
-                   (drawn as a short bar: it has no return); shaded bands = faults";
+fn note(page: &mut String, chart: &Chart, lanes: &Lanes, bucketed: bool) {
+    let (ops, frame) = (chart.history.len(), chart.frame);
+    let mut colours = "green = ok, red = fail (definitely not applied), amber = indeterminate \
+                       (drawn as a short bar: it has no return); shaded bands = faults"
+        .to_string();
+    if chart.ranges.is_some() {
+        colours.push_str(
+            "; diamonds in the ranges lane = the range table as first seen (hollow) and each \
+             change of it (hover for what changed)",
+        );
+    }
     let drawing = if bucketed {
         let bucket_ms = frame.span_ns() as f64 / limits::REPORT_BUCKETS as f64 / 1e6;
         format!(
@@ -218,8 +243,13 @@ fn note(page: &mut String, ops: usize, lanes: &Lanes, bucketed: bool, frame: &Fr
         )
     } else {
         format!(
-            "every one of the {ops} ops is drawn; hover for its record; ops quoted as evidence \
-             are outlined in black"
+            "every one of the {ops} ops is drawn; hover for its record{}; ops quoted as \
+             evidence are outlined in black",
+            if chart.ranges.is_some() {
+                " and range"
+            } else {
+                ""
+            }
         )
     };
     let sharing = if lanes.clients > lanes.count {

@@ -13,7 +13,7 @@ use keel_jepsen::synth::{self, Shape, Workload};
 const RUN_SPEC: &str = r#"{"workload":"register","nemesis":["partition"],"nodes":3,"seed":1,"time_limit_s":60,"rate_hz":100}"#;
 const FAULTS: &str = r#"{"fault":"partition","target":"n1|n2,n3","start":1000000,"stop":4000000}"#;
 
-fn fixture(relative: &str) -> String {
+pub(crate) fn fixture(relative: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures")
         .join(relative);
@@ -21,7 +21,7 @@ fn fixture(relative: &str) -> String {
 }
 
 /// A run directory with these files (name, contents).
-fn run_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+pub(crate) fn run_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for (name, contents) in files {
         std::fs::write(dir.path().join(name), contents).unwrap();
@@ -30,7 +30,7 @@ fn run_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
 }
 
 /// Runs the binary; returns its exit code and the results.json it wrote, if any.
-fn keel_jepsen(dir: &Path, extra: &[&str]) -> (i32, Option<Results>) {
+pub(crate) fn keel_jepsen(dir: &Path, extra: &[&str]) -> (i32, Option<Results>) {
     let output = Command::new(env!("CARGO_BIN_EXE_keel-jepsen"))
         .arg("check")
         .arg(dir)
@@ -61,7 +61,7 @@ fn check(files: &[(&str, &str)], extra: &[&str], code: i32, checkers: &[(&str, V
     assert_self_contained(&html);
 }
 
-fn assert_self_contained(html: &str) {
+pub(crate) fn assert_self_contained(html: &str) {
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
     for banned in ["<script", "src=", "href=", "@import", "url(", "@font-face"] {
         assert!(!html.contains(banned), "report.html contains {banned}");
