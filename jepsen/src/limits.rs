@@ -42,8 +42,12 @@ pub const REPORT_LANES_MAX: usize = 64;
 /// Range-table changes marked on the timeline and listed; the page says when more were left
 /// out.
 pub const REPORT_RANGE_CHANGES_MAX: usize = 500;
-/// Change lines in one marker's hover text; the changes table has them all.
+/// Lines of one range-table change (or of the first table) in its marker's hover text and in
+/// the list of changes; the rest are counted.
 pub const REPORT_RANGE_CHANGE_LINES_MAX: usize = 20;
+/// Rows of the ops-per-range table (ranges in id order); the page says when more were left
+/// out.
+pub const REPORT_RANGE_ROWS_MAX: usize = 500;
 /// Ops quoted as evidence listed with their ranges under one checker's details.
 pub const REPORT_QUOTED_OPS_MAX: usize = 100;
 /// Keys named in one row of the ops-per-range table; the rest are counted.

@@ -3,7 +3,7 @@
 //! list, ops per range, and the ranges of the ops a checker quoted. Shown only for runs with
 //! a ranges.jsonl. Knows nothing about checkers beyond the record numbers they quote.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 
 use super::{Frame, MARGIN_LEFT_PX, escape, status_colour};
@@ -139,8 +139,7 @@ pub(super) fn lane(svg: &mut String, view: &RangeView, frame: &Frame, top: f64, 
     }
 }
 
-/// A marker's hover text: time, cause, then one line per change (cut after
-/// `limits::REPORT_RANGE_CHANGE_LINES_MAX`).
+/// A marker's hover text: time, cause, then one line per change.
 fn hover_text(change: &Change, frame: &Frame) -> String {
     let what = if change.first {
         "table"
@@ -152,15 +151,22 @@ fn hover_text(change: &Change, frame: &Frame) -> String {
         frame.seconds(change.at_ns),
         change.cause
     );
-    let shown = limits::REPORT_RANGE_CHANGE_LINES_MAX;
-    for line in change.lines.iter().take(shown) {
+    for line in shown_lines(change) {
         text.push('\n');
-        text.push_str(line);
-    }
-    if change.lines.len() > shown {
-        let _ = write!(text, "\n… and {} more", change.lines.len() - shown);
+        text.push_str(&line);
     }
     text
+}
+
+/// A change's lines, the last saying how many more there are after
+/// `limits::REPORT_RANGE_CHANGE_LINES_MAX`.
+fn shown_lines(change: &Change) -> Vec<String> {
+    let shown = limits::REPORT_RANGE_CHANGE_LINES_MAX;
+    let mut lines: Vec<String> = change.lines.iter().take(shown).cloned().collect();
+    if change.lines.len() > shown {
+        lines.push(format!("… and {} more", change.lines.len() - shown));
+    }
+    lines
 }
 
 /// The ops-per-range table and the list of changes.
@@ -176,9 +182,11 @@ fn per_range_table(page: &mut String, history: &[Op], view: &RangeView) {
         "<table class=\"ops-per-range\"><tr><th>range</th><th>span (last seen)</th>\
          <th>ops</th><th>ok</th><th>fail</th><th>indeterminate</th><th>keys</th></tr>",
     );
-    for (range, row) in ops_per_range(history, &view.of_op) {
+    let rows = ops_per_range(history, &view.of_op);
+    let spans = last_spans(view.snapshots);
+    for (range, row) in rows.iter().take(limits::REPORT_RANGE_ROWS_MAX) {
         let (name, span) = match range {
-            Some(id) => (format!("r{id}"), last_span(view.snapshots, id)),
+            Some(id) => (format!("r{id}"), spans.get(id).cloned().unwrap_or_default()),
             None => ("none".to_string(), String::new()),
         };
         let _ = write!(
@@ -193,22 +201,32 @@ fn per_range_table(page: &mut String, history: &[Op], view: &RangeView) {
             escape(&keys_text(&row.keys))
         );
     }
+    page.push_str("</table><p class=\"note\">");
+    if rows.len() > limits::REPORT_RANGE_ROWS_MAX {
+        let _ = write!(
+            page,
+            "Only the first {} of {} ranges (by id) are listed. ",
+            limits::REPORT_RANGE_ROWS_MAX,
+            rows.len()
+        );
+    }
     page.push_str(
-        "</table><p class=\"note\">Each op counts for the range holding its routing key (a kv \
+        "Each op counts for the range holding its routing key (a kv \
          op's key, a lock's name, an idempotency record's scope\\0id) in the last snapshot of \
          ranges.jsonl taken at or before its call (the first snapshot for earlier ops). \
          <i>none</i>: ops of a kind the report does not route, or keys outside the table.</p>",
     );
 }
 
-/// The span of range `id` in the last snapshot that has it.
-fn last_span(snapshots: &[RangeSnapshot], id: u64) -> String {
-    snapshots
-        .iter()
-        .rev()
-        .find_map(|s| s.ranges.iter().find(|r| r.id == id))
-        .map(|r| r.span_text())
-        .unwrap_or_default()
+/// The span of every range in the last snapshot that has it.
+fn last_spans(snapshots: &[RangeSnapshot]) -> HashMap<u64, String> {
+    let mut last = HashMap::new();
+    for entry in snapshots.iter().flat_map(|s| &s.ranges) {
+        last.insert(entry.id, entry);
+    }
+    last.into_iter()
+        .map(|(id, entry)| (id, entry.span_text()))
+        .collect()
 }
 
 /// `3: a, b, c`, naming at most `limits::REPORT_RANGE_KEYS_SHOWN_MAX` keys.
@@ -229,7 +247,7 @@ fn keys_text(keys: &BTreeSet<String>) -> String {
 fn changes_table(page: &mut String, view: &RangeView, frame: &Frame) {
     page.push_str("<table><tr><th>time</th><th>cause</th><th>what changed</th></tr>");
     for change in view.changes.iter().take(limits::REPORT_RANGE_CHANGES_MAX) {
-        let lines: Vec<String> = change.lines.iter().map(|line| escape(line)).collect();
+        let lines: Vec<String> = shown_lines(change).iter().map(|l| escape(l)).collect();
         let what = match change.first {
             true => format!("table: {}", lines.join("<br>")),
             false => lines.join("<br>"),
@@ -376,6 +394,20 @@ mod tests {
                 (200, false, vec!["r7 leader 1 -> 3".to_string()]),
             ]
         );
+    }
+
+    #[test]
+    fn long_changes_are_cut_and_counted() {
+        let change = Change {
+            at_ns: 0,
+            cause: "split".to_string(),
+            first: false,
+            lines: (0..25).map(|i| format!("line {i}")).collect(),
+        };
+        let lines = shown_lines(&change);
+        assert_eq!(lines.len(), limits::REPORT_RANGE_CHANGE_LINES_MAX + 1);
+        assert_eq!(lines[19], "line 19");
+        assert_eq!(lines[20], "… and 5 more");
     }
 
     #[test]

@@ -5,7 +5,9 @@ use std::process::Command;
 
 use keel_jepsen::check::{self, Results};
 use keel_jepsen::checker::Verdict;
+use keel_jepsen::ranges::{RangeEntry, RangeSnapshot};
 use keel_jepsen::report;
+use keel_jepsen::synth::{self, Shape, Workload};
 
 use super::cli::{assert_self_contained, fixture, keel_jepsen, run_dir};
 
@@ -170,5 +172,73 @@ fn a_malformed_ranges_file_is_an_input_error() {
         assert_eq!(output.status.code(), Some(3), "{ranges}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("ranges.jsonl"), "{stderr}");
+    }
+}
+
+#[test]
+fn report_of_a_hundred_thousand_ops_over_many_ranges_stays_small() {
+    let shape = Shape {
+        ops: 100_000,
+        keys: 2_000,
+        clients: 100,
+        sequential: false,
+        info_per_mille: 5,
+        seed: 4,
+    };
+    let history = synth::history(Workload::Register, &shape);
+    let end_ns = history.iter().map(|op| op.call_ns).max().unwrap();
+    // 600 snapshots, each splitting the last range once more: more changes than are drawn.
+    let mut ranges = vec![entry(1, "", None)];
+    let snapshots: Vec<RangeSnapshot> = (0..600u64)
+        .map(|i| {
+            if i > 0 {
+                let at = format!("k{:04}", i * 3);
+                let last = ranges.last_mut().unwrap();
+                last.end = Some(at.clone());
+                ranges.push(entry(i + 1, &at, None));
+            }
+            RangeSnapshot {
+                at_ns: end_ns / 600 * i,
+                cause: "split".to_string(),
+                ranges: ranges.clone(),
+            }
+        })
+        .collect();
+    let run = check::RunDir {
+        history: Some(history),
+        ranges: Some(snapshots),
+        ..Default::default()
+    };
+    let results = Results {
+        valid: Verdict::Valid,
+        checkers: Default::default(),
+    };
+    let html = report::render(&run, &results);
+    assert_self_contained(&html);
+    assert!(html.len() < 4 << 20, "report is {} bytes", html.len());
+    assert_eq!(html.matches("class=\"range-change\"").count(), 500);
+    assert_contains(
+        &html,
+        &[
+            "600 snapshots in ranges.jsonl, 599 of them changing the table. Only the first 500 \
+             are marked and listed.",
+            "<td>split r499 at k1497 -&gt; r499,r500</td>",
+        ],
+    );
+    assert!(
+        !html.contains("split r500 at"),
+        "the 501st marker is left out"
+    );
+}
+
+fn entry(id: u64, start: &str, end: Option<&str>) -> RangeEntry {
+    RangeEntry {
+        id,
+        start: start.to_string(),
+        end: end.map(str::to_string),
+        epoch: 1,
+        conf_version: 1,
+        voters: vec![1, 2, 3],
+        leader: Some(1),
     }
 }
