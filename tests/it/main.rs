@@ -6,6 +6,7 @@ mod catch_up;
 mod cluster;
 mod deps;
 mod exactly_once;
+mod faults;
 mod harness;
 mod idempotency;
 mod locks;

@@ -55,7 +55,7 @@ use crate::rebalancer;
 use crate::reflection;
 use crate::replicas::Prepared;
 use crate::shared::Shared;
-use crate::split_driver;
+use crate::split_driver::{self, SplitThresholds};
 use crate::tenant_usage;
 use crate::tls::{CallerLayer, TlsSettings};
 use crate::transport::GrpcTransport;
@@ -129,6 +129,7 @@ impl Node {
             placement: config.placement,
             timings: config.raft.clone(),
             kv: config.kv,
+            split: SplitThresholds::new(config.kv.split),
             clock: config.clock.clone(),
             faults: config.faults,
             metrics,

@@ -16,7 +16,7 @@ use keel_proto::v1::TransferLeaderRequest;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_raft::RaftGroup;
 use keel_types::{
-    KvError, MetaCommand, NodeId, NodeState, RangeDescriptor, RangeId, ReplicaChange,
+    KvError, MetaCommand, NodeAddr, NodeId, NodeState, RangeDescriptor, RangeId, ReplicaChange,
 };
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info};
@@ -184,10 +184,23 @@ async fn change_on(
     let addr = view
         .addr_of(leader)
         .ok_or_else(|| KvError::unavailable(format!("node {leader} has no known address")))?;
+    change_through(shared, leader, &addr, range, change).await
+}
+
+/// `change` of `range`'s replicas sent to peer `leader` at `addr` (`Raft.ChangeReplicas`),
+/// which forwards it once when it no longer leads the range. Waits as long as the change may
+/// take: a snapshot to the new replica and its catching up.
+pub(crate) async fn change_through(
+    shared: &Shared,
+    leader: NodeId,
+    addr: &NodeAddr,
+    range: RangeId,
+    change: &ReplicaChange,
+) -> Result<RangeDescriptor, KvError> {
     let catch_up = shared.timings.snapshot_timeout_ms + shared.timings.write_timeout_ms;
     let call = PeerCall {
         node: leader,
-        addr: &addr,
+        addr,
         range,
         payload: change,
         forward: true,

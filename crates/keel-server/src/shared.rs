@@ -22,6 +22,7 @@ use crate::placement::MetaLeadership;
 use crate::publisher::Published;
 use crate::ranges::RangeTables;
 use crate::replicas::Prepared;
+use crate::split_driver::SplitThresholds;
 use crate::tls::TlsSettings;
 
 pub(crate) struct Shared {
@@ -55,6 +56,9 @@ pub(crate) struct Shared {
     pub placement: PlacementSettings,
     pub timings: RaftTimings,
     pub kv: KvSettings,
+    /// The split settings the split driver uses now: `kv.split`, unless a test changed them
+    /// (`Faults.SetSplitThresholds`).
+    pub split: SplitThresholds,
     pub clock: SharedClock,
     pub faults: Faults,
     /// What the node counts for `--metrics-listen`.

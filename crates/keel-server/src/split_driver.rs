@@ -9,10 +9,12 @@
 //! before the next check, so at most one of its splits is in flight on a node. Failures are
 //! logged and the range is weighed again next round. A range's counts are read from storage
 //! only when something was applied to it since the last check (`applied_cache`), so idle
-//! ranges cost no read. Knows nothing of gRPC.
+//! ranges cost no read. The thresholds are read again every round from `shared.split`
+//! (`SplitThresholds`): the configuration's, unless a test changed them while the node runs.
+//! Knows nothing of gRPC.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use keel_meta::{RangeLoad, SplitPolicy, SplitReason, boundary_split_key, plan_split};
@@ -26,11 +28,43 @@ use crate::applied_cache::ByApplied;
 use crate::config::SplitSettings;
 use crate::shared::Shared;
 
+/// The split settings the driver uses: those the node was configured with, which the
+/// test-only `Faults.SetSplitThresholds` may change while it runs (never the check interval).
+pub(crate) struct SplitThresholds {
+    settings: Mutex<SplitSettings>,
+}
+
+impl SplitThresholds {
+    pub(crate) fn new(settings: SplitSettings) -> SplitThresholds {
+        SplitThresholds {
+            settings: Mutex::new(settings),
+        }
+    }
+
+    /// The settings now.
+    pub(crate) fn get(&self) -> SplitSettings {
+        *self.settings.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Replaces the settings with what `change` makes of them, if that is within the bounds
+    /// of the configuration (`SplitSettings::validate`); returns the settings now.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn update(
+        &self,
+        change: impl FnOnce(SplitSettings) -> SplitSettings,
+    ) -> Result<SplitSettings, crate::config::ConfigError> {
+        let mut settings = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = change(*settings);
+        changed.validate()?;
+        *settings = changed;
+        Ok(changed)
+    }
+}
+
 /// Runs until the node shuts down (the task is aborted then).
 pub(crate) async fn run(shared: Arc<Shared>) {
-    let settings = shared.kv.split;
-    let policy = policy(&settings);
-    let mut tick = tokio::time::interval(Duration::from_millis(settings.check_interval_ms));
+    let interval = Duration::from_millis(shared.split.get().check_interval_ms);
+    let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut counts: ByApplied<RangeCounts> = ByApplied::default();
     loop {
@@ -38,6 +72,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         if shared.health.check().is_err() {
             continue;
         }
+        let policy = policy(&shared.split.get());
         let groups = shared.groups.all();
         let hosted: HashSet<RangeId> = groups.iter().map(|group| group.range()).collect();
         shared.load.retain(|range| hosted.contains(&range));
@@ -208,5 +243,42 @@ mod tests {
             load_secs: 3,
         };
         assert_eq!(policy(&settings), expected);
+    }
+
+    #[cfg(feature = "fault-injection")]
+    #[test]
+    fn thresholds_change_within_the_configured_bounds() {
+        use crate::config::ConfigError;
+        let thresholds = SplitThresholds::new(SplitSettings::default());
+        let small = |settings| SplitSettings {
+            range_bytes_max: 1_024,
+            ..settings
+        };
+        assert_eq!(thresholds.update(small).unwrap().range_bytes_max, 1_024);
+        let tiny = |settings| SplitSettings {
+            range_bytes_max: 10,
+            ..settings
+        };
+        assert_eq!(
+            thresholds.update(tiny),
+            Err(ConfigError::RangeSplitBytes(10))
+        );
+        let long = |settings| SplitSettings {
+            load_secs: 61,
+            ..settings
+        };
+        assert_eq!(
+            thresholds.update(long),
+            Err(ConfigError::RangeSplitLoadSecs(61))
+        );
+        let expected = SplitSettings {
+            range_bytes_max: 1_024,
+            ..SplitSettings::default()
+        };
+        assert_eq!(
+            thresholds.get(),
+            expected,
+            "a refused change changes nothing"
+        );
     }
 }
