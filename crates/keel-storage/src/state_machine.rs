@@ -708,3 +708,7 @@ mod meta_sm_tests;
 #[cfg(test)]
 #[path = "upkeep_tests.rs"]
 mod upkeep_tests;
+
+#[cfg(test)]
+#[path = "planted_tests.rs"]
+mod planted_tests;

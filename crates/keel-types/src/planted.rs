@@ -26,15 +26,24 @@ pub enum PlantedBug {
     /// progress or completed, and stores that result over the one it had: a stale owner's
     /// late result replaces the result others were given.
     IdemStaleComplete,
+    /// A split loses, from the new right-hand range, the rows its parent wrote in its last
+    /// `RECENT_REVISIONS` revisions before the split (as a split copying the child's rows as
+    /// of its proposal would miss the writes in flight): acknowledged writes vanish, only
+    /// where a range splits.
+    SplitDropsInflight,
 }
 
+/// How many of a range's latest revisions `SplitDropsInflight` loses.
+pub const RECENT_REVISIONS: u64 = 8;
+
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 5] = [
+    pub const ALL: [PlantedBug; 6] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
         PlantedBug::LockNoExpiry,
         PlantedBug::IdemStaleComplete,
+        PlantedBug::SplitDropsInflight,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +53,7 @@ impl PlantedBug {
             PlantedBug::DoubleApply => "double-apply",
             PlantedBug::LockNoExpiry => "lock-no-expiry",
             PlantedBug::IdemStaleComplete => "idem-stale-complete",
+            PlantedBug::SplitDropsInflight => "split-drops-inflight",
         }
     }
 

@@ -1,0 +1,93 @@
+//! The planted bugs of keel-storage, each shown to change what it should, through the real
+//! writer and redb: a split that loses the rows written just before it
+//! (`split-drops-inflight`). Each scenario runs unplanted in every build, and planted, in a
+//! child process of this test binary (`keel_types::planted::check_planted`), in builds with
+//! the `planted-bugs` feature.
+
+use keel_types::{Command, RangeId, Revision, Split};
+
+use super::StateMachine;
+use super::tests::{apply_commands_to, mutate, open, put};
+use crate::store::Store;
+
+/// Keys written on each side of the split at `r`.
+const KEYS_PER_HALF: u64 = 10;
+
+/// Writes `l00`, `r00`, `l01`, `r01`, ... to range 1, one write each (so `l{i}` has revision
+/// 2i + 1 and `r{i}` 2i + 2), then splits it at `r` into range 2.
+async fn written_then_split(store: &Store) {
+    let mut commands = Vec::new();
+    for i in 0..KEYS_PER_HALF {
+        commands.push(mutate(vec![put(&format!("l{i:02}"), "v", None)]));
+        commands.push(mutate(vec![put(&format!("r{i:02}"), "v", None)]));
+    }
+    commands.push(Command::Split(Split {
+        at: b"r".to_vec(),
+        child: RangeId(2),
+        expected_epoch: 0,
+    }));
+    apply_commands_to(store, RangeId::FIRST, 1, commands).await;
+}
+
+/// The keys `prefix{i}`, `i` below `KEYS_PER_HALF`, whose revision (`revision(i)`) is at most
+/// `max`.
+fn keys_up_to(prefix: &str, max: Revision, revision: impl Fn(u64) -> Revision) -> Vec<String> {
+    (0..KEYS_PER_HALF)
+        .filter(|i| revision(*i) <= max)
+        .map(|i| format!("{prefix}{i:02}"))
+        .collect()
+}
+
+async fn keys(sm: &StateMachine) -> Vec<String> {
+    let page = sm.scan(b"", b"", 0, 0).await.unwrap();
+    let keys = page.kvs.into_iter().map(|kv| kv.key);
+    keys.map(|key| String::from_utf8(key).unwrap()).collect()
+}
+
+/// The keys of each half after `written_then_split`, and the child's key count.
+async fn halves_after_split() -> (Vec<String>, Vec<String>, u64) {
+    let (_dir, store) = open();
+    written_then_split(&store).await;
+    let (parent, child) = (
+        store.state_machine(RangeId(1)),
+        store.state_machine(RangeId(2)),
+    );
+    let counted = child.counts().await.unwrap().keys;
+    (keys(&parent).await, keys(&child).await, counted)
+}
+
+#[tokio::test]
+async fn a_split_child_has_the_rows_written_just_before_the_split() {
+    let (left, right, counted) = halves_after_split().await;
+    assert_eq!(left, keys_up_to("l", Revision::MAX, |i| 2 * i + 1));
+    assert_eq!(right, keys_up_to("r", Revision::MAX, |i| 2 * i + 2));
+    assert_eq!(counted, KEYS_PER_HALF);
+}
+
+#[cfg(feature = "planted-bugs")]
+mod planted {
+    use keel_types::planted::{PlantedBug, RECENT_REVISIONS, check_planted};
+
+    use super::*;
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(future)
+    }
+
+    #[test]
+    fn split_drops_inflight_loses_the_childs_latest_rows() {
+        check_planted(PlantedBug::SplitDropsInflight, || {
+            let (left, right, counted) = block_on(halves_after_split());
+            let last = 2 * KEYS_PER_HALF;
+            assert_eq!(left, keys_up_to("l", Revision::MAX, |i| 2 * i + 1));
+            let kept = keys_up_to("r", last - RECENT_REVISIONS, |i| 2 * i + 2);
+            assert!(kept.len() < KEYS_PER_HALF as usize, "{kept:?}");
+            assert_eq!(right, kept);
+            assert_eq!(counted, kept.len() as u64, "the child counts what it kept");
+        });
+    }
+}
