@@ -1,13 +1,14 @@
 //! The planted bugs of keel-storage, each shown to change what it should, through the real
 //! writer and redb: a split that loses the rows written just before it
-//! (`split-drops-inflight`). Each scenario runs unplanted in every build, and planted, in a
-//! child process of this test binary (`keel_types::planted::check_planted`), in builds with
-//! the `planted-bugs` feature.
+//! (`split-drops-inflight`), a read that does not check the range's span (the storage half of
+//! `stale-span`). Each scenario runs unplanted in every build, and planted, in a child process
+//! of this test binary (`keel_types::planted::check_planted`), in builds with the
+//! `planted-bugs` feature.
 
 use keel_types::{Command, RangeId, Revision, Split};
 
-use super::StateMachine;
 use super::tests::{apply_commands_to, mutate, open, put};
+use super::{KeyRead, StateMachine};
 use crate::store::Store;
 
 /// Keys written on each side of the split at `r`.
@@ -64,6 +65,20 @@ async fn a_split_child_has_the_rows_written_just_before_the_split() {
     assert_eq!(counted, KEYS_PER_HALF);
 }
 
+/// A read of `r03` (a key of the child) on the parent after the split.
+async fn parent_read_of_a_child_key() -> KeyRead {
+    let (_dir, store) = open();
+    written_then_split(&store).await;
+    let parent = store.state_machine(RangeId(1));
+    parent.read_key(b"r03", 0).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_parent_refuses_a_read_of_a_key_that_split_off() {
+    let read = parent_read_of_a_child_key().await;
+    assert!(matches!(read, KeyRead::Outside { .. }), "{read:?}");
+}
+
 #[cfg(feature = "planted-bugs")]
 mod planted {
     use keel_types::planted::{PlantedBug, RECENT_REVISIONS, check_planted};
@@ -88,6 +103,17 @@ mod planted {
             assert!(kept.len() < KEYS_PER_HALF as usize, "{kept:?}");
             assert_eq!(right, kept);
             assert_eq!(counted, kept.len() as u64, "the child counts what it kept");
+        });
+    }
+
+    #[test]
+    fn stale_span_reads_a_key_that_split_off_on_the_parent() {
+        check_planted(PlantedBug::StaleSpan, || {
+            let read = block_on(parent_read_of_a_child_key());
+            let KeyRead::Inside { kv: Some(kv), .. } = read else {
+                panic!("the parent reads the key anyway: {read:?}");
+            };
+            assert_eq!(kv.key, b"r03");
         });
     }
 }

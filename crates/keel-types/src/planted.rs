@@ -31,19 +31,26 @@ pub enum PlantedBug {
     /// of its proposal would miss the writes in flight): acknowledged writes vanish, only
     /// where a range splits.
     SplitDropsInflight,
+    /// After a split, a node routes a key no local range holds to the local range just below
+    /// it (as if that range had kept its span from before the split), and a read does not
+    /// check the range's span: a replica whose right-hand half went elsewhere answers reads of
+    /// those keys from what its own file holds of them (nothing, once that half's replica was
+    /// moved away).
+    StaleSpan,
 }
 
 /// How many of a range's latest revisions `SplitDropsInflight` loses.
 pub const RECENT_REVISIONS: u64 = 8;
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 6] = [
+    pub const ALL: [PlantedBug; 7] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
         PlantedBug::LockNoExpiry,
         PlantedBug::IdemStaleComplete,
         PlantedBug::SplitDropsInflight,
+        PlantedBug::StaleSpan,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +61,7 @@ impl PlantedBug {
             PlantedBug::LockNoExpiry => "lock-no-expiry",
             PlantedBug::IdemStaleComplete => "idem-stale-complete",
             PlantedBug::SplitDropsInflight => "split-drops-inflight",
+            PlantedBug::StaleSpan => "stale-span",
         }
     }
 
