@@ -1,11 +1,13 @@
 //! The planted bugs of keel-storage, each shown to change what it should, through the real
 //! writer and redb: a split that loses the rows written just before it
 //! (`split-drops-inflight`), a read that does not check the range's span (the storage half of
-//! `stale-span`). Each scenario runs unplanted in every build, and planted, in a child process
-//! of this test binary (`keel_types::planted::check_planted`), in builds with the
-//! `planted-bugs` feature.
+//! `stale-span`), an install that leaves out the snapshot's last writes
+//! (`snapshot-skip-tail`). Each scenario runs unplanted in every build, and planted, in a
+//! child process of this test binary (`keel_types::planted::check_planted`), in builds with
+//! the `planted-bugs` feature.
 
 use keel_types::{Command, RangeId, Revision, Split};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 use super::tests::{apply_commands_to, mutate, open, put};
 use super::{KeyRead, StateMachine};
@@ -79,6 +81,41 @@ async fn the_parent_refuses_a_read_of_a_key_that_split_off() {
     assert!(matches!(read, KeyRead::Outside { .. }), "{read:?}");
 }
 
+/// Writes `k00`..`k09` to range 1 of one store (revisions 1 to 10), snapshots it and installs
+/// the snapshot into range 1 of another; returns the keys installed, their count as the
+/// installed range keeps it, and whether both ranges name the same applied log id.
+async fn installed_snapshot() -> (Vec<String>, u64, bool) {
+    let (_source_dir, source) = open();
+    let writes = (0..KEYS_PER_HALF)
+        .map(|i| mutate(vec![put(&format!("k{i:02}"), "v", None)]))
+        .collect();
+    apply_commands_to(&source, RangeId::FIRST, 1, writes).await;
+    let mut source = source.state_machine(RangeId::FIRST);
+    let mut builder = source.get_snapshot_builder().await;
+    let snapshot = builder.build_snapshot().await.unwrap();
+    let (_target_dir, target) = open();
+    let mut target = target.state_machine(RangeId::FIRST);
+    target
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    let applied = |sm: &StateMachine| {
+        let sm = sm.clone();
+        async move { sm.applied().await.unwrap() }
+    };
+    let same = applied(&source).await == applied(&target).await;
+    let counted = target.counts().await.unwrap().keys;
+    (keys(&target).await, counted, same)
+}
+
+#[tokio::test]
+async fn an_installed_snapshot_holds_every_row() {
+    let (installed, counted, same_applied) = installed_snapshot().await;
+    assert_eq!(installed, keys_up_to("k", Revision::MAX, |i| i + 1));
+    assert_eq!(counted, KEYS_PER_HALF);
+    assert!(same_applied);
+}
+
 #[cfg(feature = "planted-bugs")]
 mod planted {
     use keel_types::planted::{PlantedBug, RECENT_REVISIONS, check_planted};
@@ -114,6 +151,22 @@ mod planted {
                 panic!("the parent reads the key anyway: {read:?}");
             };
             assert_eq!(kv.key, b"r03");
+        });
+    }
+
+    #[test]
+    fn snapshot_skip_tail_installs_without_the_latest_rows() {
+        check_planted(PlantedBug::SnapshotSkipTail, || {
+            let (installed, counted, same_applied) = block_on(installed_snapshot());
+            let kept = keys_up_to("k", KEYS_PER_HALF - RECENT_REVISIONS, |i| i + 1);
+            assert!(kept.len() < KEYS_PER_HALF as usize, "{kept:?}");
+            assert_eq!(installed, kept);
+            assert_eq!(
+                counted,
+                kept.len() as u64,
+                "the install counts what it wrote"
+            );
+            assert!(same_applied, "it still claims the snapshot's whole log");
         });
     }
 }

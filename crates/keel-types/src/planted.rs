@@ -37,13 +37,17 @@ pub enum PlantedBug {
     /// those keys from what its own file holds of them (nothing, once that half's replica was
     /// moved away).
     StaleSpan,
+    /// A replica that installs a snapshot leaves out the rows the snapshot's last writes made
+    /// (those at its last `RECENT_REVISIONS` revisions) while taking its whole applied log
+    /// id: a replica made by a move, or caught up by a snapshot, misses recent writes.
+    SnapshotSkipTail,
 }
 
-/// How many of a range's latest revisions `SplitDropsInflight` loses.
+/// How many of a range's latest revisions `SplitDropsInflight` and `SnapshotSkipTail` lose.
 pub const RECENT_REVISIONS: u64 = 8;
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 7] = [
+    pub const ALL: [PlantedBug; 8] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
@@ -51,6 +55,7 @@ impl PlantedBug {
         PlantedBug::IdemStaleComplete,
         PlantedBug::SplitDropsInflight,
         PlantedBug::StaleSpan,
+        PlantedBug::SnapshotSkipTail,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +67,7 @@ impl PlantedBug {
             PlantedBug::IdemStaleComplete => "idem-stale-complete",
             PlantedBug::SplitDropsInflight => "split-drops-inflight",
             PlantedBug::StaleSpan => "stale-span",
+            PlantedBug::SnapshotSkipTail => "snapshot-skip-tail",
         }
     }
 
