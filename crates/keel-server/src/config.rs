@@ -265,8 +265,8 @@ pub struct ServeArgs {
     #[serde(default)]
     pub fault_lose_unsynced_writes: bool,
     /// Test-only: break one guarantee on purpose (stale-read, ack-before-fsync,
-    /// double-apply, lock-no-expiry, idem-stale-complete), to show the Jepsen-style
-    /// checkers catch it.
+    /// double-apply, lock-no-expiry, idem-stale-complete, split-drops-inflight, stale-span,
+    /// snapshot-skip-tail), to show the Jepsen-style checkers catch it.
     #[cfg(feature = "planted-bugs")]
     #[arg(long, hide = true)]
     pub planted_bug: Option<String>,

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use keel_meta::RangeTable;
 use keel_raft::RaftGroup;
+use keel_types::planted::{self, PlantedBug};
 use keel_types::validate::show_key;
 use keel_types::{
     KvError, MetaMembers, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor, RangeId,
@@ -60,7 +61,14 @@ struct MetaView {
 impl RangeTables {
     /// The local range holding `key`.
     pub fn local(&self, key: &[u8]) -> Option<RangeDescriptor> {
-        read(&self.local).lookup(key).cloned()
+        let local = read(&self.local);
+        // The planted bug routes a key no local range holds to the local range below it, as
+        // if that range had kept its span from before it split.
+        if planted::active(PlantedBug::StaleSpan) && local.lookup(key).is_none() {
+            let below = local.ranges().filter(|range| range.start.as_slice() <= key);
+            return below.last().cloned();
+        }
+        local.lookup(key).cloned()
     }
 
     /// Every local range with state, in key order.
@@ -374,5 +382,36 @@ mod tests {
         assert_eq!(routed("m"), Some(RangeId(2)));
         assert_eq!(routed("zzz"), Some(RangeId(2)));
         assert_eq!(tables.local_ranges().len(), 2);
+    }
+
+    /// A node that holds the left half of a split but no longer the right half: a key of the
+    /// right half is not local (the router sends it to the right half's replicas).
+    fn split_half_gone() -> RangeTables {
+        let tables = RangeTables::default();
+        let left = RangeDescriptor {
+            id: RangeId::FIRST,
+            ..span("", Some("m"))
+        };
+        tables.set_local(vec![left]);
+        tables
+    }
+
+    #[test]
+    fn a_key_no_local_range_holds_is_not_local() {
+        let tables = split_half_gone();
+        let routed = |key: &str| tables.local(key.as_bytes()).map(|range| range.id);
+        assert_eq!(routed("a"), Some(RangeId::FIRST));
+        assert_eq!(routed("n"), None);
+    }
+
+    #[cfg(feature = "planted-bugs")]
+    #[test]
+    fn planted_stale_span_routes_a_key_to_the_range_below_it() {
+        planted::check_planted(PlantedBug::StaleSpan, || {
+            let tables = split_half_gone();
+            let routed = |key: &str| tables.local(key.as_bytes()).map(|range| range.id);
+            assert_eq!(routed("a"), Some(RangeId::FIRST));
+            assert_eq!(routed("n"), Some(RangeId::FIRST));
+        });
     }
 }

@@ -27,6 +27,7 @@
 //! A child that already has state in this file is left as it is (its span must start at `at`
 //! and lie within the parent's right half); only the parent shrinks.
 
+use keel_types::planted::{self, PlantedBug};
 use keel_types::{CommandOutcome, RangeDescriptor, RangeId, Rejection, Split};
 use openraft::vote::RaftLeaderIdExt;
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -116,6 +117,10 @@ pub(crate) fn apply_split(
         // The child may have counted rows of its span as its own: count the parent's half.
         count_half(tables, &left)?
     } else {
+        // The planted bug loses the child's rows its parent wrote just before the split.
+        if planted::active(PlantedBug::SplitDropsInflight) {
+            drop_recent_rows(tables, state, &right)?;
+        }
         let moved = count_half(tables, &right)?;
         create_child(tables, state, range, &plan, right, &moved)?;
         HalfCounts::of(state).without(&moved, range)
@@ -127,6 +132,33 @@ pub(crate) fn apply_split(
         left: plan.left,
         right: plan.right,
     })
+}
+
+/// Planted bug `split-drops-inflight`: deletes the rows of `span` that the range (`state`)
+/// wrote in its last `planted::RECENT_REVISIONS` revisions, with their TTL-index rows and
+/// counts.
+fn drop_recent_rows(
+    tables: &mut Tables,
+    state: &mut SmState,
+    span: &KeySpan,
+) -> Result<(), StorageError> {
+    let since = state.revision.saturating_sub(planted::RECENT_REVISIONS);
+    let mut recent = Vec::new();
+    for row in tables
+        .kv
+        .range::<&[u8]>(span.bounds())
+        .map_err(|e| StorageError::redb("read kv", e))?
+    {
+        let (key, value) = row.map_err(|e| StorageError::redb("read kv", e))?;
+        let kv = tables::decode_kv(key.value(), value.value())?;
+        if kv.mod_revision > since {
+            recent.push(kv.key);
+        }
+    }
+    for key in recent {
+        tables::write_kv(&mut tables.kv, &mut tables.ttl, &mut state.kv, &key, None)?;
+    }
+    Ok(())
 }
 
 /// Whether the range's membership is mid-change: a joint configuration or learners, which a

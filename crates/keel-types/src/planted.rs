@@ -1,7 +1,9 @@
 //! Planted bugs: test-only switches that each break one guarantee on purpose, so the
 //! Jepsen-style harness can show that its checkers catch them. They exist only in builds with
 //! the `planted-bugs` feature; without it `active` is a constant `false` and every planted
-//! branch compiles away. One process plants at most one bug, for its whole life.
+//! branch compiles away. One process plants at most one bug, for its whole life; a test of a
+//! planted bug therefore runs in a child process of its test binary (`check_planted`, test
+//! support and the one place this crate starts a process, only in `planted-bugs` builds).
 
 use std::sync::OnceLock;
 
@@ -24,15 +26,36 @@ pub enum PlantedBug {
     /// progress or completed, and stores that result over the one it had: a stale owner's
     /// late result replaces the result others were given.
     IdemStaleComplete,
+    /// A split loses, from the new right-hand range, the rows its parent wrote in its last
+    /// `RECENT_REVISIONS` revisions before the split (as a split copying the child's rows as
+    /// of its proposal would miss the writes in flight): acknowledged writes vanish, only
+    /// where a range splits.
+    SplitDropsInflight,
+    /// After a split, a node routes a key no local range holds to the local range just below
+    /// it (as if that range had kept its span from before the split), and a read does not
+    /// check the range's span: a replica whose right-hand half went elsewhere answers reads of
+    /// those keys from what its own file holds of them (nothing, once that half's replica was
+    /// moved away).
+    StaleSpan,
+    /// A replica that installs a snapshot leaves out the rows the snapshot's last writes made
+    /// (those at its last `RECENT_REVISIONS` revisions) while taking its whole applied log
+    /// id: a replica made by a move, or caught up by a snapshot, misses recent writes.
+    SnapshotSkipTail,
 }
 
+/// How many of a range's latest revisions `SplitDropsInflight` and `SnapshotSkipTail` lose.
+pub const RECENT_REVISIONS: u64 = 8;
+
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 5] = [
+    pub const ALL: [PlantedBug; 8] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
         PlantedBug::LockNoExpiry,
         PlantedBug::IdemStaleComplete,
+        PlantedBug::SplitDropsInflight,
+        PlantedBug::StaleSpan,
+        PlantedBug::SnapshotSkipTail,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +65,9 @@ impl PlantedBug {
             PlantedBug::DoubleApply => "double-apply",
             PlantedBug::LockNoExpiry => "lock-no-expiry",
             PlantedBug::IdemStaleComplete => "idem-stale-complete",
+            PlantedBug::SplitDropsInflight => "split-drops-inflight",
+            PlantedBug::StaleSpan => "stale-span",
+            PlantedBug::SnapshotSkipTail => "snapshot-skip-tail",
         }
     }
 
@@ -72,6 +98,44 @@ pub fn active(bug: PlantedBug) -> bool {
     cfg!(feature = "planted-bugs") && PLANTED.get() == Some(&bug)
 }
 
+/// Test support: runs `check` with `bug` planted, in a child process of the running test
+/// binary (planting lasts for a process's whole life, and the binary's other tests must not
+/// see it). Call it as the whole body of a `#[test]`: the child runs that test alone (libtest
+/// names a test's thread after it) and plants `bug` first; the parent fails when the child
+/// fails or did not run the test.
+#[cfg(feature = "planted-bugs")]
+pub fn check_planted(bug: PlantedBug, check: impl FnOnce()) {
+    const CHILD: &str = "KEEL_PLANTED_BUG_CHECK";
+    if let Ok(name) = std::env::var(CHILD) {
+        assert_eq!(
+            name,
+            bug.name(),
+            "the child process checks the bug it was started for"
+        );
+        plant(bug).expect("a child process plants its bug first");
+        check();
+        return;
+    }
+    let thread = std::thread::current();
+    let test = thread
+        .name()
+        .filter(|name| *name != "main")
+        .expect("libtest runs each test on a thread named after it");
+    let binary = std::env::current_exe().expect("the path of the running test binary");
+    let output = std::process::Command::new(binary)
+        .args([test, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, bug.name())
+        .output()
+        .expect("running the test binary again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{test} with {} planted, in a child process:\n{stdout}\n{}",
+        bug.name(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +153,15 @@ mod tests {
     fn without_the_feature_nothing_can_be_planted() {
         assert!(plant(PlantedBug::StaleRead).is_err());
         assert!(!active(PlantedBug::StaleRead));
+    }
+
+    #[cfg(feature = "planted-bugs")]
+    #[test]
+    fn a_planted_check_runs_in_a_process_of_its_own() {
+        check_planted(PlantedBug::DoubleApply, || {
+            assert!(active(PlantedBug::DoubleApply));
+            assert!(!active(PlantedBug::StaleRead));
+            assert!(plant(PlantedBug::StaleRead).is_err(), "one bug per process");
+        });
     }
 }
