@@ -76,11 +76,15 @@ async fn lowered_split_thresholds_make_a_range_split_by_itself() {
             range_split_bytes: 1024,
             ..SetSplitThresholdsRequest::default()
         };
-        faults(&cluster, id)
+        let before = faults(&cluster, id)
             .await
             .set_split_thresholds(small)
             .await
-            .unwrap();
+            .unwrap()
+            .into_inner();
+        // The answer holds the settings from before, so a test can put them back.
+        assert_eq!(before.range_split_bytes, 64 << 20, "{before:?}");
+        assert_eq!(before.range_split_load_secs, 10, "{before:?}");
     }
     let ranges = eventually("the range splits by itself", || async {
         let ranges = client.ranges().await.ok()?;

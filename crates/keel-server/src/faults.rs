@@ -91,7 +91,7 @@ pub(crate) mod service {
             request: Request<SetSplitThresholdsRequest>,
         ) -> Result<Response<SetSplitThresholdsResponse>, Status> {
             let request = request.into_inner();
-            let settings = self
+            let (previous, settings) = self
                 .shared
                 .split
                 .update(|settings| thresholds(settings, &request))
@@ -102,7 +102,11 @@ pub(crate) mod service {
                 range_split_load_secs = settings.load_secs,
                 "fault injection: split thresholds set"
             );
-            Ok(Response::new(SetSplitThresholdsResponse {}))
+            Ok(Response::new(SetSplitThresholdsResponse {
+                range_split_bytes: previous.range_bytes_max,
+                range_split_requests_per_sec: previous.requests_per_sec_max,
+                range_split_load_secs: previous.load_secs,
+            }))
         }
 
         async fn move_replica(

@@ -47,17 +47,18 @@ impl SplitThresholds {
     }
 
     /// Replaces the settings with what `change` makes of them, if that is within the bounds
-    /// of the configuration (`SplitSettings::validate`); returns the settings now.
+    /// of the configuration (`SplitSettings::validate`); returns the settings before and now.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn update(
         &self,
         change: impl FnOnce(SplitSettings) -> SplitSettings,
-    ) -> Result<SplitSettings, crate::config::ConfigError> {
+    ) -> Result<(SplitSettings, SplitSettings), crate::config::ConfigError> {
         let mut settings = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
-        let changed = change(*settings);
+        let previous = *settings;
+        let changed = change(previous);
         changed.validate()?;
         *settings = changed;
-        Ok(changed)
+        Ok((previous, changed))
     }
 }
 
@@ -254,7 +255,7 @@ mod tests {
             range_bytes_max: 1_024,
             ..settings
         };
-        assert_eq!(thresholds.update(small).unwrap().range_bytes_max, 1_024);
+        assert_eq!(thresholds.update(small).unwrap().1.range_bytes_max, 1_024);
         let tiny = |settings| SplitSettings {
             range_bytes_max: 10,
             ..settings
