@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The full matrix of the Jepsen-style harness (issue 6): every workload under every fault
-# alone and all faults together (each must be valid), then every planted bug with the workload
-# and faults that must catch it (each must be invalid). Prints a table of verdicts and run
-# times; exits non-zero if any row is not what it should be.
+# The full matrix of the Jepsen-style harness (issues 6 and 17): every workload under every
+# fault alone and all faults together on one range, then every workload over 8 ranges under
+# each range fault (split, move, membership, disk) and all ten faults together (each must be
+# valid), then every planted bug with the workload and faults that must catch it (each must be
+# invalid). Prints a table of verdicts and run times; exits non-zero if any row is not what it
+# should be.
 #
-#   jepsen/matrix.sh                        # 60 s per run (about 2.5 h in all)
+#   jepsen/matrix.sh                        # 60 s per run (about 2 h in all)
+#   ROWS=ranges jepsen/matrix.sh            # only the rows over 8 ranges and their planted bugs
 #   TIME_LIMIT=30 SEED=7 jepsen/matrix.sh   # shorter runs, another seed
 #   KEEL_JEPSEN_OUT=DIR jepsen/matrix.sh    # keep the run directories there
 set -uo pipefail
@@ -13,10 +16,11 @@ cd "$(dirname "$0")/.."
 bin=${CARGO_TARGET_DIR:-target}/release
 
 time_limit=${TIME_LIMIT:-60}
-# Runs with several fault kinds get at least this long: the nemesis needs 3 s of warm-up and up
-# to 8 s per fault (hold 2-5 s, gap 1-3 s), 51 s for all six, or the coverage checker rightly
-# fails the run for a kind that never happened.
-combined_time_limit_min=55
+# Runs with several fault kinds get at least 3 s of warm-up and 9 s per kind: up to 8 s per
+# fault (hold 2-5 s, gap 1-3 s), 10 s for the long ones (membership outages and disk faults
+# hold 7 s), or the coverage checker rightly fails the run for a kind that never happened.
+seconds_per_kind=9
+rows=${ROWS:-all}
 seed=${SEED:-1}
 out=${KEEL_JEPSEN_OUT:-$(mktemp -d /tmp/keel-jepsen-matrix.XXXXXX)}
 mkdir -p "$out"
@@ -26,6 +30,9 @@ cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
 
 workloads=(register append counter follower-read fencing idempotency)
 faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
+# Over 8 ranges on 5 nodes (moves need a node without a replica).
+range_flags="--ranges 8 --nodes 5"
+range_faults=(split move membership disk partition,kill,kill-all,pause,leader-transfer,clock,split,move,membership,disk)
 # planted bug | workload | faults (empty: none) | extra flags
 planted=(
     "stale-read|register|partition|"
@@ -34,10 +41,15 @@ planted=(
     "lock-no-expiry|fencing||"
     "idem-stale-complete|idempotency||"
 )
+range_planted=(
+    "split-drops-inflight|register|split|$range_flags"
+    "stale-span|register|split|$range_flags"
+    "snapshot-skip-tail|register|move|$range_flags"
+)
 
 verdict() { case $1 in 0) echo valid ;; 1) echo invalid ;; 2) echo unknown ;; *) echo "error($1)" ;; esac; }
 failures=0
-table=$(printf '%-13s %-52s %-17s %-8s %-10s %6s\n' workload faults planted-bug expected verdict seconds)
+table=$(printf '%-13s %-6s %-52s %-20s %-8s %-10s %6s %6s %6s\n' workload ranges faults planted-bug expected verdict ops faults seconds)
 
 # row WORKLOAD FAULTS BUG EXPECTED EXTRA...
 row() {
@@ -45,10 +57,13 @@ row() {
     shift 4
     local name="$workload-${nemesis:-none}"
     name="${name//,/+}${bug:+-$bug}"
+    [[ " $* " == *" --ranges "* ]] && name="$name-ranges"
     local start=$SECONDS
     local limit=$time_limit
-    if [[ $nemesis == *,* ]] && [ "$limit" -lt "$combined_time_limit_min" ]; then
-        limit=$combined_time_limit_min
+    local kinds
+    kinds=$(echo "$nemesis" | tr ',' '\n' | grep -c .)
+    if [ "$kinds" -gt 1 ] && [ "$limit" -lt $((3 + seconds_per_kind * kinds)) ]; then
+        limit=$((3 + seconds_per_kind * kinds))
     fi
     local flags=(--workload "$workload" --time-limit "$limit" --seed "$seed")
     [ -n "$nemesis" ] && flags+=(--nemesis "$nemesis")
@@ -60,18 +75,36 @@ row() {
     local got
     got=$(verdict "$code")
     local line
-    line=$(printf '%-13s %-52s %-17s %-8s %-10s %6d' "$workload" "${nemesis:--}" "${bug:--}" "$expected" "$got" $((SECONDS - start)))
+    local ops faults_seen
+    ops=$(sed -n 's/^run: \([0-9]*\) ops, \([0-9]*\) faults.*/\1/p' "$out/$name.log")
+    faults_seen=$(sed -n 's/^run: \([0-9]*\) ops, \([0-9]*\) faults.*/\2/p' "$out/$name.log")
+    line=$(printf '%-13s %-6s %-52s %-20s %-8s %-10s %6s %6s %6d' "$workload" "${ranges:-1}" "${nemesis:--}" "${bug:--}" "$expected" "$got" "${ops:--}" "${faults_seen:--}" $((SECONDS - start)))
     echo "$line"
     table+=$'\n'"$line"
     [ "$got" = "$expected" ] || failures=$((failures + 1))
 }
 
+if [ "$rows" != ranges ]; then
+    ranges=1
+    for workload in "${workloads[@]}"; do
+        for nemesis in "${faults[@]}"; do
+            row "$workload" "$nemesis" "" valid
+        done
+    done
+    for entry in "${planted[@]}"; do
+        IFS='|' read -r bug workload nemesis extra <<<"$entry"
+        # shellcheck disable=SC2086 # extra flags are words
+        row "$workload" "$nemesis" "$bug" invalid $extra
+    done
+fi
+ranges=8
 for workload in "${workloads[@]}"; do
-    for nemesis in "${faults[@]}"; do
-        row "$workload" "$nemesis" "" valid
+    for nemesis in "${range_faults[@]}"; do
+        # shellcheck disable=SC2086 # the flags are words
+        row "$workload" "$nemesis" "" valid $range_flags
     done
 done
-for entry in "${planted[@]}"; do
+for entry in "${range_planted[@]}"; do
     IFS='|' read -r bug workload nemesis extra <<<"$entry"
     # shellcheck disable=SC2086 # extra flags are words
     row "$workload" "$nemesis" "$bug" invalid $extra

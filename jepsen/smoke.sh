@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Smoke of the Jepsen-style harness (issue 6), as CI runs it (about 2 minutes): a register run
-# under partitions and kill -9 that must be valid, a counter run with the double-apply planted
+# Smoke of the Jepsen-style harness (issues 6 and 17), as CI runs it (about 4 minutes): a
+# register run under partitions and kill -9 that must be valid, one over 4 ranges under splits
+# and kill -9 that must be valid, a counter run with the double-apply planted
 # bug and a fencing run with the lock-no-expiry planted bug (no faults needed: holds overlap
 # within seconds) that must be invalid. Builds the release binaries first. Needs root for a
 # network namespace (falls back to the TCP proxy without). Prints each verdict and run time;
@@ -32,7 +33,7 @@ run() {
     local got
     got=$(verdict "$code")
     local line
-    line=$(printf '%-14s expected %-8s got %-10s %4d s  %s' "$name" "$expected" "$got" $((SECONDS - start)) "$out/$name")
+    line=$(printf '%-16s expected %-8s got %-10s %4d s  %s' "$name" "$expected" "$got" $((SECONDS - start)) "$out/$name")
     summary+="$line"$'\n'
     if [ "$got" != "$expected" ]; then
         failures=$((failures + 1))
@@ -40,6 +41,7 @@ run() {
 }
 
 run register valid --workload register --nemesis partition,kill --time-limit 60 --seed 1
+run register-ranges valid --workload register --ranges 4 --nemesis split,kill --time-limit 45 --seed 1
 run double-apply invalid --workload counter --nemesis partition --planted-bug double-apply \
     --response-loss-percent 5 \
     --time-limit 30 --seed 1

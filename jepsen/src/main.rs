@@ -41,12 +41,17 @@ struct RunArgs {
     /// register, append, counter, follower-read, fencing or idempotency.
     #[arg(long)]
     workload: WorkloadKind,
-    /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock.
+    /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock,
+    /// split, move, membership, disk (move and membership need --nodes 4 or more).
     #[arg(long, value_delimiter = ',')]
     nemesis: Vec<FaultKind>,
-    /// Nodes of the cluster.
+    /// Nodes of the cluster at the start (faults that add or replace nodes start more).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
+    /// Ranges the keyspace is split into before the workload starts, so its keys spread over
+    /// them (leaders on different nodes).
+    #[arg(long, default_value_t = 1)]
+    ranges: usize,
     /// Seconds of workload (faults stop then; heal, recovery and final reads follow).
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
@@ -126,6 +131,7 @@ fn run_and_check(args: RunArgs) -> anyhow::Result<u8> {
         workload: args.workload,
         nemesis: args.nemesis,
         nodes: args.nodes,
+        ranges: args.ranges,
         time_limit_s: args.time_limit,
         rate_hz: args.rate,
         concurrency: args.concurrency,

@@ -1,11 +1,15 @@
 //! The `keel serve` processes of a run: start, kill -9, restart with the same data, pause
 //! and resume, and kill everything when dropped. Each node's output goes to `nK/keel.log`
-//! in the run directory, its data to `nK/data`. Knows nothing of faults' schedule, networks
-//! or workloads; it sees the cluster only as processes and command-line flags.
+//! in the run directory, its data to `nK/data`. The first nodes start the cluster
+//! (`--initial-cluster`); spare nodes are started later and join it (`--join`); a retired
+//! node (one whose data was damaged) is never started again. Knows nothing of faults'
+//! schedule, networks or workloads; it sees the cluster only as processes and command-line
+//! flags.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
@@ -15,12 +19,25 @@ use crate::run::net::NodeAddress;
 /// Lines of a node's log shown when it fails to start.
 pub const LOG_TAIL_LINES: usize = 20;
 
+/// Whether a node is part of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Started by `start_all` and restarted after faults.
+    Active,
+    /// A spare not started yet.
+    Spare,
+    /// Never started again.
+    Retired,
+}
+
 /// One node: how to start it and its process when running.
 #[derive(Debug)]
 struct Node {
     id: u64,
     args: Vec<String>,
     log: PathBuf,
+    data: PathBuf,
+    role: Role,
     child: Option<Child>,
 }
 
@@ -31,12 +48,25 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Plans the nodes (`extra` flags go to every `keel serve`) without starting them.
-    pub fn new(binary: &Path, addresses: &[NodeAddress], dir: &Path, extra: &[String]) -> Cluster {
-        let initial_cluster = addresses
+    /// Plans the nodes (`extra` flags go to every `keel serve`) without starting them: the
+    /// first `members` start the cluster, the other addresses are spares that join it.
+    pub fn new(
+        binary: &Path,
+        addresses: &[NodeAddress],
+        members: usize,
+        dir: &Path,
+        extra: &[String],
+    ) -> Cluster {
+        let first = &addresses[..members.min(addresses.len())];
+        let initial_cluster = first
             .iter()
             .enumerate()
             .map(|(index, address)| format!("{}={}", index + 1, address.cluster))
+            .collect::<Vec<_>>()
+            .join(",");
+        let join = first
+            .iter()
+            .map(|address| address.cluster.to_string())
             .collect::<Vec<_>>()
             .join(",");
         let nodes = addresses
@@ -44,6 +74,7 @@ impl Cluster {
             .enumerate()
             .map(|(index, address)| {
                 let node_dir = dir.join(node_name(index));
+                let data = node_dir.join("data");
                 let mut args: Vec<String> = vec![
                     "serve".into(),
                     "--node-id".into(),
@@ -51,15 +82,30 @@ impl Cluster {
                     "--listen".into(),
                     address.listen.to_string(),
                     "--data-dir".into(),
-                    node_dir.join("data").display().to_string(),
-                    "--initial-cluster".into(),
-                    initial_cluster.clone(),
+                    data.display().to_string(),
                 ];
+                let role = match index < members {
+                    true => {
+                        args.extend(["--initial-cluster".into(), initial_cluster.clone()]);
+                        Role::Active
+                    }
+                    false => {
+                        args.extend([
+                            "--join".into(),
+                            join.clone(),
+                            "--advertise".into(),
+                            address.cluster.to_string(),
+                        ]);
+                        Role::Spare
+                    }
+                };
                 args.extend(extra.iter().cloned());
                 Node {
                     id: index as u64 + 1,
                     args,
                     log: node_dir.join("keel.log"),
+                    data,
+                    role,
                     child: None,
                 }
             })
@@ -78,14 +124,47 @@ impl Cluster {
         self.nodes.is_empty()
     }
 
-    /// Starts every node that is not running.
+    /// Starts every active node that is not running.
     pub fn start_all(&mut self) -> anyhow::Result<()> {
         for index in 0..self.nodes.len() {
-            if self.nodes[index].child.is_none() {
+            if self.nodes[index].role == Role::Active && self.nodes[index].child.is_none() {
                 self.start(index)?;
             }
         }
         Ok(())
+    }
+
+    /// Starts spare node `index`, which joins the cluster; from now on it is active.
+    pub fn activate(&mut self, index: usize) -> anyhow::Result<()> {
+        let node = &mut self.nodes[index];
+        if node.role != Role::Spare {
+            bail!("node {} is not a spare", node.id);
+        }
+        node.role = Role::Active;
+        self.start(index)
+    }
+
+    /// Kills node `index` for good: it is never started again.
+    pub async fn retire(&mut self, index: usize) -> anyhow::Result<()> {
+        self.nodes[index].role = Role::Retired;
+        self.kill(index).await
+    }
+
+    /// Spare nodes not started yet, in order.
+    pub fn spares(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|index| self.nodes[*index].role == Role::Spare)
+            .collect()
+    }
+
+    /// Whether node `index` runs.
+    pub fn is_running(&self, index: usize) -> bool {
+        self.nodes[index].child.is_some()
+    }
+
+    /// Node `index`'s data directory.
+    pub fn data_dir(&self, index: usize) -> &Path {
+        &self.nodes[index].data
     }
 
     /// Starts node `index` (again) with its flags and data.
@@ -134,6 +213,18 @@ impl Cluster {
             .await
             .with_context(|| format!("waiting for node {} to die", node.id))?;
         Ok(())
+    }
+
+    /// Waits up to `timeout` for node `index` to exit on its own; its status if it did (the
+    /// node is then stopped, and started again only by `start`).
+    pub async fn wait_exit(&mut self, index: usize, timeout: Duration) -> Option<ExitStatus> {
+        let child = self.nodes[index].child.as_mut()?;
+        let status = tokio::time::timeout(timeout, child.wait())
+            .await
+            .ok()?
+            .ok()?;
+        self.nodes[index].child = None;
+        Some(status)
     }
 
     /// SIGSTOP (`pause`) or SIGCONT (`!pause`) to node `index`, if it runs.

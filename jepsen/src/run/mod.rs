@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod damage;
 pub mod listeners;
 pub mod nemesis;
 pub mod net;
@@ -15,6 +16,7 @@ pub mod plan;
 pub mod proxy;
 pub mod recorder;
 pub mod rng;
+pub mod topology;
 pub mod workload;
 
 use std::path::{Path, PathBuf};
@@ -26,15 +28,16 @@ use keel_client::{Client, ClientOptions};
 use keel_types::Consistency;
 use serde_json::json;
 
-use crate::check::{FAULTS_FILE, HISTORY_FILE, RUN_SPEC_FILE};
+use crate::check::{FAULTS_FILE, HISTORY_FILE, RANGES_FILE, RUN_SPEC_FILE};
 use crate::limits;
 use crate::run::clock::RunClock;
 use crate::run::cluster::Cluster;
-use crate::run::nemesis::Nemesis;
-use crate::run::net::{Network, NodeAddress};
+use crate::run::nemesis::{Nemesis, Parts};
+use crate::run::net::Network;
 use crate::run::netns::Namespace;
-use crate::run::plan::FaultKind;
+use crate::run::plan::{FaultKind, PlannedFault};
 use crate::run::recorder::Recorder;
+use crate::run::topology::RangeLog;
 use crate::run::workload::{ClientPlan, Workload, WorkloadKind};
 
 /// How long a fresh cluster may take to serve its first linearizable read.
@@ -49,8 +52,12 @@ pub const RATE_HZ_MAX: u32 = 10_000;
 pub const TIME_LIMIT_S_MAX: u64 = 24 * 3600;
 /// Clients at most.
 pub const CONCURRENCY_MAX: usize = 256;
-/// Nodes at most (loopback aliases 127.0.0.11 to 127.0.0.(10+n)).
+/// Nodes at most, spares included (loopback aliases 127.0.0.11 to 127.0.0.(10+n)).
 pub const NODES_MAX: usize = 9;
+/// Ranges the workload's keys may be spread over.
+pub const RANGES_MAX: usize = workload::SHARDS_MAX;
+/// Nodes the `move` and `membership` faults need: more than a range has replicas (3).
+pub const NODES_FOR_MOVES: usize = 4;
 
 /// Where partitions come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +74,8 @@ pub struct RunConfig {
     pub workload: WorkloadKind,
     pub nemesis: Vec<FaultKind>,
     pub nodes: usize,
+    /// Ranges the keyspace is split into before the workload starts.
+    pub ranges: usize,
     pub time_limit_s: u64,
     pub rate_hz: u32,
     pub concurrency: usize,
@@ -109,7 +118,7 @@ pub fn run_blocking(config: &RunConfig) -> anyhow::Result<RunSummary> {
     };
     let namespace = match isolation {
         Isolation::Namespace => {
-            let aliases: Vec<_> = (0..config.nodes).map(net::alias).collect();
+            let aliases: Vec<_> = (0..slots(config)).map(net::alias).collect();
             let namespace = Namespace::create(&aliases)?;
             namespace.enter()?;
             Some(namespace)
@@ -141,6 +150,21 @@ pub fn run_blocking(config: &RunConfig) -> anyhow::Result<RunSummary> {
 fn validate(config: &RunConfig) -> anyhow::Result<()> {
     if !(1..=NODES_MAX).contains(&config.nodes) {
         bail!("--nodes is {}; it must be 1 to {NODES_MAX}", config.nodes);
+    }
+    if !(1..=RANGES_MAX).contains(&config.ranges) {
+        bail!(
+            "--ranges is {}; it must be 1 to {RANGES_MAX}",
+            config.ranges
+        );
+    }
+    for kind in [FaultKind::Move, FaultKind::Membership] {
+        if config.nemesis.contains(&kind) && config.nodes < NODES_FOR_MOVES {
+            bail!(
+                "--nemesis {kind} needs at least {NODES_FOR_MOVES} nodes (a node without a \
+                 replica to move one to); --nodes is {}",
+                config.nodes
+            );
+        }
     }
     if !(1..=TIME_LIMIT_S_MAX).contains(&config.time_limit_s) {
         bail!(
@@ -195,8 +219,8 @@ async fn run(config: &RunConfig, isolation: Isolation) -> anyhow::Result<(u64, u
         .with_context(|| format!("creating {}", config.out.display()))?;
     write_run_spec(config, isolation)?;
     let (network, addresses) = match isolation {
-        Isolation::Namespace => net::in_namespace(config.nodes),
-        Isolation::Proxy => net::proxied(config.nodes)
+        Isolation::Namespace => net::in_namespace(slots(config)),
+        Isolation::Proxy => net::proxied(slots(config))
             .await
             .context("starting the proxies")?,
     };
@@ -204,9 +228,16 @@ async fn run(config: &RunConfig, isolation: Isolation) -> anyhow::Result<(u64, u
         .iter()
         .map(|address| address.cluster.to_string())
         .collect();
-    let mut cluster = Cluster::new(&config.keel, &addresses, &config.out, &serve_flags(config));
+    let mut cluster = Cluster::new(
+        &config.keel,
+        &addresses,
+        config.nodes,
+        &config.out,
+        &serve_flags(config),
+    );
     cluster.start_all()?;
-    wait_ready(&mut cluster, &endpoints).await?;
+    let members = &endpoints[..config.nodes];
+    wait_ready(&mut cluster, members).await?;
     eprintln!(
         "keel-jepsen: {} nodes up ({}); {} for {} s",
         config.nodes,
@@ -214,32 +245,60 @@ async fn run(config: &RunConfig, isolation: Isolation) -> anyhow::Result<(u64, u
         config.workload.as_str(),
         config.time_limit_s
     );
-    drive(config, cluster, network, &addresses, endpoints).await
+    drive(config, cluster, network, endpoints).await
 }
 
-/// Clients and nemesis side by side until the time limit, then heal, wait, final reads.
+/// The nemesis plan of a run: a pure function of its settings.
+fn schedule(config: &RunConfig) -> Vec<PlannedFault> {
+    plan::plan(
+        config.seed,
+        &config.nemesis,
+        config.nodes,
+        config.time_limit_s * 1000,
+    )
+}
+
+/// Nodes of the run, spares for the nodes the plan adds or replaces included.
+fn slots(config: &RunConfig) -> usize {
+    config.nodes + plan::spare_nodes(&schedule(config), config.nodes, NODES_MAX)
+}
+
+/// Splits the keyspace when asked for more than one range, then clients and nemesis side by
+/// side until the time limit (the range table polled meanwhile), then heal, wait, final
+/// reads.
 async fn drive(
     config: &RunConfig,
     cluster: Cluster,
     network: Network,
-    addresses: &[NodeAddress],
-    endpoints: Vec<String>,
+    all_endpoints: Vec<String>,
 ) -> anyhow::Result<(u64, usize)> {
+    let endpoints = all_endpoints[..config.nodes].to_vec();
     let history = Arc::new(Recorder::create(
         &config.out.join(HISTORY_FILE),
         limits::HISTORY_OPS_MAX,
     )?);
     let faults = Recorder::create(&config.out.join(FAULTS_FILE), limits::FAULT_EVENTS_MAX)?;
     let clock = RunClock::start();
-    let mut nemesis = Nemesis::new(cluster, network, endpoints.clone(), clock, faults)?;
+    let ranges = Arc::new(RangeLog::create(&config.out.join(RANGES_FILE), clock)?);
+    let workload = Arc::new(Workload::new(config.workload, config.ranges));
+    let admin = Client::new(endpoints.clone(), ClientOptions::default())?;
+    if config.ranges > 1 {
+        let points = workload::split_points(&workload.families(), config.ranges);
+        let table = topology::prepare(&admin, &points).await?;
+        eprintln!("keel-jepsen: {} ranges", table.len());
+    }
+    ranges.read(&admin, "start").await;
+    let parts = Parts {
+        endpoints: all_endpoints,
+        members: config.nodes,
+        clock,
+        faults,
+        workload: workload.clone(),
+        ranges: ranges.clone(),
+    };
+    let mut nemesis = Nemesis::new(cluster, network, parts)?;
     let end = Duration::from_secs(config.time_limit_s);
-    let schedule = plan::plan(
-        config.seed,
-        &config.nemesis,
-        addresses.len(),
-        end.as_millis() as u64,
-    );
-    let workload = Arc::new(Workload::new(config.workload));
+    let schedule = schedule(config);
     let client_plan = ClientPlan {
         concurrency: config.concurrency,
         rate_hz: config.rate_hz,
@@ -254,7 +313,11 @@ async fn drive(
         clock,
         history.clone(),
     );
-    let (ops, faulted) = tokio::join!(clients, nemesis.run(&schedule, end));
+    let (ops, faulted, ()) = tokio::join!(
+        clients,
+        nemesis.run(&schedule, end),
+        ranges.poll(&admin, end)
+    );
     faulted?;
     let mut ops = ops?;
     nemesis.heal_all().await?;
@@ -301,7 +364,20 @@ fn serve_flags(config: &RunConfig) -> Vec<String> {
     if lose_unsynced_writes(config) {
         flags.push("--fault-lose-unsynced-writes".to_string());
     }
+    if replaces_dead_nodes(config) {
+        flags.extend([
+            "--node-dead-after-ms".to_string(),
+            plan::DEAD_AFTER_MS.to_string(),
+        ]);
+    }
     flags
+}
+
+/// Whether nodes are declared dead after `plan::DEAD_AFTER_MS` rather than the default 5
+/// minutes, so their replicas are re-created elsewhere within a fault's hold: runs with
+/// `membership` (outages) or `disk` (a damaged node refuses to start) faults.
+pub fn replaces_dead_nodes(config: &RunConfig) -> bool {
+    config.nemesis.contains(&FaultKind::Membership) || config.nemesis.contains(&FaultKind::Disk)
 }
 
 /// Whether nodes keep storage writes in memory until synced (`--fault-lose-unsynced-writes`),
@@ -351,6 +427,8 @@ fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()
         "workload": config.workload.as_str(),
         "nemesis": config.nemesis.iter().map(|kind| kind.as_str()).collect::<Vec<_>>(),
         "nodes": config.nodes,
+        "spare_nodes": slots(config) - config.nodes,
+        "ranges": config.ranges,
         "seed": config.seed,
         "time_limit_s": config.time_limit_s,
         "rate_hz": config.rate_hz,
@@ -358,6 +436,7 @@ fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()
         "planted_bug": config.planted_bug,
         "response_loss_percent": config.response_loss_percent,
         "lose_unsynced_writes": lose_unsynced_writes(config),
+        "node_dead_after_ms": replaces_dead_nodes(config).then_some(plan::DEAD_AFTER_MS),
         "keel": config.keel.display().to_string(),
         "keel_version": keel_version(&config.keel),
         "runner_version": env!("CARGO_PKG_VERSION"),
@@ -389,6 +468,7 @@ mod tests {
             workload: WorkloadKind::Register,
             nemesis,
             nodes: 3,
+            ranges: 1,
             time_limit_s: 10,
             rate_hz: 10,
             concurrency: 1,

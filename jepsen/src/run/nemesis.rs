@@ -1,30 +1,47 @@
 //! Carries out the nemesis plan against the running cluster: finds the leader, starts each
 //! fault, holds it, heals it and logs it to faults.jsonl with start and stop on the run's
-//! clock. Knows nothing of workloads; it acts on processes (`Cluster`), links (`Network`)
-//! and the test-only clock hook, and asks nodes who leads through keel-client.
+//! clock, and after every range fault (split, move, membership, disk) the range table to
+//! ranges.jsonl. Knows nothing of workloads beyond the keys they route by; it acts on
+//! processes (`Cluster`), links (`Network`), data files (`damage`), the test-only Faults
+//! service, and asks nodes who leads through keel-client.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use keel_client::{Client, ClientOptions};
-use keel_proto::test::v1::SetClockOffsetRequest;
+use anyhow::{Context, bail};
+use keel_client::{Client, ClientOptions, RangeInfo};
 use keel_proto::test::v1::faults_client::FaultsClient;
+use keel_proto::test::v1::{MoveReplicaRequest, SetClockOffsetRequest, SetSplitThresholdsRequest};
 use keel_types::RangeId;
-use serde_json::Map;
+use serde_json::{Map, Value, json};
+use tonic::transport::Channel;
 
 use crate::fault::FaultEvent;
 use crate::run::clock::RunClock;
 use crate::run::cluster::{Cluster, node_name};
+use crate::run::damage;
 use crate::run::net::Network;
-use crate::run::plan::{self, FaultAction, FaultKind, PlannedFault, Who};
+use crate::run::plan::{self, FaultAction, FaultKind, MemberChange, PlannedFault, Who};
 use crate::run::recorder::Recorder;
+use crate::run::rng::Rng;
+use crate::run::topology::RangeLog;
+use crate::run::workload::Workload;
 
 /// How long the nemesis looks for a leader before a fault that needs one.
 pub const LEADER_WAIT: Duration = Duration::from_secs(5);
 /// Pause between two rounds of status requests while looking for the leader.
 pub const LEADER_POLL: Duration = Duration::from_millis(200);
-/// Budget of one status, transfer or clock request of the nemesis.
+/// Budget of one status, transfer, split or clock request of the nemesis.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Budget of one replica move (a learner caught up by snapshot, then a joint change).
+pub const MOVE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a node restarted on damaged data is watched for refusing to start.
+pub const DAMAGE_WATCH: Duration = Duration::from_secs(10);
+/// Split thresholds while a `split` fault holds: a range splits after one second above 10
+/// requests per second, or above 1 KiB (the smallest size a node accepts).
+pub const SPLIT_BYTES_LOW: u64 = 1024;
+pub const SPLIT_REQUESTS_PER_SEC_LOW: u64 = 10;
+pub const SPLIT_LOAD_SECS_LOW: u64 = 1;
 
 /// What a started fault must undo.
 #[derive(Debug)]
@@ -33,6 +50,10 @@ enum Undo {
     Restart(Vec<usize>),
     Resume(usize),
     ClockZero(usize),
+    /// Put these nodes' split thresholds back.
+    SplitThresholds(Vec<(usize, SetSplitThresholdsRequest)>),
+    /// Node `0`'s data was damaged and it refused to start: replace it by a spare.
+    Replace(usize),
     Nothing,
 }
 
@@ -43,39 +64,50 @@ struct Active {
     target: String,
     start_ns: u64,
     undo: Undo,
+    extra: Map<String, Value>,
 }
 
 pub struct Nemesis {
     pub cluster: Cluster,
     network: Network,
+    /// Every node's endpoint by index, spares included.
     endpoints: Vec<String>,
     admin: Client,
     clock: RunClock,
     faults: Recorder,
+    workload: Arc<Workload>,
+    ranges: Arc<RangeLog>,
+    /// The nodes (by index) that are members now: not drained, not retired; faults that hit
+    /// a node pick among them.
+    members: Vec<usize>,
+}
+
+/// What the nemesis acts on besides the cluster and its network.
+pub struct Parts {
+    /// Every node's endpoint by index, spares included.
+    pub endpoints: Vec<String>,
+    /// The first nodes, members from the start.
+    pub members: usize,
+    pub clock: RunClock,
+    pub faults: Recorder,
+    pub workload: Arc<Workload>,
+    pub ranges: Arc<RangeLog>,
 }
 
 impl Nemesis {
-    pub fn new(
-        cluster: Cluster,
-        network: Network,
-        endpoints: Vec<String>,
-        clock: RunClock,
-        faults: Recorder,
-    ) -> anyhow::Result<Nemesis> {
-        let options = ClientOptions {
-            request_timeout: ADMIN_TIMEOUT,
-            read_attempt_timeout: ADMIN_TIMEOUT,
-            connect_timeout: ADMIN_TIMEOUT,
-            ..ClientOptions::default()
-        };
-        let admin = Client::new(endpoints.clone(), options)?;
+    pub fn new(cluster: Cluster, network: Network, context: Parts) -> anyhow::Result<Nemesis> {
+        let members: Vec<String> = context.endpoints[..context.members].to_vec();
+        let admin = Client::new(members, admin_options())?;
         Ok(Nemesis {
             cluster,
             network,
-            endpoints,
+            endpoints: context.endpoints,
             admin,
-            clock,
-            faults,
+            clock: context.clock,
+            faults: context.faults,
+            workload: context.workload,
+            ranges: context.ranges,
+            members: (0..context.members).collect(),
         })
     }
 
@@ -121,18 +153,27 @@ impl Nemesis {
         self.cluster.start_all()
     }
 
-    /// Ends the run: every node gets kill -9 (their data stays in the run directory).
+    /// Ends the run: the last range table is recorded, then every node gets kill -9 (their
+    /// data stays in the run directory).
     pub async fn finish(mut self) -> anyhow::Result<usize> {
+        self.ranges.read(&self.admin, "final").await;
         self.cluster.kill_all().await?;
+        self.ranges.finish().map_err(anyhow::Error::msg)?;
         self.faults.finish().map_err(anyhow::Error::msg)
     }
 
     async fn begin(&mut self, action: &FaultAction) -> anyhow::Result<Active> {
-        let nodes = self.cluster.len();
+        let mut extra = Map::new();
+        // When the fault took effect, if not when `begin` is done.
+        let mut took_effect_ns = None;
         let (target, undo) = match action {
             FaultAction::Partition(shape) => {
                 let leader = self.resolve(Who::Leader).await;
-                let sides = plan::partition_sides(shape, leader, nodes);
+                let at = self.members.iter().position(|m| *m == leader).unwrap_or(0);
+                let sides: Vec<Vec<usize>> = plan::partition_sides(shape, at, self.members.len())
+                    .into_iter()
+                    .map(|side| side.iter().map(|i| self.members[*i]).collect())
+                    .collect();
                 self.network.partition(&sides).await?;
                 (sides_text(&sides), Undo::Heal)
             }
@@ -142,8 +183,11 @@ impl Nemesis {
                 (describe(*who, node), Undo::Restart(vec![node]))
             }
             FaultAction::KillAll => {
+                let running: Vec<usize> = (0..self.cluster.len())
+                    .filter(|node| self.cluster.is_running(*node))
+                    .collect();
                 self.cluster.kill_all().await?;
-                ("all".to_string(), Undo::Restart((0..nodes).collect()))
+                ("all".to_string(), Undo::Restart(running))
             }
             FaultAction::Pause(who) => {
                 let node = self.resolve(*who).await;
@@ -152,7 +196,12 @@ impl Nemesis {
             }
             FaultAction::LeaderTransfer { nth } => {
                 let leader = self.resolve(Who::Leader).await;
-                let others: Vec<usize> = (0..nodes).filter(|node| *node != leader).collect();
+                let others: Vec<usize> = self
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|node| *node != leader)
+                    .collect();
                 let to = others
                     .get(nth % others.len().max(1))
                     .copied()
@@ -173,16 +222,49 @@ impl Nemesis {
                 let target = format!("{} {offset_ms:+} ms", describe(*who, node));
                 (target, Undo::ClockZero(node))
             }
+            FaultAction::Split { pick } => {
+                let target = self.split(*pick).await?;
+                let previous = self.lower_split_thresholds().await;
+                (target, Undo::SplitThresholds(previous))
+            }
+            FaultAction::Move { pick } => (self.move_replica(*pick).await?, Undo::Nothing),
+            FaultAction::Membership(change) => self.change_members(*change).await?,
+            FaultAction::Disk { node: who, damage } => {
+                let node = self.resolve(*who).await;
+                self.cluster.kill(node).await?;
+                took_effect_ns = Some(self.clock.now_ns());
+                let done = damage::apply(self.cluster.data_dir(node), *damage)?;
+                self.cluster.start(node)?;
+                let refused = self.cluster.wait_exit(node, DAMAGE_WATCH).await;
+                extra.insert("damage".into(), json!(done));
+                let undo = match &refused {
+                    Some(status) => {
+                        extra.insert("outcome".into(), json!("refused"));
+                        extra.insert("exit".into(), json!(status.to_string()));
+                        Undo::Replace(node)
+                    }
+                    None => {
+                        extra.insert("outcome".into(), json!("running"));
+                        Undo::Nothing
+                    }
+                };
+                (describe(*who, node), undo)
+            }
         };
+        let start_ns = took_effect_ns.unwrap_or_else(|| self.clock.now_ns());
+        if action.kind().changes_ranges() {
+            self.ranges.read(&self.admin, action.kind().as_str()).await;
+        }
         Ok(Active {
             kind: action.kind(),
             target,
-            start_ns: self.clock.now_ns(),
+            start_ns,
             undo,
+            extra,
         })
     }
 
-    async fn end(&mut self, active: Active) -> anyhow::Result<()> {
+    async fn end(&mut self, mut active: Active) -> anyhow::Result<()> {
         match &active.undo {
             Undo::Heal => self.network.heal().await?,
             Undo::Restart(nodes) => {
@@ -199,24 +281,237 @@ impl Nemesis {
                     );
                 }
             }
+            Undo::SplitThresholds(previous) => {
+                for (node, settings) in previous {
+                    // A node restarted meanwhile has its own settings again.
+                    let call = self.faults_call(*node, ADMIN_TIMEOUT, |mut faults| async move {
+                        faults.set_split_thresholds(*settings).await.map(|_| ())
+                    });
+                    if let Err(error) = call.await {
+                        eprintln!(
+                            "keel-jepsen: split thresholds of {} not reset: {error:#}",
+                            node_name(*node)
+                        );
+                    }
+                }
+            }
+            Undo::Replace(node) => {
+                let replaced = self.replace(*node).await;
+                active.extra.insert("replaced_by".into(), json!(replaced));
+            }
             Undo::Nothing => {}
+        }
+        let stop_ns = self.clock.now_ns();
+        if active.kind.changes_ranges() {
+            self.ranges.read(&self.admin, active.kind.as_str()).await;
         }
         self.faults.record(&FaultEvent {
             fault: active.kind.as_str().to_string(),
             target: active.target,
             start_ns: active.start_ns,
-            stop_ns: Some(self.clock.now_ns()),
-            extra: Map::new(),
+            stop_ns: Some(stop_ns),
+            extra: active.extra,
         });
         Ok(())
     }
 
-    /// The node a fault hits. The leader is the node that says it leads the first range in
-    /// the highest term; if none does within `LEADER_WAIT`, node 1 stands in.
+    /// Splits the range holding one of the keys the workload routes by now, at that key
+    /// (`pick` chooses which among the keys that do not start a range yet).
+    async fn split(&self, pick: u64) -> anyhow::Result<String> {
+        let table = self.admin.ranges().await.context("Cluster.Ranges")?;
+        let keys: Vec<Vec<u8>> = self
+            .workload
+            .routing_keys()
+            .into_iter()
+            .filter(|key| table.iter().all(|range| range.descriptor.start != *key))
+            .collect();
+        let Some(key) = pick_one(&keys, &mut Rng::new(pick)) else {
+            bail!("every key the workload uses starts a range already");
+        };
+        let (left, right) = self
+            .admin
+            .split(key)
+            .await
+            .with_context(|| format!("splitting at {:?}", String::from_utf8_lossy(key)))?;
+        Ok(format!(
+            "{} at {:?} -> {} | {}",
+            left.id,
+            String::from_utf8_lossy(key),
+            left.id,
+            right.id
+        ))
+    }
+
+    /// Lowers every running member's split thresholds; returns what they were.
+    async fn lower_split_thresholds(&self) -> Vec<(usize, SetSplitThresholdsRequest)> {
+        let low = SetSplitThresholdsRequest {
+            range_split_bytes: SPLIT_BYTES_LOW,
+            range_split_requests_per_sec: SPLIT_REQUESTS_PER_SEC_LOW,
+            range_split_load_secs: SPLIT_LOAD_SECS_LOW,
+        };
+        let mut previous = Vec::new();
+        for &node in &self.members {
+            let call = self.faults_call(node, ADMIN_TIMEOUT, |mut faults| async move {
+                faults
+                    .set_split_thresholds(low)
+                    .await
+                    .map(|answer| answer.into_inner())
+            });
+            match call.await {
+                Ok(answer) => previous.push((
+                    node,
+                    SetSplitThresholdsRequest {
+                        range_split_bytes: answer.range_split_bytes,
+                        range_split_requests_per_sec: answer.range_split_requests_per_sec,
+                        range_split_load_secs: answer.range_split_load_secs,
+                    },
+                )),
+                Err(error) => eprintln!(
+                    "keel-jepsen: split thresholds of {} not lowered: {error:#}",
+                    node_name(node)
+                ),
+            }
+        }
+        previous
+    }
+
+    /// Moves a replica of a range holding workload keys to a member without one, then hands
+    /// another range's leadership to another of its voters.
+    async fn move_replica(&self, pick: u64) -> anyhow::Result<String> {
+        let mut rng = Rng::new(pick);
+        let table = self.admin.ranges().await.context("Cluster.Ranges")?;
+        let keys = self.workload.routing_keys();
+        let busy: Vec<&RangeInfo> = table
+            .iter()
+            .filter(|range| keys.iter().any(|key| range.descriptor.contains(key)))
+            .collect();
+        let Some(range) = pick_one(&busy, &mut rng) else {
+            bail!("no range holds the workload's keys");
+        };
+        let id = range.descriptor.id;
+        // The leader must hand over before its replica can go; leaderships move below.
+        let voters: Vec<u64> = range
+            .descriptor
+            .replicas
+            .iter()
+            .copied()
+            .filter(|node| Some(*node) != range.leader)
+            .collect();
+        let outside: Vec<u64> = self
+            .members
+            .iter()
+            .map(|node| *node as u64 + 1)
+            .filter(|node| !voters.contains(node))
+            .collect();
+        let (Some(&from), Some(&to)) = (pick_one(&voters, &mut rng), pick_one(&outside, &mut rng))
+        else {
+            bail!(
+                "range {id} has no voter but its leader to move, or no member without a \
+                 replica to move one to (a move needs more nodes than replicas: --nodes 5)"
+            );
+        };
+        let via = self.members[rng.below(self.members.len() as u64) as usize];
+        let request = MoveReplicaRequest {
+            range_id: id.0,
+            from_node: from,
+            to_node: to,
+        };
+        self.faults_call(via, MOVE_TIMEOUT, |mut faults| async move {
+            faults.move_replica(request).await.map(|_| ())
+        })
+        .await
+        .with_context(|| format!("moving range {id}'s replica from n{from} to n{to}"))?;
+        let mut target = format!("{id} n{from} -> n{to}");
+        let table = self.admin.ranges().await.context("Cluster.Ranges")?;
+        if let Some(other) = pick_one(&table, &mut rng) {
+            let candidates: Vec<u64> = other
+                .descriptor
+                .replicas
+                .iter()
+                .copied()
+                .filter(|node| Some(*node) != other.leader)
+                .collect();
+            if let Some(&to) = pick_one(&candidates, &mut rng) {
+                let other = other.descriptor.id;
+                match self.admin.transfer_leader(other, to).await {
+                    Ok(()) => target.push_str(&format!("; {other} leader -> n{to}")),
+                    Err(error) => eprintln!(
+                        "keel-jepsen: move: leadership of range {other} to n{to} not moved: {error}"
+                    ),
+                }
+            }
+        }
+        Ok(target)
+    }
+
+    /// Adds, drains or takes down a member for a while.
+    async fn change_members(&mut self, change: MemberChange) -> anyhow::Result<(String, Undo)> {
+        match change {
+            MemberChange::Add => {
+                let Some(&node) = self.cluster.spares().first() else {
+                    bail!("no spare node left to add");
+                };
+                self.cluster.activate(node)?;
+                self.members.push(node);
+                Ok((format!("{} joins", node_name(node)), Undo::Nothing))
+            }
+            MemberChange::Drain { pick } => {
+                let node = self.members[pick as usize % self.members.len()];
+                self.admin
+                    .remove_node(node as u64 + 1)
+                    .await
+                    .with_context(|| format!("Cluster.RemoveNode of {}", node_name(node)))?;
+                self.members.retain(|member| *member != node);
+                Ok((format!("{} drained", node_name(node)), Undo::Nothing))
+            }
+            MemberChange::Outage { pick } => {
+                let node = self.members[pick as usize % self.members.len()];
+                self.cluster.kill(node).await?;
+                Ok((
+                    format!("{} down", node_name(node)),
+                    Undo::Restart(vec![node]),
+                ))
+            }
+        }
+    }
+
+    /// Replaces `node`, whose data is damaged, as an operator would: it never starts again,
+    /// it is removed from the cluster, and a spare node joins in its place. Returns the
+    /// spare's name, if there was one.
+    async fn replace(&mut self, node: usize) -> Option<String> {
+        if let Err(error) = self.cluster.retire(node).await {
+            eprintln!("keel-jepsen: {} not retired: {error:#}", node_name(node));
+        }
+        self.members.retain(|member| *member != node);
+        if let Err(error) = self.admin.remove_node(node as u64 + 1).await {
+            eprintln!(
+                "keel-jepsen: damaged {} not removed: {error}",
+                node_name(node)
+            );
+        }
+        let spare = *self.cluster.spares().first()?;
+        match self.cluster.activate(spare) {
+            Ok(()) => {
+                self.members.push(spare);
+                Some(node_name(spare))
+            }
+            Err(error) => {
+                eprintln!("keel-jepsen: {} not started: {error:#}", node_name(spare));
+                None
+            }
+        }
+    }
+
+    /// The node a fault hits. The leader is the member that says it leads the first range
+    /// in the highest term; if none does within `LEADER_WAIT`, the first member stands in.
+    /// `Who::Node(i)` is the i-th member (modulo their number).
     async fn resolve(&self, who: Who) -> usize {
         match who {
-            Who::Node(node) => node,
-            Who::Leader => self.find_leader().await.unwrap_or(0),
+            Who::Node(nth) => self.members[nth % self.members.len()],
+            Who::Leader => match self.find_leader().await {
+                Some(node) => node,
+                None => self.members[0],
+            },
         }
     }
 
@@ -224,8 +519,8 @@ impl Nemesis {
         let deadline = tokio::time::Instant::now() + LEADER_WAIT;
         loop {
             let mut best: Option<(u64, usize)> = None;
-            for (index, endpoint) in self.endpoints.iter().enumerate() {
-                let Ok(status) = self.admin.status(endpoint).await else {
+            for &index in &self.members {
+                let Ok(status) = self.admin.status(&self.endpoints[index]).await else {
                     continue;
                 };
                 let leads = status
@@ -249,21 +544,56 @@ impl Nemesis {
     }
 
     async fn set_clock_offset(&self, node: usize, offset_ms: i64) -> anyhow::Result<()> {
+        self.faults_call(node, ADMIN_TIMEOUT, |mut faults| async move {
+            faults
+                .set_clock_offset(SetClockOffsetRequest { offset_ms })
+                .await
+                .map(|_| ())
+        })
+        .await
+    }
+
+    /// One call of node `node`'s `keel.test.v1.Faults` service within `timeout`.
+    async fn faults_call<T, F, Fut>(
+        &self,
+        node: usize,
+        timeout: Duration,
+        call: F,
+    ) -> anyhow::Result<T>
+    where
+        F: FnOnce(FaultsClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
         let uri = format!("http://{}", self.endpoints[node]);
-        let call = async {
+        let attempt = async {
             let channel = tonic::transport::Endpoint::from_shared(uri.clone())?
                 .connect_timeout(ADMIN_TIMEOUT)
                 .connect()
                 .await?;
-            FaultsClient::new(channel)
-                .set_clock_offset(SetClockOffsetRequest { offset_ms })
-                .await?;
-            anyhow::Ok(())
+            anyhow::Ok(call(FaultsClient::new(channel)).await?)
         };
-        tokio::time::timeout(ADMIN_TIMEOUT, call)
+        tokio::time::timeout(timeout, attempt)
             .await
-            .with_context(|| format!("Faults.SetClockOffset at {uri} timed out"))?
-            .with_context(|| format!("Faults.SetClockOffset at {uri}"))
+            .with_context(|| format!("Faults call to {uri} timed out"))?
+            .with_context(|| format!("Faults call to {uri}"))
+    }
+}
+
+/// The nemesis' admin client options: one budget for every call.
+fn admin_options() -> ClientOptions {
+    ClientOptions {
+        request_timeout: ADMIN_TIMEOUT,
+        read_attempt_timeout: ADMIN_TIMEOUT,
+        connect_timeout: ADMIN_TIMEOUT,
+        ..ClientOptions::default()
+    }
+}
+
+/// A random item of `items`, if any.
+fn pick_one<'a, T>(items: &'a [T], rng: &mut Rng) -> Option<&'a T> {
+    match items.len() {
+        0 => None,
+        len => items.get(rng.below(len as u64) as usize),
     }
 }
 

@@ -25,6 +25,12 @@ pub const FAULTS_MAX: usize = 10_000;
 pub const CLOCK_OFFSET_MS: i64 = 2_000;
 /// Chance (per mille) that `kill` and `clock` hit the leader rather than a random node.
 pub const LEADER_PER_MILLE: u64 = 500;
+/// Shortest hold of a `membership` outage and of a `disk` fault: longer than the node dead
+/// timeout runs with these faults give their nodes (`DEAD_AFTER_MS`), so the node's replicas
+/// are re-created elsewhere while it is gone.
+pub const LONG_HOLD_MS: u64 = 7_000;
+/// `--node-dead-after-ms` of runs with `membership` or `disk` faults.
+pub const DEAD_AFTER_MS: u64 = 3_000;
 
 /// A fault kind, as named on the command line, in run.json and in faults.jsonl.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,6 +41,10 @@ pub enum FaultKind {
     Pause,
     LeaderTransfer,
     Clock,
+    Split,
+    Move,
+    Membership,
+    Disk,
 }
 
 /// A node by role or by index (0-based; node id = index + 1).
@@ -74,6 +84,46 @@ pub enum FaultAction {
         node: Who,
         offset_ms: i64,
     },
+    /// Split a range at a key the workload is using and lower every node's split thresholds
+    /// for the hold (load and size splits); `pick` chooses the key.
+    Split {
+        pick: u64,
+    },
+    /// Move a replica of a range holding workload keys to a node without one, and hand
+    /// another range's leadership to another voter; `pick` chooses ranges and nodes.
+    Move {
+        pick: u64,
+    },
+    /// Change the cluster's members.
+    Membership(MemberChange),
+    /// With a node stopped, damage its data; restart it. It must refuse to serve.
+    Disk {
+        node: Who,
+        damage: Damage,
+    },
+}
+
+/// What a `membership` fault does; they take turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberChange {
+    /// Start a new node that joins the cluster (`keel serve --join`).
+    Add,
+    /// Drain a member (`Cluster.RemoveNode`): its replicas move away, then it is removed.
+    Drain { pick: u64 },
+    /// Kill a member for longer than the dead timeout, so its replicas are re-created
+    /// elsewhere, then restart it.
+    Outage { pick: u64 },
+}
+
+/// How a `disk` fault damages a stopped node's data; they take turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Damage {
+    /// Flip bytes inside the store file (keel.redb).
+    FlipStore { pick: u64 },
+    /// Flip bytes inside the newest snapshot file (the store file when there is none).
+    FlipSnapshot { pick: u64 },
+    /// Cut the end of the store file off, as a lost last write would.
+    TruncateStore { pick: u64 },
 }
 
 /// One fault of the plan; times in ms since the run began.
@@ -96,18 +146,23 @@ pub fn plan(seed: u64, kinds: &[FaultKind], nodes: usize, time_limit_ms: u64) ->
     }
     let mut rng = Rng::new(seed).fork(u64::from_le_bytes(*b"nemesis\0"));
     rng.shuffle(&mut kinds);
-    let mut shapes = ShapeRotation::new(&mut rng);
+    let mut turns = Turns::new(&mut rng);
     let mut faults = Vec::new();
     let mut start_ms = WARMUP_MS;
     while faults.len() < FAULTS_MAX {
-        let hold_ms = rng
-            .between(HOLD_MS_MIN, HOLD_MS_MAX)
-            .min(time_limit_ms.saturating_sub(start_ms));
+        let left_ms = time_limit_ms.saturating_sub(start_ms);
+        let mut hold_ms = rng.between(HOLD_MS_MIN, HOLD_MS_MAX).min(left_ms);
         if hold_ms < HOLD_MS_SHORTEST {
             break;
         }
         let kind = kinds[faults.len() % kinds.len()];
-        let action = choose_action(kind, nodes, &mut rng, &mut shapes);
+        let action = choose_action(kind, nodes, &mut rng, &mut turns);
+        if action.needs_long_hold() {
+            hold_ms = hold_ms.max(LONG_HOLD_MS);
+            if hold_ms > left_ms {
+                break;
+            }
+        }
         faults.push(PlannedFault {
             start_ms,
             hold_ms,
@@ -118,19 +173,48 @@ pub fn plan(seed: u64, kinds: &[FaultKind], nodes: usize, time_limit_ms: u64) ->
     faults
 }
 
-/// Partitions rotate among the three shapes, from a seeded first one.
-struct ShapeRotation {
-    next: u64,
+/// Partition shapes, membership changes and damages each rotate, from a seeded first one.
+struct Turns {
+    shape: u64,
+    member: u64,
+    damage: u64,
 }
 
-impl ShapeRotation {
-    fn new(rng: &mut Rng) -> ShapeRotation {
-        ShapeRotation { next: rng.below(3) }
+impl Turns {
+    fn new(rng: &mut Rng) -> Turns {
+        // The membership and damage turns start from a stream of their own, so plans
+        // without those faults stay what they were before they existed.
+        let mut own = rng.fork(u64::from_le_bytes(*b"turns\0\0\0"));
+        Turns {
+            shape: rng.below(3),
+            member: own.below(3),
+            damage: own.below(3),
+        }
     }
 
-    fn take(&mut self, nodes: usize, rng: &mut Rng) -> PartitionShape {
-        let turn = self.next % 3;
-        self.next += 1;
+    fn member(&mut self, rng: &mut Rng) -> MemberChange {
+        self.member += 1;
+        let pick = rng.next_u64();
+        match self.member % 3 {
+            0 => MemberChange::Add,
+            1 => MemberChange::Drain { pick },
+            _ => MemberChange::Outage { pick },
+        }
+    }
+
+    fn damage(&mut self, rng: &mut Rng) -> Damage {
+        self.damage += 1;
+        let pick = rng.next_u64();
+        match self.damage % 3 {
+            0 => Damage::FlipStore { pick },
+            1 => Damage::FlipSnapshot { pick },
+            _ => Damage::TruncateStore { pick },
+        }
+    }
+
+    fn shape(&mut self, nodes: usize, rng: &mut Rng) -> PartitionShape {
+        let turn = self.shape % 3;
+        self.shape += 1;
         match turn {
             0 => PartitionShape::IsolateLeader,
             1 => {
@@ -145,18 +229,13 @@ impl ShapeRotation {
     }
 }
 
-fn choose_action(
-    kind: FaultKind,
-    nodes: usize,
-    rng: &mut Rng,
-    shapes: &mut ShapeRotation,
-) -> FaultAction {
+fn choose_action(kind: FaultKind, nodes: usize, rng: &mut Rng, turns: &mut Turns) -> FaultAction {
     let leader_or_any = |rng: &mut Rng| match rng.chance(LEADER_PER_MILLE) {
         true => Who::Leader,
         false => Who::Node(rng.below(nodes as u64) as usize),
     };
     match kind {
-        FaultKind::Partition => FaultAction::Partition(shapes.take(nodes, rng)),
+        FaultKind::Partition => FaultAction::Partition(turns.shape(nodes, rng)),
         FaultKind::Kill => FaultAction::Kill(leader_or_any(rng)),
         FaultKind::KillAll => FaultAction::KillAll,
         FaultKind::Pause => FaultAction::Pause(Who::Leader),
@@ -171,18 +250,42 @@ fn choose_action(
             };
             FaultAction::Clock { node, offset_ms }
         }
+        FaultKind::Split => FaultAction::Split {
+            pick: rng.next_u64(),
+        },
+        FaultKind::Move => FaultAction::Move {
+            pick: rng.next_u64(),
+        },
+        FaultKind::Membership => FaultAction::Membership(turns.member(rng)),
+        FaultKind::Disk => FaultAction::Disk {
+            node: leader_or_any(rng),
+            damage: turns.damage(rng),
+        },
     }
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Partition,
         FaultKind::Kill,
         FaultKind::KillAll,
         FaultKind::Pause,
         FaultKind::LeaderTransfer,
         FaultKind::Clock,
+        FaultKind::Split,
+        FaultKind::Move,
+        FaultKind::Membership,
+        FaultKind::Disk,
     ];
+
+    /// Whether the fault changes ranges or their replicas (split, move, membership, disk):
+    /// the runner records the range table when one starts and ends.
+    pub fn changes_ranges(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Split | FaultKind::Move | FaultKind::Membership | FaultKind::Disk
+        )
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -192,6 +295,10 @@ impl FaultKind {
             FaultKind::Pause => "pause",
             FaultKind::LeaderTransfer => "leader-transfer",
             FaultKind::Clock => "clock",
+            FaultKind::Split => "split",
+            FaultKind::Move => "move",
+            FaultKind::Membership => "membership",
+            FaultKind::Disk => "disk",
         }
     }
 }
@@ -205,8 +312,39 @@ impl FaultAction {
             FaultAction::Pause(_) => FaultKind::Pause,
             FaultAction::LeaderTransfer { .. } => FaultKind::LeaderTransfer,
             FaultAction::Clock { .. } => FaultKind::Clock,
+            FaultAction::Split { .. } => FaultKind::Split,
+            FaultAction::Move { .. } => FaultKind::Move,
+            FaultAction::Membership(_) => FaultKind::Membership,
+            FaultAction::Disk { .. } => FaultKind::Disk,
         }
     }
+
+    /// Whether the fault must outlast the dead timeout (`LONG_HOLD_MS`).
+    fn needs_long_hold(&self) -> bool {
+        matches!(
+            self,
+            FaultAction::Membership(MemberChange::Outage { .. }) | FaultAction::Disk { .. }
+        )
+    }
+
+    /// Whether the fault needs a node that is not a member yet: an added node, or the node
+    /// that replaces one whose data was damaged.
+    pub fn needs_spare_node(&self) -> bool {
+        matches!(
+            self,
+            FaultAction::Membership(MemberChange::Add) | FaultAction::Disk { .. }
+        )
+    }
+}
+
+/// Nodes a plan may start beyond the first `nodes` (one per added or replaced node), within
+/// `nodes_max` in all.
+pub fn spare_nodes(plan: &[PlannedFault], nodes: usize, nodes_max: usize) -> usize {
+    let wanted = plan
+        .iter()
+        .filter(|fault| fault.action.needs_spare_node())
+        .count();
+    wanted.min(nodes_max.saturating_sub(nodes))
 }
 
 impl fmt::Display for FaultKind {

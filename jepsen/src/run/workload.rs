@@ -27,7 +27,7 @@ mod idempotency;
 mod keys;
 mod register;
 
-pub use keys::KeyPool;
+pub use keys::{KeyPool, SHARDS_MAX, split_points};
 
 /// Reads get this long, all attempts included.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -102,26 +102,66 @@ pub struct ClientPlan {
 }
 
 impl Workload {
-    pub fn new(kind: WorkloadKind) -> Workload {
+    /// The workload's state, its keys named to spread over `ranges` ranges.
+    pub fn new(kind: WorkloadKind, ranges: usize) -> Workload {
+        let prefix = kind.key_prefix();
         let keys = match kind {
             WorkloadKind::Register => {
-                KeyPool::new("r", register::KEYS_ACTIVE, register::KEY_OPS_MAX)
+                KeyPool::new(prefix, register::KEYS_ACTIVE, register::KEY_OPS_MAX, ranges)
             }
-            WorkloadKind::Append => KeyPool::new("a", append::KEYS_ACTIVE, append::KEY_OPS_MAX),
-            WorkloadKind::Counter => KeyPool::new("c", counter::KEYS, u64::MAX),
-            WorkloadKind::FollowerRead => {
-                KeyPool::new("f", follower_read::KEYS_ACTIVE, follower_read::KEY_OPS_MAX)
+            WorkloadKind::Append => {
+                KeyPool::new(prefix, append::KEYS_ACTIVE, append::KEY_OPS_MAX, ranges)
             }
-            WorkloadKind::Fencing => KeyPool::new("fk", fencing::LOCKS, u64::MAX),
-            WorkloadKind::Idempotency => {
-                KeyPool::new("id", idempotency::IDS_ACTIVE, idempotency::ID_ATTEMPTS_MAX)
-            }
+            WorkloadKind::Counter => KeyPool::new(prefix, counter::KEYS, u64::MAX, ranges),
+            WorkloadKind::FollowerRead => KeyPool::new(
+                prefix,
+                follower_read::KEYS_ACTIVE,
+                follower_read::KEY_OPS_MAX,
+                ranges,
+            ),
+            WorkloadKind::Fencing => KeyPool::new(prefix, fencing::LOCKS, u64::MAX, ranges),
+            WorkloadKind::Idempotency => KeyPool::new(
+                prefix,
+                idempotency::IDS_ACTIVE,
+                idempotency::ID_ATTEMPTS_MAX,
+                ranges,
+            ),
         };
         Workload {
             kind,
             keys,
             holds: AtomicU64::new(0),
         }
+    }
+
+    /// The prefixes, in key order, of the keys the workload's requests are routed by: its
+    /// keys' prefix, the lock names of fencing, the record keys of idempotency.
+    pub fn families(&self) -> Vec<String> {
+        let prefix = self.kind.key_prefix();
+        match self.kind {
+            WorkloadKind::Fencing => vec![prefix.to_string(), fencing::lock_of(prefix)],
+            WorkloadKind::Idempotency => {
+                vec![String::from_utf8_lossy(&idempotency::routing_key(prefix)).into_owned()]
+            }
+            _ => vec![prefix.to_string()],
+        }
+    }
+
+    /// The keys requests are routed by now: of every active key, its own key or record key,
+    /// and for fencing its lock's name too.
+    pub fn routing_keys(&self) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        for key in self.keys.active() {
+            match self.kind {
+                WorkloadKind::Fencing => {
+                    keys.push(fencing::lock_of(&key).into_bytes());
+                    keys.push(key.into_bytes());
+                }
+                WorkloadKind::Idempotency => keys.push(idempotency::routing_key(&key)),
+                _ => keys.push(key.into_bytes()),
+            }
+        }
+        keys
     }
 
     /// One step of client `who`: its ops, done and ready to record, in the order they
@@ -337,6 +377,18 @@ impl FromStr for WorkloadKind {
 }
 
 impl WorkloadKind {
+    /// The prefix of the workload's key names.
+    fn key_prefix(self) -> &'static str {
+        match self {
+            WorkloadKind::Register => "r",
+            WorkloadKind::Append => "a",
+            WorkloadKind::Counter => "c",
+            WorkloadKind::FollowerRead => "f",
+            WorkloadKind::Fencing => "fk",
+            WorkloadKind::Idempotency => "id",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Register => "register",

@@ -2,7 +2,8 @@
 //! requested kind comes up, and every fault fits between the warm-up and the time limit.
 
 use keel_jepsen::run::plan::{
-    self, FaultAction, FaultKind, HOLD_MS_SHORTEST, PartitionShape, PlannedFault, WARMUP_MS, Who,
+    self, Damage, FaultAction, FaultKind, HOLD_MS_SHORTEST, LONG_HOLD_MS, MemberChange,
+    PartitionShape, PlannedFault, WARMUP_MS, Who,
 };
 
 const ALL: &[FaultKind] = &FaultKind::ALL;
@@ -41,6 +42,9 @@ fn well_formed(faults: &[PlannedFault], kinds: &[FaultKind], nodes: usize, time_
                 assert_eq!(side.len(), nodes / 2, "{fault:?}")
             }
             FaultAction::Partition(PartitionShape::OneNode(node)) => assert!(*node < nodes),
+            FaultAction::Membership(MemberChange::Outage { .. }) | FaultAction::Disk { .. } => {
+                assert!(fault.hold_ms >= LONG_HOLD_MS, "{fault:?}")
+            }
             _ => {}
         }
         previous_end = fault.start_ms + fault.hold_ms;
@@ -77,6 +81,20 @@ fn plans_are_well_formed_and_fixed_by_the_seed() {
         (6, &[], 3, 60_000, 0, 0),
         (7, ALL, 3, WARMUP_MS + HOLD_MS_SHORTEST - 1, 0, 0),
         (8, &[FaultKind::Kill, FaultKind::Kill], 1, 10_000, 1, 3),
+        (
+            9,
+            &[
+                FaultKind::Split,
+                FaultKind::Move,
+                FaultKind::Membership,
+                FaultKind::Disk,
+            ],
+            5,
+            60_000,
+            5,
+            14,
+        ),
+        (10, &[FaultKind::Disk], 5, 20_000, 1, 2),
     ];
     for &(seed, kinds, nodes, time_limit_ms, least, most) in cases {
         let faults = plan::plan(seed, kinds, nodes, time_limit_ms);
@@ -92,6 +110,87 @@ fn plans_are_well_formed_and_fixed_by_the_seed() {
         );
         well_formed(&faults, kinds, nodes, time_limit_ms);
     }
+}
+
+#[test]
+fn plans_without_the_range_faults_did_not_change() {
+    // The first faults of seed 1 over the six kinds that came before the range faults, as
+    // planned before those existed: adding kinds must not move anyone's matrix rows.
+    let old = [
+        FaultKind::Partition,
+        FaultKind::Kill,
+        FaultKind::KillAll,
+        FaultKind::Pause,
+        FaultKind::LeaderTransfer,
+        FaultKind::Clock,
+    ];
+    let faults = plan::plan(1, &old, 3, 60_000);
+    let fault = |start_ms, hold_ms, action| PlannedFault {
+        start_ms,
+        hold_ms,
+        action,
+    };
+    let expected = [
+        fault(3000, 2500, FaultAction::Pause(Who::Leader)),
+        fault(7941, 4353, FaultAction::Kill(Who::Node(0))),
+        fault(
+            13595,
+            4418,
+            FaultAction::Clock {
+                node: Who::Leader,
+                offset_ms: 2000,
+            },
+        ),
+        fault(20611, 4020, FaultAction::LeaderTransfer { nth: 2 }),
+    ];
+    assert_eq!(faults[..4], expected);
+}
+
+#[test]
+fn membership_and_damage_take_turns_and_count_spare_nodes() {
+    let faults = plan::plan(3, &[FaultKind::Membership], 5, 600_000);
+    let changes: Vec<MemberChange> = faults
+        .iter()
+        .map(|fault| match fault.action {
+            FaultAction::Membership(change) => change,
+            ref other => panic!("{other:?}"),
+        })
+        .collect();
+    for window in changes.windows(3) {
+        let adds = window
+            .iter()
+            .filter(|c| matches!(c, MemberChange::Add))
+            .count();
+        let drains = window
+            .iter()
+            .filter(|c| matches!(c, MemberChange::Drain { .. }))
+            .count();
+        assert_eq!((adds, drains), (1, 1), "{window:?}");
+    }
+    let adds = changes
+        .iter()
+        .filter(|c| matches!(c, MemberChange::Add))
+        .count();
+    assert_eq!(plan::spare_nodes(&faults, 5, 100), adds);
+    // Spares stop at the most nodes a run may have.
+    assert_eq!(plan::spare_nodes(&faults, 5, 7), 2.min(adds));
+
+    let faults = plan::plan(4, &[FaultKind::Disk], 5, 120_000);
+    let truncations = faults
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.action,
+                FaultAction::Disk {
+                    damage: Damage::TruncateStore { .. },
+                    ..
+                }
+            )
+        })
+        .count();
+    assert!(truncations >= 1, "{faults:?}");
+    // Every damaged node is replaced by a spare.
+    assert_eq!(plan::spare_nodes(&faults, 5, 100), faults.len());
 }
 
 #[test]

@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn holds_stay_in_their_ranges_and_values_are_unique() {
-        let workload = Workload::new(WorkloadKind::Fencing);
+        let workload = Workload::new(WorkloadKind::Fencing, 1);
         let mut rng = Rng::new(7);
         let holds: Vec<Hold> = (0..300)
             .map(|number| Hold::draw(&workload, &mut rng, number % 5, number))

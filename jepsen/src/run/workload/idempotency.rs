@@ -35,6 +35,11 @@ use crate::run::workload::{Clients, Workload, called, returned};
 
 /// The scope of every record of a run.
 pub const SCOPE: &str = "jepsen";
+
+/// The key that routes record `id` of `SCOPE` to its range.
+pub fn routing_key(id: &str) -> Vec<u8> {
+    keel_types::coordination::idempotency_key(SCOPE.as_bytes(), id.as_bytes())
+}
 /// Ids active at a time, and attempts (begins) per id before it is replaced.
 pub const IDS_ACTIVE: usize = 6;
 pub const ID_ATTEMPTS_MAX: u64 = 50;
@@ -269,7 +274,7 @@ mod tests {
 
     #[test]
     fn attempts_stay_in_their_ranges_and_results_are_unique() {
-        let workload = Workload::new(WorkloadKind::Idempotency);
+        let workload = Workload::new(WorkloadKind::Idempotency, 1);
         let mut rng = Rng::new(7);
         let attempts: Vec<Attempt> = (0..1200)
             .map(|number| Attempt::draw(&workload, &mut rng, number % 5, number))
