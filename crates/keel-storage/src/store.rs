@@ -428,9 +428,7 @@ fn open_lossy(path: &Path) -> Result<Database, StorageError> {
 }
 
 fn create_tables(db: &Database) -> Result<(), StorageError> {
-    let txn = db
-        .begin_write()
-        .map_err(|e| StorageError::redb("begin write", e))?;
+    let txn = writer::begin_write(db)?;
     // A file of an older format gains the tables it lacks here, so read transactions (which
     // cannot create tables) find every table.
     let all = [
