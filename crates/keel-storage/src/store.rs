@@ -8,14 +8,17 @@
 //! transaction that creates missing tables). The store lists the ranges it holds
 //! (`descriptors`), signals when they change (`range_events`: after a split or a snapshot
 //! install) and says whether an incoming snapshot would overlap another range it holds
-//! (`snapshot_overlap`).
+//! (`snapshot_overlap`). Opening checks the file and refuses one that fails
+//! (`StorageError::Damaged`; `open_database`).
 
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use keel_types::{RangeDescriptor, RangeId};
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
+use redb::{Database, DatabaseError, ReadTransaction, ReadableDatabase, ReadableTable};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
@@ -28,6 +31,7 @@ use crate::tables::{
 };
 use crate::writer::{
     self, CommitObserver, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer,
+    panic_message,
 };
 
 /// One redb file and its writer thread. Cheap to clone; all clones share the file.
@@ -50,6 +54,10 @@ struct Inner {
 impl Store {
     /// Opens (or creates) the store file at `path` and starts its writer thread. Snapshots
     /// live in `snapshot_dir`; unfinished snapshot files left there by a crash are deleted.
+    ///
+    /// Opening checks every page of the file's committed trees against its checksum (see
+    /// `open_database`); a file that fails is refused with `StorageError::Damaged`, logged
+    /// as `store is damaged; refusing to open it`.
     pub fn open(path: &Path, snapshot_dir: &Path) -> Result<Store, StorageError> {
         Store::open_with(path, snapshot_dir, StoreOptions::default())
     }
@@ -397,15 +405,88 @@ pub struct StoreOptions {
     pub lose_unsynced_writes: bool,
 }
 
+/// Opens the redb file with every page of its committed trees verified against its checksum
+/// (`set_check_integrity_on_open`), so a file altered outside redb is refused
+/// (`StorageError::Damaged`) rather than trusted: a plain open of a file closed cleanly
+/// reads pages unverified, and may serve altered data or panic.
+///
+/// The check also refuses a file whose last durable commit does not verify while the commit
+/// before it does. redb would roll the file back to that commit. For a commit written in one
+/// phase (one fsync) that may be a commit torn by a power loss, never acknowledged, or damage
+/// to a commit the node acknowledged — its votes and log entries — which Raft cannot afford
+/// to forget; redb cannot tell the two apart, so Keel refuses both. Keel commits in two
+/// phases (`writer::begin_write`), after which a torn commit leaves the commit before it
+/// in place and redb itself refuses a last commit that does not verify.
 fn open_database(path: &Path, options: StoreOptions) -> Result<Database, StorageError> {
-    if options.lose_unsynced_writes {
-        return open_lossy(path);
+    let rollback = Arc::new(AtomicBool::new(false));
+    let mut builder = Database::builder();
+    builder.set_check_integrity_on_open(true);
+    let seen = rollback.clone();
+    builder.set_repair_callback(move |session| {
+        if session.progress() == REDB_PRIMARY_FAILED_PROGRESS {
+            seen.store(true, Ordering::Relaxed);
+        } else if session.progress() == REDB_FELL_BACK_PROGRESS && seen.load(Ordering::Relaxed) {
+            session.abort();
+        }
+    });
+    let opened = panic::catch_unwind(AssertUnwindSafe(|| {
+        if options.lose_unsynced_writes {
+            open_lossy(path, &builder, &rollback)
+        } else {
+            builder
+                .create(path)
+                .map_err(|e| open_error(path, e, &rollback))
+        }
+    }));
+    let opened = opened.unwrap_or_else(|panic| {
+        let detail = format!("redb panicked checking it: {}", panic_message(&*panic));
+        Err(StorageError::damaged(path, detail))
+    });
+    if let Err(StorageError::Damaged { detail, .. }) = &opened {
+        tracing::error!(path = %path.display(), %detail, "store is damaged; refusing to open it");
     }
-    Database::create(path).map_err(|e| StorageError::redb("open", e))
+    opened
+}
+
+/// The progress redb reports to the repair callback of an open right after finding that the
+/// last commit does not verify (`Database::do_repair` in redb 4.6); if the commit before it
+/// does, redb makes it the current one and reports `REDB_FELL_BACK_PROGRESS` next, before it
+/// writes anything. Aborting then refuses the rollback. A test damages such a commit
+/// (`tests/it/damage.rs`), so a redb that changes these fails it.
+const REDB_PRIMARY_FAILED_PROGRESS: f64 = 0.3;
+const REDB_FELL_BACK_PROGRESS: f64 = 0.6;
+
+/// The error of a failed open: `Damaged` when the file failed a check, else `Redb`.
+fn open_error(path: &Path, error: DatabaseError, rollback: &AtomicBool) -> StorageError {
+    match error {
+        DatabaseError::RepairAborted if rollback.load(Ordering::Relaxed) => StorageError::damaged(
+            path,
+            "its last durable commit does not verify; redb would roll the file back to the \
+             commit before, dropping votes or log entries this node may have acknowledged",
+        ),
+        DatabaseError::Storage(redb::StorageError::Corrupted(detail)) => {
+            StorageError::damaged(path, detail)
+        }
+        // "Not a redb database" (a changed magic number), or a page past the end of the file
+        // (a file cut short).
+        DatabaseError::Storage(redb::StorageError::Io(io))
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            StorageError::damaged(path, io)
+        }
+        error => StorageError::redb("open", error),
+    }
 }
 
 #[cfg(feature = "fault-injection")]
-fn open_lossy(path: &Path) -> Result<Database, StorageError> {
+fn open_lossy(
+    path: &Path,
+    builder: &redb::Builder,
+    rollback: &AtomicBool,
+) -> Result<Database, StorageError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -414,13 +495,17 @@ fn open_lossy(path: &Path) -> Result<Database, StorageError> {
         .open(path)
         .map_err(|e| StorageError::io(path, e))?;
     let backend = crate::lossy::LossyBackend::new(file).map_err(|e| StorageError::io(path, e))?;
-    Database::builder()
+    builder
         .create_with_backend(backend)
-        .map_err(|e| StorageError::redb("open", e))
+        .map_err(|e| open_error(path, e, rollback))
 }
 
 #[cfg(not(feature = "fault-injection"))]
-fn open_lossy(path: &Path) -> Result<Database, StorageError> {
+fn open_lossy(
+    path: &Path,
+    _builder: &redb::Builder,
+    _rollback: &AtomicBool,
+) -> Result<Database, StorageError> {
     Err(StorageError::io(
         path,
         std::io::Error::other("losing unsynced writes needs the `fault-injection` feature"),

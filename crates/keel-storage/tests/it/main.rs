@@ -1,6 +1,7 @@
 //! Integration tests of keel-storage through its public API: openraft's storage suite,
-//! restart, poisoning, group commit, snapshots and the format fixtures.
+//! restart, poisoning, group commit, snapshots, damaged data and the format fixtures.
 
+mod damage;
 mod fixture;
 mod fixture_v3;
 mod fixture_v4;
