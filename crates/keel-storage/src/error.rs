@@ -59,13 +59,19 @@ pub enum StorageError {
 
     /// The store's data failed its checks when the store opened: the redb file (a page
     /// checksum, a commit slot, its length, or a last durable commit redb would have rolled
-    /// back). The node must not serve from this store (see `Store::open`).
+    /// back), or the snapshot file a range is in the middle of installing. The node must not
+    /// serve from this store (see `Store::open`).
     #[error(
         "{} is damaged: {detail}; this node must not serve from its data: wipe its data \
          directory and add it back as a new node (a new --node-id)",
         .path.display()
     )]
     Damaged { path: PathBuf, detail: String },
+
+    /// A snapshot file failed its checks (framing, record count, checksum): it is not
+    /// installed, restored or kept.
+    #[error("snapshot file {} is damaged: {detail}", .path.display())]
+    SnapshotDamaged { path: PathBuf, detail: String },
 }
 
 impl StorageError {
@@ -109,7 +115,8 @@ impl From<StorageError> for io::Error {
             StorageError::Io { source, .. } => source.kind(),
             StorageError::UnknownVersion { .. }
             | StorageError::Corrupt { .. }
-            | StorageError::Damaged { .. } => io::ErrorKind::InvalidData,
+            | StorageError::Damaged { .. }
+            | StorageError::SnapshotDamaged { .. } => io::ErrorKind::InvalidData,
             _ => io::ErrorKind::Other,
         };
         io::Error::new(kind, error)

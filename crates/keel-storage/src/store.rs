@@ -8,8 +8,8 @@
 //! transaction that creates missing tables). The store lists the ranges it holds
 //! (`descriptors`), signals when they change (`range_events`: after a split or a snapshot
 //! install) and says whether an incoming snapshot would overlap another range it holds
-//! (`snapshot_overlap`). Opening checks the file and refuses one that fails
-//! (`StorageError::Damaged`; `open_database`).
+//! (`snapshot_overlap`). Opening checks the file and the snapshots, and refuses data that
+//! fails (`StorageError::Damaged`; `open_database`, `snapshot::verify_dir`).
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -55,9 +55,10 @@ impl Store {
     /// Opens (or creates) the store file at `path` and starts its writer thread. Snapshots
     /// live in `snapshot_dir`; unfinished snapshot files left there by a crash are deleted.
     ///
-    /// Opening checks every page of the file's committed trees against its checksum (see
-    /// `open_database`); a file that fails is refused with `StorageError::Damaged`, logged
-    /// as `store is damaged; refusing to open it`.
+    /// Opening checks the data: every page of the file's committed trees against its
+    /// checksum (see `open_database`) and every snapshot file in full (`snapshot::verify_dir`:
+    /// a damaged one is deleted). Data that fails and cannot be done without fails the open
+    /// with `StorageError::Damaged`, logged as `store is damaged; refusing to open it`.
     pub fn open(path: &Path, snapshot_dir: &Path) -> Result<Store, StorageError> {
         Store::open_with(path, snapshot_dir, StoreOptions::default())
     }
@@ -72,6 +73,7 @@ impl Store {
         snapshot::remove_unfinished(snapshot_dir)?;
         let db = open_database(path, options)?;
         create_tables(&db)?;
+        check_snapshots(&db, snapshot_dir)?;
         let db = Arc::new(db);
         let shared = Arc::new(Shared::default());
         let (sender, rx) = writer::channel();
@@ -554,6 +556,23 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
         tables::count_unrecorded_coordination(&mut sm_meta, [&locks, &fences, &records])?;
     }
     txn.commit().map_err(|e| StorageError::redb("commit", e))
+}
+
+/// Checks the snapshot files (`snapshot::verify_dir`), telling it which ranges are in the
+/// middle of installing a snapshot.
+fn check_snapshots(db: &Database, snapshot_dir: &Path) -> Result<(), StorageError> {
+    let txn = db
+        .begin_read()
+        .map_err(|e| StorageError::redb("begin read", e))?;
+    let sm_meta = txn
+        .open_table(SM_META)
+        .map_err(|e| StorageError::redb("open sm_meta", e))?;
+    let installing = |range| Ok(tables::read_sm_state(&sm_meta, range)?.installing.is_some());
+    let checked = snapshot::verify_dir(snapshot_dir, installing);
+    if let Err(StorageError::Damaged { path, detail }) = &checked {
+        tracing::error!(path = %path.display(), %detail, "store is damaged; refusing to open it");
+    }
+    checked
 }
 
 /// A range other than `range` whose rows in this file (`tables::owned_span`) overlap `span`.

@@ -1,5 +1,7 @@
-//! Data damaged while the node was stopped: bytes of the store file changed, the file cut
-//! short. The store refuses to open (`StorageError::Damaged`), changing nothing.
+//! Data damaged while the node was stopped: bytes of the store file or of a snapshot file
+//! changed, the store file cut short. The store refuses to open (`StorageError::Damaged`) and
+//! a snapshot refuses to install or restore (`StorageError::SnapshotDamaged`), changing
+//! nothing; a damaged snapshot the store can do without is deleted when it opens.
 //!
 //! What redb's check at open does not see is said where it happens: a change in a page no
 //! committed tree uses (an old copy of a page, free space) is not detected, and harmless,
@@ -9,15 +11,15 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_storage::raft_types::Vote;
+use keel_storage::raft_types::{Snapshot, Vote};
 use keel_storage::{StateMachine, StorageError, Store};
-use keel_types::{KeyValue, RangeId, limits};
-use openraft::storage::RaftLogStorage;
+use keel_types::{KeyValue, NodeAddr, NodeDescriptor, RangeId, limits};
+use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 use redb::{ReadableDatabase, TableDefinition};
 use tempfile::TempDir;
 
 use super::fixture::copy_dir;
-use super::{apply, open_in, puts};
+use super::{apply, open_in, open_temp, puts};
 
 /// A value found nowhere else in a store file or snapshot.
 const PROBE: &[u8] = b"keel damage probe: 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKL";
@@ -240,4 +242,161 @@ async fn a_damaged_last_commit_is_refused_not_rolled_back() {
         );
     }
     assert!(rolled_back >= 1, "the last commit's own leaf was damaged");
+}
+
+/// Builds a snapshot of range 1 of `store`.
+async fn build(store: &Store) -> Snapshot {
+    let mut sm = store.state_machine(RangeId(1));
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap()
+}
+
+/// `bytes` received by `store` as a snapshot of `range`.
+async fn receive(store: &Store, range: RangeId, bytes: &[u8]) -> keel_storage::SnapshotFile {
+    let mut incoming = store.incoming_snapshot(range).await.unwrap();
+    incoming.write_chunk(bytes).await.unwrap();
+    incoming.finish().await.unwrap()
+}
+
+fn snapshot_damaged(error: &std::io::Error) -> bool {
+    let inner = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<StorageError>());
+    matches!(inner, Some(StorageError::SnapshotDamaged { .. }))
+}
+
+/// A snapshot with a byte changed inside `PROBE`.
+async fn damaged_snapshot() -> (Snapshot, Vec<u8>, Vec<u8>) {
+    let (_dir, source) = open_temp();
+    write_probe(&source).await;
+    let snapshot = build(&source).await;
+    let bytes = std::fs::read(snapshot.snapshot.path()).unwrap();
+    let at = offsets_of(&bytes, PROBE)[0];
+    let damaged = flipped(&bytes, at + 5);
+    (snapshot, bytes, damaged)
+}
+
+#[tokio::test]
+async fn a_damaged_snapshot_is_not_installed_and_changes_nothing() {
+    let (snapshot, whole, damaged) = damaged_snapshot().await;
+    let (_dir, target) = open_temp();
+    let mut sm = target.state_machine(RangeId(1));
+    apply(&mut sm, vec![puts(1, 1, &[(b"own", b"row")])])
+        .await
+        .unwrap();
+    let before = (sm.applied_state().await.unwrap(), rows(&target).await);
+
+    let received = receive(&target, RangeId(1), &damaged).await;
+    let refused = received.verify().await.unwrap_err();
+    assert!(
+        matches!(refused, StorageError::SnapshotDamaged { .. }),
+        "{refused}"
+    );
+    let error = sm
+        .install_snapshot(&snapshot.meta, received)
+        .await
+        .unwrap_err();
+    assert!(snapshot_damaged(&error), "{error}");
+    let after = (sm.applied_state().await.unwrap(), rows(&target).await);
+    assert_eq!(after, before, "nothing of the snapshot was applied");
+    assert!(sm.get_current_snapshot().await.unwrap().is_none());
+
+    // The leader sends it again, whole this time.
+    let received = receive(&target, RangeId(1), &whole).await;
+    sm.install_snapshot(&snapshot.meta, received).await.unwrap();
+    assert_eq!(value(&sm, b"probe").await.as_deref(), Some(PROBE));
+    assert_eq!(value(&sm, b"own").await, None);
+}
+
+#[tokio::test]
+async fn a_damaged_snapshot_is_not_restored() {
+    let (_snapshot, whole, damaged) = damaged_snapshot().await;
+    let (_dir, target) = open_temp();
+    let voter = NodeDescriptor {
+        id: 7,
+        addr: NodeAddr::new("127.0.0.1:7007"),
+    };
+    let range = RangeId(5);
+    let received = receive(&target, range, &damaged).await;
+    let error = target.restore_range(range, &received, &voter).await;
+    assert!(
+        matches!(error, Err(StorageError::SnapshotDamaged { .. })),
+        "{error:?}"
+    );
+    // Nothing of it was written: the store still takes the range.
+    let received = receive(&target, range, &whole).await;
+    target
+        .restore_range(range, &received, &voter)
+        .await
+        .unwrap();
+}
+
+fn snapshot_files(dir: &Path) -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(dir.join("snapshots")).unwrap();
+    let paths = entries.map(|entry| entry.unwrap().path());
+    paths
+        .filter(|path| path.extension().is_some_and(|ext| ext == "snap"))
+        .collect()
+}
+
+/// The range's state in the store is what counts: its damaged snapshot is deleted when the
+/// store opens, and a new one built from that state when one is needed.
+#[tokio::test]
+async fn a_damaged_local_snapshot_is_deleted_at_open_and_the_range_keeps_its_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_in(dir.path());
+    write_probe(&store).await;
+    build(&store).await;
+    let applied = store.state_machine(RangeId(1)).applied().await.unwrap();
+    store.shutdown();
+    let [file] = &snapshot_files(dir.path())[..] else {
+        panic!("one snapshot")
+    };
+    let bytes = std::fs::read(file).unwrap();
+    std::fs::write(file, flipped(&bytes, bytes.len() / 2)).unwrap();
+
+    let store = open(dir.path()).unwrap();
+    assert!(snapshot_files(dir.path()).is_empty(), "deleted");
+    let mut sm = store.state_machine(RangeId(1));
+    assert!(sm.get_current_snapshot().await.unwrap().is_none());
+    assert_eq!(sm.applied().await.unwrap(), applied);
+    assert_eq!(value(&sm, b"probe").await.as_deref(), Some(PROBE));
+    let rebuilt = build(&store).await;
+    rebuilt.snapshot.verify().await.unwrap();
+}
+
+/// A range in the middle of installing a snapshot needs that file to finish: damaged, the
+/// store refuses to open, naming it, and keeps it.
+#[tokio::test]
+async fn a_damaged_snapshot_of_an_unfinished_install_refuses_the_open() {
+    let (snapshot, whole, _) = damaged_snapshot().await;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open_in(dir.path());
+        let received = receive(&store, RangeId(1), &whole).await;
+        // The installing marker commits; clearing the range fails.
+        store.inject_commit_failure_after(1);
+        let mut sm = store.state_machine(RangeId(1));
+        let error = sm
+            .install_snapshot(&snapshot.meta, received)
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("injected"), "{error}");
+        store.shutdown();
+    }
+    let [file] = &snapshot_files(dir.path())[..] else {
+        panic!("the install adopted its snapshot")
+    };
+    std::fs::write(file, flipped(&whole, whole.len() / 2)).unwrap();
+    match open(dir.path()) {
+        Err(StorageError::Damaged { path, detail }) => {
+            assert_eq!(&path, file);
+            assert!(detail.contains("installing"), "{detail}");
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    assert!(file.exists(), "kept");
 }
