@@ -62,8 +62,7 @@ criterion_group! {
 criterion_main!(storage);
 
 /// A bare redb write transaction that inserts one small row into one table, with
-/// `Durability::None` (no fsync), `Durability::Immediate` in one phase (redb's default: one
-/// fsync) and in two phases (what a Keel append commits with: two fsyncs).
+/// `Durability::None` (no fsync) and `Durability::Immediate` (what a Keel append commits with).
 fn redb_commit(c: &mut Criterion) {
     let dir = temp_dir();
     let db = Database::create(dir.path().join("probe.redb")).expect("create probe database");
@@ -73,10 +72,9 @@ fn redb_commit(c: &mut Criterion) {
         .sample_size(20)
         .measurement_time(Duration::from_secs(5));
     let mut key = 0u64;
-    for (name, durability, two_phase) in [
-        ("none", Durability::None, false),
-        ("immediate-one-phase", Durability::Immediate, false),
-        ("immediate", Durability::Immediate, true),
+    for (name, durability) in [
+        ("none", Durability::None),
+        ("immediate", Durability::Immediate),
     ] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -84,11 +82,11 @@ fn redb_commit(c: &mut Criterion) {
                 for _ in 0..iters {
                     key += 1;
                     let start = Instant::now();
-                    commit_probe_row(&db, key, durability, two_phase);
+                    commit_probe_row(&db, key, durability);
                     elapsed += start.elapsed();
                 }
                 // Untimed: lets redb reuse the pages of non-durable commits.
-                commit_probe_row(&db, key, Durability::Immediate, true);
+                commit_probe_row(&db, key, Durability::Immediate);
                 elapsed
             })
         });
@@ -406,10 +404,9 @@ async fn receive(file: &SnapshotFile, target: &Store) -> SnapshotFile {
     }
 }
 
-fn commit_probe_row(db: &Database, key: u64, durability: Durability, two_phase: bool) {
+fn commit_probe_row(db: &Database, key: u64, durability: Durability) {
     let mut txn = db.begin_write().expect("begin write");
     txn.set_durability(durability).expect("set durability");
-    txn.set_two_phase_commit(two_phase);
     {
         let mut table = txn.open_table(PROBE).expect("open probe table");
         let row = [0u8; PROBE_ROW_BYTES];

@@ -515,7 +515,9 @@ fn open_lossy(
 }
 
 fn create_tables(db: &Database) -> Result<(), StorageError> {
-    let txn = writer::begin_write(db)?;
+    let txn = db
+        .begin_write()
+        .map_err(|e| StorageError::redb("begin write", e))?;
     // A file of an older format gains the tables it lacks here, so read transactions (which
     // cannot create tables) find every table.
     let all = [

@@ -376,7 +376,10 @@ impl Writer {
 
     fn commit(&self, batch: &[Request], durable: bool) -> Result<Vec<Outcome>, StorageError> {
         let started = Instant::now();
-        let mut txn = begin_write(&self.db)?;
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| StorageError::redb("begin write", e))?;
         // The planted bug acknowledges appends, votes and purges without making them durable.
         let durable = durable && !planted::active(PlantedBug::AckBeforeFsync);
         let durability = if durable {
@@ -411,21 +414,6 @@ impl Writer {
         }
         Ok(outcomes)
     }
-}
-
-/// A write transaction that, if durable, commits in two phases (redb's
-/// `set_two_phase_commit`): the new tree is written and fsynced, and only then the header
-/// switched to it and fsynced. A power loss can then never leave a half-written last commit
-/// behind, so a last commit that fails its checksums at open can only be damage, which redb
-/// refuses (`Corrupted`) instead of rolling back to the commit before: that commit's votes
-/// and log entries were acknowledged (see `store::open_database`). It costs a second fsync
-/// per durable commit.
-pub(crate) fn begin_write(db: &Database) -> Result<WriteTransaction, StorageError> {
-    let mut txn = db
-        .begin_write()
-        .map_err(|e| StorageError::redb("begin write", e))?;
-    txn.set_two_phase_commit(true);
-    Ok(txn)
 }
 
 fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
@@ -512,7 +500,7 @@ fn fail_all(batch: Vec<Request>, cause: &str) {
     }
 }
 
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     if let Some(message) = panic.downcast_ref::<String>() {
         message
     } else if let Some(message) = panic.downcast_ref::<&str>() {
