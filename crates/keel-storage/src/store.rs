@@ -412,13 +412,12 @@ pub struct StoreOptions {
 /// (`StorageError::Damaged`) rather than trusted: a plain open of a file closed cleanly
 /// reads pages unverified, and may serve altered data or panic.
 ///
-/// The check also refuses a file whose last durable commit does not verify while the commit
-/// before it does. redb would roll the file back to that commit. For a commit written in one
-/// phase (one fsync) that may be a commit torn by a power loss, never acknowledged, or damage
-/// to a commit the node acknowledged — its votes and log entries — which Raft cannot afford
-/// to forget; redb cannot tell the two apart, so Keel refuses both. Keel commits in two
-/// phases (`writer::begin_write`), after which a torn commit leaves the commit before it
-/// in place and redb itself refuses a last commit that does not verify.
+/// One case is let through: a last durable commit that does not verify while the commit
+/// before it does. Keel commits in one phase (one fsync), so that is what a power loss in the
+/// middle of a commit leaves, and redb rolls the file back to the commit before, which holds
+/// everything the node acknowledged. Damage confined to the last commit's own pages looks the
+/// same and is rolled back the same way; it is logged (`store's last commit did not verify;
+/// rolled back to the commit before`), and docs/CONSISTENCY.md says what it costs.
 fn open_database(path: &Path, options: StoreOptions) -> Result<Database, StorageError> {
     let rollback = Arc::new(AtomicBool::new(false));
     let mut builder = Database::builder();
@@ -427,45 +426,42 @@ fn open_database(path: &Path, options: StoreOptions) -> Result<Database, Storage
     builder.set_repair_callback(move |session| {
         if session.progress() == REDB_PRIMARY_FAILED_PROGRESS {
             seen.store(true, Ordering::Relaxed);
-        } else if session.progress() == REDB_FELL_BACK_PROGRESS && seen.load(Ordering::Relaxed) {
-            session.abort();
         }
     });
     let opened = panic::catch_unwind(AssertUnwindSafe(|| {
         if options.lose_unsynced_writes {
-            open_lossy(path, &builder, &rollback)
+            open_lossy(path, &builder)
         } else {
-            builder
-                .create(path)
-                .map_err(|e| open_error(path, e, &rollback))
+            builder.create(path).map_err(|e| open_error(path, e))
         }
     }));
     let opened = opened.unwrap_or_else(|panic| {
         let detail = format!("redb panicked checking it: {}", panic_message(&*panic));
         Err(StorageError::damaged(path, detail))
     });
-    if let Err(StorageError::Damaged { detail, .. }) = &opened {
-        tracing::error!(path = %path.display(), %detail, "store is damaged; refusing to open it");
+    match &opened {
+        Err(StorageError::Damaged { detail, .. }) => {
+            tracing::error!(path = %path.display(), %detail, "store is damaged; refusing to open it");
+        }
+        Ok(_) if rollback.load(Ordering::Relaxed) => tracing::warn!(
+            path = %path.display(),
+            "store's last commit did not verify; rolled back to the commit before (as after a \
+             power loss)"
+        ),
+        _ => {}
     }
     opened
 }
 
 /// The progress redb reports to the repair callback of an open right after finding that the
-/// last commit does not verify (`Database::do_repair` in redb 4.6); if the commit before it
-/// does, redb makes it the current one and reports `REDB_FELL_BACK_PROGRESS` next, before it
-/// writes anything. Aborting then refuses the rollback. A test damages such a commit
-/// (`tests/it/damage.rs`), so a redb that changes these fails it.
+/// last commit does not verify (`Database::do_repair` in redb 4.6), so the open can log the
+/// rollback. Only the warning depends on it: a redb that reports another value still rolls
+/// back, silently (`tests/it/damage.rs` damages such a commit).
 const REDB_PRIMARY_FAILED_PROGRESS: f64 = 0.3;
-const REDB_FELL_BACK_PROGRESS: f64 = 0.6;
 
 /// The error of a failed open: `Damaged` when the file failed a check, else `Redb`.
-fn open_error(path: &Path, error: DatabaseError, rollback: &AtomicBool) -> StorageError {
+fn open_error(path: &Path, error: DatabaseError) -> StorageError {
     match error {
-        DatabaseError::RepairAborted if rollback.load(Ordering::Relaxed) => StorageError::damaged(
-            path,
-            "its last durable commit does not verify; redb would roll the file back to the \
-             commit before, dropping votes or log entries this node may have acknowledged",
-        ),
         DatabaseError::Storage(redb::StorageError::Corrupted(detail)) => {
             StorageError::damaged(path, detail)
         }
@@ -484,11 +480,7 @@ fn open_error(path: &Path, error: DatabaseError, rollback: &AtomicBool) -> Stora
 }
 
 #[cfg(feature = "fault-injection")]
-fn open_lossy(
-    path: &Path,
-    builder: &redb::Builder,
-    rollback: &AtomicBool,
-) -> Result<Database, StorageError> {
+fn open_lossy(path: &Path, builder: &redb::Builder) -> Result<Database, StorageError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -499,15 +491,11 @@ fn open_lossy(
     let backend = crate::lossy::LossyBackend::new(file).map_err(|e| StorageError::io(path, e))?;
     builder
         .create_with_backend(backend)
-        .map_err(|e| open_error(path, e, rollback))
+        .map_err(|e| open_error(path, e))
 }
 
 #[cfg(not(feature = "fault-injection"))]
-fn open_lossy(
-    path: &Path,
-    _builder: &redb::Builder,
-    _rollback: &AtomicBool,
-) -> Result<Database, StorageError> {
+fn open_lossy(path: &Path, _builder: &redb::Builder) -> Result<Database, StorageError> {
     Err(StorageError::io(
         path,
         std::io::Error::other("losing unsynced writes needs the `fault-injection` feature"),
