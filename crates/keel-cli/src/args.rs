@@ -25,7 +25,8 @@ pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
                   starts a range, or the range changed); 2 usage error or invalid argument; \
                   3 unavailable, overloaded, timed out, outcome unknown (or request id expired \
                   while retrying) or fatal; 4 not allowed (no token or an unknown one, a call \
-                  the token may not make, a tenant quota reached)."
+                  the token may not make, a tenant quota reached); 5 (serve) the node's data \
+                  failed its checks at start: replace the node."
 )]
 pub struct Cli {
     #[command(flatten)]

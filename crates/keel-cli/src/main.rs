@@ -2,7 +2,7 @@
 //! (`put`, `get`, `del`, `cas`, `incr`, `scan`, `lock ...`, `idem ...`, `cluster status`,
 //! `cluster ranges`, `cluster split`, `backup`), or make a restored node's data dir
 //! (`restore`, offline).
-//! Its only server-side dependencies are `keel_server::{ServeArgs, run}` and
+//! Its only server-side dependencies are `keel_server::{ServeArgs, run, data_damaged}` and
 //! `keel_server::{RestoreArgs, restore}`; the client commands use keel-client alone (and
 //! `backup` keel-backup for its file).
 
@@ -45,7 +45,11 @@ async fn run(cli: Cli) -> u8 {
             Ok(()) => code::OK,
             Err(error) => {
                 eprintln!("error: keel serve: {error:#}");
-                code::UNAVAILABLE
+                if keel_server::data_damaged(&error) {
+                    code::DATA_DAMAGED
+                } else {
+                    code::UNAVAILABLE
+                }
             }
         },
         Command::Dev(args) => match dev::run(args).await {

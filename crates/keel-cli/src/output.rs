@@ -31,6 +31,11 @@ pub mod code {
     /// Refused for the caller's token: none or an unknown one, a call it may not make, or
     /// one of its tenant's quotas reached.
     pub const NOT_ALLOWED: u8 = 4;
+    /// `keel serve` only: the node's data failed its checks when the node started (a
+    /// damaged store file, or the snapshot an unfinished install needs). It refuses to serve
+    /// from it; restarting will not help: wipe the data dir and add the node back with a
+    /// new id.
+    pub const DATA_DAMAGED: u8 = 5;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -224,9 +224,10 @@ impl Groups {
     }
 
     /// Receives a snapshot for `range`: the encoded header, then the file's bytes in chunks.
-    /// Chunks are written to disk as they arrive, so memory stays bounded. A snapshot whose
-    /// span overlaps another range with state on this node is refused (`Overlap`) and its
-    /// file deleted. Returns the encoded `Result<SnapshotResponse, Fatal>` to send back.
+    /// Chunks are written to disk as they arrive, so memory stays bounded. A damaged snapshot
+    /// (`StorageError::SnapshotDamaged`: the leader's file or the bytes in transit) is refused
+    /// and its file deleted, as is a snapshot whose span overlaps another range with state on
+    /// this node (`Overlap`); the leader sends it again later. Returns the encoded `Result<SnapshotResponse, Fatal>` to send back.
     pub async fn install_snapshot<S, E>(
         &self,
         range: RangeId,
@@ -251,7 +252,14 @@ impl Groups {
         }
         let file = incoming.finish().await?;
         debug!(range_id = range.0, bytes, "snapshot received");
-        let overlap = store.snapshot_overlap(range, &file).await;
+        // A damaged file is refused here: openraft would stop the group on a failed install.
+        let overlap = match file.verify().await {
+            Ok(()) => store.snapshot_overlap(range, &file).await,
+            Err(error) => {
+                warn!(range_id = range.0, %error, "received snapshot is damaged; refused");
+                Err(error)
+            }
+        };
         match overlap {
             Ok(None) => {}
             Ok(Some(other)) => {

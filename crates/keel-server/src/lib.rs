@@ -64,5 +64,5 @@ pub use keel_raft::RaftTimings;
 pub use logging::{LogFormat, LogSettings};
 pub use node::Node;
 pub use restore::{RestoreArgs, RestoreError, RestoreProgress, RestoreSummary, restore};
-pub use run::run;
+pub use run::{data_damaged, run};
 pub use tls::{TlsError, TlsPart, TlsSettings};

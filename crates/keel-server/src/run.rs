@@ -3,6 +3,7 @@
 //! handling.
 
 use anyhow::Context;
+use keel_storage::StorageError;
 use tracing::{error, info};
 
 use crate::config::{NodeConfig, ServeArgs};
@@ -34,6 +35,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         (Err(error), Ok(())) | (Ok(()), Err(error)) => Err(error),
         (Ok(()), Ok(())) => Ok(()),
     }
+}
+
+/// Whether `error` (from `run`) is a store that failed its checks when the node opened it
+/// (`StorageError::Damaged`): the node must not serve from its data dir, and restarting it
+/// will not help. `keel serve` exits with its own code for it.
+pub fn data_damaged(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<StorageError>(),
+            Some(StorageError::Damaged { .. })
+        )
+    })
 }
 
 /// Plants the bug `name` in this process (test-only; see `keel_types::planted`).

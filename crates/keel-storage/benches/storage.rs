@@ -1,6 +1,7 @@
 //! Storage micro benchmarks (criterion): durable log appends, state-machine applies, snapshot
-//! build and install, and a bare redb commit next to a one-entry append. Run with
-//! `cargo bench -p keel-storage --bench storage`; `cargo test` never runs them.
+//! build and install, a bare redb commit next to a one-entry append, and opening a store (with
+//! its checks of the data). Run with `cargo bench -p keel-storage --bench storage`;
+//! `cargo test` never runs them.
 //!
 //! Drives the store only through its public API and openraft's storage traits, as the
 //! integration tests do. Entries carry one 256-byte put each, with the request id of one
@@ -34,7 +35,13 @@ const KEYSPACE: u64 = 10_000;
 /// Puts per entry when filling a range with every key of the keyspace (`limits::BATCH_OPS_MAX`
 /// is 128).
 const FILL_PUTS_PER_ENTRY: u64 = 100;
+/// Entries per apply when filling a range, so one transaction stays tens of MB at most.
+const FILL_ENTRIES_PER_APPLY: usize = 100;
 const APPEND_BATCHES: [usize; 3] = [1, 16, 256];
+/// Keys of the stores the `open` groups open, with `OPEN_VALUE_BYTES` each: about 5 MB and
+/// 100 MB of rows.
+const OPEN_KEYS: [u64; 2] = [5_000, 100_000];
+const OPEN_VALUE_BYTES: usize = 1_000;
 const APPLY_BATCHES: [usize; 2] = [1, 64];
 const RANGE: RangeId = RangeId(1);
 /// The leader's clock stamped into the first command (Unix milliseconds).
@@ -50,7 +57,7 @@ criterion_group! {
         .nresamples(20_000)
         .without_plots();
     // `redb_commit` ends with `immediate` and `append` starts with one entry: adjacent in time.
-    targets = redb_commit, append, apply, snapshot
+    targets = redb_commit, append, apply, snapshot, open
 }
 criterion_main!(storage);
 
@@ -175,6 +182,68 @@ fn snapshot(c: &mut Criterion) {
     store.shutdown();
 }
 
+/// Opening a store of `OPEN_KEYS` keys with one snapshot of them: `Store::open` (redb's check
+/// of every page of the committed trees, then a check of every snapshot file), next to redb
+/// opening the same file without its check and with it. The files stay in the page cache:
+/// this is the check's CPU cost; from a cold disk, add the time to read the store file and the
+/// snapshots once.
+fn open(c: &mut Criterion) {
+    let runtime = runtime();
+    for keys in OPEN_KEYS {
+        let dir = temp_dir();
+        let bytes = runtime.block_on(store_for_open(dir.path(), keys));
+        let mut group = c.benchmark_group(format!("open-{keys}-keys"));
+        group
+            .sampling_mode(SamplingMode::Flat)
+            .sample_size(10)
+            .measurement_time(Duration::from_secs(5))
+            .throughput(Throughput::Bytes(bytes));
+        let path = dir.path().join("keel.redb");
+        for (name, check) in [("redb", false), ("redb-checked", true)] {
+            group.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    let mut elapsed = Duration::ZERO;
+                    for _ in 0..iters {
+                        let start = Instant::now();
+                        let db = Database::builder()
+                            .set_check_integrity_on_open(check)
+                            .create(&path)
+                            .expect("open with redb");
+                        elapsed += start.elapsed();
+                        drop(db);
+                    }
+                    elapsed
+                })
+            });
+        }
+        group.bench_function("store", |b| {
+            b.iter_custom(|iters| {
+                let mut elapsed = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    let store = Store::open(&path, &dir.path().join("snapshots")).expect("open");
+                    elapsed += start.elapsed();
+                    store.shutdown();
+                }
+                elapsed
+            })
+        });
+        group.finish();
+    }
+}
+
+/// Fills a store in `dir` with `keys` keys of `OPEN_VALUE_BYTES`, builds a snapshot and closes
+/// it; returns the bytes of the store file and the snapshot.
+async fn store_for_open(dir: &std::path::Path, keys: u64) -> u64 {
+    let store = Store::open(&dir.join("keel.redb"), &dir.join("snapshots")).expect("open store");
+    let mut sm = store.state_machine(RANGE);
+    fill_keys(&mut sm, keys, OPEN_VALUE_BYTES).await;
+    let snapshot = build(&mut sm).await;
+    let bytes = store.file_bytes().expect("file bytes") + snapshot.snapshot.len_bytes();
+    store.shutdown();
+    bytes
+}
+
 async fn append_timed(log: &mut LogStore, puts: &mut Puts, batch: usize, iters: u64) -> Duration {
     let mut elapsed = Duration::ZERO;
     for _ in 0..iters {
@@ -269,8 +338,14 @@ impl Puts {
 
 /// Applies puts of every key of the keyspace at indexes 1..; returns the last index.
 async fn fill(sm: &mut StateMachine) -> u64 {
-    let value = vec![b'v'; VALUE_BYTES];
-    let entries: Vec<Entry> = (0..KEYSPACE / FILL_PUTS_PER_ENTRY)
+    fill_keys(sm, KEYSPACE, VALUE_BYTES).await
+}
+
+/// Applies puts of `keys` keys with values of `value_bytes` at indexes 1..; returns the last
+/// index.
+async fn fill_keys(sm: &mut StateMachine, keys: u64, value_bytes: usize) -> u64 {
+    let value = vec![b'v'; value_bytes];
+    let entries: Vec<Entry> = (0..keys / FILL_PUTS_PER_ENTRY)
         .map(|entry| {
             let first = entry * FILL_PUTS_PER_ENTRY;
             let ops = (first..first + FILL_PUTS_PER_ENTRY)
@@ -285,7 +360,9 @@ async fn fill(sm: &mut StateMachine) -> u64 {
         })
         .collect();
     let last = entries.len() as u64;
-    apply_entries(sm, entries).await;
+    for chunk in entries.chunks(FILL_ENTRIES_PER_APPLY) {
+        apply_entries(sm, chunk.to_vec()).await;
+    }
     last
 }
 

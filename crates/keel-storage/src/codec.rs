@@ -34,6 +34,11 @@
 //!   older file); snapshot files write sessions and request records
 //!   as the records `OwnedSession` and `DigestedRequest` (files of older formats keep
 //!   `Session` and `Request`). A build of format 5 refuses a file of format 6.
+//! - 7: snapshot files are sealed: they end with a `SealedEnd` record (record count and the
+//!   SHA-256 of every byte before it) instead of `End`, all their records carry the header's
+//!   version and nothing follows the end (`snapshot`); files of older formats still end with
+//!   `End` and are checked for framing and count only. Nothing else changed. A build of
+//!   format 6 refuses a file of format 7.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -43,7 +48,7 @@ use serde::de::DeserializeOwned;
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 6;
+pub(crate) const FORMAT_VERSION: u8 = 7;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

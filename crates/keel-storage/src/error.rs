@@ -56,6 +56,22 @@ pub enum StorageError {
     /// The range is in the middle of a snapshot install; its data is not readable yet.
     #[error("range {range} is installing a snapshot; its data is not readable yet")]
     SnapshotInstalling { range: RangeId },
+
+    /// The store's data failed its checks when the store opened: the redb file (a page
+    /// checksum, a commit slot, its length, or a last durable commit redb would have rolled
+    /// back), or the snapshot file a range is in the middle of installing. The node must not
+    /// serve from this store (see `Store::open`).
+    #[error(
+        "{} is damaged: {detail}; this node must not serve from its data: wipe its data \
+         directory and add it back as a new node (a new --node-id)",
+        .path.display()
+    )]
+    Damaged { path: PathBuf, detail: String },
+
+    /// A snapshot file failed its checks (framing, record count, checksum): it is not
+    /// installed, restored or kept.
+    #[error("snapshot file {} is damaged: {detail}", .path.display())]
+    SnapshotDamaged { path: PathBuf, detail: String },
 }
 
 impl StorageError {
@@ -70,6 +86,13 @@ impl StorageError {
         StorageError::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    pub(crate) fn damaged(path: impl Into<PathBuf>, detail: impl ToString) -> Self {
+        StorageError::Damaged {
+            path: path.into(),
+            detail: detail.to_string(),
         }
     }
 
@@ -90,9 +113,10 @@ impl From<StorageError> for io::Error {
     fn from(error: StorageError) -> io::Error {
         let kind = match &error {
             StorageError::Io { source, .. } => source.kind(),
-            StorageError::UnknownVersion { .. } | StorageError::Corrupt { .. } => {
-                io::ErrorKind::InvalidData
-            }
+            StorageError::UnknownVersion { .. }
+            | StorageError::Corrupt { .. }
+            | StorageError::Damaged { .. }
+            | StorageError::SnapshotDamaged { .. } => io::ErrorKind::InvalidData,
             _ => io::ErrorKind::Other,
         };
         io::Error::new(kind, error)

@@ -92,6 +92,8 @@ pub(crate) async fn install(
     meta: &SnapshotMeta,
     snapshot: SnapshotFile,
 ) -> Result<(), StorageError> {
+    // Checked in full first: the install below clears the range before it reaches the end.
+    snapshot.verify().await?;
     let (mut reader, header, recorded) = SnapshotReader::open_with_facts(snapshot.path()).await?;
     if header.meta() != *meta {
         return Err(StorageError::corrupt(
@@ -102,9 +104,7 @@ pub(crate) async fn install(
             ),
         ));
     }
-    let facts = recorded
-        .clone()
-        .unwrap_or_else(|| RangeFacts::unrecorded(range));
+    let facts = recorded.unwrap_or_else(|| RangeFacts::unrecorded(range));
     refuse_overlap(store, range, &facts.span).await?;
     let dir = store.snapshot_dir().to_path_buf();
     let last_log_id = meta.last_log_id;
@@ -113,23 +113,20 @@ pub(crate) async fn install(
     })
     .await
     .map_err(|e| StorageError::io(store.snapshot_dir(), std::io::Error::other(e)))??;
-    let counted = u64::from(recorded.is_some());
-    let state = replace_data(store, range, &header, facts, counted, &mut reader).await?;
+    let state = replace_data(store, range, &header, facts, &mut reader).await?;
     store.call(Op::InstallFinish { range, state }).await?;
     tracing::info!(%range, last_log_id = ?meta.last_log_id, "snapshot installed");
     Ok(())
 }
 
 /// Steps 2 and 3: marks `range` installing, clears its current span and the span of `facts`,
-/// and writes the records `reader` has left (`counted`: records after the header it already
-/// read) in bounded transactions; returns the state `header` and the records describe, for
-/// the commit of step 4.
+/// and writes the records `reader` has left in bounded transactions; returns the state
+/// `header` and the records describe, for the commit of step 4.
 pub(crate) async fn replace_data(
     store: &Store,
     range: RangeId,
     header: &SnapshotHeader,
     facts: RangeFacts,
-    counted: u64,
     reader: &mut SnapshotReader,
 ) -> Result<SmState, StorageError> {
     let marker = InstallMarker {
@@ -141,7 +138,7 @@ pub(crate) async fn replace_data(
         span: facts.span.clone(),
     };
     while let Outcome::More(true) = store.call(clear()).await? {}
-    copy_records(store, range, header, facts, counted, reader).await
+    copy_records(store, range, header, facts, reader).await
 }
 
 /// `Err(SpanOverlap)` if another range of the file with state overlaps `span`.
@@ -165,15 +162,13 @@ pub(crate) async fn refuse_overlap(
     }
 }
 
-/// Writes the records of the file in bounded transactions until its `End` record; returns
-/// the range's state-machine metadata as the file describes it. `records`: records after the
-/// header already read (the `Range` record).
+/// Writes the records of the file in bounded transactions until its end record (which the
+/// reader checks); returns the range's state-machine metadata as the file describes it.
 async fn copy_records(
     store: &Store,
     range: RangeId,
     header: &SnapshotHeader,
     facts: RangeFacts,
-    mut records: u64,
     reader: &mut SnapshotReader,
 ) -> Result<SmState, StorageError> {
     let mut state = SmState {
@@ -191,19 +186,12 @@ async fn copy_records(
         let record = reader.next().await?;
         batch.bytes += reader.last_record_bytes();
         match record {
-            Record::End { records: expected } if expected == records => break,
-            Record::End { records: expected } => {
-                return Err(StorageError::corrupt(
-                    "snapshot file",
-                    format!("it holds {records} records but its End record says {expected}"),
-                ));
-            }
+            Record::End { .. } => break,
             Record::Session { session, .. } => session_records += session.records,
             Record::OwnedSession { session, .. } => session_records += session.records,
             _ => {}
         }
         add_record(record, range, &mut state, &mut batch)?;
-        records += 1;
         if batch.is_full() {
             let batch = std::mem::take(&mut batch);
             store.call(Op::InstallRecords { range, batch }).await?;
@@ -307,7 +295,9 @@ fn add_record(
             "a range record after the first record",
         )),
         Record::Header(_) => Err(StorageError::corrupt("snapshot file", "a second header")),
-        Record::End { .. } => unreachable!("the caller handles End"),
+        Record::End { .. } | Record::SealedEnd { .. } => {
+            unreachable!("the reader returns either end record as End, which the caller handles")
+        }
     }
 }
 

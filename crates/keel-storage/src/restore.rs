@@ -83,11 +83,10 @@ impl Store {
         if self.holds(range).await? {
             return Err(refused(range, "this store already holds it"));
         }
+        snapshot.verify().await?;
         let (mut reader, source, recorded) =
             SnapshotReader::open_with_facts(snapshot.path()).await?;
-        let facts = recorded
-            .clone()
-            .unwrap_or_else(|| RangeFacts::unrecorded(range));
+        let facts = recorded.unwrap_or_else(|| RangeFacts::unrecorded(range));
         install::refuse_overlap(self, range, &facts.span).await?;
         let header = SnapshotHeader {
             last_log_id: Some(initial_log_id()),
@@ -98,9 +97,7 @@ impl Store {
             conf_version: facts.conf_version + 1,
             ..facts
         };
-        let counted = u64::from(recorded.is_some());
-        let state =
-            install::replace_data(self, range, &header, facts, counted, &mut reader).await?;
+        let state = install::replace_data(self, range, &header, facts, &mut reader).await?;
         let descriptor = state.descriptor(range);
         self.call(Op::RestoreFinish { range, state }).await?;
         tracing::info!(%range, revision = source.revision, "range restored");

@@ -15,15 +15,23 @@
 //! `MetaNextRangeId`). A format-1 file has only header, rows and end, and installs with clock
 //! and horizon 0 and no sessions; a file of format 1 or 2 installs with no locks, fences or
 //! idempotency records; a file of format 1-3 installs with the span its range has without a
-//! span row (range 1: the whole keyspace), epoch 0 and conf_version 0. Files are
+//! span row (range 1: the whole keyspace), epoch 0 and conf_version 0. Format 7 seals the
+//! file: it ends with `SealedEnd` instead of `End`, which adds the SHA-256 of every byte
+//! before it, every record carries the header's version and nothing follows, so a changed,
+//! lost or added byte anywhere is detected (`StorageError::SnapshotDamaged`); files of older
+//! formats are checked for their framing and record count only. Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
+//!
+//! A file is checked in full (`verify`) before anything of it is installed or restored, when
+//! a receiver has it (`SnapshotFile::verify`) and when the store opens (`verify_dir`), and
+//! checked again as it is read while installing.
 //!
 //! Names in the snapshot directory: `r{range}-{index}-{nonce}.snap` is a complete snapshot
 //! (the newest one per range is current; older ones are deleted once a newer one is in
 //! place), `*.tmp` is a snapshot being built or received (deleted when the store opens).
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufRead, BufReader as StdBufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,9 +43,10 @@ use openraft::storage::RaftSnapshotBuilder;
 use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::codec::{decode, encode};
+use crate::codec::{FORMAT_VERSION, decode, encode};
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
@@ -53,6 +62,12 @@ const SNAPSHOT_BUFFER_BYTES: usize = 64 * 1024;
 /// value for every op of a full batch (rows are smaller), plus framing.
 const RECORD_BYTES_MAX: usize =
     limits::BATCH_OPS_MAX * (limits::KEY_BYTES_MAX + limits::VALUE_BYTES_MAX + 1024) + 64 * 1024;
+/// The first format whose files are sealed (end with `SealedEnd`).
+const SEALED_FORMAT: u8 = 7;
+const _: () = assert!(
+    FORMAT_VERSION >= SEALED_FORMAT,
+    "this build writes sealed files"
+);
 
 /// A complete snapshot file on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +89,16 @@ impl SnapshotFile {
     /// snapshot has replaced it since; ask for the current snapshot again.
     pub async fn open_reader(&self) -> io::Result<tokio::fs::File> {
         tokio::fs::File::open(&self.path).await
+    }
+
+    /// Reads the whole file and checks it (`verify`): `Err(SnapshotDamaged)` if it is not
+    /// whole, so a receiver refuses it before handing it to openraft, whose failed install
+    /// would stop the group.
+    pub async fn verify(&self) -> Result<(), StorageError> {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || verify(&path))
+            .await
+            .map_err(|e| StorageError::io(&self.path, io::Error::other(e)))?
     }
 }
 
@@ -260,6 +285,12 @@ pub(crate) enum Record {
         sequence: u64,
         record: RequestRecord,
     },
+    /// Format 7: the last record (it replaces `End`): `records` as in `End`, and the SHA-256
+    /// of every byte of the file before this record's length prefix.
+    SealedEnd {
+        records: u64,
+        checksum: [u8; 32],
+    },
 }
 
 /// What a snapshot says about its range besides the header: span, epoch, conf_version.
@@ -297,11 +328,14 @@ impl Record {
     }
 }
 
-/// Reads a snapshot file record by record through a fixed-size buffer.
+/// Reads a snapshot file record by record through a fixed-size buffer, checking it as it goes
+/// (`Tally`): a file that is not whole fails with `SnapshotDamaged` by its end record at the
+/// latest. Either end record is returned as `End`, once checked.
 pub(crate) struct SnapshotReader {
     reader: BufReader<tokio::fs::File>,
     path: PathBuf,
     record: Vec<u8>,
+    tally: Tally,
     /// A record read ahead (looking for `Range` in a file without one); `next` returns it.
     pending: Option<Record>,
 }
@@ -315,6 +349,7 @@ impl SnapshotReader {
             reader: BufReader::with_capacity(SNAPSHOT_BUFFER_BYTES, file),
             path: path.to_path_buf(),
             record: Vec::new(),
+            tally: Tally::default(),
             pending: None,
         })
     }
@@ -326,10 +361,7 @@ impl SnapshotReader {
         let mut reader = SnapshotReader::open(path).await?;
         match reader.next().await? {
             Record::Header(header) => Ok((reader, header)),
-            _ => Err(StorageError::corrupt(
-                "snapshot file",
-                "it does not start with a header",
-            )),
+            _ => unreachable!("the tally refuses a file that does not start with a header"),
         }
     }
 
@@ -359,38 +391,175 @@ impl SnapshotReader {
         }
         let mut length = [0u8; 4];
         self.read_exact_into(&mut length).await?;
-        let length = u32::from_be_bytes(length) as usize;
-        if length > RECORD_BYTES_MAX {
-            return Err(StorageError::corrupt(
-                "snapshot file",
-                format!("a record of {length} bytes exceeds {RECORD_BYTES_MAX}"),
-            ));
-        }
         let mut record = std::mem::take(&mut self.record);
-        record.resize(length, 0);
+        record.resize(record_length(&self.path, length)?, 0);
         let read = self.read_exact_into(&mut record).await;
-        let decoded = read.and_then(|()| decode("snapshot record", &record));
+        let taken = read.and_then(|()| self.tally.take(&self.path, length, &record));
         self.record = record;
-        decoded
+        let taken = taken?;
+        if self.tally.ended && self.tally.sealed() {
+            let rest = self.reader.fill_buf().await;
+            let rest = rest.map_err(|e| StorageError::io(&self.path, e))?;
+            check_nothing_after(&self.path, rest)?;
+        }
+        Ok(taken)
     }
 
     async fn read_exact_into(&mut self, buffer: &mut [u8]) -> Result<(), StorageError> {
         match self.reader.read_exact(buffer).await {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(StorageError::corrupt(
-                "snapshot file",
-                "it ends before its End record",
-            )),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(ends_early(&self.path)),
             Err(e) => Err(StorageError::io(&self.path, e)),
         }
     }
 }
 
-/// A snapshot file being written, counting its records after the header.
+/// Reads the snapshot file at `path` to its end record, checking every record as
+/// `SnapshotReader` does (`Tally`), without keeping any. Blocking.
+pub(crate) fn verify(path: &Path) -> Result<(), StorageError> {
+    let file = std::fs::File::open(path).map_err(|e| StorageError::io(path, e))?;
+    let mut reader = StdBufReader::with_capacity(SNAPSHOT_BUFFER_BYTES, file);
+    let read_exact = |reader: &mut StdBufReader<std::fs::File>, buffer: &mut [u8]| match reader
+        .read_exact(buffer)
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(ends_early(path)),
+        Err(e) => Err(StorageError::io(path, e)),
+    };
+    let mut tally = Tally::default();
+    let mut record = Vec::new();
+    while !tally.ended {
+        let mut length = [0u8; 4];
+        read_exact(&mut reader, &mut length)?;
+        record.resize(record_length(path, length)?, 0);
+        read_exact(&mut reader, &mut record)?;
+        tally.take(path, length, &record)?;
+    }
+    if tally.sealed() {
+        let rest = reader.fill_buf().map_err(|e| StorageError::io(path, e))?;
+        check_nothing_after(path, rest)?;
+    }
+    Ok(())
+}
+
+/// What the records of a snapshot file read so far add up to, and the checks each must pass:
+/// a header first; in a sealed file (format 7 on) every record of the header's version; an
+/// end record counting the records between header and end and, in a sealed file, holding the
+/// SHA-256 of every byte before it.
+#[derive(Default)]
+struct Tally {
+    /// The header's format version; `None` before the header.
+    version: Option<u8>,
+    /// Records after the header.
+    records: u64,
+    /// Of every byte before the end record.
+    digest: Sha256,
+    /// The end record was read and checked.
+    ended: bool,
+}
+
+impl Tally {
+    fn sealed(&self) -> bool {
+        self.version.is_some_and(|version| version >= SEALED_FORMAT)
+    }
+
+    /// Checks and decodes the next record of the file, `body` after its `length` prefix;
+    /// returns either end record as `End`.
+    fn take(&mut self, path: &Path, length: [u8; 4], body: &[u8]) -> Result<Record, StorageError> {
+        assert!(!self.ended, "a snapshot file is read past its end record");
+        let version = body.first().copied();
+        if let (true, Some(format), Some(record_format)) = (self.sealed(), self.version, version)
+            && record_format != format
+        {
+            let detail = format!("a record of format {record_format} in a file of format {format}");
+            return Err(damaged(path, detail));
+        }
+        let record = decode("snapshot record", body).map_err(|e| match e {
+            StorageError::Corrupt { detail, .. } => damaged(path, detail),
+            other => other,
+        })?;
+        match (self.version, record) {
+            (None, Record::Header(header)) => {
+                self.version = version;
+                self.hash(length, body);
+                Ok(Record::Header(header))
+            }
+            (None, _) => Err(damaged(path, "it does not start with a header")),
+            (Some(_), Record::End { records }) if !self.sealed() => self.end(path, records),
+            (Some(_), Record::SealedEnd { records, checksum }) if self.sealed() => {
+                let digest: [u8; 32] = self.digest.clone().finalize().into();
+                if digest != checksum {
+                    return Err(damaged(path, "its checksum does not match its records"));
+                }
+                self.end(path, records)
+            }
+            (Some(format), Record::End { .. } | Record::SealedEnd { .. }) => Err(damaged(
+                path,
+                format!("an end record that format {format} does not write"),
+            )),
+            (Some(_), record) => {
+                self.hash(length, body);
+                self.records += 1;
+                Ok(record)
+            }
+        }
+    }
+
+    fn hash(&mut self, length: [u8; 4], body: &[u8]) {
+        self.digest.update(length);
+        self.digest.update(body);
+    }
+
+    /// The end record, which says the file holds `records` records after its header.
+    fn end(&mut self, path: &Path, records: u64) -> Result<Record, StorageError> {
+        if records != self.records {
+            let detail = format!(
+                "it holds {} records but its end record says {records}",
+                self.records
+            );
+            return Err(damaged(path, detail));
+        }
+        self.ended = true;
+        Ok(Record::End { records })
+    }
+}
+
+/// The length of the record a `length` prefix announces, if it is within bounds.
+fn record_length(path: &Path, length: [u8; 4]) -> Result<usize, StorageError> {
+    let length = u32::from_be_bytes(length) as usize;
+    if length > RECORD_BYTES_MAX {
+        let detail = format!("a record of {length} bytes exceeds {RECORD_BYTES_MAX}");
+        return Err(damaged(path, detail));
+    }
+    Ok(length)
+}
+
+fn check_nothing_after(path: &Path, rest: &[u8]) -> Result<(), StorageError> {
+    if rest.is_empty() {
+        Ok(())
+    } else {
+        Err(damaged(path, "bytes follow its end record"))
+    }
+}
+
+fn ends_early(path: &Path) -> StorageError {
+    damaged(path, "it ends before its end record")
+}
+
+fn damaged(path: &Path, detail: impl ToString) -> StorageError {
+    StorageError::SnapshotDamaged {
+        path: path.to_path_buf(),
+        detail: detail.to_string(),
+    }
+}
+
+/// A snapshot file being written, counting its records after the header and hashing every
+/// byte for its `SealedEnd` record.
 struct SnapshotOut {
     out: BufWriter<std::fs::File>,
     temp: PathBuf,
     records: u64,
+    digest: Sha256,
 }
 
 impl SnapshotOut {
@@ -400,6 +569,7 @@ impl SnapshotOut {
             out: BufWriter::with_capacity(SNAPSHOT_BUFFER_BYTES, file),
             temp,
             records: 0,
+            digest: Sha256::new(),
         })
     }
 
@@ -407,20 +577,25 @@ impl SnapshotOut {
     fn write(&mut self, record: &Record) -> Result<(), StorageError> {
         let body = encode(record);
         let length = u32::try_from(body.len()).map_err(|e| self.error(io::Error::other(e)))?;
+        let length = length.to_be_bytes();
         self.out
-            .write_all(&length.to_be_bytes())
+            .write_all(&length)
             .and_then(|()| self.out.write_all(&body))
             .map_err(|e| self.error(e))?;
+        self.digest.update(length);
+        self.digest.update(&body);
         if !matches!(record, Record::Header(_)) {
             self.records += 1;
         }
         Ok(())
     }
 
-    /// Writes the `End` record, fsyncs the file and returns its path and length.
+    /// Writes the `SealedEnd` record, fsyncs the file and returns its path and length.
     fn finish(mut self) -> Result<(PathBuf, u64), StorageError> {
-        self.write(&Record::End {
+        let checksum = self.digest.clone().finalize().into();
+        self.write(&Record::SealedEnd {
             records: self.records,
+            checksum,
         })?;
         let file = self.out.into_inner().map_err(|e| {
             let error = e.into_error();
@@ -742,6 +917,45 @@ pub(crate) fn remove_unfinished(dir: &Path) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// Checks every complete snapshot file in `dir` (`verify`) as the store opens. The range's
+/// state in the store is what counts, so a damaged file (or one of a format this build does
+/// not read) is deleted, and openraft builds a new snapshot from that state when it needs
+/// one — unless `installing(range)`: the range is in the middle of installing its current
+/// snapshot, which only that file can finish, and the store refuses to open (`Damaged`).
+/// Blocking.
+pub(crate) fn verify_dir(
+    dir: &Path,
+    installing: impl Fn(RangeId) -> Result<bool, StorageError>,
+) -> Result<(), StorageError> {
+    let mut deleted = false;
+    for (range, _, path) in complete_files(dir)? {
+        let detail = match verify(&path) {
+            Ok(()) => continue,
+            Err(StorageError::SnapshotDamaged { detail, .. }) => detail,
+            // A changed header version, or a newer build's file: unreadable either way.
+            Err(unknown @ StorageError::UnknownVersion { .. }) => unknown.to_string(),
+            Err(error) => return Err(error),
+        };
+        if installing(range)? {
+            let detail = format!(
+                "{detail}; range {range} is in the middle of installing it, and only it can \
+                 finish the install"
+            );
+            return Err(StorageError::damaged(&path, detail));
+        }
+        tracing::error!(
+            path = %path.display(), %detail, %range,
+            "snapshot file is damaged; deleted (the range's state in the store is intact)"
+        );
+        std::fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+        deleted = true;
+    }
+    if deleted {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// Deletes every complete snapshot file of `range` (its replica left this store). Blocking.
 pub(crate) fn remove_all(dir: &Path, range: RangeId) -> Result<(), StorageError> {
     for (_, path) in snapshot_files(dir, range)? {
@@ -757,7 +971,13 @@ pub(crate) fn remove_all(dir: &Path, range: RangeId) -> Result<(), StorageError>
 
 /// Complete snapshot files of `range` with the log index in their names. Blocking.
 fn snapshot_files(dir: &Path, range: RangeId) -> Result<Vec<(u64, PathBuf)>, StorageError> {
-    let prefix = format!("r{}-", range.0);
+    let files = complete_files(dir)?.into_iter();
+    let of_range = files.filter(|(of, _, _)| *of == range);
+    Ok(of_range.map(|(_, index, path)| (index, path)).collect())
+}
+
+/// Every complete snapshot file in `dir`, with the range and log index in its name. Blocking.
+fn complete_files(dir: &Path) -> Result<Vec<(RangeId, u64, PathBuf)>, StorageError> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
         let path = entry.map_err(|e| StorageError::io(dir, e))?.path();
@@ -765,15 +985,12 @@ fn snapshot_files(dir: &Path, range: RangeId) -> Result<Vec<(u64, PathBuf)>, Sto
             .file_name()
             .and_then(|name| name.to_str())
             .unwrap_or_default();
-        let Some(rest) = name.strip_prefix(&prefix) else {
+        let Some(stem) = name.strip_prefix('r').and_then(|n| n.strip_suffix(".snap")) else {
             continue;
         };
-        if !rest.ends_with(".snap") {
-            continue;
-        }
-        let index = rest.split('-').next().and_then(|index| index.parse().ok());
-        if let Some(index) = index {
-            files.push((index, path));
+        let mut parts = stem.split('-').map(str::parse::<u64>);
+        if let (Some(Ok(range)), Some(Ok(index))) = (parts.next(), parts.next()) {
+            files.push((RangeId(range), index, path));
         }
     }
     Ok(files)
@@ -792,3 +1009,7 @@ fn nonce() -> String {
         .map_or(0, |elapsed| elapsed.as_nanos());
     format!("{nanos:x}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
+
+#[cfg(test)]
+#[path = "snapshot_tests.rs"]
+mod tests;

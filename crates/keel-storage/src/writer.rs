@@ -500,7 +500,7 @@ fn fail_all(batch: Vec<Request>, cause: &str) {
     }
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     if let Some(message) = panic.downcast_ref::<String>() {
         message
     } else if let Some(message) = panic.downcast_ref::<&str>() {

@@ -1,4 +1,4 @@
-//! The binary starts, documents its commands, and exits 2 on bad usage.
+//! The binary starts, documents its commands, exits 2 on bad usage and 5 on damaged data.
 
 use std::process::Command;
 
@@ -187,4 +187,33 @@ fn restore_refuses_a_missing_file_and_a_node_that_would_not_bootstrap() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("--node-id 1"), "{stderr}");
     assert!(!dir.path().join("node-1").exists());
+}
+
+/// A node whose store file fails its checks does not start: exit 5 (not 3, a failure a
+/// restart may cure), with the file named and what to do.
+#[test]
+fn serve_refuses_a_damaged_store_with_exit_five() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("keel.redb"), [0x5a; 8192]).unwrap();
+    let output = keel(&[
+        "serve",
+        "--node-id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--initial-cluster",
+        "1=127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains("store is damaged; refusing to open it"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("keel.redb is damaged"), "{stderr}");
+    assert!(stderr.contains("new --node-id"), "{stderr}");
 }

@@ -4,7 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_types::{BatchOp, Command, CommandOutcome, Consistency, KvError, Mutation, NodeId};
+use keel_raft::{InboundError, wire};
+use keel_storage::StorageError;
+use keel_types::{
+    BatchOp, Command, CommandOutcome, Consistency, KvError, Mutation, NodeId, RangeId,
+};
+use openraft::async_runtime::WatchReceiver;
 
 use crate::loopback::{Loopback, TestNode};
 
@@ -107,6 +112,48 @@ async fn writes_replicate_and_followers_name_the_leader() {
     assert_eq!(status.leader, Some(leader));
     assert_eq!(status.members.len(), 3);
     for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// A snapshot damaged on the leader's disk or on its way is refused before openraft sees it
+/// (a failed install would stop the group), and the receiving group goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_snapshot_is_refused_and_the_group_goes_on() {
+    let (_network, source) = cluster(1).await;
+    leader(&source).await;
+    let group = source[0].group();
+    group.write(put("k", "v")).await.unwrap();
+    group.raft().trigger().snapshot().await.unwrap();
+    group
+        .raft()
+        .wait(Some(DEADLINE))
+        .metrics(|m| m.snapshot.is_some(), "a snapshot")
+        .await
+        .unwrap();
+    let snapshot = group.raft().get_snapshot().await.unwrap().unwrap();
+    let mut bytes = tokio::fs::read(snapshot.snapshot.path()).await.unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+
+    let (_, target) = cluster_on(&Arc::new(Loopback::default()), 1).await;
+    leader(&target).await;
+    let vote = group.raft().metrics().borrow_watched().vote;
+    let header = wire::encode(&(vote, snapshot.meta.clone())).unwrap();
+    let chunks = futures::stream::iter(vec![Ok::<_, String>(bytes)]);
+    let refused = target[0]
+        .groups
+        .install_snapshot(RangeId::FIRST, &header, chunks)
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(InboundError::Storage(StorageError::SnapshotDamaged { .. }))
+        ),
+        "{refused:?}"
+    );
+    target[0].group().write(put("after", "x")).await.unwrap();
+    for node in source.into_iter().chain(target) {
         node.stop().await;
     }
 }

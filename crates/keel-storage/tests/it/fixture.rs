@@ -7,10 +7,11 @@
 //! clock) and is kept the same way. `fixture_v3` checks the v3 files (locks, fences,
 //! idempotency records) and `fixture_v4` the v4 files (a split range, the meta range) the
 //! same way. `fixture_v5` checks the v5 files (node states, a learner, a removed replica) the
-//! same way. `fixture_v6` makes and checks the v6 files (a tenant's session with its owner,
-//! request records with digests, the bytes of an idempotency record); set
-//! `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current format, v6 (only ever needed
-//! if they are lost); older formats cannot be written by this build. Files of formats 1-3 have no key and byte counts: the store counts them when it
+//! same way. `fixture_v6` checks the v6 files (a tenant's session with its owner, request
+//! records with digests, the bytes of an idempotency record) the same way. `fixture_v7` makes
+//! and checks the v7 files (a sealed snapshot); set `KEEL_WRITE_FIXTURES=1` to rewrite the
+//! files of the current format, v7 (only ever needed if they are lost); older formats cannot
+//! be written by this build. Files of formats 1-3 have no key and byte counts: the store counts them when it
 //! opens the file, and the checks here see the result.
 
 use std::path::{Path, PathBuf};

@@ -2,8 +2,8 @@
 //! 1 holds a session of a tenant's client (its owner recorded), its request records (each
 //! with the digest of its request: two puts, the second returning the first's value, and
 //! an idempotency record begun and completed), and the byte count of that record. `write_v6`
-//! made the files; set `KEEL_WRITE_FIXTURES=1` to rewrite them (only ever needed if they are
-//! lost). Every later build must read them.
+//! made the files with a format-6 build; it is kept (writing the current format now) and
+//! checked against the same expectations. Every later build must read them.
 
 use std::path::Path;
 
@@ -14,8 +14,7 @@ use keel_types::{BatchOp, Command, Coordination, CoordinationOp, Mutation, Range
 use openraft::entry::RaftEntry;
 
 use super::fixture::{
-    FIXTURE_STORE_FILE, copy_dir, current_snapshot, fixture_dir, installed_fresh, membership,
-    open_fixture, persist_range_1,
+    current_snapshot, installed_fresh, membership, open_fixture, persist_range_1,
 };
 use super::{apply, blank, log_id, open_in};
 
@@ -152,12 +151,6 @@ async fn v6_fixture_reads_back() {
 async fn v6_fixture_writer_matches_expectations() {
     let dir = tempfile::tempdir().unwrap();
     write_v6(dir.path()).await;
-    if std::env::var_os("KEEL_WRITE_FIXTURES").is_some() {
-        let target = fixture_dir(6);
-        let _ = std::fs::remove_dir_all(&target);
-        copy_dir(dir.path(), &target);
-        std::fs::rename(target.join("keel.redb"), target.join(FIXTURE_STORE_FILE)).unwrap();
-    }
     let store = open_in(dir.path());
     check_v6(&store).await;
 }

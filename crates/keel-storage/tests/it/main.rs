@@ -1,11 +1,13 @@
 //! Integration tests of keel-storage through its public API: openraft's storage suite,
-//! restart, poisoning, group commit, snapshots and the format fixtures.
+//! restart, poisoning, group commit, snapshots, damaged data and the format fixtures.
 
+mod damage;
 mod fixture;
 mod fixture_v3;
 mod fixture_v4;
 mod fixture_v5;
 mod fixture_v6;
+mod fixture_v7;
 mod group_commit;
 mod poison;
 mod restart;
