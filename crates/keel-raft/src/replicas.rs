@@ -49,13 +49,16 @@ impl RaftGroup {
     ///
     /// `NotLeader` when this replica does not lead; `InvalidArgument` when the change does
     /// not fit the membership (removing the leader or a node that is not a voter, adding a
-    /// voter); `Unavailable` while another change is half done (`ReplicaChange::Finish`
-    /// finishes it) or when the new replica did not catch up in time (it stays a learner;
-    /// removing it is a later change).
+    /// voter, removing a voter from a range with `voters_min` voters or fewer: the floor is
+    /// checked against the membership under the change lock, so changes planned from an
+    /// older view cannot together take a range below it); `Unavailable` while another change
+    /// is half done (`ReplicaChange::Finish` finishes it) or when the new replica did not
+    /// catch up in time (it stays a learner; removing it is a later change).
     pub async fn change_replicas(
         &self,
         change: &ReplicaChange,
         catch_up: Duration,
+        voters_min: usize,
     ) -> Result<RangeDescriptor, KvError> {
         let using = self.begin_use(Wake::Leader).await;
         let _change = self.lock_changes().await;
@@ -69,7 +72,7 @@ impl RaftGroup {
         if *change == ReplicaChange::Finish && !current.joint {
             return self.descriptor().await;
         }
-        check_change(self, &current, change)?;
+        check_change(self, &current, change, voters_min)?;
         info!(range_id = self.range().0, %change, "changing replicas");
         if let Some((node, addr)) = change.added() {
             let joined = match current.learners.contains(&node) {
@@ -222,6 +225,7 @@ fn check_change(
     group: &RaftGroup,
     current: &MembershipView,
     change: &ReplicaChange,
+    voters_min: usize,
 ) -> Result<(), KvError> {
     let range = group.range();
     if current.joint && *change != ReplicaChange::Finish {
@@ -250,8 +254,12 @@ fn check_change(
     {
         return refuse(format!("node {node} is already a voter"));
     }
-    if matches!(change, ReplicaChange::Remove { .. }) && current.voters.len() == 1 {
-        return refuse("the last voter cannot be removed".to_string());
+    if matches!(change, ReplicaChange::Remove { .. }) && current.voters.len() <= voters_min.max(1) {
+        return refuse(format!(
+            "it has {} voter(s); removing one would leave fewer than {}",
+            current.voters.len(),
+            voters_min.max(1)
+        ));
     }
     Ok(())
 }

@@ -75,7 +75,8 @@ pub(crate) async fn change(
     }
     let catch_up =
         Duration::from_millis(shared.timings.snapshot_timeout_ms + shared.timings.write_timeout_ms);
-    let after = group.change_replicas(change, catch_up).await?;
+    let voters_min = shared.placement.replication_factor as usize;
+    let after = group.change_replicas(change, catch_up, voters_min).await?;
     if let Some(node) = change.removed() {
         let view = current_membership(&group).await?;
         tell_removed(shared, node, &view).await;

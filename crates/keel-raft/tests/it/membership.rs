@@ -33,7 +33,7 @@ async fn on_leader(
     loop {
         let leading = nodes.iter().find(|node| node.group().is_leader());
         let outcome = match leading {
-            Some(node) => node.group().change_replicas(change, DEADLINE).await,
+            Some(node) => node.group().change_replicas(change, DEADLINE, 1).await,
             None => Err(KvError::NotLeader {
                 range_id: RangeId::FIRST,
                 leader: None,
@@ -81,7 +81,7 @@ async fn a_change_left_joint_by_a_stopped_leader_is_finished_by_the_next() {
     };
     let changing = tokio::spawn({
         let group = group.clone();
-        async move { group.change_replicas(&change, DEADLINE).await }
+        async move { group.change_replicas(&change, DEADLINE, 1).await }
     });
     // The leader's membership is its log's last one: the held step, once the joint one
     // committed.
@@ -130,6 +130,48 @@ async fn a_change_left_joint_by_a_stopped_leader_is_finished_by_the_next() {
         assert!(!membership.joint, "node {}: {membership:?}", node.id);
     }
 
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// Two removals planned from one view of a range with a voter too many (as two rebalancers
+/// did when the meta range's leadership moved) must not both happen: the second finds the
+/// range at its floor and is refused, so the range keeps `voters_min` voters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_below_the_voter_floor_is_refused() {
+    let network = Arc::new(Loopback::default());
+    let mut nodes = Vec::new();
+    for id in 1..=4 {
+        nodes.push(TestNode::start(id, &network).await);
+    }
+    let members: BTreeMap<NodeId, _> = (1..=4).map(|id| (id, TestNode::addr(id))).collect();
+    nodes[0].group().initialize(members).await.unwrap();
+    let first = leader(&nodes).await;
+    let group = nodes[first as usize - 1].group();
+    // A write commits the first membership, so changes may begin.
+    group.write(put("k", "v")).await.unwrap();
+    let others: Vec<NodeId> = (1..=4).filter(|&id| id != first).collect();
+
+    let removed = group
+        .change_replicas(&ReplicaChange::Remove { node: others[0] }, DEADLINE, 3)
+        .await
+        .unwrap();
+    assert_eq!(removed.replicas.len(), 3, "{removed:?}");
+    let refused = group
+        .change_replicas(&ReplicaChange::Remove { node: others[1] }, DEADLINE, 3)
+        .await;
+    assert!(
+        matches!(&refused, Err(KvError::InvalidArgument { message }) if message.contains("fewer than 3")),
+        "{refused:?}"
+    );
+    assert_eq!(group.membership().voters.len(), 3);
+    // Below a floor of 2 the same removal is allowed.
+    let removed = group
+        .change_replicas(&ReplicaChange::Remove { node: others[1] }, DEADLINE, 2)
+        .await
+        .unwrap();
+    assert_eq!(removed.replicas.len(), 2, "{removed:?}");
     for node in nodes {
         node.stop().await;
     }
