@@ -43,7 +43,7 @@ planted=(
 )
 range_planted=(
     "split-drops-inflight|register|split|$range_flags"
-    "stale-span|register|split|$range_flags"
+    "stale-span|follower-read|split,move|$range_flags"
     "snapshot-skip-tail|register|move|$range_flags"
 )
 

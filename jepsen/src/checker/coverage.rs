@@ -47,6 +47,7 @@ pub fn check(spec: Option<&RunSpec>, faults: &[FaultEvent]) -> Outcome {
     fields.insert("requested".into(), json!(spec.nemesis));
     fields.insert("occurrences".into(), Value::Object(counts));
     fields.insert("unrequested".into(), json!(unrequested));
+    fields.insert("outcomes".into(), json!(outcome_counts(faults)));
     if let Some(first) = problems.first() {
         let summary = format!(
             "{} problem(s); first: {}",
@@ -64,6 +65,19 @@ pub fn check(spec: Option<&RunSpec>, faults: &[FaultEvent]) -> Outcome {
     Outcome::new(Verdict::Valid, summary, fields)
 }
 
+/// Per fault kind, how many events ended with each `outcome` the runner noted (e.g. a `disk`
+/// fault's node `refused` to start or kept `running`); kinds without outcomes are left out.
+fn outcome_counts(faults: &[FaultEvent]) -> BTreeMap<String, BTreeMap<String, usize>> {
+    let mut counts: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for event in faults {
+        if let Some(outcome) = event.extra.get("outcome").and_then(|o| o.as_str()) {
+            let kind = counts.entry(event.fault.clone()).or_default();
+            *kind.entry(outcome.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 /// Fault kinds that happened without being requested, with their counts (not an error: the
 /// runner may log side effects, such as a restart after a kill).
 fn unrequested_counts(spec: &RunSpec, faults: &[FaultEvent]) -> BTreeMap<String, usize> {
@@ -72,4 +86,39 @@ fn unrequested_counts(spec: &RunSpec, faults: &[FaultEvent]) -> BTreeMap<String,
         *counts.entry(event.fault.clone()).or_insert(0) += 1;
     }
     counts
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Map;
+
+    use super::*;
+
+    fn event(fault: &str, outcome: Option<&str>) -> FaultEvent {
+        let mut extra = Map::new();
+        if let Some(outcome) = outcome {
+            extra.insert("outcome".into(), json!(outcome));
+        }
+        FaultEvent {
+            fault: fault.to_string(),
+            target: "n1".to_string(),
+            start_ns: 1,
+            stop_ns: Some(2),
+            extra,
+        }
+    }
+
+    #[test]
+    fn outcomes_are_counted_per_kind() {
+        let faults = [
+            event("disk", Some("refused")),
+            event("disk", Some("running")),
+            event("disk", Some("refused")),
+            event("kill", None),
+        ];
+        let counts = outcome_counts(&faults);
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        assert_eq!(counts["disk"]["refused"], 2);
+        assert_eq!(counts["disk"]["running"], 1);
+    }
 }

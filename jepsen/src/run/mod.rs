@@ -38,7 +38,7 @@ use crate::run::netns::Namespace;
 use crate::run::plan::{FaultKind, PlannedFault};
 use crate::run::recorder::Recorder;
 use crate::run::topology::RangeLog;
-use crate::run::workload::{ClientPlan, Workload, WorkloadKind};
+use crate::run::workload::{ClientPlan, Members, Workload, WorkloadKind};
 
 /// How long a fresh cluster may take to serve its first linearizable read.
 pub const READY_WAIT: Duration = Duration::from_secs(30);
@@ -288,9 +288,10 @@ async fn drive(
         eprintln!("keel-jepsen: {} ranges", table.len());
     }
     ranges.read(&admin, "start").await;
+    let members = Arc::new(Members::first(config.nodes));
     let parts = Parts {
-        endpoints: all_endpoints,
-        members: config.nodes,
+        endpoints: all_endpoints.clone(),
+        members: members.clone(),
         clock,
         faults,
         workload: workload.clone(),
@@ -308,7 +309,8 @@ async fn drive(
     };
     let clients = workload::run_clients(
         workload.clone(),
-        &endpoints,
+        &all_endpoints,
+        &members,
         &client_plan,
         clock,
         history.clone(),
@@ -324,7 +326,8 @@ async fn drive(
     tokio::time::sleep(RECOVERY_WAIT).await;
     ops += workload::final_reads(
         &workload,
-        &endpoints,
+        &all_endpoints,
+        &members,
         config.concurrency as u64 * 1_000_000,
         clock,
         &history,

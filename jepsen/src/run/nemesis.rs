@@ -25,7 +25,7 @@ use crate::run::plan::{self, FaultAction, FaultKind, MemberChange, PlannedFault,
 use crate::run::recorder::Recorder;
 use crate::run::rng::Rng;
 use crate::run::topology::RangeLog;
-use crate::run::workload::Workload;
+use crate::run::workload::{Members, Workload};
 
 /// How long the nemesis looks for a leader before a fault that needs one.
 pub const LEADER_WAIT: Duration = Duration::from_secs(5);
@@ -78,16 +78,17 @@ pub struct Nemesis {
     workload: Arc<Workload>,
     ranges: Arc<RangeLog>,
     /// The nodes (by index) that are members now: not drained, not retired; faults that hit
-    /// a node pick among them.
+    /// a node pick among them. Published to the clients (`shared_members`) when it changes.
     members: Vec<usize>,
+    shared_members: Arc<Members>,
 }
 
 /// What the nemesis acts on besides the cluster and its network.
 pub struct Parts {
     /// Every node's endpoint by index, spares included.
     pub endpoints: Vec<String>,
-    /// The first nodes, members from the start.
-    pub members: usize,
+    /// The members, the first nodes at the start; the nemesis keeps it up to date.
+    pub members: Arc<Members>,
     pub clock: RunClock,
     pub faults: Recorder,
     pub workload: Arc<Workload>,
@@ -96,8 +97,9 @@ pub struct Parts {
 
 impl Nemesis {
     pub fn new(cluster: Cluster, network: Network, context: Parts) -> anyhow::Result<Nemesis> {
-        let members: Vec<String> = context.endpoints[..context.members].to_vec();
-        let admin = Client::new(members, admin_options())?;
+        let members = context.members.now();
+        let first = members.iter().map(|m| context.endpoints[*m].clone());
+        let admin = Client::new(first.collect(), admin_options())?;
         Ok(Nemesis {
             cluster,
             network,
@@ -107,7 +109,8 @@ impl Nemesis {
             faults: context.faults,
             workload: context.workload,
             ranges: context.ranges,
-            members: (0..context.members).collect(),
+            members,
+            shared_members: context.members,
         })
     }
 
@@ -163,6 +166,9 @@ impl Nemesis {
     }
 
     async fn begin(&mut self, action: &FaultAction) -> anyhow::Result<Active> {
+        if self.members.is_empty() {
+            bail!("no member is left to fault");
+        }
         let mut extra = Map::new();
         // When the fault took effect, if not when `begin` is done.
         let mut took_effect_ns = None;
@@ -195,11 +201,13 @@ impl Nemesis {
                 (describe(*who, node), Undo::Resume(node))
             }
             FaultAction::LeaderTransfer { nth } => {
-                let leader = self.resolve(Who::Leader).await;
-                let others: Vec<usize> = self
-                    .members
+                let (leader, voters) = match self.find_leader().await {
+                    Some(found) => found,
+                    None => (self.members[0], Vec::new()),
+                };
+                let others: Vec<usize> = voters
                     .iter()
-                    .copied()
+                    .map(|id| *id as usize - 1)
                     .filter(|node| *node != leader)
                     .collect();
                 let to = others
@@ -453,6 +461,7 @@ impl Nemesis {
                 };
                 self.cluster.activate(node)?;
                 self.members.push(node);
+                self.shared_members.set(&self.members);
                 Ok((format!("{} joins", node_name(node)), Undo::Nothing))
             }
             MemberChange::Drain { pick } => {
@@ -462,6 +471,7 @@ impl Nemesis {
                     .await
                     .with_context(|| format!("Cluster.RemoveNode of {}", node_name(node)))?;
                 self.members.retain(|member| *member != node);
+                self.shared_members.set(&self.members);
                 Ok((format!("{} drained", node_name(node)), Undo::Nothing))
             }
             MemberChange::Outage { pick } => {
@@ -483,6 +493,7 @@ impl Nemesis {
             eprintln!("keel-jepsen: {} not retired: {error:#}", node_name(node));
         }
         self.members.retain(|member| *member != node);
+        self.shared_members.set(&self.members);
         if let Err(error) = self.admin.remove_node(node as u64 + 1).await {
             eprintln!(
                 "keel-jepsen: damaged {} not removed: {error}",
@@ -493,6 +504,7 @@ impl Nemesis {
         match self.cluster.activate(spare) {
             Ok(()) => {
                 self.members.push(spare);
+                self.shared_members.set(&self.members);
                 Some(node_name(spare))
             }
             Err(error) => {
@@ -509,16 +521,17 @@ impl Nemesis {
         match who {
             Who::Node(nth) => self.members[nth % self.members.len()],
             Who::Leader => match self.find_leader().await {
-                Some(node) => node,
+                Some((node, _)) => node,
                 None => self.members[0],
             },
         }
     }
 
-    async fn find_leader(&self) -> Option<usize> {
+    /// The leader of the first range and that range's voters (node ids), as the leader says.
+    async fn find_leader(&self) -> Option<(usize, Vec<u64>)> {
         let deadline = tokio::time::Instant::now() + LEADER_WAIT;
         loop {
-            let mut best: Option<(u64, usize)> = None;
+            let mut best: Option<(u64, usize, Vec<u64>)> = None;
             for &index in &self.members {
                 let Ok(status) = self.admin.status(&self.endpoints[index]).await else {
                     continue;
@@ -528,13 +541,15 @@ impl Nemesis {
                     .iter()
                     .find(|range| range.range_id == RangeId::FIRST.0 && range.role == "leader");
                 if let Some(range) = leads
-                    && best.is_none_or(|(term, _)| range.term > term)
+                    && best.as_ref().is_none_or(|(term, ..)| range.term > *term)
                 {
-                    best = Some((range.term, index));
+                    let voters = range.members.iter().filter(|m| m.voter);
+                    let voters = voters.map(|member| member.node_id).collect();
+                    best = Some((range.term, index, voters));
                 }
             }
-            if let Some((_, index)) = best {
-                return Some(index);
+            if let Some((_, index, voters)) = best {
+                return Some((index, voters));
             }
             if tokio::time::Instant::now() + LEADER_POLL > deadline {
                 return None;

@@ -6,8 +6,8 @@
 //! processes: the cluster is a list of endpoints.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions};
@@ -60,31 +60,71 @@ pub struct Workload {
     pub holds: AtomicU64,
 }
 
-/// One workload client's connections: `main` knows every node and follows the leader;
-/// `nodes[i]` knows node i only, so reads through it start there, as a client connected to one
-/// node would (a node that answers a linearizable read itself stays that client's choice).
+/// The nodes (by index) that are members of the cluster now. The nemesis changes it when it
+/// adds, drains or replaces a node; clients read through members only (a replaced node is
+/// gone for good, as a client's configuration would be updated in production).
+#[derive(Debug)]
+pub struct Members(RwLock<Vec<usize>>);
+
+impl Members {
+    /// The first `nodes` nodes.
+    pub fn first(nodes: usize) -> Members {
+        Members(RwLock::new((0..nodes).collect()))
+    }
+
+    pub fn now(&self) -> Vec<usize> {
+        self.0.read().expect("members lock poisoned").clone()
+    }
+
+    pub fn set(&self, members: &[usize]) {
+        *self.0.write().expect("members lock poisoned") = members.to_vec();
+    }
+}
+
+/// One workload client's connections: `main` knows the first nodes and follows the leader;
+/// `nodes[i]` knows node i only (spares included), so reads through it start there, as a
+/// client connected to one node would (a node that answers a linearizable read itself stays
+/// that client's choice).
 pub struct Clients {
     pub main: Client,
     pub nodes: Vec<Client>,
+    pub members: Arc<Members>,
 }
 
 impl Clients {
-    pub fn new(endpoints: &[String]) -> anyhow::Result<Clients> {
+    /// `endpoints`: every node's, spares included; `main` knows the members' of now.
+    pub fn new(endpoints: &[String], members: Arc<Members>) -> anyhow::Result<Clients> {
         let nodes = endpoints
             .iter()
             .map(|endpoint| Client::new(vec![endpoint.clone()], client_options()))
             .collect::<Result<_, _>>()?;
+        let first: Vec<String> = members
+            .now()
+            .iter()
+            .map(|index| endpoints[*index].clone())
+            .collect();
         Ok(Clients {
-            main: Client::new(endpoints.to_vec(), client_options())?,
+            main: Client::new(first, client_options())?,
             nodes,
+            members,
         })
     }
 
-    /// The client for one read: `main` or one node's, at random.
+    /// A member's index, at random (the first node's when none is left).
+    pub fn member(&self, rng: &mut Rng) -> usize {
+        let members = self.members.now();
+        match members.len() {
+            0 => 0,
+            len => members[rng.below(len as u64) as usize],
+        }
+    }
+
+    /// The client for one read: `main` or one member's, at random.
     pub fn reader(&self, rng: &mut Rng) -> &Client {
-        match rng.below(self.nodes.len() as u64 + 1) as usize {
+        let members = self.members.now();
+        match rng.below(members.len() as u64 + 1) as usize {
             0 => &self.main,
-            index => &self.nodes[index - 1],
+            index => &self.nodes[members[index - 1]],
         }
     }
 }
@@ -214,6 +254,7 @@ pub fn client_options() -> ClientOptions {
 pub async fn run_clients(
     workload: Arc<Workload>,
     endpoints: &[String],
+    members: &Arc<Members>,
     plan: &ClientPlan,
     clock: RunClock,
     history: Arc<Recorder>,
@@ -224,7 +265,7 @@ pub async fn run_clients(
         Duration::from_secs_f64(plan.concurrency as f64 / f64::from(plan.rate_hz.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..plan.concurrency {
-        let clients = Clients::new(endpoints)?;
+        let clients = Clients::new(endpoints, members.clone())?;
         let first = interval.mul_f64(index as f64 / plan.concurrency as f64);
         let loop_ = ClientLoop {
             index: index as u64,
@@ -297,21 +338,23 @@ impl ClientLoop {
 pub async fn final_reads(
     workload: &Workload,
     endpoints: &[String],
+    members: &Arc<Members>,
     first_client: u64,
     clock: RunClock,
     history: &Recorder,
 ) -> anyhow::Result<u64> {
     if workload.kind == WorkloadKind::FollowerRead {
-        let clients = Clients::new(endpoints)?;
+        let clients = Clients::new(endpoints, members.clone())?;
         let done =
             follower_read::final_reads(workload, &clients, first_client, &clock, history).await;
         return Ok(done);
     }
-    let client = Client::new(endpoints.to_vec(), client_options())?;
+    let clients = Clients::new(endpoints, members.clone())?;
+    let client = &clients.main;
     let mut done = 0;
     for key in workload.keys.all() {
         for _ in 0..FINAL_READ_ATTEMPTS {
-            let op = workload.read(&client, &key, first_client, &clock).await;
+            let op = workload.read(client, &key, first_client, &clock).await;
             history.record(&op);
             done += 1;
             if op.status() == Status::Ok {

@@ -37,7 +37,7 @@ pub(super) async fn step(
 ) -> Op {
     let pick = workload.keys.pick(rng);
     if rng.below(1000) < GET_PER_MILLE {
-        let index = rng.below(clients.nodes.len() as u64) as usize;
+        let index = clients.member(rng);
         return follower_get(&clients.nodes[index], index, &pick.key, who, clock).await;
     }
     let value = Value::from(pick.value);
@@ -121,8 +121,8 @@ pub(super) async fn final_reads(
             history.record(&truth);
             done += 1;
             let mut converged = truth.status() == Status::Ok;
-            for (index, client) in clients.nodes.iter().enumerate() {
-                let read = follower_get(client, index, &key, who, clock).await;
+            for index in clients.members.now() {
+                let read = follower_get(&clients.nodes[index], index, &key, who, clock).await;
                 let read = with_field(read, "final", Value::Bool(true));
                 history.record(&read);
                 done += 1;
