@@ -37,6 +37,14 @@ pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
 pub const MOVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a node restarted on damaged data is watched for refusing to start.
 pub const DAMAGE_WATCH: Duration = Duration::from_secs(10);
+/// How long the end of a `disk` fault waits for the cluster to re-create the replaced
+/// node's replicas elsewhere (the dead timeout, then one replica move per range).
+pub const HEAL_WAIT: Duration = Duration::from_secs(30);
+/// Tries of a `split` or `move` fault, and the pause between two: the range table it picks
+/// from may be a moment old (another fault or the rebalancer just changed the range), and the
+/// cluster then refuses the stale choice; each try picks again from a fresh table.
+pub const RANGE_FAULT_ATTEMPTS: u64 = 5;
+pub const RANGE_FAULT_RETRY: Duration = Duration::from_secs(1);
 /// Split thresholds while a `split` fault holds: a range splits after one second above 10
 /// requests per second, or above 1 KiB (the smallest size a node accepts).
 pub const SPLIT_BYTES_LOW: u64 = 1024;
@@ -306,6 +314,8 @@ impl Nemesis {
             Undo::Replace(node) => {
                 let replaced = self.replace(*node).await;
                 active.extra.insert("replaced_by".into(), json!(replaced));
+                let healed = self.wait_healed(*node as u64 + 1).await;
+                active.extra.insert("healed".into(), json!(healed));
             }
             Undo::Nothing => {}
         }
@@ -326,15 +336,37 @@ impl Nemesis {
     /// Splits the range holding one of the keys the workload routes by now, at that key
     /// (`pick` chooses which among the keys that do not start a range yet).
     async fn split(&self, pick: u64) -> anyhow::Result<String> {
+        let mut last = None;
+        for attempt in 0..RANGE_FAULT_ATTEMPTS {
+            match self.try_split(Rng::new(pick).fork(attempt)).await {
+                Ok(target) => return Ok(target),
+                Err(error) => last = Some(error),
+            }
+            tokio::time::sleep(RANGE_FAULT_RETRY).await;
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    async fn try_split(&self, mut rng: Rng) -> anyhow::Result<String> {
         let table = self.admin.ranges().await.context("Cluster.Ranges")?;
-        let keys: Vec<Vec<u8>> = self
-            .workload
-            .routing_keys()
-            .into_iter()
-            .filter(|key| table.iter().all(|range| range.descriptor.start != *key))
+        let starts_none = |key: &Vec<u8>| table.iter().all(|range| range.descriptor.start != *key);
+        let used = self.workload.routing_keys();
+        let mut keys: Vec<Vec<u8>> = used
+            .iter()
+            .filter(|key| starts_none(key))
+            .cloned()
             .collect();
-        let Some(key) = pick_one(&keys, &mut Rng::new(pick)) else {
-            bail!("every key the workload uses starts a range already");
+        if keys.is_empty() {
+            // Every key in use starts a range (a workload with few keys, split before): split
+            // right after one instead, so its range still changes while it is written.
+            keys = used
+                .iter()
+                .map(|key| [key.as_slice(), &[0]].concat())
+                .filter(|key| starts_none(key))
+                .collect();
+        }
+        let Some(key) = pick_one(&keys, &mut rng) else {
+            bail!("every key the workload uses, and the key after it, starts a range already");
         };
         let (left, right) = self
             .admin
@@ -386,7 +418,18 @@ impl Nemesis {
     /// Moves a replica of a range holding workload keys to a member without one, then hands
     /// another range's leadership to another of its voters.
     async fn move_replica(&self, pick: u64) -> anyhow::Result<String> {
-        let mut rng = Rng::new(pick);
+        let mut last = None;
+        for attempt in 0..RANGE_FAULT_ATTEMPTS {
+            match self.try_move(Rng::new(pick).fork(attempt)).await {
+                Ok(target) => return Ok(target),
+                Err(error) => last = Some(error),
+            }
+            tokio::time::sleep(RANGE_FAULT_RETRY).await;
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    async fn try_move(&self, mut rng: Rng) -> anyhow::Result<String> {
         let table = self.admin.ranges().await.context("Cluster.Ranges")?;
         let keys = self.workload.routing_keys();
         let busy: Vec<&RangeInfo> = table
@@ -511,6 +554,27 @@ impl Nemesis {
                 eprintln!("keel-jepsen: {} not started: {error:#}", node_name(spare));
                 None
             }
+        }
+    }
+
+    /// Waits up to `HEAL_WAIT` until no range has a voter on node `id` (its replicas were
+    /// re-created on other nodes), so the next fault does not take a second replica of a
+    /// range that has not healed from this one: two of three replicas lost for good is a
+    /// lost quorum in any Raft store, not a finding. Returns whether it healed in time.
+    async fn wait_healed(&self, id: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + HEAL_WAIT;
+        loop {
+            if let Ok(table) = self.admin.ranges().await
+                && table
+                    .iter()
+                    .all(|range| !range.descriptor.replicas.contains(&id))
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() + LEADER_POLL > deadline {
+                return false;
+            }
+            tokio::time::sleep(LEADER_POLL).await;
         }
     }
 
