@@ -336,15 +336,7 @@ impl Nemesis {
     /// Splits the range holding one of the keys the workload routes by now, at that key
     /// (`pick` chooses which among the keys that do not start a range yet).
     async fn split(&self, pick: u64) -> anyhow::Result<String> {
-        let mut last = None;
-        for attempt in 0..RANGE_FAULT_ATTEMPTS {
-            match self.try_split(Rng::new(pick).fork(attempt)).await {
-                Ok(target) => return Ok(target),
-                Err(error) => last = Some(error),
-            }
-            tokio::time::sleep(RANGE_FAULT_RETRY).await;
-        }
-        Err(last.expect("at least one attempt"))
+        retried(pick, |rng| self.try_split(rng)).await
     }
 
     async fn try_split(&self, mut rng: Rng) -> anyhow::Result<String> {
@@ -418,15 +410,7 @@ impl Nemesis {
     /// Moves a replica of a range holding workload keys to a member without one, then hands
     /// another range's leadership to another of its voters.
     async fn move_replica(&self, pick: u64) -> anyhow::Result<String> {
-        let mut last = None;
-        for attempt in 0..RANGE_FAULT_ATTEMPTS {
-            match self.try_move(Rng::new(pick).fork(attempt)).await {
-                Ok(target) => return Ok(target),
-                Err(error) => last = Some(error),
-            }
-            tokio::time::sleep(RANGE_FAULT_RETRY).await;
-        }
-        Err(last.expect("at least one attempt"))
+        retried(pick, |rng| self.try_move(rng)).await
     }
 
     async fn try_move(&self, mut rng: Rng) -> anyhow::Result<String> {
@@ -666,6 +650,24 @@ fn admin_options() -> ClientOptions {
         connect_timeout: ADMIN_TIMEOUT,
         ..ClientOptions::default()
     }
+}
+
+/// `attempt` up to `RANGE_FAULT_ATTEMPTS` times, `RANGE_FAULT_RETRY` apart, each with its own
+/// random stream from `pick`; the last error if none succeeds.
+async fn retried<T, F, Fut>(pick: u64, mut attempt: F) -> anyhow::Result<T>
+where
+    F: FnMut(Rng) -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let mut last = None;
+    for n in 0..RANGE_FAULT_ATTEMPTS {
+        match attempt(Rng::new(pick).fork(n)).await {
+            Ok(value) => return Ok(value),
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(RANGE_FAULT_RETRY).await;
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no attempt was made")))
 }
 
 /// A random item of `items`, if any.
