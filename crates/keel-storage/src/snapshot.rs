@@ -466,7 +466,9 @@ impl Tally {
     /// Checks and decodes the next record of the file, `body` after its `length` prefix;
     /// returns either end record as `End`.
     fn take(&mut self, path: &Path, length: [u8; 4], body: &[u8]) -> Result<Record, StorageError> {
-        assert!(!self.ended, "a snapshot file is read past its end record");
+        if self.ended {
+            return Err(StorageError::damaged(path, "a record after its end record"));
+        }
         let version = body.first().copied();
         if let (true, Some(format), Some(record_format)) = (self.sealed(), self.version, version)
             && record_format != format
