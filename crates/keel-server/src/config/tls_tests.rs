@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::tests::parse_flags;
 use super::*;
-use crate::tls::tests::node_pems;
+use crate::access::tls::tests::node_pems;
 
 /// `tls` with the settings every node needs.
 fn args(tls: ServeArgs) -> ServeArgs {

@@ -1,0 +1,429 @@
+//! The `keel.v1.Cluster` service: this node's view of itself and of each range it hosts, the
+//! range table (from the meta range's leader), splits (on the leader of the range holding the
+//! split key) and leader transfer (forwarded once to the range's leader). Knows nothing of Kv
+//! request handling.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_meta::RangeTable;
+use keel_proto::v1::cluster_client::ClusterClient;
+use keel_proto::v1::cluster_server::Cluster;
+use keel_proto::v1::{
+    AddNodeRequest, AddNodeResponse, BackupRequest, Member, MembersRequest, MembersResponse,
+    RangeInfo, RangeStatus, RangesRequest, RangesResponse, RemoveNodeRequest, RemoveNodeResponse,
+    SplitRequest, SplitResponse, StatusRequest, StatusResponse, TransferLeaderRequest,
+    TransferLeaderResponse,
+};
+use keel_raft::{GroupStatus, RaftGroup};
+use keel_storage::{RangeCounts, StorageError};
+use keel_types::validate::check_split_key;
+use keel_types::{
+    Consistency, CoordinationCounts, KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor,
+    RangeId,
+};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::access::Call;
+use crate::api::backup::{self, BackupStream};
+use crate::cluster::nodes;
+use crate::cluster::placement::{self, ClusterView};
+use crate::ranges::split;
+use crate::requests::router::{Hop, Router};
+use crate::shared::Shared;
+use crate::status::to_status;
+
+pub(crate) struct ClusterService {
+    shared: Arc<Shared>,
+    router: Router,
+}
+
+impl ClusterService {
+    pub fn new(shared: Arc<Shared>) -> ClusterService {
+        ClusterService {
+            router: Router::new(shared.clone()),
+            shared,
+        }
+    }
+}
+
+impl ClusterService {
+    /// Sends a transfer the caller marked `no_forward` to the leader's Cluster service.
+    async fn forward_transfer(
+        &self,
+        error: KvError,
+        request: TransferLeaderRequest,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let KvError::NotLeader {
+            leader: Some((leader_id, leader_addr)),
+            ..
+        } = error
+        else {
+            return Err(to_status(&error));
+        };
+        let unreachable = |message: String| {
+            to_status(&KvError::unavailable(format!(
+                "leader node {leader_id}: {message}"
+            )))
+        };
+        let channel = self
+            .shared
+            .peers
+            .channel(leader_id, &leader_addr.addr)
+            .map_err(|e| unreachable(e.to_string()))?;
+        let deadline = self.shared.forward_deadline(false);
+        let mut leader = ClusterClient::new(channel);
+        match tokio::time::timeout(deadline, leader.transfer_leader(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(unreachable(format!("no answer within {deadline:?}"))),
+        }
+    }
+
+    /// The range table, answered by the meta range's leader (this node, or forwarded once).
+    pub(crate) async fn serve_ranges(
+        &self,
+        request: &RangesRequest,
+    ) -> Result<RangesResponse, KvError> {
+        let shared = &self.shared;
+        let here = |meta: Arc<RaftGroup>| async move { self.ranges_here(&meta).await };
+        let remote = |node, addr| {
+            nodes::remote(shared, node, addr, false, |mut cluster| async move {
+                cluster.ranges(RangesRequest { no_forward: true }).await
+            })
+        };
+        nodes::on_meta_leader(shared, request.no_forward, here, remote).await
+    }
+
+    /// The range table on the meta range's leader: its descriptors read linearizably (with
+    /// this node's own, newer ones where it has them), the registered nodes, and each range's
+    /// leader, size and load as its leader last reported them (or this node's replica knows).
+    async fn ranges_here(&self, meta: &RaftGroup) -> Result<RangesResponse, KvError> {
+        meta.read_barrier(Consistency::Linearizable).await?;
+        let state_machine = meta.state_machine();
+        let recorded = state_machine.meta_ranges().await.map_err(stored)?;
+        let registered = state_machine.meta_nodes().await.map_err(stored)?;
+        let local = self.shared.store.descriptors().await.map_err(stored)?;
+        let view = placement::gather(&self.shared, meta).await?;
+        let table = RangeTable::from_descriptors(recorded.into_iter().chain(local).collect());
+        let mut ranges = Vec::with_capacity(table.len());
+        for range in table.ranges() {
+            ranges.push(self.range_info(range.clone(), &view).await);
+        }
+        Ok(RangesResponse {
+            ranges,
+            nodes: self.nodes(registered),
+            meta_leader_id: self.shared.node_id,
+        })
+    }
+
+    /// A range as its leader last reported it, else as this node's replica (if any) knows
+    /// it.
+    async fn range_info(&self, range: RangeDescriptor, view: &ClusterView) -> RangeInfo {
+        if let (Some(leader), Some(led)) = (view.leader_of(range.id), view.led.get(&range.id)) {
+            return RangeInfo {
+                descriptor: Some(range.into()),
+                leader_id: Some(leader),
+                size_bytes: led.size_bytes,
+                keys: led.keys,
+                requests_per_sec: led.requests_per_sec_milli as f64 / 1000.0,
+            };
+        }
+        let group = self.shared.groups.get(range.id);
+        let leader_id = group
+            .as_ref()
+            .and_then(|group| group.leader())
+            .map(|(id, _)| id);
+        let counts = match &group {
+            Some(group) => group.state_machine().counts().await.unwrap_or_default(),
+            None => RangeCounts::default(),
+        };
+        RangeInfo {
+            descriptor: Some(range.into()),
+            leader_id,
+            size_bytes: counts.size_bytes,
+            keys: counts.keys,
+            requests_per_sec: 0.0,
+        }
+    }
+
+    async fn serve_add_node(&self, request: AddNodeRequest) -> Result<AddNodeResponse, KvError> {
+        let shared = &self.shared;
+        let no_forward = request.no_forward;
+        let forwarded = AddNodeRequest {
+            no_forward: true,
+            ..request.clone()
+        };
+        let request = &request;
+        let here =
+            |meta: Arc<RaftGroup>| async move { nodes::add_node(shared, &meta, request).await };
+        let remote = |node, addr| {
+            let forwarded = forwarded.clone();
+            nodes::remote(shared, node, addr, true, |mut cluster| async move {
+                cluster.add_node(forwarded).await
+            })
+        };
+        nodes::on_meta_leader(shared, no_forward, here, remote).await
+    }
+
+    async fn serve_remove_node(
+        &self,
+        request: RemoveNodeRequest,
+    ) -> Result<RemoveNodeResponse, KvError> {
+        let shared = &self.shared;
+        let forwarded = RemoveNodeRequest {
+            no_forward: true,
+            ..request
+        };
+        let here =
+            |meta: Arc<RaftGroup>| async move { nodes::remove_node(shared, &meta, &request).await };
+        let remote = |node, addr| {
+            nodes::remote(shared, node, addr, true, move |mut cluster| async move {
+                cluster.remove_node(forwarded).await
+            })
+        };
+        nodes::on_meta_leader(shared, request.no_forward, here, remote).await
+    }
+
+    async fn serve_members(&self, request: MembersRequest) -> Result<MembersResponse, KvError> {
+        let shared = &self.shared;
+        let here =
+            |meta: Arc<RaftGroup>| async move { nodes::members(shared, &meta, &request).await };
+        let remote = |node, addr| {
+            nodes::remote(shared, node, addr, false, |mut cluster| async move {
+                cluster.members(MembersRequest { no_forward: true }).await
+            })
+        };
+        nodes::on_meta_leader(shared, request.no_forward, here, remote).await
+    }
+
+    /// The registered nodes, and the initial cluster's nodes not registered yet, by id.
+    fn nodes(&self, registered: Vec<NodeDescriptor>) -> Vec<Member> {
+        let mut nodes: BTreeMap<NodeId, NodeAddr> = self
+            .shared
+            .cluster
+            .iter()
+            .map(|(id, addr)| (*id, NodeAddr::new(addr)))
+            .collect();
+        nodes.extend(registered.into_iter().map(|node| (node.id, node.addr)));
+        nodes
+            .into_iter()
+            .map(|(node_id, addr)| Member {
+                node_id,
+                addr: addr.addr,
+                voter: true,
+            })
+            .collect()
+    }
+
+    async fn serve_split(&self, request: &SplitRequest) -> Result<SplitResponse, KvError> {
+        check_split_key(&request.at)?;
+        let split = |group| self.split_on(group, &request.at);
+        self.router.on_range(&request.at, split).await
+    }
+
+    /// Splits `group`'s range at `at`. A split already made there (a retry whose answer was
+    /// lost) is answered with the two ranges it made.
+    async fn split_on(&self, group: Arc<RaftGroup>, at: &[u8]) -> Result<SplitResponse, KvError> {
+        let range = group.descriptor().await?;
+        let (left, right) = match self.split_made_at(&range, at) {
+            Some(left) => (left, range),
+            None => split::split_range(&self.shared, &group, at.to_vec()).await?,
+        };
+        Ok(SplitResponse {
+            left: Some(left.into()),
+            right: Some(right.into()),
+        })
+    }
+
+    /// The local range ending where `range` starts, when `range` starts at `at`.
+    fn split_made_at(&self, range: &RangeDescriptor, at: &[u8]) -> Option<RangeDescriptor> {
+        if range.start != at {
+            return None;
+        }
+        let local = self.shared.ranges.local_ranges();
+        local.into_iter().find(|left| left.end() == Some(at))
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    type BackupStream = BackupStream;
+
+    async fn backup(
+        &self,
+        request: Request<BackupRequest>,
+    ) -> Result<Response<BackupStream>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
+        let request = request.into_inner();
+        tracing::Span::current().record("range_id", request.range_id);
+        let served = backup::backup(&self.shared, request);
+        served.await.map(Response::new)
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
+        let mut request = request.into_inner();
+        self.shared.health.check().map_err(|e| to_status(&e))?;
+        let range = RangeId(request.range_id);
+        // A node without a replica of the range sends it to one that has.
+        let transferred = match self.shared.groups.get(range) {
+            Some(group) => group.transfer_leader(request.node_id).await,
+            None => Err(KvError::NotLeader {
+                range_id: range,
+                leader: self.shared.replica_hint(range),
+            }),
+        };
+        match transferred {
+            Ok(()) => Ok(Response::new(TransferLeaderResponse {})),
+            Err(error) if request.no_forward => Err(to_status(&error)),
+            Err(error) => {
+                request.no_forward = true;
+                self.forward_transfer(error, request).await
+            }
+        }
+    }
+
+    async fn add_node(
+        &self,
+        request: Request<AddNodeRequest>,
+    ) -> Result<Response<AddNodeResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
+        let served = self.serve_add_node(request.into_inner()).await;
+        served.map(Response::new).map_err(|e| to_status(&e))
+    }
+
+    async fn remove_node(
+        &self,
+        request: Request<RemoveNodeRequest>,
+    ) -> Result<Response<RemoveNodeResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
+        let served = self.serve_remove_node(request.into_inner()).await;
+        served.map(Response::new).map_err(|e| to_status(&e))
+    }
+
+    async fn members(
+        &self,
+        request: Request<MembersRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Listing)?;
+        let served = self.serve_members(request.into_inner()).await;
+        caller.reveal(served.map(Response::new).map_err(|e| to_status(&e)))
+    }
+
+    async fn status(
+        &self,
+        request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
+        let (mut healthy, mut message) = self.shared.health.summary();
+        let mut ranges = Vec::new();
+        for group in self.shared.groups.all() {
+            match range_status(&group).await {
+                Ok(status) => ranges.push(status),
+                Err(error) => {
+                    healthy = false;
+                    message = error.to_string();
+                }
+            }
+        }
+        Ok(Response::new(StatusResponse {
+            node_id: self.shared.node_id,
+            addr: self.shared.addr.clone(),
+            healthy,
+            message,
+            ranges,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }))
+    }
+
+    async fn ranges(
+        &self,
+        request: Request<RangesRequest>,
+    ) -> Result<Response<RangesResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Listing)?;
+        let served = self.serve_ranges(request.get_ref()).await;
+        caller.reveal(served.map(Response::new).map_err(|e| to_status(&e)))
+    }
+
+    async fn split(
+        &self,
+        request: Request<SplitRequest>,
+    ) -> Result<Response<SplitResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
+        let request = request.into_inner();
+        let forward =
+            |mut cluster: ClusterClient<Channel>, r| async move { cluster.split(r).await };
+        let served = self.serve_split(&request).await;
+        // A split proposes up to three commands: the id allocation, the split, the publish.
+        let wait = Duration::from_millis(2 * self.shared.timings.write_timeout_ms);
+        let hop = Hop { write: true, wait };
+        self.router.answer(served, request, hop, forward).await
+    }
+}
+
+fn stored(error: StorageError) -> KvError {
+    KvError::fatal(error.to_string())
+}
+
+/// This replica's view of `group`'s range, with what its state machine keeps (nothing while
+/// it installs a snapshot).
+async fn range_status(group: &RaftGroup) -> Result<RangeStatus, KvError> {
+    let state_machine = group.state_machine();
+    let kept = async {
+        let counts = state_machine.counts().await?;
+        let coordination = state_machine.coordination_counts().await?;
+        let descriptor = state_machine.descriptor().await?;
+        Ok::<_, StorageError>((counts, coordination, Some(descriptor)))
+    };
+    let (counts, coordination, descriptor) = match kept.await {
+        Ok(kept) => kept,
+        Err(StorageError::SnapshotInstalling { .. }) => Default::default(),
+        Err(error) => return Err(stored(error)),
+    };
+    let status = group.status().await?;
+    Ok(status_message(status, descriptor, counts, coordination))
+}
+
+fn status_message(
+    status: GroupStatus,
+    descriptor: Option<RangeDescriptor>,
+    counts: RangeCounts,
+    coordination: CoordinationCounts,
+) -> RangeStatus {
+    RangeStatus {
+        keys_with_ttl: counts.keys_with_ttl,
+        client_sessions: counts.sessions,
+        request_records: counts.requests,
+        locks: coordination.locks,
+        fenced_keys: coordination.fenced_keys,
+        idempotency_records: coordination.idempotency_records,
+        range_id: status.range.0,
+        leader_id: status.leader,
+        term: status.term,
+        commit_index: status.commit_index,
+        applied_index: status.applied_index,
+        last_log_index: status.last_log_index,
+        snapshot_index: status.snapshot_index,
+        purged_index: status.purged_index,
+        revision: status.revision,
+        role: status.role.name().to_string(),
+        members: status
+            .members
+            .into_iter()
+            .map(|member| Member {
+                node_id: member.id,
+                addr: member.addr.addr,
+                voter: member.voter,
+            })
+            .collect(),
+        descriptor: descriptor.map(Into::into),
+        keys: counts.keys,
+        size_bytes: counts.size_bytes,
+        quiesced: status.quiesced,
+    }
+}

@@ -1,0 +1,560 @@
+//! The `keel.v1.Kv` service: validates every request, routes it by key (a scan by its start, a
+//! batch by its first key) to the local range holding it, serves it on that range's replica
+//! when it can (writes and consistent reads on the leader, follower reads anywhere) and
+//! otherwise forwards it once to the leader or answers `NotLeader` (`router.rs`). A scan page
+//! ends at the serving range's end. Errors leave through
+//! `status.rs`. The leader stamps its clock into every mutation it proposes (TTLs count from
+//! there), and reads hide keys expired by this node's clock. A write with a fence is proposed
+//! as a fenced mutation. Knows nothing of openraft types: groups speak `KvError`.
+
+use std::sync::Arc;
+
+use keel_proto::convert;
+use keel_proto::v1::kv_client::KvClient;
+use keel_proto::v1::kv_server::Kv;
+use keel_proto::v1::{
+    BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
+    GetResponse, IncrementRequest, IncrementResponse, OpenSessionRequest, OpenSessionResponse,
+    PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse,
+};
+use keel_raft::RaftGroup;
+use keel_storage::KeyRead;
+use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
+use keel_types::{
+    BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
+    RangeDescriptor, RequestId, Revision,
+};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::access::Call;
+use crate::access::quota;
+use crate::requests::admission;
+use crate::requests::coordinated::unexpected;
+use crate::requests::router::{Hop, Router};
+use crate::shared::Shared;
+use crate::status::to_status;
+
+pub(crate) struct KvService {
+    shared: Arc<Shared>,
+    router: Router,
+}
+
+/// A write applied on this node's replica.
+struct Applied {
+    group: Arc<RaftGroup>,
+    revision: Revision,
+    results: Vec<OpResult>,
+    /// The request had been applied before; this is its first outcome.
+    replayed: bool,
+}
+
+impl KvService {
+    pub fn new(shared: Arc<Shared>) -> KvService {
+        KvService {
+            router: Router::new(shared.clone()),
+            shared,
+        }
+    }
+
+    fn write_header(&self, applied: &Applied) -> Option<ResponseHeader> {
+        self.router
+            .header(&applied.group, applied.revision, applied.replayed)
+    }
+
+    async fn serve_get(&self, request: &GetRequest) -> Result<GetResponse, KvError> {
+        check_key(&request.key)?;
+        let consistency = convert::consistency(request.consistency)?;
+        let get = |group| self.local_get(group, request, consistency);
+        self.router.on_range(&request.key, get).await
+    }
+
+    async fn local_get(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &GetRequest,
+        consistency: Consistency,
+    ) -> Result<GetResponse, KvError> {
+        group.read_barrier(consistency).await?;
+        let now_ms = self.shared.clock.now_ms();
+        let read = group
+            .state_machine()
+            .read_key(&request.key, now_ms)
+            .await
+            .map_err(|e| self.router.storage_failed(e))?;
+        let (kv, revision) = match read {
+            KeyRead::Inside { kv, revision } => (kv, revision),
+            KeyRead::Outside { descriptor, .. } => {
+                return Err(KvError::KeyOutOfRange {
+                    key: request.key.clone(),
+                    range: Box::new(descriptor),
+                });
+            }
+        };
+        Ok(GetResponse {
+            header: self.router.header(&group, revision, false),
+            kv: kv.map(|kv| convert::key_value(kv, now_ms)),
+        })
+    }
+
+    async fn serve_scan(&self, request: &ScanRequest) -> Result<ScanResponse, KvError> {
+        let limit = check_scan(&request.start, &request.end, request.limit)?;
+        let consistency = convert::consistency(request.consistency)?;
+        let scan = |group| self.local_scan(group, request, limit, consistency);
+        self.router.on_range(&request.start, scan).await
+    }
+
+    /// One page of the scan from the range holding its start. The page ends at the range's
+    /// end: when the range has no more rows but the scan goes on beyond it, the answer says
+    /// `more` with `next_start` = the range's end, so a client pages on into the next range.
+    async fn local_scan(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &ScanRequest,
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<ScanResponse, KvError> {
+        group.read_barrier(consistency).await?;
+        let now_ms = self.shared.clock.now_ms();
+        let page = group
+            .state_machine()
+            .scan(&request.start, &request.end, limit, now_ms)
+            .await
+            .map_err(|e| self.router.storage_failed(e))?;
+        // Read after the page: the span only shrinks, so rows up to this end were the range's.
+        let range = group.descriptor().await?;
+        if !range.contains(&request.start) {
+            return Err(KvError::KeyOutOfRange {
+                key: request.start.clone(),
+                range: Box::new(range),
+            });
+        }
+        let (kvs, next_start) = page_in_range(page.kvs, page.next_start, &range, &request.end);
+        Ok(ScanResponse {
+            header: self.router.header(&group, page.revision, false),
+            kvs: kvs
+                .into_iter()
+                .map(|kv| convert::key_value(kv, now_ms))
+                .collect(),
+            more: next_start.is_some(),
+            next_start: next_start.unwrap_or_default(),
+        })
+    }
+
+    /// Validates `ops` and proposes them, stamped with this node's clock, on the range
+    /// holding their first key, whose replica here must lead; guarded by `fence` when there
+    /// is one.
+    async fn write(
+        &self,
+        ops: Vec<BatchOp>,
+        request: Option<RequestId>,
+        fence: Option<Fence>,
+    ) -> Result<Applied, KvError> {
+        check_ops(&ops)?;
+        let key = ops.first().map(|op| op.key().to_vec()).unwrap_or_default();
+        let write = |group| self.local_write(group, &ops, request, fence.as_ref());
+        self.router.on_range(&key, write).await
+    }
+
+    async fn local_write(
+        &self,
+        group: Arc<RaftGroup>,
+        ops: &[BatchOp],
+        request: Option<RequestId>,
+        fence: Option<&Fence>,
+    ) -> Result<Applied, KvError> {
+        let mutation = Mutation {
+            request,
+            now_ms: self.shared.clock.now_ms(),
+            ops: ops.to_vec(),
+        };
+        let key = ops.first().map(BatchOp::key).unwrap_or_default();
+        let growth = quota::mutation_growth(ops, fence.map(|fence| fence.lock.as_slice()));
+        let _reserved = admission::reserve(&self.shared, &group, key, growth).await?;
+        let command = match fence {
+            Some(fence) => Command::FencedMutate {
+                fence: fence.clone(),
+                mutation,
+            },
+            None => Command::Mutate(mutation),
+        };
+        let (outcome, replayed) = match group.write(command).await? {
+            CommandOutcome::Replayed(first) => (*first, true),
+            outcome => (outcome, false),
+        };
+        match outcome {
+            CommandOutcome::Applied { revision, results } if results_fit(ops, &results) => {
+                Ok(Applied {
+                    group,
+                    revision,
+                    results,
+                    replayed,
+                })
+            }
+            CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
+            CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+            CommandOutcome::Applied { .. }
+            | CommandOutcome::Internal
+            | CommandOutcome::Replayed(_)
+            | CommandOutcome::Coordinated { .. }
+            | CommandOutcome::Split { .. }
+            | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
+        }
+    }
+}
+
+/// Whether `results` can be what applying `ops` produced: one result per op, a new value for
+/// every increment. The answers below read them so; a replayed record of another request
+/// (one kept before records had a digest) may not fit.
+fn results_fit(ops: &[BatchOp], results: &[OpResult]) -> bool {
+    results.len() == ops.len()
+        && ops.iter().zip(results).all(|(op, result)| {
+            !matches!(op, BatchOp::Increment { .. }) || result.counter.is_some()
+        })
+}
+
+/// The rows of a page read from `range` that lie inside it, and where the next page starts:
+/// where the storage stopped, or the range's end when the range is exhausted but the scan
+/// (`[.., end)`, empty `end` = unbounded) goes on beyond it.
+fn page_in_range(
+    mut kvs: Vec<KeyValue>,
+    next_start: Option<Vec<u8>>,
+    range: &RangeDescriptor,
+    end: &[u8],
+) -> (Vec<KeyValue>, Option<Vec<u8>>) {
+    let Some(range_end) = range.end() else {
+        return (kvs, next_start);
+    };
+    kvs.retain(|kv| kv.key.as_slice() < range_end);
+    let next_start = next_start.filter(|next| next.as_slice() < range_end);
+    if next_start.is_some() {
+        return (kvs, next_start);
+    }
+    let beyond = end.is_empty() || end > range_end;
+    (kvs, beyond.then(|| range_end.to_vec()))
+}
+
+fn put_op(request: &PutRequest) -> Result<BatchOp, KvError> {
+    Ok(BatchOp::Put {
+        key: request.key.clone(),
+        value: request.value.clone(),
+        condition: convert::condition(request.condition.clone())?,
+        return_previous: request.return_previous,
+        ttl_ms: convert::ttl_ms(&request.key, request.ttl_ms)?,
+    })
+}
+
+fn delete_op(request: &DeleteRequest) -> Result<BatchOp, KvError> {
+    Ok(BatchOp::Delete {
+        key: request.key.clone(),
+        condition: convert::condition(request.condition.clone())?,
+        return_previous: request.return_previous,
+    })
+}
+
+fn batch_ops(request: &BatchRequest) -> Result<Vec<BatchOp>, KvError> {
+    check_op_count(request.ops.len())?;
+    request.ops.iter().cloned().map(convert::batch_op).collect()
+}
+
+impl KvService {
+    async fn serve_put(&self, request: &PutRequest) -> Result<PutResponse, KvError> {
+        let id = convert::request_id(request.request_id)?;
+        let fence = convert::fence(request.fence.clone())?;
+        let mut applied = self.write(vec![put_op(request)?], id, fence).await?;
+        let now_ms = self.shared.clock.now_ms();
+        Ok(PutResponse {
+            header: self.write_header(&applied),
+            previous: applied
+                .results
+                .remove(0)
+                .previous
+                .map(|kv| convert::key_value(kv, now_ms)),
+        })
+    }
+
+    async fn serve_delete(&self, request: &DeleteRequest) -> Result<DeleteResponse, KvError> {
+        let id = convert::request_id(request.request_id)?;
+        let fence = convert::fence(request.fence.clone())?;
+        let mut applied = self.write(vec![delete_op(request)?], id, fence).await?;
+        let result = applied.results.remove(0);
+        let now_ms = self.shared.clock.now_ms();
+        Ok(DeleteResponse {
+            header: self.write_header(&applied),
+            deleted: result.existed,
+            previous: result.previous.map(|kv| convert::key_value(kv, now_ms)),
+        })
+    }
+
+    async fn serve_batch(&self, request: &BatchRequest) -> Result<BatchResponse, KvError> {
+        let id = convert::request_id(request.request_id)?;
+        let fence = convert::fence(request.fence.clone())?;
+        let applied = self.write(batch_ops(request)?, id, fence).await?;
+        let now_ms = self.shared.clock.now_ms();
+        Ok(BatchResponse {
+            header: self.write_header(&applied),
+            results: applied
+                .results
+                .into_iter()
+                .map(|result| op_result(result, now_ms))
+                .collect(),
+        })
+    }
+
+    async fn serve_increment(
+        &self,
+        request: &IncrementRequest,
+    ) -> Result<IncrementResponse, KvError> {
+        let id = convert::request_id(request.request_id)?;
+        let op = BatchOp::Increment {
+            key: request.key.clone(),
+            delta: request.delta,
+        };
+        let mut applied = self.write(vec![op], id, None).await?;
+        // `results_fit` checked the result has the new value.
+        let value = applied
+            .results
+            .remove(0)
+            .counter
+            .ok_or_else(|| unexpected(applied.replayed))?;
+        Ok(IncrementResponse {
+            header: self.write_header(&applied),
+            value,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.get(r).await };
+        let served = self.serve_get(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::READ, forward)
+            .await;
+        caller.reveal(answer)
+    }
+
+    async fn scan(&self, request: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.scan(r).await };
+        let served = self.serve_scan(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::READ, forward)
+            .await;
+        caller.reveal(answer)
+    }
+
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Write)?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
+        let served = self.serve_put(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        caller.reveal(self.router.deliver(answer))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Write)?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
+        let served = self.serve_delete(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        caller.reveal(self.router.deliver(answer))
+    }
+
+    async fn batch(
+        &self,
+        request: Request<BatchRequest>,
+    ) -> Result<Response<BatchResponse>, Status> {
+        let ops = request.get_ref().ops.len();
+        let caller = self.shared.admit(&request, Call::Batch { ops })?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
+        let served = self.serve_batch(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        caller.reveal(self.router.deliver(answer))
+    }
+
+    async fn increment(
+        &self,
+        request: Request<IncrementRequest>,
+    ) -> Result<Response<IncrementResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Write)?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<Channel>, r| async move { kv.increment(r).await };
+        let served = self.serve_increment(&request).await;
+        let answer = self
+            .router
+            .answer(served, request, Hop::WRITE, forward)
+            .await;
+        caller.reveal(self.router.deliver(answer))
+    }
+
+    /// Answered by any node from its own clock; nothing is written. The id is random: two
+    /// clients share one with probability about n²/2⁶⁵.
+    async fn open_session(
+        &self,
+        request: Request<OpenSessionRequest>,
+    ) -> Result<Response<OpenSessionResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Listing)?;
+        let opened = self.shared.health.check().map(|()| {
+            let client_id = loop {
+                let id = rand::random::<u64>();
+                if id != 0 {
+                    break id;
+                }
+            };
+            Response::new(OpenSessionResponse {
+                client_id,
+                client_started_ms: self.shared.clock.now_ms(),
+            })
+        });
+        caller.reveal(opened.map_err(|e| to_status(&e)))
+    }
+}
+
+fn op_result(result: OpResult, now_ms: u64) -> BatchOpResult {
+    BatchOpResult {
+        existed: result.existed,
+        previous: result.previous.map(|kv| convert::key_value(kv, now_ms)),
+        counter: result.counter,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_types::RangeId;
+
+    use super::*;
+
+    fn row(key: &str) -> KeyValue {
+        KeyValue {
+            key: key.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+            expires_at_ms: None,
+        }
+    }
+
+    fn range(end: Option<&str>) -> RangeDescriptor {
+        RangeDescriptor {
+            id: RangeId(2),
+            start: b"c".to_vec(),
+            end: end.map(|end| end.as_bytes().to_vec()),
+            epoch: 1,
+            conf_version: 0,
+            replicas: vec![1],
+        }
+    }
+
+    /// (rows read, storage's next start, range end, scan end) -> (rows kept, next start).
+    #[test]
+    fn pages_end_at_the_serving_ranges_end() {
+        type Case<'a> = (
+            Vec<&'a str>,
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a str,
+            Vec<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            // The last range: the storage decides.
+            (vec!["c", "d"], None, None, "", vec!["c", "d"], None),
+            (
+                vec!["c", "d"],
+                Some("e"),
+                None,
+                "",
+                vec!["c", "d"],
+                Some("e"),
+            ),
+            // The range ends before the scan does: go on at the range's end.
+            (
+                vec!["c", "d"],
+                None,
+                Some("m"),
+                "",
+                vec!["c", "d"],
+                Some("m"),
+            ),
+            (
+                vec!["c", "d"],
+                None,
+                Some("m"),
+                "z",
+                vec!["c", "d"],
+                Some("m"),
+            ),
+            (vec![], None, Some("m"), "z", vec![], Some("m")),
+            // The scan ends inside the range, or at its end: done.
+            (vec!["c", "d"], None, Some("m"), "k", vec!["c", "d"], None),
+            (vec!["c", "d"], None, Some("m"), "m", vec!["c", "d"], None),
+            // More rows in the range: the storage's next start.
+            (
+                vec!["c", "d"],
+                Some("e"),
+                Some("m"),
+                "",
+                vec!["c", "d"],
+                Some("e"),
+            ),
+            // Rows read past a split that shrank the range meanwhile are left to the next page.
+            (
+                vec!["c", "m", "n"],
+                Some("o"),
+                Some("m"),
+                "",
+                vec!["c"],
+                Some("m"),
+            ),
+            (
+                vec!["c", "l"],
+                Some("m"),
+                Some("m"),
+                "",
+                vec!["c", "l"],
+                Some("m"),
+            ),
+        ];
+        for (rows, next, end, scan_end, kept, expected_next) in cases {
+            let rows: Vec<KeyValue> = rows.into_iter().map(row).collect();
+            let (got, got_next) = page_in_range(
+                rows,
+                next.map(|next| next.as_bytes().to_vec()),
+                &range(end),
+                scan_end.as_bytes(),
+            );
+            let got: Vec<String> = got
+                .iter()
+                .map(|kv| String::from_utf8(kv.key.clone()).unwrap())
+                .collect();
+            let got_next = got_next.map(|next| String::from_utf8(next).unwrap());
+            assert_eq!(got, kept, "{next:?} {end:?} {scan_end:?}");
+            assert_eq!(
+                got_next.as_deref(),
+                expected_next,
+                "{next:?} {end:?} {scan_end:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The cluster as the meta range's leader sees it: registered nodes with their state and
+//! liveness (by heartbeats), every range with its voters, learners and leader (from the
+//! meta table and the heartbeats of the ranges' leaders), and per-node counts. The rebalancer
+//! plans on it; `Cluster.Members` and `Cluster.Ranges` report it. Knows nothing of how
+//! actions are carried out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use keel_meta::{Liveness, NodeView, RangeView};
+use keel_raft::RaftGroup;
+use keel_types::{KvError, LedRange, NodeAddr, NodeId, NodeState, RangeDescriptor, RangeId};
+
+use crate::shared::Shared;
+use crate::shared::heartbeats::{self, SUSPECT_AFTER_MS};
+
+/// One registered (or initial, or replica-holding) node.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeEntry {
+    pub addr: Option<NodeAddr>,
+    pub state: NodeState,
+    pub liveness: Liveness,
+    /// Since this node last heard from it (`None`: never).
+    pub heartbeat_age: Option<Duration>,
+}
+
+/// What the meta range's leader knows of the cluster.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClusterView {
+    pub nodes: BTreeMap<NodeId, NodeEntry>,
+    /// Every range the meta range records, and the meta range itself, by id.
+    pub ranges: Vec<RangeView>,
+    /// What each range's leader last reported of it.
+    pub led: BTreeMap<RangeId, LedRange>,
+}
+
+impl ClusterView {
+    /// The nodes as the planner takes them (removed ones only while they hold replicas).
+    pub fn node_views(&self) -> Vec<NodeView> {
+        self.nodes
+            .iter()
+            .map(|(id, entry)| NodeView {
+                id: *id,
+                state: entry.state,
+                liveness: entry.liveness,
+            })
+            .collect()
+    }
+
+    /// The leader of `range`, if known.
+    pub fn leader_of(&self, range: RangeId) -> Option<NodeId> {
+        let view = self.ranges.iter().find(|view| view.id == range)?;
+        view.leader
+    }
+
+    pub fn addr_of(&self, node: NodeId) -> Option<NodeAddr> {
+        self.nodes.get(&node)?.addr.clone()
+    }
+
+    /// Voting replicas and leaderships per node.
+    pub fn counts(&self) -> BTreeMap<NodeId, (u64, u64)> {
+        let mut counts: BTreeMap<NodeId, (u64, u64)> = BTreeMap::new();
+        for range in &self.ranges {
+            for voter in &range.voters {
+                counts.entry(*voter).or_default().0 += 1;
+            }
+            if let Some(leader) = range.leader {
+                counts.entry(leader).or_default().1 += 1;
+            }
+        }
+        counts
+    }
+
+    /// Whether `node` holds no replica (voter or learner) and leads nothing.
+    pub fn holds_nothing(&self, node: NodeId) -> bool {
+        self.ranges.iter().all(|range| {
+            !range.voters.contains(&node)
+                && !range.learners.contains(&node)
+                && range.leader != Some(node)
+        })
+    }
+}
+
+/// The cluster as this node, which leads the meta range (`meta`), sees it now.
+pub(crate) async fn gather(shared: &Shared, meta: &RaftGroup) -> Result<ClusterView, KvError> {
+    let since = shared.meta_leadership.since(meta.term());
+    let state_machine = meta.state_machine();
+    let stored = |e: keel_storage::StorageError| KvError::fatal(e.to_string());
+    let descriptors = state_machine.meta_ranges().await.map_err(stored)?;
+    let registered = state_machine.meta_nodes().await.map_err(stored)?;
+    let states = state_machine.meta_node_states().await.map_err(stored)?;
+    let seen = shared.heartbeats.all();
+    let led = leaders(&seen);
+    let mut view = ClusterView {
+        led: led
+            .iter()
+            .map(|(range, (_, reported))| (*range, reported.clone()))
+            .collect(),
+        ..ClusterView::default()
+    };
+    let meta_view = meta_range_view(shared, meta);
+    view.ranges = std::iter::once(meta_view)
+        .chain(descriptors.iter().map(|d| from_meta(d, &led)))
+        .collect();
+    let now = Instant::now();
+    let dead_after = Duration::from_millis(shared.placement.node_dead_after_ms);
+    let mut ids: BTreeSet<NodeId> = shared.cluster.keys().copied().collect();
+    ids.extend(registered.iter().map(|node| node.id));
+    for range in &view.ranges {
+        ids.extend(range.voters.iter().chain(&range.learners));
+    }
+    let addrs: BTreeMap<NodeId, NodeAddr> = registered
+        .into_iter()
+        .map(|node| (node.id, node.addr))
+        .collect();
+    for id in ids {
+        let state = states.get(&id).copied().unwrap_or_default();
+        let held = !view.holds_nothing(id);
+        if state == NodeState::Removed && !held {
+            continue;
+        }
+        let last = seen.get(&id).map(|seen| seen.at);
+        let liveness = match id == shared.node_id {
+            true => Liveness::Live,
+            false => heartbeats::judge(last, since, now, dead_after),
+        };
+        let addr = addrs
+            .get(&id)
+            .cloned()
+            .or_else(|| shared.cluster.get(&id).map(NodeAddr::new));
+        let entry = NodeEntry {
+            addr,
+            state,
+            liveness,
+            heartbeat_age: last.map(|last| now.saturating_duration_since(last)),
+        };
+        view.nodes.insert(id, entry);
+    }
+    Ok(view)
+}
+
+/// The meta range, from this node's own replica (it leads it).
+fn meta_range_view(shared: &Shared, meta: &RaftGroup) -> RangeView {
+    let membership = meta.membership();
+    RangeView {
+        id: RangeId::META,
+        voters: membership.voters,
+        learners: membership.learners,
+        leader: Some(shared.node_id),
+        busy: false,
+        joint: membership.joint,
+    }
+}
+
+/// A data range: its recorded descriptor, with the membership its leader reported when a
+/// live node reported leading it (fresher than the meta table).
+fn from_meta(
+    descriptor: &RangeDescriptor,
+    led: &BTreeMap<RangeId, (NodeId, LedRange)>,
+) -> RangeView {
+    match led.get(&descriptor.id) {
+        Some((leader, reported)) => RangeView {
+            id: descriptor.id,
+            voters: reported.voters.clone(),
+            learners: reported.learners.clone(),
+            leader: Some(*leader),
+            busy: false,
+            joint: reported.joint,
+        },
+        None => RangeView {
+            id: descriptor.id,
+            voters: descriptor.replicas.clone(),
+            learners: Vec::new(),
+            leader: None,
+            busy: false,
+            joint: false,
+        },
+    }
+}
+
+/// Each range's leader by the recent heartbeats (the newest claim wins while two nodes both
+/// believe they lead, around an election).
+fn leaders(seen: &BTreeMap<NodeId, heartbeats::Seen>) -> BTreeMap<RangeId, (NodeId, LedRange)> {
+    let fresh = Duration::from_millis(SUSPECT_AFTER_MS);
+    let mut claims: BTreeMap<RangeId, (Instant, NodeId, LedRange)> = BTreeMap::new();
+    for (node, seen) in seen {
+        if seen.at.elapsed() >= fresh {
+            continue;
+        }
+        for led in seen.report.leads.iter().flatten() {
+            let newer = claims
+                .get(&led.range)
+                .is_none_or(|(at, _, _)| seen.at > *at);
+            if newer {
+                claims.insert(led.range, (seen.at, *node, led.clone()));
+            }
+        }
+    }
+    claims
+        .into_iter()
+        .map(|(range, (_, node, led))| (range, (node, led)))
+        .collect()
+}

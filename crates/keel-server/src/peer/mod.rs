@@ -1,0 +1,7 @@
+//! Talking to other nodes: one channel per peer (`channels`), the one way to call a peer's
+//! internal RPC and read its failure (`call`), and the openraft network over gRPC
+//! (`transport`). Knows nothing of what the calls are for, and never names the node context.
+
+pub(crate) mod call;
+pub(crate) mod channels;
+pub(crate) mod transport;

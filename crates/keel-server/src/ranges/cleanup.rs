@@ -1,0 +1,97 @@
+//! The leader's cleanup loop: every `cleanup_interval_ms`, each data range this node leads
+//! (never the meta range) looks for keys whose TTL has passed, client sessions idle longer
+//! than the dedup window, lock records that became free and idempotency records that expired,
+//! and proposes their removal through Raft in bounded batches. All of them are already hidden
+//! from reads; this only reclaims their space. Knows nothing of gRPC.
+//!
+//! One read plans both commands and says when the range's next item falls due
+//! (`StateMachine::plan_upkeep`). A range whose applied index has not moved since is left
+//! alone until then (`applied_cache`): an idle range costs no storage read until a key of it
+//! expires, a session idles out or a lock or record falls due, and then it is cleaned up in
+//! the round after, quiesced or not (the proposal wakes it).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_raft::RaftGroup;
+use keel_types::{Command, KvError, RangeId};
+use tracing::debug;
+
+use crate::shared::Shared;
+use crate::shared::applied_cache::ByApplied;
+
+/// Runs until the node shuts down (the task is aborted then).
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let interval = Duration::from_millis(shared.kv.cleanup_interval_ms);
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When each range is next due, as planned at its applied index.
+    let mut due: ByApplied<Option<u64>> = ByApplied::default();
+    loop {
+        tick.tick().await;
+        if shared.health.check().is_err() {
+            continue;
+        }
+        let groups = shared.groups.all();
+        let hosted: BTreeSet<RangeId> = groups.iter().map(|group| group.range()).collect();
+        due.retain(|range| hosted.contains(&range));
+        for group in groups {
+            // The meta range keeps no keys, sessions, locks or records to clean up.
+            if group.range() == RangeId::META || !group.is_leader() {
+                continue;
+            }
+            let (range, applied) = (group.range(), group.applied_index());
+            let now_ms = shared.clock.now_ms();
+            let waiting = |next: &Option<u64>| next.is_none_or(|next| now_ms < next);
+            if due.get(range, applied).is_some_and(waiting) {
+                continue;
+            }
+            match upkeep(&shared, &group, now_ms).await {
+                Ok(next) => due.insert(range, applied, next),
+                Err(error) => {
+                    debug!(%range, %error, "cleanup round failed; retrying next round");
+                    due.remove(range);
+                }
+            }
+        }
+    }
+}
+
+/// One round of one group: plan from one read of the state machine, then propose what is
+/// due (both commands, even if the first fails). Applying each command checks every item
+/// again, so a plan that went stale is harmless. Returns when to look again: when the next
+/// item falls due, or now if anything was due (once proposed the range has changed).
+async fn upkeep(shared: &Shared, group: &RaftGroup, now_ms: u64) -> Result<Option<u64>, KvError> {
+    let range = group.range();
+    let upkeep = group
+        .state_machine()
+        .plan_upkeep(now_ms, shared.kv.dedup_window_ms)
+        .await
+        .map_err(|e| KvError::fatal(e.to_string()))?;
+    let (cleanup, reclaim) = (upkeep.cleanup, upkeep.reclaim);
+    if cleanup.is_empty() && reclaim.is_empty() {
+        return Ok(upkeep.next_due_ms);
+    }
+    let mut cleaned = Ok(());
+    if !cleanup.is_empty() {
+        debug!(
+            %range, keys = cleanup.keys.len(), sessions = cleanup.sessions.len(),
+            "proposing cleanup"
+        );
+        cleaned = propose(group, Command::Cleanup(cleanup)).await;
+    }
+    let mut reclaimed = Ok(());
+    if !reclaim.is_empty() {
+        debug!(
+            %range, locks = reclaim.locks.len(), records = reclaim.records.len(),
+            "proposing reclaim"
+        );
+        reclaimed = propose(group, Command::Reclaim(reclaim)).await;
+    }
+    cleaned.and(reclaimed).map(|()| Some(now_ms))
+}
+
+async fn propose(group: &RaftGroup, command: Command) -> Result<(), KvError> {
+    group.write(command).await.map(|_| ())
+}

@@ -1,0 +1,222 @@
+//! Reaching the meta range from any node: propose a meta command on its leader (here, or
+//! through `keel.raft.v1.Raft.ProposeMeta`), and read its table (this node's replica, or the
+//! leader's through `Cluster.Ranges`). Knows nothing of what the descriptors are used for.
+//!
+//! The leader is the one this node's meta replica knows of; a node without one asks the meta
+//! range's voters it knows (its replica's membership, else the first three nodes of the
+//! initial cluster, where bootstrap put the meta range) in turn, and follows one leader hint.
+//! Every hop is sent with `no_forward`, so a command is carried to at most one leader per
+//! attempt and never loops.
+
+use std::future::Future;
+
+use keel_proto::raft::MetaProposal;
+use keel_proto::raft::raft_client::RaftClient;
+use keel_proto::v1::RangesRequest;
+use keel_proto::v1::cluster_client::ClusterClient;
+use keel_raft::wire;
+use keel_types::{
+    KvError, MetaCommand, MetaOutcome, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor, RangeId,
+    limits,
+};
+
+use crate::peer::call::hop_error;
+use crate::shared::Shared;
+
+/// How many of the initial cluster's nodes (by id) bootstrap makes replicas of the meta range.
+pub(crate) const META_REPLICAS: usize = 3;
+
+/// Proposes `command` on the meta range's leader and returns its outcome.
+pub(crate) async fn propose_meta(
+    shared: &Shared,
+    command: MetaCommand,
+) -> Result<MetaOutcome, KvError> {
+    check(&command)?;
+    if let Some(group) = shared.groups.get(RangeId::META)
+        && group.is_leader()
+    {
+        return group.propose_meta(command).await;
+    }
+    let payload = wire::encode(&command).map_err(|e| KvError::invalid(e.to_string()))?;
+    on_leader(shared, |node, addr| {
+        remote_propose(shared, node, addr, payload.clone())
+    })
+    .await
+}
+
+/// Proposes `command` on this node's meta replica, which must lead (`NotLeader` otherwise).
+pub(crate) async fn propose_here(
+    shared: &Shared,
+    command: MetaCommand,
+) -> Result<MetaOutcome, KvError> {
+    check(&command)?;
+    shared.group(RangeId::META)?.propose_meta(command).await
+}
+
+/// The meta range's descriptors and nodes: this node's replica's applied state if it has one
+/// (possibly stale, as any cache), else the leader's.
+pub(crate) async fn read_meta(
+    shared: &Shared,
+) -> Result<(Vec<RangeDescriptor>, Vec<NodeDescriptor>), KvError> {
+    if let Some(group) = shared.groups.get(RangeId::META)
+        && group.is_initialized().await?
+    {
+        let state_machine = group.state_machine();
+        let stored = |e: keel_storage::StorageError| KvError::fatal(e.to_string());
+        let ranges = state_machine.meta_ranges().await.map_err(stored)?;
+        let nodes = state_machine.meta_nodes().await.map_err(stored)?;
+        return Ok((ranges, nodes));
+    }
+    let response = ranges_from_leader(shared).await?;
+    let ranges = response
+        .ranges
+        .into_iter()
+        .filter_map(|info| info.descriptor.map(RangeDescriptor::from))
+        .collect();
+    let nodes = response
+        .nodes
+        .into_iter()
+        .map(|member| NodeDescriptor {
+            id: member.node_id,
+            addr: NodeAddr::new(member.addr),
+        })
+        .collect();
+    Ok((ranges, nodes))
+}
+
+/// `Cluster.Ranges` as the meta range's leader answers it.
+pub(crate) async fn ranges_from_leader(
+    shared: &Shared,
+) -> Result<keel_proto::v1::RangesResponse, KvError> {
+    on_leader(shared, |node, addr| remote_ranges(shared, node, addr)).await
+}
+
+/// Runs `call` against the meta range's leader: the one this node knows of, else each voter
+/// it knows in turn; a `NotLeader` naming another node is followed once. Moves on to the next
+/// node only when the call was certainly not carried out there.
+pub(crate) async fn on_leader<T, F, Fut>(shared: &Shared, call: F) -> Result<T, KvError>
+where
+    F: Fn(NodeId, NodeAddr) -> Fut,
+    Fut: Future<Output = Result<T, KvError>>,
+{
+    let mut last = KvError::unavailable(format!(
+        "node {} knows no node of the meta range",
+        shared.node_id
+    ));
+    for (node, addr) in targets(shared) {
+        match call(node, addr).await {
+            Err(KvError::NotLeader {
+                leader: Some((leader, addr)),
+                ..
+            }) if leader != node && leader != shared.node_id => return call(leader, addr).await,
+            Err(error @ (KvError::NotLeader { .. } | KvError::Unavailable { .. })) => last = error,
+            answer => return answer,
+        }
+    }
+    Err(last)
+}
+
+/// The nodes to ask for the meta range's leader, best first: the leader this node's replica
+/// (or its heartbeats) knows of, else the meta range's voters, else the first three nodes of
+/// the initial cluster.
+fn targets(shared: &Shared) -> Vec<(NodeId, NodeAddr)> {
+    let members = shared.meta_members();
+    let leader = members.leader.filter(|id| *id != shared.node_id);
+    if let Some(leader) = leader
+        && let Some(addr) = shared.node_addr(leader)
+    {
+        return vec![(leader, addr)];
+    }
+    let voters: Vec<(NodeId, NodeAddr)> = members
+        .voters
+        .into_iter()
+        .map(|voter| (voter.id, voter.addr))
+        .collect();
+    let voters = if voters.is_empty() {
+        let first = shared.cluster.keys().take(META_REPLICAS);
+        first
+            .filter_map(|id| Some((*id, shared.node_addr(*id)?)))
+            .collect()
+    } else {
+        voters
+    };
+    voters
+        .into_iter()
+        .filter(|(id, _)| *id != shared.node_id)
+        .collect()
+}
+
+/// Refuses a command its limits do not allow before it reaches the log.
+fn check(command: &MetaCommand) -> Result<(), KvError> {
+    match command {
+        MetaCommand::UpdateRanges { ranges } if ranges.len() > limits::META_UPDATE_RANGES_MAX => {
+            Err(KvError::invalid(format!(
+                "a meta update carries {} range descriptors; limit is {}",
+                ranges.len(),
+                limits::META_UPDATE_RANGES_MAX
+            )))
+        }
+        MetaCommand::AllocateRangeIds { count }
+            if !(1..=limits::RANGE_IDS_ALLOCATE_MAX).contains(count) =>
+        {
+            Err(KvError::invalid(format!(
+                "a meta allocation asks for {count} range ids; it must be 1 to {}",
+                limits::RANGE_IDS_ALLOCATE_MAX
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn remote_propose(
+    shared: &Shared,
+    node: NodeId,
+    addr: NodeAddr,
+    payload: Vec<u8>,
+) -> Result<MetaOutcome, KvError> {
+    let channel = shared
+        .peers
+        .channel(node, &addr.addr)
+        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
+    let mut client = RaftClient::new(channel);
+    let request = MetaProposal {
+        from: shared.node_id,
+        payload,
+        no_forward: true,
+    };
+    let deadline = shared.forward_deadline(true);
+    let reply = match tokio::time::timeout(deadline, client.propose_meta(request)).await {
+        Err(_) => {
+            return Err(KvError::OutcomeUnknown {
+                message: format!("node {node} did not answer a meta proposal within {deadline:?}"),
+            });
+        }
+        Ok(Err(status)) => return Err(hop_error(node, &status, true)),
+        Ok(Ok(reply)) => reply.into_inner(),
+    };
+    wire::decode(&reply.payload).map_err(|e| KvError::OutcomeUnknown {
+        message: format!("node {node} answered a meta proposal with {e}"),
+    })
+}
+
+async fn remote_ranges(
+    shared: &Shared,
+    node: NodeId,
+    addr: NodeAddr,
+) -> Result<keel_proto::v1::RangesResponse, KvError> {
+    let channel = shared
+        .peers
+        .channel(node, &addr.addr)
+        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
+    let mut client =
+        ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let request = RangesRequest { no_forward: true };
+    let deadline = shared.forward_deadline(false);
+    match tokio::time::timeout(deadline, client.ranges(request)).await {
+        Err(_) => Err(KvError::Timeout {
+            message: format!("node {node} did not list the ranges within {deadline:?}"),
+        }),
+        Ok(Err(status)) => Err(hop_error(node, &status, false)),
+        Ok(Ok(response)) => Ok(response.into_inner()),
+    }
+}
