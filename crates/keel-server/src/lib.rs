@@ -2,10 +2,14 @@
 //! from errors to gRPC statuses, the gRPC Raft transport, configuration, cluster bootstrap,
 //! routing by key to ranges, splits and the tasks that keep the meta range informed, the
 //! backup stream of a range (`Cluster.Backup`) and the offline restore of a backup file into
-//! a new node's data dir (`restore`, for `keel restore`), and what makes it operable:
-//! Prometheus metrics, `grpc.health.v1`, reflection, log settings. The only crate that
-//! names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`) and
-//! nothing of openraft's internals (groups are behind `keel-raft`).
+//! a new node's data dir (`keel restore`), and what makes it operable: Prometheus metrics,
+//! `grpc.health.v1`, reflection, log settings. Of the crates that run a node, the only one
+//! that names `tonic::Status`; it knows nothing of redb (storage is behind `keel-storage`)
+//! and nothing of openraft's internals (groups are behind `keel-raft`).
+//!
+//! The modules are rooms, each importing only the rooms below it (from the top: `node`,
+//! `api`, `locks`, `requests`, `cluster`, `ranges`, `shared`, then the leaves `peer`,
+//! `config`, `access`, `metrics` and `status`); docs/ARCHITECTURE.md says what each owns.
 
 mod access;
 mod api;

@@ -12,8 +12,8 @@
 //! token bucket per tenant per node): every call of a tenant draws one token, a batch one
 //! per op, and a call that needs more tokens than the bucket holds is refused as invalid.
 //! Keys and bytes are reserved on the leader of the range a write goes to, against that
-//! range's live counts (`admission.rs`, deciding with `quota.rs`); the tenant keeps its
-//! reservations in flight and the node's table of its ranges (`tenant_usage.rs`) here.
+//! range's live counts (`requests/admission.rs`, deciding with `quota.rs`); the tenant keeps its
+//! reservations in flight and the node's table of its ranges (`api/tenant_usage.rs`) here.
 
 pub(crate) mod quota;
 pub(crate) mod tenancy;

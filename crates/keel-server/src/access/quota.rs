@@ -1,7 +1,7 @@
 //! The quota decisions for a tenant's requests, as pure functions: how many keys and bytes a
 //! write may add at most (`growth`), whether the leader of a range of the tenant's namespace
 //! admits it (`judge`), and how many request tokens a call draws from the tenant's bucket
-//! (`TokenBucket`). Knows nothing of I/O, gRPC or the clock: `admission.rs` and `access.rs`
+//! (`TokenBucket`). Knows nothing of I/O, gRPC or the clock: `requests/admission.rs` and `access/mod.rs`
 //! act on the answers.
 //!
 //! The rule: a range's leader admits a write when the range's live counts (its state

@@ -1,4 +1,4 @@
-//! A tenant's requests and answers, rewritten at the door (`access.rs` says who the caller
+//! A tenant's requests and answers, rewritten at the door (`access/mod.rs` says who the caller
 //! is): every key, lock name, fence and idempotency scope of a request is moved into the
 //! tenant's namespace (`Confine`), and every key, range and error of the answer is shown as
 //! the tenant named it (`Reveal`), relayed answers of a leader included. Past the door the

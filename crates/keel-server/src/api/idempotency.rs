@@ -1,7 +1,7 @@
 //! The `keel.v1.Idempotency` service: validates every request, routes it by its idempotency
 //! key (`scope + 0x00 + id`) to the range holding it, proposes begins, completes and aborts on
 //! that range's leader (stamped with its clock), reads records for Get, and
-//! otherwise forwards once or answers `NotLeader` (`router.rs`). Expiries leave as
+//! otherwise forwards once or answers `NotLeader` (`requests/router.rs`). Expiries leave as
 //! milliseconds remaining by this node's clock. Knows nothing of openraft or redb.
 
 use std::sync::Arc;

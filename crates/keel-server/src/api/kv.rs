@@ -1,7 +1,7 @@
 //! The `keel.v1.Kv` service: validates every request, routes it by key (a scan by its start, a
 //! batch by its first key) to the local range holding it, serves it on that range's replica
 //! when it can (writes and consistent reads on the leader, follower reads anywhere) and
-//! otherwise forwards it once to the leader or answers `NotLeader` (`router.rs`). A scan page
+//! otherwise forwards it once to the leader or answers `NotLeader` (`requests/router.rs`). A scan page
 //! ends at the serving range's end. Errors leave through
 //! `status.rs`. The leader stamps its clock into every mutation it proposes (TTLs count from
 //! there), and reads hide keys expired by this node's clock. A write with a fence is proposed

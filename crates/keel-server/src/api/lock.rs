@@ -1,8 +1,8 @@
 //! The `keel.v1.Lock` service: validates every request, routes it by the lock's name to the
 //! range holding it, proposes acquires, renews and releases on that range's leader (stamped
 //! with its clock), lets an acquire that finds the lock busy wait in the queue of that
-//! range's leader (`lock_queues.rs`), reads holders for Inspect, and otherwise forwards once
-//! or answers `NotLeader` (`router.rs`). Times leave as milliseconds remaining by this node's
+//! range's leader (`locks/queues.rs`), reads holders for Inspect, and otherwise forwards once
+//! or answers `NotLeader` (`requests/router.rs`). Times leave as milliseconds remaining by this node's
 //! clock. Knows nothing of openraft or redb.
 
 use std::sync::Arc;

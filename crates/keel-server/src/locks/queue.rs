@@ -2,7 +2,7 @@
 //! which order (first come, first served, at most `LOCK_WAITERS_MAX`), what to propose next
 //! on the queue's behalf (one proposal at a time), what the queue knows of the lock, and who
 //! gets which answer when a proposal comes back. Knows nothing of tasks, channels, clocks or
-//! gRPC: the driver (`lock_driver.rs`) reads, proposes and answers as told, and passes the
+//! gRPC: the driver (`driver.rs`) reads, proposes and answers as told, and passes the
 //! node's clock in.
 //!
 //! Hand-over: a holder's release names the first waiter as its successor, so the lock passes

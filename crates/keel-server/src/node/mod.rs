@@ -2,11 +2,11 @@
 //! range and every range of its store), serves Kv, Lock, Idempotency, Cluster and Raft over
 //! gRPC, initializes the cluster on first start, watches its own health, and runs its
 //! background tasks: cleanup of expired keys, idle sessions, free locks and expired
-//! idempotency records; the range watcher (`ranges.rs`); the descriptor publisher; the split
-//! driver; heartbeats, the rebalancer and the quiescence watcher (`quiescence.rs`); the
+//! idempotency records; the range watcher (`ranges/watch.rs`); the descriptor publisher; the split
+//! driver; heartbeats, the rebalancer and the quiescence watcher (`cluster/quiescence.rs`); the
 //! `grpc.health.v1` statuses; the metrics endpoint when configured. Every gRPC request passes
 //! the metering layer (`metrics`). Shuts down in order. Knows nothing of request semantics
-//! (see the `*_service` modules).
+//! (see `api`).
 
 pub(crate) mod restore;
 pub(crate) mod run;
@@ -376,7 +376,7 @@ async fn open_store(config: &NodeConfig) -> anyhow::Result<(Store, Stored)> {
 }
 
 /// Finishes the removals a crash interrupted, starts the groups of every range of the store
-/// (held: their leaders may list them as quiet, see `quiescence.rs`) and of the ranges this
+/// (held: their leaders may list them as quiet, see `cluster/quiescence.rs`) and of the ranges this
 /// node awaits from the bootstrap, and reads the store's ranges into the local range table.
 async fn start_groups(shared: &Shared, stored: &Stored) -> anyhow::Result<()> {
     for range in &stored.removals {

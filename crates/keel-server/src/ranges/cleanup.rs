@@ -6,7 +6,7 @@
 //!
 //! One read plans both commands and says when the range's next item falls due
 //! (`StateMachine::plan_upkeep`). A range whose applied index has not moved since is left
-//! alone until then (`applied_cache`): an idle range costs no storage read until a key of it
+//! alone until then (`shared::applied_cache`): an idle range costs no storage read until a key of it
 //! expires, a session idles out or a lock or record falls due, and then it is cleaned up in
 //! the round after, quiesced or not (the proposal wakes it).
 

@@ -4,7 +4,7 @@
 //! membership change, a snapshot that moved it on). Runs every `PUBLISH_INTERVAL_MS` and on
 //! every range event of the store; publishes a descriptor when it differs from the one this
 //! node last published successfully, in batches of `limits::META_UPDATE_RANGES_MAX`; a range
-//! found unchanged is read again only once something is applied to it (`applied_cache`).
+//! found unchanged is read again only once something is applied to it (`shared::applied_cache`).
 //! Also registers the node (its id and address) with the meta range once per start. Knows
 //! nothing of gRPC.
 

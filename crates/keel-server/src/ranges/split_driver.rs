@@ -2,13 +2,13 @@
 //! meta range) is weighed against the split policy (`keel_meta::plan_split`): its size and
 //! key count from its state machine, its load from `shared.load`. When the plan says split,
 //! the key comes from the storage for size (the key halving the range's bytes) and from the
-//! sampled request keys for load (`keel_meta::load_split_key`), and `splits::split_range`
+//! sampled request keys for load (`keel_meta::load_split_key`), and `split::split_range`
 //! carries the split out, the same path as `Cluster.Split`. Before any of that, a range a
 //! bound of a tenant's namespace lies inside splits there (`keel_meta::boundary_split_key`),
 //! so that each namespace is a whole number of ranges. The driver awaits each split
 //! before the next check, so at most one of its splits is in flight on a node. Failures are
 //! logged and the range is weighed again next round. A range's counts are read from storage
-//! only when something was applied to it since the last check (`applied_cache`), so idle
+//! only when something was applied to it since the last check (`shared::applied_cache`), so idle
 //! ranges cost no read. The thresholds are read again every round from `shared.split`
 //! (`SplitThresholds`): the configuration's, unless a test changed them while the node runs.
 //! Knows nothing of gRPC.
