@@ -12,13 +12,14 @@ use keel_proto::v1::backup_chunk::Part;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::{BackupChunk, BackupRequest, BackupStart};
 use keel_raft::BackupSnapshot;
-use keel_types::{KvError, NodeAddr, NodeId, RangeId, limits};
+use keel_types::{KvError, NodeAddr, NodeId, RangeId};
 use tonic::Status;
 use tracing::{debug, info};
 
+use crate::peer::call::{To, call};
 use crate::requests::router::relayed;
 use crate::shared::Shared;
-use crate::status::{kv_error, to_status};
+use crate::status::to_status;
 
 /// The chunks of a backup stream, as tonic sends them.
 pub(crate) type BackupStream = Pin<Box<dyn Stream<Item = Result<BackupChunk, Status>> + Send>>;
@@ -108,28 +109,24 @@ async fn forward(
         range_id = request.range_id,
         "forwarding a backup to the leader"
     );
-    let unavailable = |message: String| {
-        to_status(&KvError::unavailable(format!(
-            "leader node {leader_id}: {message}"
-        )))
-    };
-    let channel = shared
-        .peers
-        .channel(leader_id, &leader_addr.addr)
-        .map_err(|e| unavailable(e.to_string()))?;
-    let mut leader =
-        ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let request = BackupRequest {
         no_forward: true,
         ..request
     };
     let deadline = shared.forward_deadline(false) + snapshot_timeout(shared);
-    match tokio::time::timeout(deadline, leader.backup(request)).await {
-        Ok(Ok(response)) => Ok(Box::pin(response.into_inner())),
-        Ok(Err(status)) if kv_error(&status).is_some() => Err(relayed(&status)),
-        Ok(Err(status)) => Err(unavailable(status.message().to_string())),
-        Err(_) => Err(to_status(&KvError::Timeout {
-            message: format!("leader node {leader_id} did not answer within {deadline:?}"),
-        })),
+    let backup = |mut leader: ClusterClient<_>| async move { leader.backup(request).await };
+    match call(
+        &shared.peers,
+        To::Node(leader_id, &leader_addr),
+        deadline,
+        backup,
+    )
+    .await
+    {
+        Ok(response) => Ok(Box::pin(response.into_inner())),
+        Err(error) => match error.answered() {
+            Some(status) => Err(relayed(status)),
+            None => Err(to_status(&error.into_kv(false))),
+        },
     }
 }

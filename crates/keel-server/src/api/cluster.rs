@@ -63,22 +63,10 @@ impl ClusterService {
         else {
             return Err(to_status(&error));
         };
-        let unreachable = |message: String| {
-            to_status(&KvError::unavailable(format!(
-                "leader node {leader_id}: {message}"
-            )))
-        };
-        let channel = self
-            .shared
-            .peers
-            .channel(leader_id, &leader_addr.addr)
-            .map_err(|e| unreachable(e.to_string()))?;
-        let deadline = self.shared.forward_deadline(false);
-        let mut leader = ClusterClient::new(channel);
-        match tokio::time::timeout(deadline, leader.transfer_leader(request)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(unreachable(format!("no answer within {deadline:?}"))),
-        }
+        let transfer =
+            |mut leader: ClusterClient<_>| async move { leader.transfer_leader(request).await };
+        let answer = nodes::remote(&self.shared, leader_id, leader_addr, false, transfer).await;
+        answer.map(Response::new).map_err(|e| to_status(&e))
     }
 
     /// The range table, answered by the meta range's leader (this node, or forwarded once).

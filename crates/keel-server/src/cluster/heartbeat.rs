@@ -18,13 +18,13 @@ use keel_proto::raft::raft_client::RaftClient;
 use keel_raft::wire;
 use keel_storage::RangeCounts;
 use keel_types::{
-    KvError, LedRange, MetaMembers, NodeAddr, NodeId, NodeReport, QuietRange, RangeId, limits,
+    KvError, LedRange, MetaMembers, NodeAddr, NodeId, NodeReport, QuietRange, RangeId,
 };
 use tokio::time::MissedTickBehavior;
 use tracing::debug;
 
 use crate::cluster::quiescence;
-use crate::peer::call::hop_error;
+use crate::peer::call::{To, call};
 use crate::shared::Shared;
 use crate::shared::applied_cache::ByApplied;
 use crate::shared::heartbeats::HEARTBEAT_INTERVAL_MS;
@@ -155,13 +155,6 @@ async fn send(
     report: &NodeReport,
     quiet: &[QuietRange],
 ) -> Result<Answer, KvError> {
-    let channel = shared
-        .peers
-        .channel(node, &addr.addr)
-        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
-    let mut client = RaftClient::new(channel)
-        .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let malformed = |e: wire::WireError| KvError::invalid(e.to_string());
     let request = HeartbeatRequest {
         from: shared.node_id,
@@ -169,15 +162,9 @@ async fn send(
         quiet: quiescence::encode(quiet).map_err(malformed)?,
     };
     let deadline = Duration::from_millis(HEARTBEAT_INTERVAL_MS);
-    let reply = match tokio::time::timeout(deadline, client.heartbeat(request)).await {
-        Err(_) => {
-            return Err(KvError::Timeout {
-                message: format!("node {node} did not answer within {deadline:?}"),
-            });
-        }
-        Ok(Err(status)) => return Err(hop_error(node, &status, false)),
-        Ok(Ok(reply)) => reply.into_inner(),
-    };
+    let beat = |mut client: RaftClient<_>| async move { client.heartbeat(request).await };
+    let reply = call(&shared.peers, To::Node(node, &addr), deadline, beat).await;
+    let reply = reply.map_err(|error| error.into_kv(false))?.into_inner();
     let garbled = |e: wire::WireError| KvError::unavailable(format!("node {node} answered {e}"));
     Ok(Answer {
         from: node,

@@ -13,7 +13,7 @@ use keel_proto::v1::cluster_client::ClusterClient;
 use keel_types::{KvError, MetaMembers, NodeAddr, NodeDescriptor};
 use tracing::{error, info, warn};
 
-use crate::peer::call::hop_error;
+use crate::peer::call::{To, call};
 use crate::shared::Shared;
 
 /// Pause between rounds over the join addresses.
@@ -42,22 +42,15 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 
 /// Asks `seed` to register this node; takes the nodes and meta members it answers with.
 async fn add_self(shared: &Shared, seed: &str) -> Result<(), KvError> {
-    let channel = shared
-        .peers
-        .seed_channel(seed)
-        .map_err(|e| KvError::unavailable(format!("join address {seed}: {e}")))?;
     let request = AddNodeRequest {
         node_id: shared.node_id,
         addr: shared.addr.clone(),
         no_forward: false,
     };
     let deadline = shared.forward_deadline(true) * 2;
-    let mut cluster = ClusterClient::new(channel);
-    let answer = match tokio::time::timeout(deadline, cluster.add_node(request)).await {
-        Err(_) => return Err(KvError::unavailable(format!("{seed} did not answer"))),
-        Ok(Err(status)) => return Err(hop_error(0, &status, false)),
-        Ok(Ok(answer)) => answer.into_inner(),
-    };
+    let add = |mut cluster: ClusterClient<_>| async move { cluster.add_node(request).await };
+    let answer = call(&shared.peers, To::Seed(seed), deadline, add).await;
+    let answer = answer.map_err(|error| error.into_kv(false))?.into_inner();
     let described = |member: keel_proto::v1::Member| NodeDescriptor {
         id: member.node_id,
         addr: NodeAddr::new(member.addr),

@@ -19,7 +19,7 @@ use keel_types::{
 use tonic::transport::Channel;
 
 use crate::cluster::placement::{self, ClusterView};
-use crate::peer::call::hop_error;
+use crate::peer::call::{self as peer, To};
 use crate::ranges::meta;
 use crate::shared::Shared;
 
@@ -65,21 +65,17 @@ where
     F: FnOnce(ClusterClient<Channel>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
-    let channel = shared
-        .peers
-        .channel(node, &addr.addr)
-        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
     let deadline = shared.forward_deadline(write);
-    match tokio::time::timeout(deadline, call(ClusterClient::new(channel))).await {
-        Err(_) if write => Err(KvError::OutcomeUnknown {
-            message: format!("node {node} did not answer within {deadline:?}"),
-        }),
-        Err(_) => Err(KvError::Timeout {
-            message: format!("node {node} did not answer within {deadline:?}"),
-        }),
-        Ok(Err(status)) => Err(hop_error(node, &status, write)),
-        Ok(Ok(response)) => Ok(response.into_inner()),
-    }
+    let answer = peer::call::<ClusterClient<_>, _, _, _>(
+        &shared.peers,
+        To::Node(node, &addr),
+        deadline,
+        call,
+    );
+    Ok(answer
+        .await
+        .map_err(|error| error.into_kv(write))?
+        .into_inner())
 }
 
 /// `AddNode` on the meta range's leader: records the node and makes it active.

@@ -21,8 +21,9 @@ use keel_types::{
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info};
 
+use crate::cluster::nodes;
 use crate::cluster::placement::{self, ClusterView};
-use crate::peer::call::{PeerCall, hop_error};
+use crate::peer::call::PeerCall;
 use crate::ranges::meta;
 use crate::ranges::replicas;
 use crate::shared::Shared;
@@ -229,22 +230,13 @@ async fn transfer(
     let addr = view
         .addr_of(leader)
         .ok_or_else(|| KvError::unavailable(format!("node {leader} has no known address")))?;
-    let channel = shared
-        .peers
-        .channel(leader, &addr.addr)
-        .map_err(|e| KvError::unavailable(format!("node {leader}: {e}")))?;
     let request = TransferLeaderRequest {
         range_id: range.0,
         node_id: to,
         no_forward: false,
     };
-    let deadline = shared.forward_deadline(false);
-    let mut cluster = ClusterClient::new(channel);
-    match tokio::time::timeout(deadline, cluster.transfer_leader(request)).await {
-        Err(_) => Err(KvError::Timeout {
-            message: format!("node {leader} did not start the transfer within {deadline:?}"),
-        }),
-        Ok(Err(status)) => Err(hop_error(leader, &status, false)),
-        Ok(Ok(_)) => Ok(()),
-    }
+    let transfer =
+        |mut cluster: ClusterClient<_>| async move { cluster.transfer_leader(request).await };
+    nodes::remote(shared, leader, addr, false, transfer).await?;
+    Ok(())
 }

@@ -9,11 +9,9 @@ use keel_proto::raft::raft_client::RaftClient;
 use keel_proto::raft::{RaftRequest, SnapshotChunk};
 use keel_raft::{Peer, RaftMessage, RpcKind, SnapshotReader, Transport, TransportError};
 use keel_storage::SnapshotFile;
-use keel_types::limits;
-use tonic::Status;
-use tonic::transport::Channel;
 use tracing::warn;
 
+use crate::peer::call::{Failure, PeerError, To, call};
 use crate::peer::channels::Peers;
 use crate::status::never_sent;
 
@@ -26,19 +24,6 @@ impl GrpcTransport {
     pub fn new(peers: Arc<Peers>) -> GrpcTransport {
         GrpcTransport { peers }
     }
-
-    fn client(&self, target: &Peer) -> Result<RaftClient<Channel>, TransportError> {
-        let channel = self
-            .peers
-            .channel(target.id, &target.addr.addr)
-            .map_err(|e| TransportError::Unreachable {
-                target: target.id,
-                message: e.to_string(),
-            })?;
-        Ok(RaftClient::new(channel)
-            .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX))
-    }
 }
 
 impl Transport for GrpcTransport {
@@ -49,29 +34,30 @@ impl Transport for GrpcTransport {
         message: RaftMessage,
         deadline: Duration,
     ) -> Result<Vec<u8>, TransportError> {
-        let mut client = self.client(target)?;
         let mut request = tonic::Request::new(RaftRequest {
             range_id: message.range.0,
             from: message.from,
             payload: message.payload,
         });
         request.set_timeout(deadline);
-        let reply = async move {
-            match kind {
-                RpcKind::AppendEntries => client.append_entries(request).await,
-                RpcKind::Vote => client.vote(request).await,
-                RpcKind::PreVote => client.pre_vote(request).await,
-                RpcKind::TransferLeader => client.transfer_leader(request).await,
-            }
-        };
-        match tokio::time::timeout(deadline, reply).await {
-            Err(_) => Err(TransportError::Timeout {
-                target: target.id,
-                deadline,
-            }),
-            Ok(Ok(reply)) => Ok(reply.into_inner().payload),
-            Ok(Err(status)) => Err(transport_error(target.id, &status)),
-        }
+        let to = To::Node(target.id, &target.addr);
+        let reply = call(
+            &self.peers,
+            to,
+            deadline,
+            |mut client: RaftClient<_>| async move {
+                match kind {
+                    RpcKind::AppendEntries => client.append_entries(request).await,
+                    RpcKind::Vote => client.vote(request).await,
+                    RpcKind::PreVote => client.pre_vote(request).await,
+                    RpcKind::TransferLeader => client.transfer_leader(request).await,
+                }
+            },
+        );
+        let reply = reply
+            .await
+            .map_err(|error| transport_error(target.id, error))?;
+        Ok(reply.into_inner().payload)
     }
 
     async fn send_snapshot(
@@ -81,7 +67,6 @@ impl Transport for GrpcTransport {
         snapshot: SnapshotFile,
         deadline: Duration,
     ) -> Result<Vec<u8>, TransportError> {
-        let mut client = self.client(target)?;
         let reader = SnapshotReader::open(&snapshot)
             .await
             .map_err(|e| TransportError::Remote {
@@ -90,14 +75,12 @@ impl Transport for GrpcTransport {
             })?;
         let mut request = tonic::Request::new(snapshot_chunks(message, reader));
         request.set_timeout(deadline);
-        match tokio::time::timeout(deadline, client.install_snapshot(request)).await {
-            Err(_) => Err(TransportError::Timeout {
-                target: target.id,
-                deadline,
-            }),
-            Ok(Ok(reply)) => Ok(reply.into_inner().payload),
-            Ok(Err(status)) => Err(transport_error(target.id, &status)),
-        }
+        let to = To::Node(target.id, &target.addr);
+        let install =
+            |mut client: RaftClient<_>| async move { client.install_snapshot(request).await };
+        let reply = call(&self.peers, to, deadline, install).await;
+        let reply = reply.map_err(|error| transport_error(target.id, error))?;
+        Ok(reply.into_inner().payload)
     }
 }
 
@@ -135,17 +118,19 @@ fn snapshot_chunks(
     })
 }
 
-fn transport_error(target: u64, status: &Status) -> TransportError {
-    if never_sent(status) {
-        TransportError::Unreachable {
+/// A failed call as openraft's transport sees it.
+fn transport_error(target: u64, error: PeerError) -> TransportError {
+    match error.failure {
+        Failure::NoChannel(message) => TransportError::Unreachable { target, message },
+        Failure::Timeout(deadline) => TransportError::Timeout { target, deadline },
+        Failure::Status(status) if never_sent(&status) => TransportError::Unreachable {
             target,
             message: status.message().to_string(),
-        }
-    } else {
-        TransportError::Remote {
+        },
+        Failure::Status(status) => TransportError::Remote {
             target,
             message: format!("{:?}: {}", status.code(), status.message()),
-        }
+        },
     }
 }
 
@@ -153,7 +138,7 @@ fn transport_error(target: u64, status: &Status) -> TransportError {
 mod tests {
     use futures::StreamExt;
     use keel_storage::Store;
-    use keel_types::RangeId;
+    use keel_types::{RangeId, limits};
 
     use super::*;
 

@@ -20,7 +20,7 @@ use keel_types::{
     limits,
 };
 
-use crate::peer::call::hop_error;
+use crate::peer::call::{To, call};
 use crate::shared::Shared;
 
 /// How many of the initial cluster's nodes (by id) bootstrap makes replicas of the meta range.
@@ -174,26 +174,15 @@ async fn remote_propose(
     addr: NodeAddr,
     payload: Vec<u8>,
 ) -> Result<MetaOutcome, KvError> {
-    let channel = shared
-        .peers
-        .channel(node, &addr.addr)
-        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
-    let mut client = RaftClient::new(channel);
     let request = MetaProposal {
         from: shared.node_id,
         payload,
         no_forward: true,
     };
     let deadline = shared.forward_deadline(true);
-    let reply = match tokio::time::timeout(deadline, client.propose_meta(request)).await {
-        Err(_) => {
-            return Err(KvError::OutcomeUnknown {
-                message: format!("node {node} did not answer a meta proposal within {deadline:?}"),
-            });
-        }
-        Ok(Err(status)) => return Err(hop_error(node, &status, true)),
-        Ok(Ok(reply)) => reply.into_inner(),
-    };
+    let propose = |mut client: RaftClient<_>| async move { client.propose_meta(request).await };
+    let reply = call(&shared.peers, To::Node(node, &addr), deadline, propose).await;
+    let reply = reply.map_err(|error| error.into_kv(true))?.into_inner();
     wire::decode(&reply.payload).map_err(|e| KvError::OutcomeUnknown {
         message: format!("node {node} answered a meta proposal with {e}"),
     })
@@ -204,19 +193,9 @@ async fn remote_ranges(
     node: NodeId,
     addr: NodeAddr,
 ) -> Result<keel_proto::v1::RangesResponse, KvError> {
-    let channel = shared
-        .peers
-        .channel(node, &addr.addr)
-        .map_err(|e| KvError::unavailable(format!("node {node}: {e}")))?;
-    let mut client =
-        ClusterClient::new(channel).max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let request = RangesRequest { no_forward: true };
     let deadline = shared.forward_deadline(false);
-    match tokio::time::timeout(deadline, client.ranges(request)).await {
-        Err(_) => Err(KvError::Timeout {
-            message: format!("node {node} did not list the ranges within {deadline:?}"),
-        }),
-        Ok(Err(status)) => Err(hop_error(node, &status, false)),
-        Ok(Ok(response)) => Ok(response.into_inner()),
-    }
+    let list = |mut client: ClusterClient<_>| async move { client.ranges(request).await };
+    let answer = call(&shared.peers, To::Node(node, &addr), deadline, list).await;
+    Ok(answer.map_err(|error| error.into_kv(false))?.into_inner())
 }

@@ -10,10 +10,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_proto::v1::cluster_client::ClusterClient;
-use keel_proto::v1::idempotency_client::IdempotencyClient;
-use keel_proto::v1::kv_client::KvClient;
-use keel_proto::v1::lock_client::LockClient;
 use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
     GetRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest, PutRequest,
@@ -21,14 +17,14 @@ use keel_proto::v1::{
 };
 use keel_raft::RaftGroup;
 use keel_storage::StorageError;
-use keel_types::{KvError, NodeAddr, NodeId, RangeId, Revision, limits};
-use tonic::transport::Channel;
+use keel_types::{KvError, NodeAddr, NodeId, RangeId, Revision};
 use tonic::{Response, Status};
 use tracing::{debug, info};
 
+use crate::peer::call::{self as peer, PeerClient, To};
 use crate::ranges::lookup;
 use crate::shared::Shared;
-use crate::status::{kv_error, never_sent, to_status};
+use crate::status::to_status;
 
 /// A request that can be forwarded to the leader once.
 pub(crate) trait Forwardable {
@@ -63,25 +59,6 @@ forwardable!(
     IdempotencyGetRequest,
     SplitRequest
 );
-
-/// The gRPC client of a service, made on a channel to a peer.
-pub(crate) trait PeerClient: Sized {
-    fn on(channel: Channel) -> Self;
-}
-
-macro_rules! peer_client {
-    ($($client:ident),*) => {$(
-        impl PeerClient for $client<Channel> {
-            fn on(channel: Channel) -> Self {
-                $client::new(channel)
-                    .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
-                    .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
-            }
-        }
-    )*};
-}
-
-peer_client!(KvClient, LockClient, IdempotencyClient, ClusterClient);
 
 /// What a forwarded request is: a read or a write (a write that fails after it was sent has
 /// an unknown outcome), and how long the leader may hold it beyond its own deadline (an
@@ -275,42 +252,15 @@ impl Router {
     {
         let (leader_id, leader_addr) = leader;
         debug!(leader_id, %leader_addr, "forwarding to leader");
-        let channel = self
-            .shared
-            .peers
-            .channel(leader_id, &leader_addr.addr)
-            .map_err(|e| {
-                to_status(&KvError::unavailable(format!(
-                    "leader node {leader_id}: {e}"
-                )))
-            })?;
         let deadline = self.shared.forward_deadline(hop.write) + hop.wait;
-        let answer = tokio::time::timeout(deadline, call(C::on(channel))).await;
-        let error = match answer {
-            Ok(Ok(response)) => return Ok(response),
-            Ok(Err(status)) if kv_error(&status).is_some() => return Err(relayed(&status)),
-            Ok(Err(status)) if never_sent(&status) => KvError::unavailable(format!(
-                "leader node {leader_id} is unreachable: {}",
-                status.message()
-            )),
-            Ok(Err(status)) if hop.write => KvError::OutcomeUnknown {
-                message: format!(
-                    "connection to leader node {leader_id} failed after sending: {}",
-                    status.message()
-                ),
+        let to = To::Node(leader_id, &leader_addr);
+        match peer::call(&self.shared.peers, to, deadline, call).await {
+            Ok(response) => Ok(response),
+            Err(error) => match error.answered() {
+                Some(status) => Err(relayed(status)),
+                None => Err(to_status(&error.into_kv(hop.write))),
             },
-            Ok(Err(status)) => KvError::unavailable(format!(
-                "leader node {leader_id} failed: {}",
-                status.message()
-            )),
-            Err(_) if hop.write => KvError::OutcomeUnknown {
-                message: format!("leader node {leader_id} did not answer within {deadline:?}"),
-            },
-            Err(_) => KvError::Timeout {
-                message: format!("leader node {leader_id} did not answer within {deadline:?}"),
-            },
-        };
-        Err(to_status(&error))
+        }
     }
 }
 
