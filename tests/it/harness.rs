@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use keel_client::{Client, ClientOptions, GetResult};
+use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
+use keel_proto::v1::{RangeStatus, StatusRequest, StatusResponse};
 use keel_server::{
     Access, Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
 };
@@ -20,6 +22,16 @@ use crate::pki::Pki;
 
 /// How long a test waits for a condition (an election, replication) before it fails.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Quick elections, for tests that stop leaders on loopback.
+pub fn quick_timings() -> RaftTimings {
+    RaftTimings {
+        heartbeat_ms: 50,
+        election_timeout_ms_min: 300,
+        election_timeout_ms_max: 600,
+        ..RaftTimings::default()
+    }
+}
 
 pub struct Cluster {
     dir: tempfile::TempDir,
@@ -270,9 +282,47 @@ impl Cluster {
     }
 
     /// Node `id`'s view of the first data range.
-    pub async fn range_status(&self, id: NodeId) -> keel_proto::v1::RangeStatus {
+    pub async fn range_status(&self, id: NodeId) -> RangeStatus {
         let status = self.client().status(&self.endpoint(id)).await.unwrap();
-        first_range(status.ranges).expect("the node serves the first data range")
+        first_range(&status.ranges)
+            .cloned()
+            .expect("the node serves the first data range")
+    }
+
+    /// Node `id`'s view of `range`, if it runs a group for it.
+    pub async fn range_status_of(&self, id: NodeId, range: RangeId) -> Option<RangeStatus> {
+        let status = self.status(id).await;
+        status.ranges.into_iter().find(|r| r.range_id == range.0)
+    }
+
+    /// The running node `id` itself (its test hooks).
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[&id]
+    }
+
+    /// A raw gRPC client of node `id`'s Cluster service.
+    pub async fn cluster_client(&self, id: NodeId) -> ClusterClient<Channel> {
+        ClusterClient::connect(format!("http://{}", self.endpoint(id)))
+            .await
+            .unwrap()
+    }
+
+    /// Node `id`'s `Cluster.Status`.
+    pub async fn status(&self, id: NodeId) -> StatusResponse {
+        let mut client = self.cluster_client(id).await;
+        client.status(StatusRequest {}).await.unwrap().into_inner()
+    }
+
+    /// Stops every node and starts them again on the same addresses and data dirs.
+    pub async fn restart(mut self) -> Cluster {
+        let ids = self.running();
+        for id in &ids {
+            self.stop_node(*id).await;
+        }
+        for id in ids {
+            self.start_node(id).await;
+        }
+        self
     }
 
     /// Waits until node `id` has applied some write of `key`, and returns its follower read.
@@ -285,14 +335,35 @@ impl Cluster {
         .await
     }
 
-    /// Waits until every running node names the same leader, and returns it.
+    /// Waits until every running node names the same leader of the first range and routes
+    /// keys to it, and returns it: a follower learns the leader from the first append,
+    /// before it applies the range's first entries and puts the range in its local table.
     pub async fn leader(&self) -> NodeId {
+        let leader = self.leader_of(RangeId::FIRST).await;
+        eventually(
+            "every running node routes keys to the first range",
+            || async {
+                let routes = |id: &NodeId| {
+                    let local = self.node(*id).local_ranges();
+                    local.iter().any(|range| range.id == RangeId::FIRST)
+                };
+                self.running().iter().all(routes).then_some(())
+            },
+        )
+        .await;
+        leader
+    }
+
+    /// Waits until every running node names the same running leader of `range`, and
+    /// returns it.
+    pub async fn leader_of(&self, range: RangeId) -> NodeId {
         let client = self.client();
         eventually("the running nodes agree on a leader", || async {
             let mut leaders = Vec::new();
             for id in self.running() {
                 let status = client.status(&self.endpoint(id)).await.ok()?;
-                leaders.push(first_range(status.ranges)?.leader_id?);
+                let found = status.ranges.iter().find(|r| r.range_id == range.0);
+                leaders.push(found?.leader_id?);
             }
             let leader = *leaders.first()?;
             let agreed = leaders.iter().all(|other| *other == leader);
@@ -309,9 +380,9 @@ impl Cluster {
 }
 
 /// The status of the first data range (`RangeId::FIRST`) among a node's ranges.
-fn first_range(ranges: Vec<keel_proto::v1::RangeStatus>) -> Option<keel_proto::v1::RangeStatus> {
+pub fn first_range(ranges: &[RangeStatus]) -> Option<&RangeStatus> {
     ranges
-        .into_iter()
+        .iter()
         .find(|range| range.range_id == RangeId::FIRST.0)
 }
 

@@ -7,7 +7,7 @@ use keel_proto::v1::{Consistency, GetRequest, PutRequest};
 use keel_server::status;
 use keel_types::KvError;
 
-use crate::harness::{Cluster, DEADLINE, first_range};
+use crate::harness::{Cluster, WAIT_LIMIT, first_range, quick_timings};
 
 fn get(key: &[u8], consistency: Consistency) -> GetRequest {
     GetRequest {
@@ -32,7 +32,7 @@ fn put(key: &[u8], value: &[u8], no_forward: bool) -> PutRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_forward_writes_and_serve_reads() {
-    let cluster = Cluster::start(3).await;
+    let cluster = Cluster::start_with(3, quick_timings()).await;
     let leader = cluster.leader().await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
 
@@ -78,7 +78,7 @@ async fn three_nodes_forward_writes_and_serve_reads() {
             break;
         }
         assert!(
-            start.elapsed() < DEADLINE,
+            start.elapsed() < WAIT_LIMIT,
             "follower never applied the write"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -114,7 +114,7 @@ async fn three_nodes_forward_writes_and_serve_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_data_and_does_not_reinitialize() {
-    let cluster = Cluster::start(3).await;
+    let cluster = Cluster::start_with(3, quick_timings()).await;
     let leader = cluster.leader().await;
     let written = cluster
         .kv(leader)
@@ -124,7 +124,9 @@ async fn restart_keeps_data_and_does_not_reinitialize() {
         .unwrap()
         .into_inner();
     let revision = written.header.unwrap().revision;
-    let before = first_range(&cluster.status(leader).await).clone();
+    let before = first_range(&cluster.status(leader).await.ranges)
+        .cloned()
+        .expect("the leader serves the first data range");
 
     let cluster = cluster.restart().await;
     let leader = cluster.leader().await;
@@ -136,7 +138,9 @@ async fn restart_keeps_data_and_does_not_reinitialize() {
         .unwrap()
         .into_inner();
     assert_eq!(read.kv.unwrap().mod_revision, revision);
-    let after = first_range(&cluster.status(leader).await).clone();
+    let after = first_range(&cluster.status(leader).await.ranges)
+        .cloned()
+        .expect("the leader serves the first data range");
     // openraft may restore the old leader in its old term; nothing goes backwards.
     assert!(after.term >= before.term, "{before:?} -> {after:?}");
     assert!(
@@ -153,7 +157,7 @@ async fn restart_keeps_data_and_does_not_reinitialize() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_failure_stops_serving() {
-    let cluster = Cluster::start(3).await;
+    let cluster = Cluster::start_with(3, quick_timings()).await;
     let leader = cluster.leader().await;
     let node = cluster.node(leader);
     node.inject_storage_failure();
@@ -170,7 +174,9 @@ async fn storage_failure_stops_serving() {
         ),
         "{failed:?}"
     );
-    let reason = tokio::time::timeout(DEADLINE, node.failed()).await.unwrap();
+    let reason = tokio::time::timeout(WAIT_LIMIT, node.failed())
+        .await
+        .unwrap();
     assert!(!reason.is_empty());
 
     let refused = cluster

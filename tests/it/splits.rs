@@ -142,7 +142,7 @@ fn range_id(response: &PutResponse) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_split_serves_both_halves_and_routes_stale_requests_again() {
-    let cluster = Cluster::start(3).await;
+    let cluster = Cluster::start_with(3, quick_timings()).await;
     let leader = cluster.leader().await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let mut before = 0;
@@ -215,7 +215,7 @@ async fn a_split_serves_both_halves_and_routes_stale_requests_again() {
     assert!(table.meta_leader_id > 0);
     assert_eq!(table.nodes.len(), 3);
     for id in 1..=3 {
-        let meta = cluster.range_status(id, RangeId::META).await.unwrap();
+        let meta = cluster.range_status_of(id, RangeId::META).await.unwrap();
         assert_eq!(meta.keys, 0, "the meta range holds no user key");
     }
     cluster.shutdown().await;
@@ -264,7 +264,7 @@ async fn splits_under_concurrent_writes_lose_no_acknowledged_write() {
     const WRITERS: u64 = 3;
     const KEYS: usize = 8;
     const ROUNDS: u64 = 10;
-    let cluster = std::sync::Arc::new(Cluster::start(3).await);
+    let cluster = std::sync::Arc::new(Cluster::start_with(3, quick_timings()).await);
     cluster.leader().await;
     let mut writers = Vec::new();
     for writer in 0..WRITERS {
@@ -307,7 +307,7 @@ async fn splits_under_concurrent_writes_lose_no_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_after_splits_comes_back_with_all_its_ranges() {
-    let mut cluster = Cluster::start(3).await;
+    let mut cluster = Cluster::start_with(3, quick_timings()).await;
     cluster.leader().await;
     let (_, middle) = split(&cluster, 1, b"g").await;
     let (_, last) = split(&cluster, 2, b"p").await;
@@ -367,7 +367,7 @@ async fn a_lagging_replica_gets_a_split_off_range_by_snapshot() {
     let (_, right) = split(&cluster, up, b"m").await;
     let child = RangeId(right.range_id);
     let split_index = cluster
-        .range_status(up, RangeId::FIRST)
+        .range_status_of(up, RangeId::FIRST)
         .await
         .unwrap()
         .last_log_index;
@@ -377,8 +377,8 @@ async fn a_lagging_replica_gets_a_split_off_range_by_snapshot() {
         put(&cluster, up, format!("n{i:02}").as_bytes(), &value).await;
     }
     eventually("both halves purge their logs past the split", || async {
-        let parent = cluster.range_status(up, RangeId::FIRST).await?;
-        let child = cluster.range_status(up, child).await?;
+        let parent = cluster.range_status_of(up, RangeId::FIRST).await?;
+        let child = cluster.range_status_of(up, child).await?;
         (parent.purged_index > split_index && child.purged_index > 0).then_some(())
     })
     .await;
@@ -394,7 +394,7 @@ async fn a_lagging_replica_gets_a_split_off_range_by_snapshot() {
         })
         .await;
     }
-    let status = cluster.range_status(lagging, child).await.unwrap();
+    let status = cluster.range_status_of(lagging, child).await.unwrap();
     assert!(status.snapshot_index > 0, "{status:?}");
     cluster.shutdown().await;
 }
@@ -415,7 +415,7 @@ fn acquire_request(name: &[u8], owner: &[u8], wait_ms: i64) -> AcquireRequest {
 /// that waited for it on the old range's leader gets it from the new range.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_and_its_waiter_follow_the_lock_across_a_split() {
-    let cluster = std::sync::Arc::new(Cluster::start(3).await);
+    let cluster = std::sync::Arc::new(Cluster::start_with(3, quick_timings()).await);
     let leader = cluster.leader().await;
     let lock = |id: NodeId| {
         let cluster = cluster.clone();
