@@ -133,8 +133,14 @@ async fn tokens_grow_across_failover_and_a_restart_of_every_node() {
     cluster.advance_clocks_ms(TTL.as_millis() as u64);
     tokens.push(token_of(&cluster.client(), "l", "after-restart").await);
 
-    // FIXME(ranges issue): add a split between grants once ranges split; a child range
-    // inherits its parent's revision counter, which is what keeps tokens growing there.
+    // A split moves the lock to a new range, which starts from its parent's revision: the
+    // next grant there still outgrows every token before.
+    let client = cluster.client();
+    let (_, right) = client.split(b"l").await.unwrap();
+    assert_eq!(right.start, b"l");
+    cluster.advance_clocks_ms(TTL.as_millis() as u64);
+    tokens.push(token_of(&client, "l", "after-split").await);
+
     assert!(
         tokens.windows(2).all(|pair| pair[0] < pair[1]),
         "tokens strictly increase: {tokens:?}"

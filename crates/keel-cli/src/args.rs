@@ -21,8 +21,8 @@ pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
     after_help = "Exit codes: 0 ok; 1 key not found (get), condition failed (cas), not a counter or \
                   overflow (incr), fenced out (a write whose lock was taken over), lock not \
                   acquired (lock acquire) or not held (renew, release), idempotency record not \
-                  owned (complete, abort) or absent (idem get), split refused (the key already \
-                  starts a range, or the range changed); 2 usage error or invalid argument; \
+                  owned (complete, abort) or absent (idem get), split refused (the range changed \
+                  meanwhile); 2 usage error or invalid argument; \
                   3 unavailable, overloaded, timed out, outcome unknown (or request id expired \
                   while retrying) or fatal; 4 not allowed (no token or an unknown one, a call \
                   the token may not make, a tenant quota reached); 5 (serve) the node's data \
@@ -268,9 +268,10 @@ pub enum ClusterCommand {
     Ranges,
     /// Split the range holding KEY so that KEY starts a new range; prints both halves.
     #[command(
-        after_help = "Refused (exit 1) when KEY already starts a range or the range \
-                            changed meanwhile. A split whose answer was lost exits 3; \
-                            `keel cluster ranges` shows whether it happened."
+        after_help = "When KEY already starts a range, prints the two halves it \
+                            separates and changes nothing (so a retry is safe). Refused \
+                            (exit 1) when the range changed meanwhile. A split whose answer \
+                            was lost exits 3; `keel cluster ranges` shows whether it happened."
     )]
     Split {
         /// The first key of the new range.

@@ -12,7 +12,7 @@
 //! Ranges: `KeyOutOfRange` (and `EpochMismatch` on a data request) means the request reached
 //! a range that does not hold its key and nothing was applied (the server refuses before it
 //! stores a request record): refresh the range table and send again, same id. On a split,
-//! `EpochMismatch` is final (the range changed, or the key already starts a range).
+//! `EpochMismatch` is final (the range changed meanwhile).
 
 use std::time::Duration;
 

@@ -104,7 +104,7 @@ fn exit_codes_follow_the_table() {
             },
             1,
         ),
-        // A split at a key that starts a range already: refused on the state found.
+        // A split refused because the range changed meanwhile.
         (
             KvError::EpochMismatch {
                 expected_epoch: 2,

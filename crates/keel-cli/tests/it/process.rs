@@ -371,14 +371,11 @@ async fn cluster_split_and_ranges_change_and_show_the_table_and_scan_crosses_it(
     assert_eq!(spans, [r#"["","key-10")"#, r#"["key-10",+inf)"#]);
     let (code, second) = keel(&endpoints, &["cluster", "split", "--at", "key-20"]);
     assert_eq!(code, Some(0), "{second}");
-    // The key starts a range already: nothing changes.
-    // FIXME: the contract says `EpochMismatch` (exit 1); today's server answers with the
-    // existing halves (exit 0). Assert exit 1 alone once the lead settles it.
+    // The key starts a range already: the existing halves are printed again (a retried
+    // split is safe) and nothing changes.
     let (code, again) = keel(&endpoints, &["cluster", "split", "--at", "key-20"]);
-    assert!(
-        code == Some(1) || (code == Some(0) && again == second),
-        "exit {code:?}:\n{again}\nafter:\n{second}"
-    );
+    assert_eq!(code, Some(0), "{again}");
+    assert_eq!(again, second);
 
     let (code, json) = keel(&endpoints, &["cluster", "ranges", "--output", "json"]);
     assert_eq!(code, Some(0), "{json}");

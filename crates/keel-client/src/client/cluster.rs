@@ -60,8 +60,8 @@ impl Client {
     /// when known, else to any node (which forwards it), within `write_deadline`.
     ///
     /// A split carries no request id: it is sent again only after answers that say it was
-    /// not applied. `EpochMismatch` is final: `at` already starts a range, or the range
-    /// changed meanwhile. An attempt whose answer was lost ends with `OutcomeUnknown`
+    /// not applied. A split at a key that already starts a range answers the two halves it
+    /// separates and changes nothing. `EpochMismatch` is final: the range changed meanwhile. An attempt whose answer was lost ends with `OutcomeUnknown`
     /// (`ranges` shows whether it happened).
     pub async fn split(&self, at: &[u8]) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
         validate::check_split_key(at)?;
