@@ -16,9 +16,10 @@ use openraft::RaftMetrics;
 use openraft::async_runtime::WatchReceiver;
 use tracing::debug;
 
-use crate::group::{RaftGroup, role};
+use crate::group::RaftGroup;
 use crate::quiescence::{self, FollowerView, LeaderView, Proposal};
 use crate::replicas::membership_view;
+use crate::role::Role;
 
 /// Why a group's ticker is parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,7 +259,7 @@ impl RaftGroup {
         LeaderView {
             range: self.range(),
             node: self.node_id(),
-            role: role(metrics.state, metrics.running_state.is_ok()),
+            role: Role::of(metrics.state, metrics.running_state.is_ok()),
             leader: metrics.current_leader,
             term: metrics.current_term,
             last_log_index: metrics.last_log_index.unwrap_or(0),
@@ -276,7 +277,7 @@ impl RaftGroup {
 
 fn follower_view(metrics: &RaftMetrics<TypeConfig>) -> FollowerView {
     FollowerView {
-        role: role(metrics.state, metrics.running_state.is_ok()),
+        role: Role::of(metrics.state, metrics.running_state.is_ok()),
         leader: metrics.current_leader,
         term: metrics.current_term,
         last_log_index: metrics.last_log_index.unwrap_or(0),
