@@ -24,7 +24,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::error::GroupError;
 use crate::network::NetworkFactory;
-use crate::quiet::{Quiet, Wake};
+use crate::quiet_state::{Quiet, Wake};
 use crate::role::Role;
 use crate::timings::RaftTimings;
 use crate::transport::Transport;
