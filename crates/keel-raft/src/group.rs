@@ -30,7 +30,7 @@ use crate::timings::RaftTimings;
 use crate::transport::Transport;
 
 /// The openraft instance of one group.
-pub type KeelRaft = openraft::Raft<TypeConfig, StateMachine>;
+pub(crate) type KeelRaft = openraft::Raft<TypeConfig, StateMachine>;
 
 /// One member of a group's membership.
 #[derive(Debug, Clone, PartialEq, Eq)]

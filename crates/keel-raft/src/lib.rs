@@ -23,7 +23,7 @@ pub mod wire;
 
 pub use backup::BackupSnapshot;
 pub use error::{GroupError, InboundError};
-pub use group::{GroupStatus, KeelRaft, Member, RaftGroup};
+pub use group::{GroupStatus, Member, RaftGroup};
 pub use groups::{Groups, Starter};
 pub use quiet_state::{Parked, Proposed};
 pub use replicas::MembershipView;
