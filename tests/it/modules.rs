@@ -5,10 +5,13 @@
 //!
 //! `a -> b`, for two children of one module, means non-test code somewhere under `a` names an
 //! item somewhere under `b`: by a path from `crate`, `super` or `self`, by a child module's
-//! name, or through a name an enclosing module imports (`crate::Role` names `group` when
-//! lib.rs has `pub use group::Role`). A `use` tree counts as the paths it spells out, in the
-//! file that writes it (`pub use` too); paths inside macro calls are read from their tokens.
-//! Modules map to files as rustc maps them: `x.rs` or `x/mod.rs`, or a `#[path]`.
+//! name, or through a name an enclosing module imports (`crate::SnapshotFile` names
+//! `snapshot` when lib.rs has `pub use snapshot::SnapshotFile`). A `use` tree counts as the
+//! paths it spells out, in the file that writes it (`pub use` too); paths inside macro calls
+//! are read from their tokens. Modules map to files as rustc maps them: `x.rs` or `x/mod.rs`,
+//! or a `#[path]`.
+//!
+//! One test per crate: `cargo test -p keel-tests --test it modules::keel_raft`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -187,7 +190,7 @@ fn circles(krate: &str, sources: &Sources) -> Vec<Circle> {
     circles
 }
 
-/// The strongly connected components of `graph` (Tarjan), in no particular order.
+/// The strongly connected components of `graph` (Tarjan), sorted.
 fn components(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
     let mut tarjan = Tarjan {
         graph,
