@@ -10,6 +10,7 @@ mod faults;
 mod harness;
 mod idempotency;
 mod locks;
+mod modules;
 mod nodes;
 mod observability;
 mod pki;

@@ -2,8 +2,8 @@
 //! key's range in the range table, or the cached leader of a cluster without one), and runs
 //! the retry policy of `retry` within the request deadline (reads here, writes in `write`).
 //! Batches are in `batch`, scans in `scan`, the Cluster service in `cluster`, the lock and
-//! idempotency calls in `lock`, `idempotency` and `idempotent`. Knows nothing of server
-//! internals.
+//! idempotency calls in `lock`, `idempotency` and `idempotent`, and the `LockGuard` that
+//! `Client::lock` returns in `guard`. Knows nothing of server internals.
 
 use std::future::Future;
 use std::sync::atomic::AtomicUsize;
@@ -27,6 +27,7 @@ use crate::stub::{Credentials, Stub, Transport};
 mod backup;
 mod batch;
 mod cluster;
+mod guard;
 mod idempotency;
 mod idempotent;
 mod lock;
@@ -35,6 +36,7 @@ mod scan;
 mod write;
 
 pub use backup::{RangeBackup, RangeSnapshot};
+pub use guard::LockGuard;
 use route::RouteBy;
 
 /// A handle on a Keel cluster. Cheap to clone; clones share connections, the range table and

@@ -116,7 +116,6 @@ pub mod attempt;
 mod client;
 mod endpoints;
 mod errors;
-mod guard;
 mod options;
 mod random;
 mod range_cache;
@@ -127,10 +126,9 @@ mod scan_page;
 mod session;
 mod stub;
 
-pub use client::{Client, RangeBackup, RangeSnapshot};
+pub use client::{Client, LockGuard, RangeBackup, RangeSnapshot};
 pub use endpoints::normalize as normalize_endpoint;
 pub use errors::{IdempotentError, LockError, LockLost};
-pub use guard::LockGuard;
 pub use options::{
     AcquireOptions, BatchOptions, ClientOptions, ClientTls, DeleteOptions, IdempotentOptions,
     PutOptions,

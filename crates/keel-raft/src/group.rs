@@ -24,34 +24,13 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::error::GroupError;
 use crate::network::NetworkFactory;
-use crate::quiet::{Quiet, Wake};
+use crate::quiet_state::{Quiet, Wake};
+use crate::role::Role;
 use crate::timings::RaftTimings;
 use crate::transport::Transport;
 
 /// The openraft instance of one group.
-pub type KeelRaft = openraft::Raft<TypeConfig, StateMachine>;
-
-/// A replica's role in its group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Leader,
-    Follower,
-    Candidate,
-    Learner,
-    Stopped,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Leader => "leader",
-            Role::Follower => "follower",
-            Role::Candidate => "candidate",
-            Role::Learner => "learner",
-            Role::Stopped => "stopped",
-        }
-    }
-}
+pub(crate) type KeelRaft = openraft::Raft<TypeConfig, StateMachine>;
 
 /// One member of a group's membership.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -491,7 +470,7 @@ impl RaftGroup {
             snapshot_index: metrics.snapshot.map_or(0, |id| id.index),
             purged_index: metrics.purged.map_or(0, |id| id.index),
             revision,
-            role: role(metrics.state, metrics.running_state.is_ok()),
+            role: Role::of(metrics.state, metrics.running_state.is_ok()),
             members,
             quiesced: self.is_quiesced(),
             matched: matched(&metrics, self.node_id),
@@ -621,19 +600,6 @@ fn quorum_acked_ago(metrics: &openraft::RaftMetrics<TypeConfig>) -> Option<Durat
         .last_quorum_acked
         .as_ref()
         .map(|acked| acked.elapsed())
-}
-
-pub(crate) fn role(state: ServerState, running: bool) -> Role {
-    if !running {
-        return Role::Stopped;
-    }
-    match state {
-        ServerState::Leader => Role::Leader,
-        ServerState::Candidate => Role::Candidate,
-        ServerState::Learner => Role::Learner,
-        ServerState::Follower => Role::Follower,
-        ServerState::Shutdown => Role::Stopped,
-    }
 }
 
 fn fatal(range: RangeId, error: &impl std::fmt::Display) -> KvError {

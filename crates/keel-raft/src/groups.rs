@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::{GroupError, InboundError};
 use crate::group::RaftGroup;
-use crate::quiet::Parked;
+use crate::quiet_state::Parked;
 use crate::snapshot::SnapshotHeader;
 use crate::timings::RaftTimings;
 use crate::transport::{RpcKind, Transport};

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use keel_types::{NodeId, QuietRange, RangeId};
 
-use crate::group::Role;
+use crate::role::Role;
 
 /// What a group's replica on the leader's node knows, for the proposal decision.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,10 +4,9 @@
 //! `change_replicas`, `transfer_leader`, `elect`) starts with `begin_use`, which wakes a
 //! parked leader first, so no caller can forget to. Followers park and wake on the node's word
 //! (`agree`, `unpark_if`): a leader's heartbeat listing or no longer listing the group, a
-//! peer's Raft message, the leader's silence. The decisions are pure (`quiescence.rs`).
-//! Knows nothing of heartbeats or the network.
+//! peer's Raft message, the leader's silence. The decisions are pure (`quiescence.rs`); the
+//! state they read and change is `quiet_state.rs`. Knows nothing of heartbeats or the network.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use keel_storage::raft_types::TypeConfig;
@@ -16,70 +15,11 @@ use openraft::RaftMetrics;
 use openraft::async_runtime::WatchReceiver;
 use tracing::debug;
 
-use crate::group::{RaftGroup, role};
-use crate::quiescence::{self, FollowerView, LeaderView, Proposal};
+use crate::group::RaftGroup;
+use crate::quiescence::{self, FollowerView, LeaderView};
+use crate::quiet_state::{Parked, Proposed, QuietState, Wake};
 use crate::replicas::membership_view;
-
-/// Why a group's ticker is parked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parked {
-    /// This replica leads the group and every follower agreed to `quiet`.
-    Leader { quiet: QuietRange },
-    /// This replica follows `leader`, which listed `quiet` in its heartbeat, and agreed.
-    Follower { leader: NodeId, quiet: QuietRange },
-    /// The node has just started: the ticker waits, until `until` at most (`None`: the node
-    /// is not serving yet), to learn whether the group's leader lists it as quiet, so that a
-    /// restarted follower does not campaign in a quiesced group.
-    Held { until: Option<Instant> },
-}
-
-/// A leader's proposal, with the count of uses of the group when it was made: the leader
-/// parks only if no use began since.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Proposed {
-    pub proposal: Proposal,
-    uses: u64,
-}
-
-/// Which parking an operation wakes: a follower must not start ticking because a client
-/// asked it for something only the leader serves (it would campaign with a stale lease).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    Leader,
-    Any,
-}
-
-/// The quiescence state of one group on this node.
-pub(crate) struct Quiet {
-    state: Mutex<QuietState>,
-}
-
-struct QuietState {
-    /// Operations running on the group now.
-    in_flight: u32,
-    /// Operations begun since the group started.
-    uses: u64,
-    /// When the last operation ended (or began, while one runs; or the group started).
-    last_used: Instant,
-    parked: Option<Parked>,
-}
-
-impl Quiet {
-    pub(crate) fn new() -> Quiet {
-        Quiet {
-            state: Mutex::new(QuietState {
-                in_flight: 0,
-                uses: 0,
-                last_used: Instant::now(),
-                parked: None,
-            }),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, QuietState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
+use crate::role::Role;
 
 /// One operation on a group; the group counts as used until it is dropped.
 pub(crate) struct Use<'a> {
@@ -258,7 +198,7 @@ impl RaftGroup {
         LeaderView {
             range: self.range(),
             node: self.node_id(),
-            role: role(metrics.state, metrics.running_state.is_ok()),
+            role: Role::of(metrics.state, metrics.running_state.is_ok()),
             leader: metrics.current_leader,
             term: metrics.current_term,
             last_log_index: metrics.last_log_index.unwrap_or(0),
@@ -276,7 +216,7 @@ impl RaftGroup {
 
 fn follower_view(metrics: &RaftMetrics<TypeConfig>) -> FollowerView {
     FollowerView {
-        role: role(metrics.state, metrics.running_state.is_ok()),
+        role: Role::of(metrics.state, metrics.running_state.is_ok()),
         leader: metrics.current_leader,
         term: metrics.current_term,
         last_log_index: metrics.last_log_index.unwrap_or(0),

@@ -24,7 +24,7 @@ use openraft::{ChangeMembers, RaftMetrics};
 use tracing::info;
 
 use crate::group::RaftGroup;
-use crate::quiet::Wake;
+use crate::quiet_state::Wake;
 
 /// A group's membership as one replica knows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

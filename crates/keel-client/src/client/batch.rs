@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::validate::{self, show_key};
+use keel_types::validate;
 use keel_types::{BatchOp, KvError, OpResult};
 use tokio::task::JoinSet;
 
@@ -15,7 +15,6 @@ use super::route::RouteBy;
 use super::write::WriteError;
 use super::{Client, WRITE, checked_fence};
 use crate::options::BatchOptions;
-use crate::range_table::Spans;
 use crate::results::{self, BatchPart, BatchResult, NonAtomicBatchResult};
 use crate::stub::Transport;
 
@@ -47,11 +46,7 @@ impl Client {
             request_id: None,
             fence: checked_fence(options.fence)?,
         };
-        match self.send_batch(&keys, request).await {
-            Ok(result) => Ok(result),
-            Err(WriteError::Kv(error)) => Err(error),
-            Err(WriteError::Spans(spans)) => Err(spanning_error(&spans)),
-        }
+        self.send_batch(&keys, request).await.map_err(KvError::from)
     }
 
     /// Applies `ops` range by range: the ops of each range (in the caller's order) go as one
@@ -144,19 +139,6 @@ impl Client {
             .await?;
         Ok(results::batch(response, count)?)
     }
-}
-
-/// The refusal of an atomic batch whose keys lie in more than one range.
-pub(super) fn spanning_error(spans: &Spans) -> KvError {
-    let (first_key, first) = &spans.first;
-    let (second_key, second) = &spans.second;
-    KvError::invalid(format!(
-        "the batch's keys lie in more than one range (key {} in range {first}, key {} in \
-         range {second}); an atomic batch must stay within one range: send it with \
-         Client::batch_non_atomic (atomic per range, not as a whole) or split it yourself",
-        show_key(first_key),
-        show_key(second_key)
-    ))
 }
 
 /// The answer of a non-atomic batch of `count` ops whose keys are `keys`, from its parts

@@ -10,10 +10,10 @@ use keel_proto::v1::lock_client::LockClient;
 use keel_types::{Consistency, KvError, validate};
 use tokio::time::Instant;
 
+use super::guard::{self, LockGuard, Renewal};
 use super::route::RouteBy;
 use super::{Client, Kind, WRITE, read};
 use crate::errors::LockError;
-use crate::guard::{self, LockGuard, Renewal};
 use crate::options::{AcquireOptions, millis};
 use crate::results::{self, AcquireResult, InspectResult, ReleaseResult, RenewResult};
 use crate::stub::Transport;

@@ -3,13 +3,14 @@
 //! passes. Knows nothing of which write it sends, nor to which service: the caller's closure
 //! builds the request on the service's client. An atomic batch whose keys the range table
 //! places in more than one range ends with `WriteError::Spans`, before it is sent or once
-//! no attempt of it can have been applied.
+//! no attempt of it can have been applied; as a `KvError` that is `InvalidArgument`.
 
 use std::future::Future;
 use std::time::Duration;
 
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
+use keel_types::validate::show_key;
 use keel_types::{KvError, RequestId};
 use tokio::time::Instant;
 
@@ -44,6 +45,16 @@ impl From<KvError> for WriteError {
     }
 }
 
+/// What the caller sees: keys spanning ranges are an invalid argument.
+impl From<WriteError> for KvError {
+    fn from(error: WriteError) -> Self {
+        match error {
+            WriteError::Kv(error) => error,
+            WriteError::Spans(spans) => spanning_error(&spans),
+        }
+    }
+}
+
 /// What the attempts of one write have learned.
 struct Attempts {
     progress: WriteProgress,
@@ -69,11 +80,9 @@ impl Client {
         F: FnMut(S, RequestId) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        match self.write_routed(kind, by, send).await {
-            Ok(response) => Ok(response),
-            Err(WriteError::Kv(error)) => Err(error),
-            Err(WriteError::Spans(spans)) => Err(super::batch::spanning_error(&spans)),
-        }
+        self.write_routed(kind, by, send)
+            .await
+            .map_err(KvError::from)
     }
 
     /// `write` for keys that may span ranges (`RouteBy::Keys`).
@@ -204,4 +213,17 @@ impl Client {
             },
         })
     }
+}
+
+/// The refusal of an atomic batch whose keys lie in more than one range.
+fn spanning_error(spans: &Spans) -> KvError {
+    let (first_key, first) = &spans.first;
+    let (second_key, second) = &spans.second;
+    KvError::invalid(format!(
+        "the batch's keys lie in more than one range (key {} in range {first}, key {} in \
+         range {second}); an atomic batch must stay within one range: send it with \
+         Client::batch_non_atomic (atomic per range, not as a whole) or split it yourself",
+        show_key(first_key),
+        show_key(second_key)
+    ))
 }

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::Client;
+use super::Client;
 use crate::errors::LockLost;
 use crate::results::ReleaseResult;
 
