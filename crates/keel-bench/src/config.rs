@@ -201,7 +201,8 @@ impl Config {
     }
 }
 
-/// Parses `10s`, `250ms`, `2m`, `1h` or plain seconds.
+/// Parses `10s`, `250ms`, `2m`, `1h` or plain seconds (`humantime` would refuse a plain
+/// number, which the bench's flags and scripts accept).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text

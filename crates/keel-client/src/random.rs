@@ -1,17 +1,9 @@
-//! Randomness for backoff jitter and for the client's default owner name. No seed to manage:
-//! `RandomState` is seeded randomly per thread and moves on with every instance, which is all
-//! jitter and a unique name need. Not for anything secret.
-
-use std::hash::{BuildHasher, RandomState};
-
-/// A random 64-bit number.
-pub(crate) fn u64() -> u64 {
-    RandomState::new().hash_one(0u8)
-}
+//! Randomness for backoff jitter and the client's default owner name, from `rand`'s
+//! thread-local generator (seeded from the OS). Not for anything secret.
 
 /// A random number in 0..1.
 pub(crate) fn unit() -> f64 {
-    (u64() >> 11) as f64 / (1u64 << 53) as f64
+    rand::random()
 }
 
 /// The owner a client acquires locks and begins idempotency records as, unless a call names
@@ -29,7 +21,12 @@ pub(crate) fn owner() -> Vec<u8> {
         .filter(|c| c.is_ascii_graphic() && *c != '/')
         .take(128)
         .collect();
-    format!("{host}/{}/{:016x}", std::process::id(), u64()).into_bytes()
+    format!(
+        "{host}/{}/{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    )
+    .into_bytes()
 }
 
 #[cfg(test)]

@@ -4,6 +4,13 @@
 //!
 //! Names and label names are ours and checked with `assert!` (a bad one is a programmer
 //! error); label values and help texts are escaped.
+//!
+//! Written here rather than with the `prometheus` or `prometheus-client` crates: most of the
+//! node's families are read at scrape time from the node's state (Raft status per range,
+//! range counts, store counters), which those crates would take only through collectors
+//! written against their registries, and the counted ones (`histogram.rs`) are plain atomics
+//! the storage writer thread records into; what is left is this writer, a few hundred lines
+//! whose output a strict parser of the format checks (tests/it/prometheus.rs).
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
