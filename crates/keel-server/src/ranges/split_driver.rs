@@ -188,7 +188,6 @@ mod tests {
 
     use super::*;
     use crate::config::{KvSettings, RANGE_SPLIT_LOAD_SECS_MAX};
-    use crate::shared::split_thresholds::SplitThresholds;
 
     #[test]
     fn default_settings_are_the_default_policy() {
@@ -211,42 +210,5 @@ mod tests {
             load_secs: 3,
         };
         assert_eq!(policy(&settings), expected);
-    }
-
-    #[cfg(feature = "fault-injection")]
-    #[test]
-    fn thresholds_change_within_the_configured_bounds() {
-        use crate::config::ConfigError;
-        let thresholds = SplitThresholds::new(SplitSettings::default());
-        let small = |settings| SplitSettings {
-            range_bytes_max: 1_024,
-            ..settings
-        };
-        assert_eq!(thresholds.update(small).unwrap().1.range_bytes_max, 1_024);
-        let tiny = |settings| SplitSettings {
-            range_bytes_max: 10,
-            ..settings
-        };
-        assert_eq!(
-            thresholds.update(tiny),
-            Err(ConfigError::RangeSplitBytes(10))
-        );
-        let long = |settings| SplitSettings {
-            load_secs: 61,
-            ..settings
-        };
-        assert_eq!(
-            thresholds.update(long),
-            Err(ConfigError::RangeSplitLoadSecs(61))
-        );
-        let expected = SplitSettings {
-            range_bytes_max: 1_024,
-            ..SplitSettings::default()
-        };
-        assert_eq!(
-            thresholds.get(),
-            expected,
-            "a refused change changes nothing"
-        );
     }
 }

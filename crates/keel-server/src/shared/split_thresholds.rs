@@ -38,3 +38,44 @@ impl SplitThresholds {
         Ok((previous, changed))
     }
 }
+
+#[cfg(all(test, feature = "fault-injection"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_change_within_the_configured_bounds() {
+        use crate::config::ConfigError;
+        let thresholds = SplitThresholds::new(SplitSettings::default());
+        let small = |settings| SplitSettings {
+            range_bytes_max: 1_024,
+            ..settings
+        };
+        assert_eq!(thresholds.update(small).unwrap().1.range_bytes_max, 1_024);
+        let tiny = |settings| SplitSettings {
+            range_bytes_max: 10,
+            ..settings
+        };
+        assert_eq!(
+            thresholds.update(tiny),
+            Err(ConfigError::RangeSplitBytes(10))
+        );
+        let long = |settings| SplitSettings {
+            load_secs: 61,
+            ..settings
+        };
+        assert_eq!(
+            thresholds.update(long),
+            Err(ConfigError::RangeSplitLoadSecs(61))
+        );
+        let expected = SplitSettings {
+            range_bytes_max: 1_024,
+            ..SplitSettings::default()
+        };
+        assert_eq!(
+            thresholds.get(),
+            expected,
+            "a refused change changes nothing"
+        );
+    }
+}
