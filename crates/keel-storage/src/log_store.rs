@@ -464,5 +464,4 @@ pub(crate) fn purge(
 }
 
 #[cfg(test)]
-#[path = "log_store_tests.rs"]
 mod tests;

@@ -207,5 +207,4 @@ fn refused(range: RangeId, why: &str) -> StorageError {
 }
 
 #[cfg(test)]
-#[path = "restore_tests.rs"]
 mod tests;

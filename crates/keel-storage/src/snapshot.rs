@@ -1013,5 +1013,4 @@ fn nonce() -> String {
 }
 
 #[cfg(test)]
-#[path = "snapshot_tests.rs"]
 mod tests;

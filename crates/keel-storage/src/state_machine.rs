@@ -688,29 +688,4 @@ fn quota_counts_in_rows(
 }
 
 #[cfg(test)]
-#[path = "state_machine_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "exactly_once_tests.rs"]
-mod exactly_once_tests;
-
-#[cfg(test)]
-#[path = "coordination_sm_tests.rs"]
-mod coordination_sm_tests;
-
-#[cfg(test)]
-#[path = "split_sm_tests.rs"]
-mod split_sm_tests;
-
-#[cfg(test)]
-#[path = "meta_sm_tests.rs"]
-mod meta_sm_tests;
-
-#[cfg(test)]
-#[path = "upkeep_tests.rs"]
-mod upkeep_tests;
-
-#[cfg(test)]
-#[path = "planted_tests.rs"]
-mod planted_tests;
