@@ -11,9 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Bytes;
 use super::sessions::session_key;
-use crate::codec::{decode_body, encode, split_version};
+use crate::codec::{Digest, decode_body, encode, split_version};
 use crate::error::StorageError;
-use crate::session::Digest;
 
 pub(crate) const REQUESTS: TableDefinition<Bytes, Bytes> = TableDefinition::new("requests");
 

@@ -7,9 +7,8 @@ use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::Bytes;
-use crate::codec::{decode_body, encode, split_version};
+use crate::codec::{Digest, decode_body, encode, split_version};
 use crate::error::StorageError;
-use crate::session::Digest;
 
 pub(crate) const SESSIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("sessions");
 
