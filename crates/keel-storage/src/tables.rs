@@ -21,7 +21,7 @@
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
 //! a range owns), `range_rows` (keys that start with a range id, and the kind-keyed rows of
 //! `raft_meta` and `sm_meta`) and `keyed_rows` (rows keyed by name or key alone, and the
-//! counts their writes keep).
+//! counts their writes keep); `open` has `Tables`, the tables an apply writes, open at once.
 //!
 //! Ranges with state in one file have disjoint key spans, so they share the one `kv` table
 //! and a split changes metadata only; `ttl` is shared the same way (filter it by span). A
@@ -59,6 +59,7 @@ mod keyed_rows;
 mod kv;
 mod locks;
 mod meta;
+mod open;
 mod raft_log;
 mod raft_meta;
 mod range_rows;
@@ -82,6 +83,7 @@ pub(crate) use locks::LOCKS;
 pub(crate) use meta::{
     META, META_NEXT_RANGE_ID, META_NODE, META_NODE_STATE, META_RANGE, meta_row_key,
 };
+pub(crate) use open::Tables;
 pub(crate) use raft_log::{RAFT_LOG, decode_entry, log_key, log_state};
 pub(crate) use raft_meta::{RAFT_META, RAFT_PURGED, RAFT_VOTE};
 pub(crate) use range_rows::{meta_key, ranges_in, read_meta, remove_meta, write_meta};
