@@ -35,7 +35,8 @@ use crate::codec::{decode, encoded_len};
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
 use crate::raft_types::SnapshotMeta;
-use crate::snapshot::{self, RangeFacts, Record, SnapshotFile, SnapshotHeader, SnapshotReader};
+use crate::snapshot::{self, RangeFacts, Record, SnapshotHeader, SnapshotReader};
+use crate::snapshot_file::SnapshotFile;
 use crate::store::Store;
 use crate::tables::{
     self, Bytes, DEADLINES, Deadlined, FENCES, IDEMPOTENCY, InstallMarker, KV, KeySpan, KvCounts,

@@ -32,6 +32,7 @@ mod remove;
 mod restore;
 mod session;
 mod snapshot;
+mod snapshot_file;
 mod split;
 mod state_machine;
 mod store;
@@ -42,7 +43,8 @@ mod writer;
 pub use error::StorageError;
 pub use log_store::LogStore;
 pub use restore::SnapshotSummary;
-pub use snapshot::{IncomingSnapshot, SnapshotBuilder, SnapshotFile};
+pub use snapshot::{IncomingSnapshot, SnapshotBuilder};
+pub use snapshot_file::SnapshotFile;
 pub use state_machine::{KeyRead, QuotaCounts, RangeCounts, ScanPage, StateMachine};
 #[doc(hidden)]
 pub use store::WriterHold;

@@ -50,6 +50,7 @@ use crate::codec::{FORMAT_VERSION, decode, encode};
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::snapshot_file::SnapshotFile;
 use crate::store::Store;
 use crate::tables::{
     self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord, SESSIONS,
@@ -69,36 +70,15 @@ const _: () = assert!(
     "this build writes sealed files"
 );
 
-/// A complete snapshot file on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotFile {
-    path: PathBuf,
-    len_bytes: u64,
-}
-
 impl SnapshotFile {
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn len_bytes(&self) -> u64 {
-        self.len_bytes
-    }
-
-    /// Opens the file for streaming it to a follower. Fails with `NotFound` if a newer
-    /// snapshot has replaced it since; ask for the current snapshot again.
-    pub async fn open_reader(&self) -> io::Result<tokio::fs::File> {
-        tokio::fs::File::open(&self.path).await
-    }
-
     /// Reads the whole file and checks it (`verify`): `Err(SnapshotDamaged)` if it is not
     /// whole, so a receiver refuses it before handing it to openraft, whose failed install
     /// would stop the group.
     pub async fn verify(&self) -> Result<(), StorageError> {
-        let path = self.path.clone();
+        let path = self.path().to_path_buf();
         tokio::task::spawn_blocking(move || verify(&path))
             .await
-            .map_err(|e| StorageError::io(&self.path, io::Error::other(e)))?
+            .map_err(|e| StorageError::io(self.path(), io::Error::other(e)))?
     }
 }
 
@@ -168,7 +148,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let range = self.range;
         let task = tokio::task::spawn_blocking(move || build(&db, &dir, range));
         let (meta, snapshot) = task.await.map_err(io::Error::other)??;
-        tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes, "snapshot built");
+        tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes(), "snapshot built");
         Ok(Snapshot { meta, snapshot })
     }
 }

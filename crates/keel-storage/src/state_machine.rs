@@ -36,7 +36,8 @@ use crate::meta::{self, MetaRow};
 use crate::raft_types::{
     EntryResponder, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
-use crate::snapshot::{self, SnapshotBuilder, SnapshotFile};
+use crate::snapshot::{self, SnapshotBuilder};
+use crate::snapshot_file::SnapshotFile;
 use crate::store::Store;
 use crate::tables::{
     self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,

@@ -23,7 +23,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
 use crate::log_store::LogStore;
-use crate::snapshot::{self, IncomingSnapshot, SnapshotFile};
+use crate::snapshot::{self, IncomingSnapshot};
+use crate::snapshot_file::SnapshotFile;
 use crate::state_machine::StateMachine;
 use crate::tables::{
     self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, RAFT_LOG, RAFT_META,
