@@ -42,7 +42,7 @@ use crate::store::Store;
 use crate::tables::{
     self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,
 };
-use crate::upkeep::{due_records, expired_keys, idle_sessions};
+use crate::upkeep::{self, Upkeep, due_records, expired_keys, idle_sessions};
 use crate::writer::{Done, Op};
 use crate::{apply, install};
 
@@ -127,11 +127,6 @@ impl StateMachine {
     /// The range this state machine belongs to.
     pub fn range(&self) -> RangeId {
         self.range
-    }
-
-    /// The store holding the range.
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
     }
 
     /// The key (absent if expired at `max(now_ms, range clock)`) and the range's applied
@@ -356,6 +351,23 @@ impl StateMachine {
                     locks,
                     records,
                 })
+            })
+            .await
+    }
+
+    /// Plans the cleanup and the reclaim of the range at `now_ms` in one read (the same
+    /// commands `plan_cleanup(now_ms, now_ms - dedup_window_ms)` and `plan_reclaim(now_ms)`
+    /// plan), and when the next item falls due.
+    pub async fn plan_upkeep(
+        &self,
+        now_ms: u64,
+        dedup_window_ms: u64,
+    ) -> Result<Upkeep, StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                upkeep::plan(txn, range, &state, now_ms, dedup_window_ms)
             })
             .await
     }
