@@ -43,9 +43,11 @@ mod writer;
 pub use error::StorageError;
 pub use log_store::LogStore;
 pub use restore::SnapshotSummary;
-pub use snapshot::{IncomingSnapshot, SnapshotBuilder};
+pub use snapshot::IncomingSnapshot;
 pub use snapshot_file::SnapshotFile;
-pub use state_machine::{KeyRead, QuotaCounts, RangeCounts, ScanPage, StateMachine};
+pub use state_machine::{
+    KeyRead, QuotaCounts, RangeCounts, ScanPage, SnapshotBuilder, StateMachine,
+};
 #[doc(hidden)]
 pub use store::WriterHold;
 pub use store::{Store, StoreOptions};

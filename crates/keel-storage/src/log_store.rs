@@ -145,8 +145,15 @@ impl Recent {
     }
 }
 
+impl Store {
+    /// The Raft log of one range.
+    pub fn log_store(&self, range: RangeId) -> LogStore {
+        LogStore::new(self.clone(), range)
+    }
+}
+
 impl LogStore {
-    pub(crate) fn new(store: Store, range: RangeId) -> LogStore {
+    fn new(store: Store, range: RangeId) -> LogStore {
         LogStore {
             store,
             range,

@@ -29,35 +29,39 @@ use crate::store::Store;
 use crate::tables::{self, KeySpan, RAFT_LOG, RAFT_META, SM_META, SM_REMOVED, SM_REMOVING};
 use crate::writer::{Op, Outcome};
 
-/// Deletes everything this file holds of `range` (see the module doc). The range's group
-/// must be stopped. Idempotent: a removal interrupted by a crash is finished by calling it
-/// again; a range the file does not hold is a no-op.
-pub(crate) async fn remove_range(store: &Store, range: RangeId) -> Result<(), StorageError> {
-    let installing = store
-        .read(move |txn| {
-            let sm_meta = txn
-                .open_table(SM_META)
-                .map_err(|e| StorageError::redb("open sm_meta", e))?;
-            Ok(tables::read_sm_state(&sm_meta, range)?.installing.is_some())
-        })
-        .await?;
-    let span = match installing {
-        true => installing_span(store, range).await?,
-        false => KeySpan::none(),
-    };
-    store.call(Op::RemoveBegin { range }).await?;
-    let clear = || Op::InstallClear {
-        range,
-        span: span.clone(),
-    };
-    while let Outcome::More(true) = store.call(clear()).await? {}
-    store.call(Op::RemoveFinish { range }).await?;
-    let dir = store.snapshot_dir().to_path_buf();
-    tokio::task::spawn_blocking(move || snapshot::remove_all(&dir, range))
-        .await
-        .map_err(|e| StorageError::io(store.snapshot_dir(), std::io::Error::other(e)))??;
-    tracing::info!(%range, "replica removed from this store");
-    Ok(())
+impl Store {
+    /// Deletes this file's replica of `range`: its log, Raft and state-machine metadata,
+    /// exactly-once state, and the rows, locks, fences and idempotency records of its span
+    /// (see the module doc: crash-safe, in bounded transactions). Its group must be stopped
+    /// first. Idempotent: a removal interrupted by a crash is finished by calling it again;
+    /// a range the file does not hold is a no-op.
+    pub async fn remove_range(&self, range: RangeId) -> Result<(), StorageError> {
+        let installing = self
+            .read(move |txn| {
+                let sm_meta = txn
+                    .open_table(SM_META)
+                    .map_err(|e| StorageError::redb("open sm_meta", e))?;
+                Ok(tables::read_sm_state(&sm_meta, range)?.installing.is_some())
+            })
+            .await?;
+        let span = match installing {
+            true => installing_span(self, range).await?,
+            false => KeySpan::none(),
+        };
+        self.call(Op::RemoveBegin { range }).await?;
+        let clear = || Op::InstallClear {
+            range,
+            span: span.clone(),
+        };
+        while let Outcome::More(true) = self.call(clear()).await? {}
+        self.call(Op::RemoveFinish { range }).await?;
+        let dir = self.snapshot_dir().to_path_buf();
+        tokio::task::spawn_blocking(move || snapshot::remove_all(&dir, range))
+            .await
+            .map_err(|e| StorageError::io(self.snapshot_dir(), std::io::Error::other(e)))??;
+        tracing::info!(%range, "replica removed from this store");
+        Ok(())
+    }
 }
 
 /// The span of the snapshot an interrupted install was writing (its current snapshot).

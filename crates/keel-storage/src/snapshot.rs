@@ -39,7 +39,6 @@ use keel_types::{
     CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, NodeId,
     NodeState, RangeDescriptor, RangeId, Revision, limits,
 };
-use openraft::storage::RaftSnapshotBuilder;
 use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -49,9 +48,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use crate::codec::{FORMAT_VERSION, decode, encode};
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
-use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership};
 use crate::snapshot_file::SnapshotFile;
-use crate::store::Store;
 use crate::tables::{
     self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord, SESSIONS,
     SM_META, Session, SessionV1,
@@ -130,26 +128,6 @@ impl Drop for IncomingSnapshot {
         if self.file.is_some() {
             let _ = std::fs::remove_file(&self.path);
         }
-    }
-}
-
-/// Builds a snapshot of one range from a consistent read transaction.
-pub struct SnapshotBuilder {
-    pub(crate) store: Store,
-    pub(crate) range: RangeId,
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    type SnapshotData = SnapshotFile;
-
-    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let db = self.store.db()?;
-        let dir = self.store.snapshot_dir().to_path_buf();
-        let range = self.range;
-        let task = tokio::task::spawn_blocking(move || build(&db, &dir, range));
-        let (meta, snapshot) = task.await.map_err(io::Error::other)??;
-        tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes(), "snapshot built");
-        Ok(Snapshot { meta, snapshot })
     }
 }
 

@@ -1,6 +1,7 @@
 //! `StateMachine`: one range's key-value data, locks, fences and idempotency records as
-//! openraft's `RaftStateMachine`, plus the reads the server serves from it and the read-only
-//! planning of cleanups and reclaims. Knows nothing about gRPC, routing, lock queues or the
+//! openraft's `RaftStateMachine` (with its `SnapshotBuilder`, which `snapshot::build` does
+//! the work of), plus the reads the server serves from it and the read-only planning of
+//! cleanups and reclaims (`upkeep`). Knows nothing about gRPC, routing, lock queues or the
 //! network, and reads no clock: callers pass the time.
 //!
 //! Applies run on the writer thread, in the same transaction as the applied log id,
@@ -26,7 +27,7 @@ use keel_types::{
     NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, ReplicaMembership, Revision, limits,
 };
 use openraft::OptionalSend;
-use openraft::storage::RaftStateMachine;
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 use tracing::Instrument;
@@ -36,7 +37,7 @@ use crate::meta::{self, MetaRow};
 use crate::raft_types::{
     EntryResponder, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
-use crate::snapshot::{self, SnapshotBuilder};
+use crate::snapshot;
 use crate::snapshot_file::SnapshotFile;
 use crate::store::Store;
 use crate::tables::{
@@ -81,6 +82,14 @@ pub struct QuotaCounts {
     pub bytes: u64,
 }
 
+impl Store {
+    /// The state machine of one range. Its key span is read from the range's state with
+    /// every read and apply (`KeySpan::unrecorded` for a range without one).
+    pub fn state_machine(&self, range: RangeId) -> StateMachine {
+        StateMachine::new(self.clone(), range)
+    }
+}
+
 /// The state machine of one range. Cheap to clone. Every read takes the range's key span
 /// from its state in the same read transaction, so a split is seen at once.
 #[derive(Clone)]
@@ -108,7 +117,7 @@ pub enum KeyRead {
 }
 
 impl StateMachine {
-    pub(crate) fn new(store: Store, range: RangeId) -> StateMachine {
+    fn new(store: Store, range: RangeId) -> StateMachine {
         StateMachine {
             store,
             range,
@@ -563,6 +572,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         self.store.check()?;
         Ok(snapshot::current(self.store.snapshot_dir(), self.range).await?)
+    }
+}
+
+/// Builds a snapshot of one range from a consistent read transaction.
+pub struct SnapshotBuilder {
+    store: Store,
+    range: RangeId,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let db = self.store.db()?;
+        let dir = self.store.snapshot_dir().to_path_buf();
+        let range = self.range;
+        let task = tokio::task::spawn_blocking(move || snapshot::build(&db, &dir, range));
+        let (meta, snapshot) = task.await.map_err(io::Error::other)??;
+        tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes(), "snapshot built");
+        Ok(Snapshot { meta, snapshot })
     }
 }
 
