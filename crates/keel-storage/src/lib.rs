@@ -27,6 +27,7 @@ mod log_store;
 #[cfg(feature = "fault-injection")]
 pub mod lossy;
 mod meta;
+mod op;
 pub mod raft_types;
 mod remove;
 mod restore;

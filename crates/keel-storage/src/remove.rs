@@ -3,8 +3,8 @@
 //! records of its span are deleted. Knows nothing of why the replica was removed or who
 //! decided it.
 //!
-//! Crash safety: the removal runs in several transactions, so a crash can leave it half
-//! done. Therefore:
+//! Crash safety: the removal runs in several transactions (writer ops: `op::remove`, and an
+//! install's `op::install::clear`), so a crash can leave it half done. Therefore:
 //! 1. a durable commit writes a *removing* marker into `sm_meta`; from then on the range is
 //!    listed neither by `Store::ranges` nor by `Store::descriptors` (no group starts for it,
 //!    no request is routed to it), but its span still counts as owned, so a snapshot of
@@ -21,13 +21,12 @@
 //! with `Store::remove_range` before it starts any group.
 
 use keel_types::RangeId;
-use redb::WriteTransaction;
 
 use crate::error::StorageError;
+use crate::op::{Op, Outcome};
 use crate::snapshot;
 use crate::store::Store;
-use crate::tables::{self, KeySpan, RAFT_LOG, RAFT_META, SM_META, SM_REMOVED, SM_REMOVING};
-use crate::writer::{Op, Outcome};
+use crate::tables::{self, KeySpan, SM_META};
 
 impl Store {
     /// Deletes this file's replica of `range`: its log, Raft and state-machine metadata,
@@ -72,35 +71,4 @@ async fn installing_span(store: &Store, range: RangeId) -> Result<KeySpan, Stora
             .span),
         None => Ok(KeySpan::none()),
     }
-}
-
-/// Writer op: marks the range as being removed, before anything of it is deleted.
-pub(crate) fn begin(txn: &WriteTransaction, range: RangeId) -> Result<(), StorageError> {
-    let mut sm_meta = txn
-        .open_table(SM_META)
-        .map_err(|e| StorageError::redb("open sm_meta", e))?;
-    tables::write_meta(&mut sm_meta, range, SM_REMOVING, &true)
-}
-
-/// Writer op: deletes the range's log entries and every `raft_meta` and `sm_meta` row of
-/// it, the removing marker included, and writes the removed tombstone.
-pub(crate) fn finish(txn: &WriteTransaction, range: RangeId) -> Result<(), StorageError> {
-    let mut log = txn
-        .open_table(RAFT_LOG)
-        .map_err(|e| StorageError::redb("open raft_log", e))?;
-    let (lower, upper) = (tables::log_key(range, 0), tables::log_key(range, u64::MAX));
-    log.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
-        .map_err(|e| StorageError::redb("remove log", e))?;
-    for table in [RAFT_META, SM_META] {
-        let mut meta = txn
-            .open_table(table)
-            .map_err(|e| StorageError::redb("open meta for removal", e))?;
-        let (lower, upper) = (tables::meta_key(range, 0), tables::meta_key(range, u8::MAX));
-        meta.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
-            .map_err(|e| StorageError::redb("remove range meta", e))?;
-    }
-    let mut sm_meta = txn
-        .open_table(SM_META)
-        .map_err(|e| StorageError::redb("open sm_meta", e))?;
-    tables::write_meta(&mut sm_meta, range, SM_REMOVED, &true)
 }

@@ -34,6 +34,7 @@ use tracing::Instrument;
 
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
+use crate::op::Op;
 use crate::raft_types::{
     EntryResponder, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -44,7 +45,7 @@ use crate::tables::{
     self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,
 };
 use crate::upkeep::{self, Upkeep, due_records, expired_keys, idle_sessions};
-use crate::writer::{Done, Op};
+use crate::writer::Done;
 use crate::{apply, install};
 
 /// One page of a scan.

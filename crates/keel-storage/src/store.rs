@@ -26,6 +26,7 @@ use redb::{Database, DatabaseError, ReadTransaction, ReadableDatabase, ReadableT
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
+use crate::op::{Op, Outcome};
 use crate::snapshot::{self, IncomingSnapshot};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
@@ -33,8 +34,7 @@ use crate::tables::{
     REQUESTS, SESSIONS, SM_META, TTL,
 };
 use crate::writer::{
-    self, CommitObserver, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer,
-    panic_message,
+    self, CommitObserver, Done, Message, Request, Shared, StoreStats, Writer, panic_message,
 };
 
 /// One redb file and its writer thread. Cheap to clone; all clones share the file.

@@ -8,9 +8,9 @@ use keel_types::{
 };
 use openraft::entry::RaftEntry;
 
+use crate::op::{Op, Outcome};
 use crate::raft_types::{Entry, TypeConfig};
 use crate::store::Store;
-use crate::writer::{Op, Outcome};
 
 mod coordination;
 mod exactly_once;

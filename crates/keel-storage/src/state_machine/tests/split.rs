@@ -15,12 +15,12 @@ use redb::ReadableTableMetadata;
 
 use super::{apply_commands_to, mutate, open, put};
 use crate::error::StorageError;
+use crate::op::{Op, Outcome};
 use crate::raft_types::{Entry, Membership, Snapshot, TypeConfig};
 use crate::split::initial_log_id;
 use crate::state_machine::{KeyRead, RangeCounts, StateMachine};
 use crate::store::Store;
 use crate::tables::{InstallMarker, KV, TTL};
-use crate::writer::{Op, Outcome};
 
 const CLIENT: u64 = 0x5b;
 
