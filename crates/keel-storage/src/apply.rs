@@ -36,16 +36,13 @@ use keel_types::{
 };
 use openraft::EntryPayload;
 use openraft::StoredMembership;
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, WriteTransaction};
 
 use crate::coordination::{self, Change, Plan, Subject};
 use crate::error::StorageError;
 use crate::raft_types::Entry;
 use crate::session::{self, Asked, RangeSessions, RequestPlan, SessionLimits, Verdict};
-use crate::tables::{
-    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, LOCKS, META, REQUESTS, RequestRecord,
-    SESSIONS, SM_META, Session, SmState, TTL,
-};
+use crate::tables::{self, META, RequestRecord, Session, SmState, Tables};
 use crate::{meta, split};
 
 /// What a mutation's ops do to the data, decided before anything is written.
@@ -158,42 +155,6 @@ fn op_after(
                 Some(sum),
             ))
         }
-    }
-}
-
-/// The tables an apply writes, open in its transaction.
-pub(crate) struct Tables<'txn> {
-    /// For the tables only a split or a meta command touches.
-    pub txn: &'txn WriteTransaction,
-    pub sm_meta: Table<'txn, Bytes, Bytes>,
-    pub kv: Table<'txn, Bytes, Bytes>,
-    pub ttl: Table<'txn, Bytes, Bytes>,
-    pub sessions: Table<'txn, Bytes, Bytes>,
-    pub requests: Table<'txn, Bytes, Bytes>,
-    pub locks: Table<'txn, Bytes, Bytes>,
-    pub fences: Table<'txn, Bytes, Bytes>,
-    pub idempotency: Table<'txn, Bytes, Bytes>,
-    pub deadlines: Table<'txn, Bytes, Bytes>,
-}
-
-impl<'txn> Tables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StorageError> {
-        let open = |table, name| {
-            txn.open_table(table)
-                .map_err(|e| StorageError::redb(name, e))
-        };
-        Ok(Tables {
-            txn,
-            sm_meta: open(SM_META, "open sm_meta")?,
-            kv: open(KV, "open kv")?,
-            ttl: open(TTL, "open ttl")?,
-            sessions: open(SESSIONS, "open sessions")?,
-            requests: open(REQUESTS, "open requests")?,
-            locks: open(LOCKS, "open locks")?,
-            fences: open(FENCES, "open fences")?,
-            idempotency: open(IDEMPOTENCY, "open idempotency")?,
-            deadlines: open(DEADLINES, "open deadlines")?,
-        })
     }
 }
 

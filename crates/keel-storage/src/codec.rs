@@ -1,5 +1,6 @@
 //! Versioned encodings of everything persisted: one format-version byte, then a postcard
-//! body. Knows nothing about tables, files or openraft's traits.
+//! body; and `Digest`, the fingerprint of a value's encoding that sessions and request
+//! records keep. Knows nothing about tables, files or openraft's traits.
 //!
 //! Format history (every version stays readable):
 //! - 1: the first release.
@@ -42,8 +43,9 @@
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use crate::error::StorageError;
 
@@ -123,6 +125,43 @@ pub(crate) fn split_version<'a>(
             version,
             known: FORMAT_VERSION,
         }),
+    }
+}
+
+/// A fingerprint: the first 16 bytes of a SHA-256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub(crate) struct Digest(pub [u8; 16]);
+
+impl Digest {
+    /// The digest of `value`'s postcard encoding (self-delimiting, so no two values share
+    /// one), hashed as it is encoded: nothing is copied.
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Digest {
+        let hasher = postcard::serialize_with_flavor(value, Hashing(Sha256::new()))
+            .expect("hashing a postcard encoding cannot fail");
+        let mut digest = [0; 16];
+        digest.copy_from_slice(&hasher.finalize()[..16]);
+        Digest(digest)
+    }
+}
+
+/// A postcard flavor that feeds what it encodes to a SHA-256.
+struct Hashing(Sha256);
+
+impl postcard::ser_flavors::Flavor for Hashing {
+    type Output = Sha256;
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.update(data);
+        Ok(())
+    }
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.update([data]);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Sha256> {
+        Ok(self.0)
     }
 }
 

@@ -283,5 +283,4 @@ pub(crate) fn check_fences(
 }
 
 #[cfg(test)]
-#[path = "coordination_tests.rs"]
 mod tests;

@@ -27,11 +27,13 @@ mod log_store;
 #[cfg(feature = "fault-injection")]
 pub mod lossy;
 mod meta;
+mod op;
 pub mod raft_types;
 mod remove;
 mod restore;
 mod session;
 mod snapshot;
+mod snapshot_file;
 mod split;
 mod state_machine;
 mod store;
@@ -42,8 +44,11 @@ mod writer;
 pub use error::StorageError;
 pub use log_store::LogStore;
 pub use restore::SnapshotSummary;
-pub use snapshot::{IncomingSnapshot, SnapshotBuilder, SnapshotFile};
-pub use state_machine::{KeyRead, QuotaCounts, RangeCounts, ScanPage, StateMachine};
+pub use snapshot::IncomingSnapshot;
+pub use snapshot_file::SnapshotFile;
+pub use state_machine::{
+    KeyRead, QuotaCounts, RangeCounts, ScanPage, SnapshotBuilder, StateMachine,
+};
 #[doc(hidden)]
 pub use store::WriterHold;
 pub use store::{Store, StoreOptions};

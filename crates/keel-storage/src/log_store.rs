@@ -2,8 +2,8 @@
 //! `RaftLogStorage` and `RaftLogReader`. Knows nothing about the state machine's data,
 //! gRPC or the network.
 //!
-//! Appends, votes, truncations and purges are executed by the store's writer thread and
-//! reported only after a durable commit. Reads run on blocking threads.
+//! Appends, votes, truncations and purges are executed by the store's writer thread
+//! (`op::log`) and reported only after a durable commit. Reads run on blocking threads.
 //!
 //! Most reads come right behind the appends: replication sends the entries just appended,
 //! and the state machine applies the entries just committed. So the log keeps its latest
@@ -22,14 +22,14 @@ use std::sync::{Arc, Mutex};
 use keel_types::RangeId;
 use openraft::OptionalSend;
 use openraft::storage::{RaftLogReader, RaftLogStorage};
-use redb::{ReadableTable, WriteTransaction};
+use redb::ReadableTable;
 
 use crate::codec;
 use crate::error::StorageError;
+use crate::op::Op;
 use crate::raft_types::{Entry, IoFlushed, LogId, LogState, TypeConfig, Vote};
 use crate::store::Store;
-use crate::tables::{self, RAFT_LOG, RAFT_META, RAFT_PURGED, RAFT_VOTE};
-use crate::writer::Op;
+use crate::tables::{self, RAFT_LOG, RAFT_META, RAFT_VOTE};
 
 /// Encoded bytes of durable entries a range's log keeps in memory at most: a commit batch of
 /// small writes fits (64 puts of 256 bytes are about 20 KiB), and 1,000 ranges keep at most
@@ -145,8 +145,15 @@ impl Recent {
     }
 }
 
+impl Store {
+    /// The Raft log of one range.
+    pub fn log_store(&self, range: RangeId) -> LogStore {
+        LogStore::new(self.clone(), range)
+    }
+}
+
 impl LogStore {
-    pub(crate) fn new(store: Store, range: RangeId) -> LogStore {
+    fn new(store: Store, range: RangeId) -> LogStore {
         LogStore {
             store,
             range,
@@ -381,88 +388,5 @@ where
     Ok(entries)
 }
 
-/// Writer op: appends entries that must directly follow the range's last log id.
-pub(crate) fn append_entries(
-    txn: &WriteTransaction,
-    range: RangeId,
-    entries: &[Arc<Entry>],
-) -> Result<(), StorageError> {
-    let mut log = txn
-        .open_table(RAFT_LOG)
-        .map_err(|e| StorageError::redb("open raft_log", e))?;
-    let meta = txn
-        .open_table(RAFT_META)
-        .map_err(|e| StorageError::redb("open raft_meta", e))?;
-    let (_, last) = tables::log_state(&log, &meta, range)?;
-    let mut expected = last.map(|last| last.index + 1);
-    for entry in entries {
-        let index = entry.log_id.index;
-        if let Some(expected) = expected {
-            assert_eq!(
-                index, expected,
-                "range {range}: appended log index is not last + 1"
-            );
-        }
-        let key = tables::log_key(range, index);
-        let value = crate::codec::encode(entry.as_ref());
-        log.insert(key.as_slice(), value.as_slice())
-            .map_err(|e| StorageError::redb("append log", e))?;
-        expected = Some(index + 1);
-    }
-    Ok(())
-}
-
-pub(crate) fn save_vote(
-    txn: &WriteTransaction,
-    range: RangeId,
-    vote: &Vote,
-) -> Result<(), StorageError> {
-    let mut meta = txn
-        .open_table(RAFT_META)
-        .map_err(|e| StorageError::redb("open raft_meta", e))?;
-    tables::write_meta(&mut meta, range, RAFT_VOTE, vote)
-}
-
-pub(crate) fn truncate_after(
-    txn: &WriteTransaction,
-    range: RangeId,
-    last: Option<&LogId>,
-) -> Result<(), StorageError> {
-    let mut log = txn
-        .open_table(RAFT_LOG)
-        .map_err(|e| StorageError::redb("open raft_log", e))?;
-    let start = last.map_or(0, |last| last.index + 1);
-    let lower = tables::log_key(range, start);
-    let upper = tables::log_key(range, u64::MAX);
-    log.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
-        .map_err(|e| StorageError::redb("truncate log", e))
-}
-
-pub(crate) fn purge(
-    txn: &WriteTransaction,
-    range: RangeId,
-    upto: &LogId,
-) -> Result<(), StorageError> {
-    let mut log = txn
-        .open_table(RAFT_LOG)
-        .map_err(|e| StorageError::redb("open raft_log", e))?;
-    let mut meta = txn
-        .open_table(RAFT_META)
-        .map_err(|e| StorageError::redb("open raft_meta", e))?;
-    let purged: Option<LogId> = tables::read_meta(&meta, range, RAFT_PURGED, "purged log id")?;
-    if purged
-        .as_ref()
-        .is_some_and(|purged| purged.index >= upto.index)
-    {
-        return Ok(());
-    }
-    let lower = tables::log_key(range, 0);
-    let upper = tables::log_key(range, upto.index);
-    log.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
-        .map_err(|e| StorageError::redb("purge log", e))?;
-    tables::write_meta(&mut meta, range, RAFT_PURGED, upto)
-}
-
 #[cfg(test)]
-#[path = "log_store_tests.rs"]
 mod tests;

@@ -3,6 +3,8 @@
 
 use keel_types::{Command, CommandOutcome, NodeAddr, NodeId};
 
+use crate::snapshot_file::SnapshotFile;
+
 openraft::declare_raft_types!(
     /// Keel's openraft type configuration.
     pub TypeConfig:
@@ -23,4 +25,4 @@ pub type IoFlushed = openraft::storage::IOFlushed<TypeConfig>;
 pub type EntryResponder = openraft::storage::EntryResponder<TypeConfig>;
 pub type ApplyResponder = openraft::storage::ApplyResponder<TypeConfig>;
 /// A snapshot of one range: its meta and the file holding it.
-pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, crate::SnapshotFile>;
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotFile>;

@@ -3,8 +3,8 @@
 //! records of its span are deleted. Knows nothing of why the replica was removed or who
 //! decided it.
 //!
-//! Crash safety: the removal runs in several transactions, so a crash can leave it half
-//! done. Therefore:
+//! Crash safety: the removal runs in several transactions (writer ops: `op::remove`, and an
+//! install's `op::install::clear`), so a crash can leave it half done. Therefore:
 //! 1. a durable commit writes a *removing* marker into `sm_meta`; from then on the range is
 //!    listed neither by `Store::ranges` nor by `Store::descriptors` (no group starts for it,
 //!    no request is routed to it), but its span still counts as owned, so a snapshot of
@@ -21,43 +21,46 @@
 //! with `Store::remove_range` before it starts any group.
 
 use keel_types::RangeId;
-use redb::WriteTransaction;
 
 use crate::error::StorageError;
+use crate::op::{Op, Outcome};
 use crate::snapshot;
 use crate::store::Store;
-use crate::tables::{self, KeySpan, RAFT_LOG, RAFT_META, SM_META, SM_REMOVED, SM_REMOVING};
-use crate::writer::{Op, Outcome};
+use crate::tables::{self, KeySpan, SM_META};
 
-/// Deletes everything this file holds of `range` (see the module doc). The range's group
-/// must be stopped. Idempotent: a removal interrupted by a crash is finished by calling it
-/// again; a range the file does not hold is a no-op.
-pub(crate) async fn remove_range(store: &Store, range: RangeId) -> Result<(), StorageError> {
-    let installing = store
-        .read(move |txn| {
-            let sm_meta = txn
-                .open_table(SM_META)
-                .map_err(|e| StorageError::redb("open sm_meta", e))?;
-            Ok(tables::read_sm_state(&sm_meta, range)?.installing.is_some())
-        })
-        .await?;
-    let span = match installing {
-        true => installing_span(store, range).await?,
-        false => KeySpan::none(),
-    };
-    store.call(Op::RemoveBegin { range }).await?;
-    let clear = || Op::InstallClear {
-        range,
-        span: span.clone(),
-    };
-    while let Outcome::More(true) = store.call(clear()).await? {}
-    store.call(Op::RemoveFinish { range }).await?;
-    let dir = store.snapshot_dir().to_path_buf();
-    tokio::task::spawn_blocking(move || snapshot::remove_all(&dir, range))
-        .await
-        .map_err(|e| StorageError::io(store.snapshot_dir(), std::io::Error::other(e)))??;
-    tracing::info!(%range, "replica removed from this store");
-    Ok(())
+impl Store {
+    /// Deletes this file's replica of `range`: its log, Raft and state-machine metadata,
+    /// exactly-once state, and the rows, locks, fences and idempotency records of its span
+    /// (see the module doc: crash-safe, in bounded transactions). Its group must be stopped
+    /// first. Idempotent: a removal interrupted by a crash is finished by calling it again;
+    /// a range the file does not hold is a no-op.
+    pub async fn remove_range(&self, range: RangeId) -> Result<(), StorageError> {
+        let installing = self
+            .read(move |txn| {
+                let sm_meta = txn
+                    .open_table(SM_META)
+                    .map_err(|e| StorageError::redb("open sm_meta", e))?;
+                Ok(tables::read_sm_state(&sm_meta, range)?.installing.is_some())
+            })
+            .await?;
+        let span = match installing {
+            true => installing_span(self, range).await?,
+            false => KeySpan::none(),
+        };
+        self.call(Op::RemoveBegin { range }).await?;
+        let clear = || Op::InstallClear {
+            range,
+            span: span.clone(),
+        };
+        while let Outcome::More(true) = self.call(clear()).await? {}
+        self.call(Op::RemoveFinish { range }).await?;
+        let dir = self.snapshot_dir().to_path_buf();
+        tokio::task::spawn_blocking(move || snapshot::remove_all(&dir, range))
+            .await
+            .map_err(|e| StorageError::io(self.snapshot_dir(), std::io::Error::other(e)))??;
+        tracing::info!(%range, "replica removed from this store");
+        Ok(())
+    }
 }
 
 /// The span of the snapshot an interrupted install was writing (its current snapshot).
@@ -68,35 +71,4 @@ async fn installing_span(store: &Store, range: RangeId) -> Result<KeySpan, Stora
             .span),
         None => Ok(KeySpan::none()),
     }
-}
-
-/// Writer op: marks the range as being removed, before anything of it is deleted.
-pub(crate) fn begin(txn: &WriteTransaction, range: RangeId) -> Result<(), StorageError> {
-    let mut sm_meta = txn
-        .open_table(SM_META)
-        .map_err(|e| StorageError::redb("open sm_meta", e))?;
-    tables::write_meta(&mut sm_meta, range, SM_REMOVING, &true)
-}
-
-/// Writer op: deletes the range's log entries and every `raft_meta` and `sm_meta` row of
-/// it, the removing marker included, and writes the removed tombstone.
-pub(crate) fn finish(txn: &WriteTransaction, range: RangeId) -> Result<(), StorageError> {
-    let mut log = txn
-        .open_table(RAFT_LOG)
-        .map_err(|e| StorageError::redb("open raft_log", e))?;
-    let (lower, upper) = (tables::log_key(range, 0), tables::log_key(range, u64::MAX));
-    log.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
-        .map_err(|e| StorageError::redb("remove log", e))?;
-    for table in [RAFT_META, SM_META] {
-        let mut meta = txn
-            .open_table(table)
-            .map_err(|e| StorageError::redb("open meta for removal", e))?;
-        let (lower, upper) = (tables::meta_key(range, 0), tables::meta_key(range, u8::MAX));
-        meta.retain_in(lower.as_slice()..=upper.as_slice(), |_, _| false)
-            .map_err(|e| StorageError::redb("remove range meta", e))?;
-    }
-    let mut sm_meta = txn
-        .open_table(SM_META)
-        .map_err(|e| StorageError::redb("open sm_meta", e))?;
-    tables::write_meta(&mut sm_meta, range, SM_REMOVED, &true)
 }

@@ -13,25 +13,26 @@
 //! ids and memberships are not kept: they name nodes of another cluster.
 //!
 //! The data goes in through the install path (`install::replace_data`: bounded
-//! transactions), then one durable commit writes the state and the Raft state. The meta range
-//! is not restored but written anew (`Store::restore_meta`): the restored ranges' descriptors,
-//! the restoring node, and the range-id allocator past every restored id. A restore is not
+//! transactions), then one durable commit writes the state and the Raft state
+//! (`op::restore`). The meta range is not restored but written anew
+//! (`Store::restore_meta`): the restored ranges' descriptors, the restoring node, and the
+//! range-id allocator past every restored id. A restore is not
 //! crash-safe on its own: the caller starts from an empty data dir and deletes it on failure.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use keel_types::{NodeDescriptor, RangeDescriptor, RangeId, Revision};
-use redb::WriteTransaction;
 
 use crate::error::StorageError;
 use crate::install;
 use crate::meta::{self, MetaRow};
+use crate::op::Op;
 use crate::raft_types::{Membership, StoredMembership};
-use crate::snapshot::{RangeFacts, SnapshotFile, SnapshotHeader, SnapshotReader};
-use crate::split::{initial_log_id, start_raft_state};
+use crate::snapshot::{RangeFacts, SnapshotHeader, SnapshotReader};
+use crate::snapshot_file::SnapshotFile;
+use crate::split::initial_log_id;
 use crate::store::Store;
 use crate::tables::{self, KeySpan, RAFT_LOG, RAFT_META, SM_META, SmState};
-use crate::writer::Op;
 
 /// What a snapshot file holds, as a backup records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,35 +161,6 @@ impl Store {
     }
 }
 
-/// Writer op: the restored range's state (as an install finishes) and its Raft state.
-pub(crate) fn finish(
-    txn: &WriteTransaction,
-    range: RangeId,
-    state: &SmState,
-) -> Result<(), StorageError> {
-    install::finish(txn, range, state)?;
-    start_raft_state(txn, range)
-}
-
-/// Writer op: the meta range's table rows, state and Raft state.
-pub(crate) fn write_meta(
-    txn: &WriteTransaction,
-    state: &SmState,
-    rows: &[MetaRow],
-) -> Result<(), StorageError> {
-    let mut table = txn
-        .open_table(tables::META)
-        .map_err(|e| StorageError::redb("open meta", e))?;
-    for row in rows {
-        meta::write_row(&mut table, row)?;
-    }
-    let mut sm_meta = txn
-        .open_table(SM_META)
-        .map_err(|e| StorageError::redb("open sm_meta", e))?;
-    tables::write_sm_state(&mut sm_meta, RangeId::META, state)?;
-    start_raft_state(txn, RangeId::META)
-}
-
 /// A membership of one voter, `voter`, at the initial log id.
 fn single_voter(voter: &NodeDescriptor) -> StoredMembership {
     let membership = Membership::new(
@@ -207,5 +179,4 @@ fn refused(range: RangeId, why: &str) -> StorageError {
 }
 
 #[cfg(test)]
-#[path = "restore_tests.rs"]
 mod tests;

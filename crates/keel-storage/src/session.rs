@@ -36,49 +36,11 @@ use std::ops::RangeInclusive;
 
 use keel_types::tenant::namespace_prefix_len;
 use keel_types::{Command, CoordinationOp, Rejection, RequestId, limits};
-use serde::{Deserialize, Serialize};
 use serde_bytes::Bytes;
-use sha2::{Digest as _, Sha256};
 
+use crate::codec::Digest;
 use crate::error::StorageError;
 use crate::tables::Session;
-
-/// A fingerprint: the first 16 bytes of a SHA-256.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub(crate) struct Digest(pub [u8; 16]);
-
-impl Digest {
-    /// The digest of `value`'s postcard encoding (self-delimiting, so no two values share
-    /// one), hashed as it is encoded: nothing is copied.
-    pub fn of<T: Serialize + ?Sized>(value: &T) -> Digest {
-        let hasher = postcard::serialize_with_flavor(value, Hashing(Sha256::new()))
-            .expect("hashing a postcard encoding cannot fail");
-        let mut digest = [0; 16];
-        digest.copy_from_slice(&hasher.finalize()[..16]);
-        Digest(digest)
-    }
-}
-
-/// A postcard flavor that feeds what it encodes to a SHA-256.
-struct Hashing(Sha256);
-
-impl postcard::ser_flavors::Flavor for Hashing {
-    type Output = Sha256;
-
-    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
-        self.0.update(data);
-        Ok(())
-    }
-
-    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
-        self.0.update([data]);
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<Sha256> {
-        Ok(self.0)
-    }
-}
 
 /// A request as the decision sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

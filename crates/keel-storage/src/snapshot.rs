@@ -39,7 +39,6 @@ use keel_types::{
     CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, NodeId,
     NodeState, RangeDescriptor, RangeId, Revision, limits,
 };
-use openraft::storage::RaftSnapshotBuilder;
 use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -49,8 +48,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use crate::codec::{FORMAT_VERSION, decode, encode};
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
-use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
-use crate::store::Store;
+use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership};
+use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
     self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord, SESSIONS,
     SM_META, Session, SessionV1,
@@ -69,36 +68,15 @@ const _: () = assert!(
     "this build writes sealed files"
 );
 
-/// A complete snapshot file on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotFile {
-    path: PathBuf,
-    len_bytes: u64,
-}
-
 impl SnapshotFile {
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn len_bytes(&self) -> u64 {
-        self.len_bytes
-    }
-
-    /// Opens the file for streaming it to a follower. Fails with `NotFound` if a newer
-    /// snapshot has replaced it since; ask for the current snapshot again.
-    pub async fn open_reader(&self) -> io::Result<tokio::fs::File> {
-        tokio::fs::File::open(&self.path).await
-    }
-
     /// Reads the whole file and checks it (`verify`): `Err(SnapshotDamaged)` if it is not
     /// whole, so a receiver refuses it before handing it to openraft, whose failed install
     /// would stop the group.
     pub async fn verify(&self) -> Result<(), StorageError> {
-        let path = self.path.clone();
+        let path = self.path().to_path_buf();
         tokio::task::spawn_blocking(move || verify(&path))
             .await
-            .map_err(|e| StorageError::io(&self.path, io::Error::other(e)))?
+            .map_err(|e| StorageError::io(self.path(), io::Error::other(e)))?
     }
 }
 
@@ -150,26 +128,6 @@ impl Drop for IncomingSnapshot {
         if self.file.is_some() {
             let _ = std::fs::remove_file(&self.path);
         }
-    }
-}
-
-/// Builds a snapshot of one range from a consistent read transaction.
-pub struct SnapshotBuilder {
-    pub(crate) store: Store,
-    pub(crate) range: RangeId,
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    type SnapshotData = SnapshotFile;
-
-    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let db = self.store.db()?;
-        let dir = self.store.snapshot_dir().to_path_buf();
-        let range = self.range;
-        let task = tokio::task::spawn_blocking(move || build(&db, &dir, range));
-        let (meta, snapshot) = task.await.map_err(io::Error::other)??;
-        tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes, "snapshot built");
-        Ok(Snapshot { meta, snapshot })
     }
 }
 
@@ -1013,5 +971,4 @@ fn nonce() -> String {
 }
 
 #[cfg(test)]
-#[path = "snapshot_tests.rs"]
 mod tests;

@@ -32,11 +32,11 @@ use keel_types::{CommandOutcome, RangeDescriptor, RangeId, Rejection, Split};
 use openraft::vote::RaftLeaderIdExt;
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use crate::apply::Tables;
-
 use crate::error::StorageError;
 use crate::raft_types::{LogId, StoredMembership, TypeConfig};
-use crate::tables::{self, Bytes, KeySpan, RAFT_LOG, RAFT_META, RAFT_PURGED, Session, SmState};
+use crate::tables::{
+    self, Bytes, KeySpan, RAFT_LOG, RAFT_META, RAFT_PURGED, Session, SmState, Tables,
+};
 
 /// The parent and child after a split, as decided.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! `StateMachine`: one range's key-value data, locks, fences and idempotency records as
-//! openraft's `RaftStateMachine`, plus the reads the server serves from it and the read-only
-//! planning of cleanups and reclaims. Knows nothing about gRPC, routing, lock queues or the
+//! openraft's `RaftStateMachine` (with its `SnapshotBuilder`, which `snapshot::build` does
+//! the work of), plus the reads the server serves from it and the read-only planning of
+//! cleanups and reclaims (`upkeep`). Knows nothing about gRPC, routing, lock queues or the
 //! network, and reads no clock: callers pass the time.
 //!
 //! Applies run on the writer thread, in the same transaction as the applied log id,
@@ -26,23 +27,25 @@ use keel_types::{
     NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, ReplicaMembership, Revision, limits,
 };
 use openraft::OptionalSend;
-use openraft::storage::RaftStateMachine;
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
+use crate::op::Op;
 use crate::raft_types::{
     EntryResponder, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
-use crate::snapshot::{self, SnapshotBuilder, SnapshotFile};
+use crate::snapshot;
+use crate::snapshot_file::SnapshotFile;
 use crate::store::Store;
 use crate::tables::{
     self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,
 };
-use crate::upkeep::{due_records, expired_keys, idle_sessions};
-use crate::writer::{Done, Op};
+use crate::upkeep::{self, Upkeep, due_records, expired_keys, idle_sessions};
+use crate::writer::Done;
 use crate::{apply, install};
 
 /// One page of a scan.
@@ -80,6 +83,14 @@ pub struct QuotaCounts {
     pub bytes: u64,
 }
 
+impl Store {
+    /// The state machine of one range. Its key span is read from the range's state with
+    /// every read and apply (`KeySpan::unrecorded` for a range without one).
+    pub fn state_machine(&self, range: RangeId) -> StateMachine {
+        StateMachine::new(self.clone(), range)
+    }
+}
+
 /// The state machine of one range. Cheap to clone. Every read takes the range's key span
 /// from its state in the same read transaction, so a split is seen at once.
 #[derive(Clone)]
@@ -107,7 +118,7 @@ pub enum KeyRead {
 }
 
 impl StateMachine {
-    pub(crate) fn new(store: Store, range: RangeId) -> StateMachine {
+    fn new(store: Store, range: RangeId) -> StateMachine {
         StateMachine {
             store,
             range,
@@ -126,11 +137,6 @@ impl StateMachine {
     /// The range this state machine belongs to.
     pub fn range(&self) -> RangeId {
         self.range
-    }
-
-    /// The store holding the range.
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
     }
 
     /// The key (absent if expired at `max(now_ms, range clock)`) and the range's applied
@@ -359,6 +365,23 @@ impl StateMachine {
             .await
     }
 
+    /// Plans the cleanup and the reclaim of the range at `now_ms` in one read (the same
+    /// commands `plan_cleanup(now_ms, now_ms - dedup_window_ms)` and `plan_reclaim(now_ms)`
+    /// plan), and when the next item falls due.
+    pub async fn plan_upkeep(
+        &self,
+        now_ms: u64,
+        dedup_window_ms: u64,
+    ) -> Result<Upkeep, StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                upkeep::plan(txn, range, &state, now_ms, dedup_window_ms)
+            })
+            .await
+    }
+
     /// How many locks, fenced keys and idempotency records the range keeps (free locks and
     /// expired records not yet reclaimed included).
     pub async fn coordination_counts(&self) -> Result<CoordinationCounts, StorageError> {
@@ -553,6 +576,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 }
 
+/// Builds a snapshot of one range from a consistent read transaction.
+pub struct SnapshotBuilder {
+    store: Store,
+    range: RangeId,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotFile;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let db = self.store.db()?;
+        let dir = self.store.snapshot_dir().to_path_buf();
+        let range = self.range;
+        let task = tokio::task::spawn_blocking(move || snapshot::build(&db, &dir, range));
+        let (meta, snapshot) = task.await.map_err(io::Error::other)??;
+        tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes(), "snapshot built");
+        Ok(Snapshot { meta, snapshot })
+    }
+}
+
 fn read_state(txn: &ReadTransaction, range: RangeId) -> Result<SmState, StorageError> {
     let sm_meta = txn
         .open_table(SM_META)
@@ -688,29 +731,4 @@ fn quota_counts_in_rows(
 }
 
 #[cfg(test)]
-#[path = "state_machine_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "exactly_once_tests.rs"]
-mod exactly_once_tests;
-
-#[cfg(test)]
-#[path = "coordination_sm_tests.rs"]
-mod coordination_sm_tests;
-
-#[cfg(test)]
-#[path = "split_sm_tests.rs"]
-mod split_sm_tests;
-
-#[cfg(test)]
-#[path = "meta_sm_tests.rs"]
-mod meta_sm_tests;
-
-#[cfg(test)]
-#[path = "upkeep_tests.rs"]
-mod upkeep_tests;
-
-#[cfg(test)]
-#[path = "planted_tests.rs"]
-mod planted_tests;

@@ -10,6 +10,10 @@
 //! install) and says whether an incoming snapshot would overlap another range it holds
 //! (`snapshot_overlap`). Opening checks the file and the snapshots, and refuses data that
 //! fails (`StorageError::Damaged`; `open_database`, `snapshot::verify_dir`).
+//!
+//! The methods that hand out a range's `LogStore` and `StateMachine`, remove a replica and
+//! restore ranges are `impl Store` blocks in `log_store`, `state_machine`, `remove` and
+//! `restore`: those build on this module, which names none of them.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -22,16 +26,15 @@ use redb::{Database, DatabaseError, ReadTransaction, ReadableDatabase, ReadableT
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
-use crate::log_store::LogStore;
-use crate::snapshot::{self, IncomingSnapshot, SnapshotFile};
-use crate::state_machine::StateMachine;
+use crate::op::{Op, Outcome};
+use crate::snapshot::{self, IncomingSnapshot};
+use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
     self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, RAFT_LOG, RAFT_META,
     REQUESTS, SESSIONS, SM_META, TTL,
 };
 use crate::writer::{
-    self, CommitObserver, Done, Message, Op, Outcome, Request, Shared, StoreStats, Writer,
-    panic_message,
+    self, CommitObserver, Done, Message, Request, Shared, StoreStats, Writer, panic_message,
 };
 
 /// One redb file and its writer thread. Cheap to clone; all clones share the file.
@@ -97,17 +100,6 @@ impl Store {
                 shared,
             }),
         })
-    }
-
-    /// The Raft log of one range.
-    pub fn log_store(&self, range: RangeId) -> LogStore {
-        LogStore::new(self.clone(), range)
-    }
-
-    /// The state machine of one range. Its key span is read from the range's state with
-    /// every read and apply (`KeySpan::unrecorded` for a range without one).
-    pub fn state_machine(&self, range: RangeId) -> StateMachine {
-        StateMachine::new(self.clone(), range)
     }
 
     /// The descriptor of every range of this file with applied state (not in the middle of a
@@ -220,14 +212,6 @@ impl Store {
             Ok(tombstone.is_some() && !tables::has_sm_state(&sm_meta, range)?)
         })
         .await
-    }
-
-    /// Deletes this file's replica of `range`: its log, Raft and state-machine metadata,
-    /// exactly-once state, and the rows, locks, fences and idempotency records of its span
-    /// (`remove`: crash-safe, in bounded transactions). Its group must be stopped first. A
-    /// range the file does not hold is a no-op.
-    pub async fn remove_range(&self, range: RangeId) -> Result<(), StorageError> {
-        crate::remove::remove_range(self, range).await
     }
 
     /// `Err(Poisoned)` after any write failure, `Err(Closed)` after `shutdown`.

@@ -11,11 +11,10 @@
 //! next row is a lower bound on the next due time of this range's rows after it.
 
 use keel_types::{Cleanup, ExpiredKey, ExpiredRecord, RangeId, Reclaim, limits};
-use redb::ReadableTable;
+use redb::{ReadTransaction, ReadableTable};
 
 use crate::error::StorageError;
-use crate::state_machine::{StateMachine, readable_state};
-use crate::tables::{self, DEADLINES, KeySpan, SESSIONS, Session, TTL};
+use crate::tables::{self, DEADLINES, KeySpan, SESSIONS, Session, SmState, TTL};
 
 /// Everything a range's leader may propose to clean up and reclaim now, read at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,63 +27,56 @@ pub struct Upkeep {
     pub next_due_ms: Option<u64>,
 }
 
-impl StateMachine {
-    /// Plans the cleanup and the reclaim of the range at `now_ms` in one read (the same
-    /// commands `plan_cleanup(now_ms, now_ms - dedup_window_ms)` and `plan_reclaim(now_ms)`
-    /// plan), and when the next item falls due.
-    pub async fn plan_upkeep(
-        &self,
-        now_ms: u64,
-        dedup_window_ms: u64,
-    ) -> Result<Upkeep, StorageError> {
-        let range = self.range();
-        self.store()
-            .read(move |txn| {
-                let state = readable_state(txn, range)?;
-                let open = |what: &'static str, e| StorageError::redb(what, e);
-                let ttl = txn.open_table(TTL).map_err(|e| open("open ttl", e))?;
-                let sessions = txn
-                    .open_table(SESSIONS)
-                    .map_err(|e| open("open sessions", e))?;
-                let deadlines = txn
-                    .open_table(DEADLINES)
-                    .map_err(|e| open("open deadlines", e))?;
-                let range_now_ms = now_ms.max(state.clock_ms);
-                let idle_before_ms = now_ms.saturating_sub(dedup_window_ms);
-                let (keys, keys_due) = expired_keys(&ttl, &state.span, range_now_ms)?;
-                let (idle, sessions_due) = idle_sessions(&sessions, range, idle_before_ms)?;
-                let sessions_due = match sessions_due {
-                    SessionsDue::Now => Some(now_ms),
-                    SessionsDue::ActiveSince(last_active_ms) => Some(
-                        last_active_ms
-                            .saturating_add(dedup_window_ms)
-                            .saturating_add(1),
-                    ),
-                    SessionsDue::Never => None,
-                };
-                let ((locks, records), records_due) =
-                    due_records(&deadlines, &state.span, range_now_ms)?;
-                let next_due_ms = [keys_due, sessions_due, records_due]
-                    .into_iter()
-                    .flatten()
-                    .min();
-                Ok(Upkeep {
-                    cleanup: Cleanup {
-                        now_ms,
-                        keys,
-                        sessions: idle,
-                        sessions_idle_before_ms: idle_before_ms,
-                    },
-                    reclaim: Reclaim {
-                        now_ms: range_now_ms,
-                        locks,
-                        records,
-                    },
-                    next_due_ms,
-                })
-            })
-            .await
-    }
+/// Plans the cleanup and the reclaim of `range`, whose readable state is `state`, at
+/// `now_ms` in the read transaction `txn`, and when the next item falls due
+/// (`StateMachine::plan_upkeep`).
+pub(crate) fn plan(
+    txn: &ReadTransaction,
+    range: RangeId,
+    state: &SmState,
+    now_ms: u64,
+    dedup_window_ms: u64,
+) -> Result<Upkeep, StorageError> {
+    let open = |what: &'static str, e| StorageError::redb(what, e);
+    let ttl = txn.open_table(TTL).map_err(|e| open("open ttl", e))?;
+    let sessions = txn
+        .open_table(SESSIONS)
+        .map_err(|e| open("open sessions", e))?;
+    let deadlines = txn
+        .open_table(DEADLINES)
+        .map_err(|e| open("open deadlines", e))?;
+    let range_now_ms = now_ms.max(state.clock_ms);
+    let idle_before_ms = now_ms.saturating_sub(dedup_window_ms);
+    let (keys, keys_due) = expired_keys(&ttl, &state.span, range_now_ms)?;
+    let (idle, sessions_due) = idle_sessions(&sessions, range, idle_before_ms)?;
+    let sessions_due = match sessions_due {
+        SessionsDue::Now => Some(now_ms),
+        SessionsDue::ActiveSince(last_active_ms) => Some(
+            last_active_ms
+                .saturating_add(dedup_window_ms)
+                .saturating_add(1),
+        ),
+        SessionsDue::Never => None,
+    };
+    let ((locks, records), records_due) = due_records(&deadlines, &state.span, range_now_ms)?;
+    let next_due_ms = [keys_due, sessions_due, records_due]
+        .into_iter()
+        .flatten()
+        .min();
+    Ok(Upkeep {
+        cleanup: Cleanup {
+            now_ms,
+            keys,
+            sessions: idle,
+            sessions_idle_before_ms: idle_before_ms,
+        },
+        reclaim: Reclaim {
+            now_ms: range_now_ms,
+            locks,
+            records,
+        },
+        next_due_ms,
+    })
 }
 
 /// Keys of `span` in the TTL index expired at `now_ms`, earliest expiry first; at most

@@ -3,9 +3,9 @@
 //! `std::thread` fed by a bounded channel.
 //!
 //! The thread blocks for one request, drains up to `STORAGE_COMMIT_BATCH_MAX` more that are
-//! already queued, executes them all in one redb write transaction, commits it with
-//! `Durability::Immediate` if any of them needs durability (else `Durability::None`), and only
-//! then fires every callback. Any error poisons the store: the batch and every later request
+//! already queued, executes them all in one redb write transaction (`op::execute`: what
+//! each op does is `op`'s), commits it with `Durability::Immediate` if any of them needs
+//! durability (else `Durability::None`), and only then fires every callback. Any error poisons the store: the batch and every later request
 //! fail, nothing is retried. After a commit that applied a split or finished a snapshot
 //! install, and before any callback, it bumps the store's range events
 //! (`Store::range_events`).
@@ -16,97 +16,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use keel_types::planted::{self, PlantedBug};
-use keel_types::{CommandOutcome, RangeId, limits};
-use redb::{Database, Durability, WriteTransaction};
+use keel_types::{CommandOutcome, limits};
+use redb::{Database, Durability};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
-use crate::install::InstallBatch;
-use crate::meta::MetaRow;
-use crate::raft_types::{ApplyResponder, Entry, IoFlushed, LogId, Vote};
-use crate::tables::{InstallMarker, KeySpan, SmState};
-use crate::{apply, install, log_store, remove, restore};
-
-/// A write to execute inside the writer's transaction.
-pub(crate) enum Op {
-    Append {
-        range: RangeId,
-        /// Shared with the log store's recent entries.
-        entries: Vec<Arc<Entry>>,
-    },
-    SaveVote {
-        range: RangeId,
-        vote: Vote,
-    },
-    /// Executes nothing: answered once every request queued before it has committed. A batch
-    /// of barriers alone opens no transaction. `Store::barrier` sends one only while requests
-    /// are outstanding.
-    Barrier,
-    TruncateAfter {
-        range: RangeId,
-        last: Option<LogId>,
-    },
-    Purge {
-        range: RangeId,
-        upto: LogId,
-    },
-    Apply {
-        range: RangeId,
-        entries: Vec<Entry>,
-    },
-    InstallBegin {
-        range: RangeId,
-        marker: InstallMarker,
-    },
-    InstallClear {
-        range: RangeId,
-        /// The snapshot's span; the range's current span is cleared too.
-        span: KeySpan,
-    },
-    InstallRecords {
-        range: RangeId,
-        batch: InstallBatch,
-    },
-    InstallFinish {
-        range: RangeId,
-        state: SmState,
-    },
-    /// `restore`: commits a restored range's state and its Raft state at the initial log id.
-    RestoreFinish {
-        range: RangeId,
-        state: SmState,
-    },
-    /// `restore`: writes the new cluster's meta range (state, table rows, Raft state).
-    RestoreMeta {
-        state: SmState,
-        rows: Vec<MetaRow>,
-    },
-    RemoveBegin {
-        range: RangeId,
-    },
-    RemoveFinish {
-        range: RangeId,
-    },
-}
-
-impl Op {
-    /// Whether the caller may only be told after an fsync. State-machine applies are not:
-    /// log and data share the file, so a crash rolls both back together.
-    fn needs_durability(&self) -> bool {
-        !matches!(
-            self,
-            Op::Apply { .. } | Op::Barrier | Op::InstallClear { .. } | Op::InstallRecords { .. }
-        )
-    }
-}
-
-/// What executing an op produced.
-pub(crate) enum Outcome {
-    Done,
-    /// `InstallClear`: whether rows of the span remain.
-    More(bool),
-    Applied(Vec<CommandOutcome>),
-}
+use crate::op::{self, Op, Outcome};
+use crate::raft_types::{ApplyResponder, IoFlushed};
 
 pub(crate) type Reply = oneshot::Sender<Result<Outcome, StorageError>>;
 
@@ -391,7 +307,7 @@ impl Writer {
             .map_err(|e| StorageError::redb("set durability", e))?;
         let outcomes = batch
             .iter()
-            .map(|request| execute(&txn, &request.op))
+            .map(|request| op::execute(&txn, &request.op))
             .collect::<Result<Vec<_>, _>>()?;
         if self.shared.take_injected_failure() {
             txn.abort().map_err(|e| StorageError::redb("abort", e))?;
@@ -413,30 +329,6 @@ impl Writer {
             });
         }
         Ok(outcomes)
-    }
-}
-
-fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
-    let done = |result: Result<(), StorageError>| result.map(|()| Outcome::Done);
-    match op {
-        Op::Append { range, entries } => done(log_store::append_entries(txn, *range, entries)),
-        Op::SaveVote { range, vote } => done(log_store::save_vote(txn, *range, vote)),
-        Op::Barrier => Ok(Outcome::Done),
-        Op::TruncateAfter { range, last } => {
-            done(log_store::truncate_after(txn, *range, last.as_ref()))
-        }
-        Op::Purge { range, upto } => done(log_store::purge(txn, *range, upto)),
-        Op::Apply { range, entries } => {
-            apply::apply_entries(txn, *range, entries).map(Outcome::Applied)
-        }
-        Op::InstallBegin { range, marker } => done(install::begin(txn, *range, marker)),
-        Op::InstallClear { range, span } => install::clear(txn, *range, span).map(Outcome::More),
-        Op::InstallRecords { range, batch } => done(install::insert_records(txn, *range, batch)),
-        Op::InstallFinish { range, state } => done(install::finish(txn, *range, state)),
-        Op::RestoreFinish { range, state } => done(restore::finish(txn, *range, state)),
-        Op::RestoreMeta { state, rows } => done(restore::write_meta(txn, state, rows)),
-        Op::RemoveBegin { range } => done(remove::begin(txn, *range)),
-        Op::RemoveFinish { range } => done(remove::finish(txn, *range)),
     }
 }
 

@@ -62,7 +62,7 @@ async fn check_v7(store: &Store) {
 }
 
 /// The sealed snapshot `bytes` with one byte changed fails its check, for bytes all over the
-/// file (`snapshot_tests` changes every byte of a file this build writes).
+/// file (`snapshot::tests` changes every byte of a file this build writes).
 async fn refuses_changed_bytes(store: &Store, bytes: &[u8]) {
     for at in (0..bytes.len()).step_by(13).chain([bytes.len() - 1]) {
         let mut damaged = bytes.to_vec();

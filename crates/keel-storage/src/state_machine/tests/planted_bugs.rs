@@ -9,8 +9,8 @@
 use keel_types::{Command, RangeId, Revision, Split};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
-use super::tests::{apply_commands_to, mutate, open, put};
-use super::{KeyRead, StateMachine};
+use super::{apply_commands_to, mutate, open, put};
+use crate::state_machine::{KeyRead, StateMachine};
 use crate::store::Store;
 
 /// Keys written on each side of the split at `r`.

@@ -5,8 +5,8 @@ use keel_types::{
     Acquirer, BatchOp, Command, Coordination, CoordinationOp, Mutation, RequestId, limits,
 };
 
-use super::exactly_once_tests::Applier;
-use super::tests::{open, put};
+use super::exactly_once::Applier;
+use super::{open, put};
 use crate::upkeep::Upkeep;
 
 const WINDOW_MS: u64 = 2_000;

@@ -8,8 +8,8 @@ use keel_types::{
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
-use super::tests::{apply_commands, delete, mutate, open, put};
-use super::{RangeCounts, StateMachine};
+use super::{apply_commands, delete, mutate, open, put};
+use crate::state_machine::{RangeCounts, ScanPage, StateMachine};
 use crate::store::Store;
 
 const CLIENT: u64 = 0xc1;
@@ -58,8 +58,8 @@ fn increment(key: &str, delta: i64) -> BatchOp {
     }
 }
 
-/// Applies commands one by one from log index `next`, advancing it. Shared with
-/// `coordination_sm_tests`.
+/// Applies commands one by one from log index `next`, advancing it. Shared with the
+/// coordination and upkeep tests.
 pub(super) struct Applier {
     pub store: Store,
     pub next: u64,
@@ -323,8 +323,7 @@ async fn expired_keys_are_absent_from_the_boundary_on() {
         None,
         "expired at exactly its expiry"
     );
-    let keys =
-        |page: super::ScanPage| -> Vec<Vec<u8>> { page.kvs.into_iter().map(|kv| kv.key).collect() };
+    let keys = |page: ScanPage| -> Vec<Vec<u8>> { page.kvs.into_iter().map(|kv| kv.key).collect() };
     let sm = applier.sm();
     assert_eq!(keys(sm.scan(b"", b"", 0, 1_499).await.unwrap()).len(), 2);
     assert_eq!(

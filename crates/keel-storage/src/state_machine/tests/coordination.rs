@@ -9,9 +9,9 @@ use keel_types::{
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
-use super::StateMachine;
-use super::exactly_once_tests::Applier;
-use super::tests::{delete, mutate, open, put};
+use super::exactly_once::Applier;
+use super::{delete, mutate, open, put};
+use crate::state_machine::StateMachine;
 
 fn acquirer(owner: &str, ttl_ms: u64, lock_delay_ms: u64) -> Acquirer {
     Acquirer {

@@ -7,7 +7,7 @@ use keel_types::{
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
-use super::tests::{apply_commands_to, mutate, open, put};
+use super::{apply_commands_to, mutate, open, put};
 use crate::store::Store;
 
 /// Applies commands to the meta range (or another) from log index 1 on.

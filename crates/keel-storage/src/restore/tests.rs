@@ -11,11 +11,11 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 
 use crate::error::StorageError;
+use crate::op::{Op, Outcome};
 use crate::raft_types::{Entry, Membership, TypeConfig};
-use crate::snapshot::SnapshotFile;
+use crate::snapshot_file::SnapshotFile;
 use crate::split::initial_log_id;
 use crate::store::Store;
-use crate::writer::{Op, Outcome};
 
 const NOW_MS: u64 = 5_000;
 

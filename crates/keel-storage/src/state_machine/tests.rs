@@ -1,14 +1,23 @@
 //! Apply semantics through the real writer and redb: outcomes, revisions, atomicity, and
-//! scan paging. The helpers here are shared with `exactly_once_tests`.
+//! scan paging. The helpers here are shared with the tests of the state machine as a whole
+//! in `tests/`: exactly-once state, coordination, splits, the meta range, upkeep plans and
+//! the planted bugs.
 
 use keel_types::{
     BatchOp, Command, CommandOutcome, Condition, KeyValue, Mutation, RangeId, Revision,
 };
 use openraft::entry::RaftEntry;
 
+use crate::op::{Op, Outcome};
 use crate::raft_types::{Entry, TypeConfig};
 use crate::store::Store;
-use crate::writer::{Op, Outcome};
+
+mod coordination;
+mod exactly_once;
+mod meta;
+mod planted_bugs;
+mod split;
+mod upkeep;
 
 pub(super) fn open() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();

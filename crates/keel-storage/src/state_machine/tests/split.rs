@@ -13,14 +13,14 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
 use redb::ReadableTableMetadata;
 
-use super::tests::{apply_commands_to, mutate, open, put};
-use super::{KeyRead, RangeCounts, StateMachine};
+use super::{apply_commands_to, mutate, open, put};
 use crate::error::StorageError;
+use crate::op::{Op, Outcome};
 use crate::raft_types::{Entry, Membership, Snapshot, TypeConfig};
 use crate::split::initial_log_id;
+use crate::state_machine::{KeyRead, RangeCounts, StateMachine};
 use crate::store::Store;
 use crate::tables::{InstallMarker, KV, TTL};
-use crate::writer::{Op, Outcome};
 
 const CLIENT: u64 = 0x5b;
 

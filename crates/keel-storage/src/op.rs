@@ -1,0 +1,127 @@
+//! `Op`: a write the writer thread executes inside its transaction, what executing it
+//! produces (`Outcome`), and what each op does to the tables (`execute`): the ops of the Raft
+//! log, of a snapshot install, of a restore and of a removal are in `log`, `install`,
+//! `restore` and `remove`; an apply is `apply`'s. Knows nothing about threads, async,
+//! commits or the callbacks fired after them (`writer`).
+
+mod install;
+mod log;
+mod remove;
+mod restore;
+
+use std::sync::Arc;
+
+use keel_types::{CommandOutcome, RangeId};
+use redb::WriteTransaction;
+
+use crate::apply;
+use crate::error::StorageError;
+use crate::meta::MetaRow;
+use crate::raft_types::{Entry, LogId, Vote};
+use crate::tables::{InstallMarker, KeySpan, SmState};
+
+pub(crate) use install::InstallBatch;
+
+/// A write to execute inside the writer's transaction.
+pub(crate) enum Op {
+    Append {
+        range: RangeId,
+        /// Shared with the log store's recent entries.
+        entries: Vec<Arc<Entry>>,
+    },
+    SaveVote {
+        range: RangeId,
+        vote: Vote,
+    },
+    /// Executes nothing: answered once every request queued before it has committed. A batch
+    /// of barriers alone opens no transaction. `Store::barrier` sends one only while requests
+    /// are outstanding.
+    Barrier,
+    TruncateAfter {
+        range: RangeId,
+        last: Option<LogId>,
+    },
+    Purge {
+        range: RangeId,
+        upto: LogId,
+    },
+    Apply {
+        range: RangeId,
+        entries: Vec<Entry>,
+    },
+    InstallBegin {
+        range: RangeId,
+        marker: InstallMarker,
+    },
+    InstallClear {
+        range: RangeId,
+        /// The snapshot's span; the range's current span is cleared too.
+        span: KeySpan,
+    },
+    InstallRecords {
+        range: RangeId,
+        batch: InstallBatch,
+    },
+    InstallFinish {
+        range: RangeId,
+        state: SmState,
+    },
+    /// `restore`: commits a restored range's state and its Raft state at the initial log id.
+    RestoreFinish {
+        range: RangeId,
+        state: SmState,
+    },
+    /// `restore`: writes the new cluster's meta range (state, table rows, Raft state).
+    RestoreMeta {
+        state: SmState,
+        rows: Vec<MetaRow>,
+    },
+    RemoveBegin {
+        range: RangeId,
+    },
+    RemoveFinish {
+        range: RangeId,
+    },
+}
+
+impl Op {
+    /// Whether the caller may only be told after an fsync. State-machine applies are not:
+    /// log and data share the file, so a crash rolls both back together.
+    pub fn needs_durability(&self) -> bool {
+        !matches!(
+            self,
+            Op::Apply { .. } | Op::Barrier | Op::InstallClear { .. } | Op::InstallRecords { .. }
+        )
+    }
+}
+
+/// What executing an op produced.
+pub(crate) enum Outcome {
+    Done,
+    /// `InstallClear`: whether rows of the span remain.
+    More(bool),
+    Applied(Vec<CommandOutcome>),
+}
+
+/// Executes `op` inside `txn`.
+pub(crate) fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
+    let done = |result: Result<(), StorageError>| result.map(|()| Outcome::Done);
+    match op {
+        Op::Append { range, entries } => done(log::append_entries(txn, *range, entries)),
+        Op::SaveVote { range, vote } => done(log::save_vote(txn, *range, vote)),
+        Op::Barrier => Ok(Outcome::Done),
+        Op::TruncateAfter { range, last } => done(log::truncate_after(txn, *range, last.as_ref())),
+        Op::Purge { range, upto } => done(log::purge(txn, *range, upto)),
+        Op::Apply { range, entries } => {
+            apply::apply_entries(txn, *range, entries).map(Outcome::Applied)
+        }
+        Op::InstallBegin { range, marker } => done(install::begin(txn, *range, marker)),
+        Op::InstallClear { range, span } => install::clear(txn, *range, span).map(Outcome::More),
+        Op::InstallRecords { range, batch } => done(install::insert_records(txn, *range, batch)),
+        Op::InstallFinish { range, state } => done(install::finish(txn, *range, state)),
+        Op::RestoreFinish { range, state } => done(restore::finish(txn, *range, state)),
+        Op::RestoreMeta { state, rows } => done(restore::write_meta(txn, state, rows)),
+        Op::RemoveBegin { range } => done(remove::begin(txn, *range)),
+        Op::RemoveFinish { range } => done(remove::finish(txn, *range)),
+    }
+}

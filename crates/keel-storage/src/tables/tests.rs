@@ -1,0 +1,197 @@
+//! Key layouts sort as scans need them, values of every readable format decode, spans
+//! compare and clamp as documented, and `write_kv` keeps its counts in step.
+
+use std::ops::Bound;
+
+use keel_types::{KeyValue, RangeId};
+
+use super::kv::encode_kv;
+use super::raft_log::log_key_index;
+use super::range_rows::key_range;
+use super::*;
+use crate::error::StorageError;
+
+#[test]
+fn raft_keys_sort_by_range_then_index() {
+    let keys = [
+        log_key(RangeId(1), 0),
+        log_key(RangeId(1), 255),
+        log_key(RangeId(1), 256),
+        log_key(RangeId(2), 0),
+    ];
+    assert!(keys.windows(2).all(|pair| pair[0] < pair[1]));
+    assert_eq!(log_key_index(&keys[2]), 256);
+    assert_eq!(key_range(&keys[3]), RangeId(2));
+    assert_eq!(key_range(&meta_key(RangeId(9), RAFT_VOTE)), RangeId(9));
+}
+
+#[test]
+fn values_of_an_unknown_version_are_errors() {
+    let kv = KeyValue {
+        key: b"k".to_vec(),
+        value: b"v".to_vec(),
+        create_revision: 1,
+        mod_revision: 2,
+        expires_at_ms: Some(7),
+    };
+    let mut bytes = encode_kv(&kv);
+    assert_eq!(decode_kv_expiry(&bytes).unwrap(), Some(7));
+    assert_eq!(decode_kv(b"k", &bytes).unwrap(), kv);
+    bytes[0] = 9;
+    let error = decode_kv(b"k", &bytes).unwrap_err();
+    assert!(
+        matches!(error, StorageError::UnknownVersion { version: 9, .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn values_of_format_1_have_no_expiry() {
+    let mut bytes = vec![1u8];
+    bytes = postcard::to_extend(&(3u64, 5u64), bytes).unwrap();
+    bytes.extend_from_slice(b"old");
+    let kv = decode_kv(b"k", &bytes).unwrap();
+    assert_eq!(
+        (kv.value.as_slice(), kv.create_revision, kv.mod_revision),
+        (&b"old"[..], 3, 5)
+    );
+    assert_eq!(kv.expires_at_ms, None);
+    assert_eq!(decode_kv_expiry(&bytes).unwrap(), None);
+}
+
+#[test]
+fn exactly_once_and_ttl_keys_sort_as_scanned() {
+    let ttl = [ttl_key(5, b"z"), ttl_key(6, b"a"), ttl_key(256, b"")];
+    assert!(ttl.windows(2).all(|pair| pair[0] < pair[1]));
+    assert_eq!(ttl_key_parts(&ttl[1]), (6, &b"a"[..]));
+    let requests = [
+        request_key(RangeId(1), 9, u64::MAX),
+        request_key(RangeId(1), 10, 0),
+        request_key(RangeId(1), 10, 256),
+        request_key(RangeId(2), 0, 0),
+    ];
+    assert!(requests.windows(2).all(|pair| pair[0] < pair[1]));
+    assert_eq!(request_key_parts(&requests[2]), (10, 256));
+    assert_eq!(session_key_client(&session_key(RangeId(3), 77)), 77);
+    assert_eq!(&requests[2][..16], session_key(RangeId(1), 10).as_slice());
+}
+
+#[test]
+fn deadline_keys_sort_by_instant_then_kind_and_split_back() {
+    let rows = [
+        deadline_key(5, DEADLINE_IDEMPOTENCY, b"z"),
+        deadline_key(6, DEADLINE_LOCK, b"b"),
+        deadline_key(6, DEADLINE_LOCK, b"c"),
+        deadline_key(6, DEADLINE_IDEMPOTENCY, b"a"),
+        deadline_key(256, DEADLINE_LOCK, b""),
+    ];
+    assert!(rows.windows(2).all(|pair| pair[0] < pair[1]));
+    assert_eq!(
+        deadline_key_parts(&rows[3]),
+        (6, DEADLINE_IDEMPOTENCY, &b"a"[..])
+    );
+    assert_eq!(deadline_key_parts(&rows[4]), (256, DEADLINE_LOCK, &b""[..]));
+}
+
+fn span(start: &str, end: Option<&str>) -> KeySpan {
+    KeySpan {
+        start: start.as_bytes().to_vec(),
+        end: end.map(|end| end.as_bytes().to_vec()),
+    }
+}
+
+#[test]
+fn spans_overlap_only_when_they_share_a_key() {
+    let cases = [
+        (span("", None), span("m", Some("n")), true),
+        (span("a", Some("m")), span("m", None), false),
+        (span("a", Some("m")), span("l", Some("z")), true),
+        (span("n", None), span("a", Some("n")), false),
+        (span("n", None), span("a", Some("n\0")), true),
+        (KeySpan::none(), span("", None), false),
+        (span("c", Some("c")), span("a", Some("z")), false),
+    ];
+    for (one, other, expected) in cases {
+        assert_eq!(one.overlaps(&other), expected, "{one:?} {other:?}");
+        assert_eq!(other.overlaps(&one), expected, "{other:?} {one:?}");
+    }
+    assert_eq!(KeySpan::unrecorded(RangeId::FIRST), span("", None));
+    assert_eq!(KeySpan::unrecorded(RangeId::META), KeySpan::none());
+    assert_eq!(KeySpan::unrecorded(RangeId(7)), KeySpan::none());
+    assert!(KeySpan::none().is_empty() && !KeySpan::none().contains(b""));
+}
+
+#[test]
+fn spans_cover_their_parts() {
+    let parent = span("b", Some("p"));
+    let cases = [
+        (span("b", Some("p")), true),
+        (span("c", Some("d")), true),
+        (span("a", Some("d")), false),
+        (span("c", Some("q")), false),
+        (span("c", None), false),
+        (KeySpan::none(), true),
+    ];
+    for (inner, expected) in cases {
+        assert_eq!(parent.covers(&inner), expected, "{inner:?}");
+    }
+    assert!(span("", None).covers(&span("x", None)));
+}
+
+#[test]
+fn kv_counts_follow_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
+    let txn = db.begin_write().unwrap();
+    let (mut kv, mut ttl) = (txn.open_table(KV).unwrap(), txn.open_table(TTL).unwrap());
+    let mut counts = KvCounts::default();
+    let row = |value: &str, expires_at_ms| KeyValue {
+        key: b"key".to_vec(),
+        value: value.as_bytes().to_vec(),
+        create_revision: 1,
+        mod_revision: 1,
+        expires_at_ms,
+    };
+    let steps = [
+        (Some(row("v", None)), (1, 4, 0)),
+        (Some(row("value", Some(9))), (1, 8, 1)),
+        (Some(row("", None)), (1, 3, 0)),
+        (None, (0, 0, 0)),
+        (None, (0, 0, 0)),
+    ];
+    for (after, (keys, bytes, keys_with_ttl)) in steps {
+        write_kv(&mut kv, &mut ttl, &mut counts, b"key", after.as_ref()).unwrap();
+        let expected = KvCounts {
+            keys,
+            bytes,
+            keys_with_ttl,
+        };
+        assert_eq!(counts, expected, "after {after:?}");
+        assert_eq!(count_kv_rows(&kv, &KeySpan::default()).unwrap(), expected);
+    }
+}
+
+#[test]
+fn span_clamps_scan_bounds() {
+    use Bound::{Excluded, Included, Unbounded};
+    let all = KeySpan::default();
+    assert_eq!(all.clamp(b"a", b""), (Included(&b"a"[..]), Unbounded));
+    let span = KeySpan {
+        start: b"c".to_vec(),
+        end: Some(b"m".to_vec()),
+    };
+    assert_eq!(
+        span.clamp(b"a", b""),
+        (Included(&b"c"[..]), Excluded(&b"m"[..]))
+    );
+    assert_eq!(
+        span.clamp(b"d", b"e"),
+        (Included(&b"d"[..]), Excluded(&b"e"[..]))
+    );
+    assert_eq!(
+        span.clamp(b"d", b"z"),
+        (Included(&b"d"[..]), Excluded(&b"m"[..]))
+    );
+    assert!(span.contains(b"c") && span.contains(b"lzz"));
+    assert!(!span.contains(b"m") && !span.contains(b"b"));
+}
