@@ -317,5 +317,4 @@ fn unexpected(record: &Record, expected: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "reader_tests.rs"]
 mod tests;
