@@ -5,11 +5,11 @@
 
 use std::io::IsTerminal;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// One human-readable line per event (colored on a terminal).

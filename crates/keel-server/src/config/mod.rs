@@ -23,7 +23,6 @@ use crate::config::faults::Faults;
 use crate::config::logging::LogFormat;
 use crate::config::logging::LogSettings;
 pub use crate::config::serve_args::ServeArgs;
-use crate::config::serve_args::read_file;
 
 /// A node's settings, validated.
 #[derive(Debug, Clone)]
@@ -164,6 +163,8 @@ pub enum ConfigError {
     Missing(&'static str, &'static str),
     #[error("reading config file {path}: {message}")]
     File { path: PathBuf, message: String },
+    #[error("a path setting is not UTF-8; keel serve takes UTF-8 paths only")]
+    PathNotUtf8,
     #[error("initial cluster entry {entry:?} is malformed: {message}")]
     Entry { entry: String, message: String },
     #[error("initial cluster is empty")]
@@ -264,10 +265,8 @@ pub enum ConfigError {
 impl NodeConfig {
     /// The settings of `args`, merged over the `--config` file when one is named, validated.
     pub fn from_args(args: &ServeArgs) -> Result<NodeConfig, ConfigError> {
-        let args = match &args.config {
-            Some(path) => args.clone().over(read_file(path)?),
-            None => args.clone(),
-        };
+        let settings = args.settings()?;
+        let args = ServeArgs::from_settings(&settings);
         let mut raft = RaftTimings::default();
         raft.heartbeat_ms = args.heartbeat_ms.unwrap_or(raft.heartbeat_ms);
         raft.election_timeout_ms_min = args

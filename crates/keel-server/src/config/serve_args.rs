@@ -5,14 +5,18 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use keel_types::NodeId;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::config::ConfigError;
 use crate::config::logging::LogFormat;
 
+/// Settings by key (the keys of the `--config` file), only those given.
+pub(super) type Settings = Map<String, Value>;
+
 /// `keel serve` flags. `--config keel.toml` reads the same keys from a file (snake_case);
 /// flags given on the command line win over the file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeArgs {
     /// This node's id; must appear in the initial cluster.
@@ -133,58 +137,42 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// These flags over the settings of `file`: a flag given here wins.
-    pub(super) fn over(self, file: ServeArgs) -> ServeArgs {
-        ServeArgs {
-            node_id: self.node_id.or(file.node_id),
-            listen: self.listen.or(file.listen),
-            data_dir: self.data_dir.or(file.data_dir),
-            initial_cluster: self.initial_cluster.or(file.initial_cluster),
-            join: self.join.or(file.join),
-            advertise: self.advertise.or(file.advertise),
-            replication_factor: self.replication_factor.or(file.replication_factor),
-            node_dead_after_ms: self.node_dead_after_ms.or(file.node_dead_after_ms),
-            rebalance_interval_ms: self.rebalance_interval_ms.or(file.rebalance_interval_ms),
-            config: self.config,
-            metrics_listen: self.metrics_listen.or(file.metrics_listen),
-            log_format: self.log_format.or(file.log_format),
-            log_level: self.log_level.or(file.log_level),
-            auth_tokens: self.auth_tokens.or(file.auth_tokens),
-            tls_cert: self.tls_cert.or(file.tls_cert),
-            tls_key: self.tls_key.or(file.tls_key),
-            tls_ca: self.tls_ca.or(file.tls_ca),
-            heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
-            election_timeout_ms_min: self
-                .election_timeout_ms_min
-                .or(file.election_timeout_ms_min),
-            election_timeout_ms_max: self
-                .election_timeout_ms_max
-                .or(file.election_timeout_ms_max),
-            quiesce_after_ms: self.quiesce_after_ms.or(file.quiesce_after_ms),
-            dedup_window_ms: self.dedup_window_ms.or(file.dedup_window_ms),
-            range_split_bytes: self.range_split_bytes.or(file.range_split_bytes),
-            range_split_requests_per_sec: self
-                .range_split_requests_per_sec
-                .or(file.range_split_requests_per_sec),
-            range_split_load_secs: self.range_split_load_secs.or(file.range_split_load_secs),
-            split_check_interval_ms: self
-                .split_check_interval_ms
-                .or(file.split_check_interval_ms),
-            #[cfg(feature = "fault-injection")]
-            fault_response_loss_percent: self
-                .fault_response_loss_percent
-                .or(file.fault_response_loss_percent),
-            #[cfg(feature = "fault-injection")]
-            fault_lose_unsynced_writes: self.fault_lose_unsynced_writes
-                || file.fault_lose_unsynced_writes,
-            #[cfg(feature = "planted-bugs")]
-            planted_bug: self.planted_bug.or(file.planted_bug),
-        }
+    /// The settings of these flags over those of the `--config` file, when one is named: a
+    /// setting given as a flag wins over the file's, one given in neither place is absent.
+    pub(super) fn settings(&self) -> Result<Settings, ConfigError> {
+        let mut settings = match &self.config {
+            Some(path) => read_file(path)?.given()?,
+            None => Settings::new(),
+        };
+        settings.extend(self.given()?);
+        Ok(settings)
+    }
+
+    /// The flags `settings` holds (those `settings` gave), to read one by name.
+    pub(super) fn from_settings(settings: &Settings) -> ServeArgs {
+        serde_json::from_value(Value::Object(settings.clone()))
+            .expect("a table of settings reads back as the flags it came from")
+    }
+
+    /// The settings given here, by key: a flag left out (`None`, or a switch not thrown) is
+    /// absent.
+    fn given(&self) -> Result<Settings, ConfigError> {
+        let table = match serde_json::to_value(self) {
+            Ok(Value::Object(table)) => table,
+            Ok(other) => unreachable!("flags serialize to a table, not {other}"),
+            // The one setting that cannot be written as text: a path that is not UTF-8.
+            Err(_) => return Err(ConfigError::PathNotUtf8),
+        };
+        let given = |value: &Value| !matches!(value, Value::Null | Value::Bool(false));
+        Ok(table
+            .into_iter()
+            .filter(|(_, value)| given(value))
+            .collect())
     }
 }
 
 /// The settings of the `--config` file at `path`.
-pub(super) fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {
+fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {
     let file_error = |message: String| ConfigError::File {
         path: path.to_path_buf(),
         message,
