@@ -19,11 +19,14 @@ pub enum LogFormat {
     Json,
 }
 
-/// The log settings of a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The log settings of a node; each field is named (in serde) after the key of its `keel
+/// serve` setting, and filled from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogSettings {
+    #[serde(rename = "log_format")]
     pub format: LogFormat,
     /// A filter in `RUST_LOG` syntax: `info`, `keel_server=debug,info`.
+    #[serde(rename = "log_level")]
     pub level: String,
 }
 

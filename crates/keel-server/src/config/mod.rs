@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use keel_raft::RaftTimings;
 use keel_types::{NodeId, SharedClock, SystemClock, limits};
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::access::Access;
@@ -23,6 +24,7 @@ use crate::config::faults::Faults;
 use crate::config::logging::LogFormat;
 use crate::config::logging::LogSettings;
 pub use crate::config::serve_args::ServeArgs;
+use crate::config::serve_args::overlay;
 
 /// A node's settings, validated.
 #[derive(Debug, Clone)]
@@ -61,8 +63,9 @@ pub struct NodeConfig {
     pub tls: Option<TlsSettings>,
 }
 
-/// Settings of the key-value state a node keeps, and of how it is cut into ranges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Settings of the key-value state a node keeps, and of how it is cut into ranges. Each field
+/// with a `keel serve` setting is named (in serde) after its key, and filled from it by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvSettings {
     /// How long an idle client session and its request records are kept: a retry within it
     /// is answered from the record, a retry after it gets `RequestIdExpired`.
@@ -70,6 +73,7 @@ pub struct KvSettings {
     /// How often a leader looks for expired keys and idle sessions to remove.
     pub cleanup_interval_ms: u64,
     /// When the ranges this node leads split.
+    #[serde(flatten)]
     pub split: SplitSettings,
 }
 
@@ -84,17 +88,22 @@ impl Default for KvSettings {
 }
 
 /// When a range splits by itself: the fields of `keel_meta::SplitPolicy` (same defaults,
-/// checked by a test of the split driver), and how often a leader checks its ranges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// checked by a test of the split driver), and how often a leader checks its ranges. Each
+/// field is named (in serde) after the key of its `keel serve` setting, and filled from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitSettings {
     /// A range holding more bytes (keys + values) splits in two halves of about equal size.
+    #[serde(rename = "range_split_bytes")]
     pub range_bytes_max: u64,
     /// A range serving more requests than this in every one of the last `load_secs` seconds
     /// splits at the median of its sampled request keys; 0 turns load splits off.
+    #[serde(rename = "range_split_requests_per_sec")]
     pub requests_per_sec_max: u64,
     /// Seconds the load must last.
+    #[serde(rename = "range_split_load_secs")]
     pub load_secs: u64,
     /// How often a leader checks the ranges it leads.
+    #[serde(rename = "split_check_interval_ms")]
     pub check_interval_ms: u64,
 }
 
@@ -111,8 +120,9 @@ impl Default for SplitSettings {
     }
 }
 
-/// How the cluster keeps ranges replicated and balanced (on the meta range's leader).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the cluster keeps ranges replicated and balanced (on the meta range's leader). Each
+/// field is named after the key of its `keel serve` setting, and filled from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlacementSettings {
     /// Voters each range should have, on distinct nodes.
     pub replication_factor: u64,
@@ -267,18 +277,6 @@ impl NodeConfig {
     pub fn from_args(args: &ServeArgs) -> Result<NodeConfig, ConfigError> {
         let settings = args.settings()?;
         let args = ServeArgs::from_settings(&settings);
-        let mut raft = RaftTimings::default();
-        raft.heartbeat_ms = args.heartbeat_ms.unwrap_or(raft.heartbeat_ms);
-        raft.election_timeout_ms_min = args
-            .election_timeout_ms_min
-            .unwrap_or(raft.election_timeout_ms_min);
-        raft.election_timeout_ms_max = args
-            .election_timeout_ms_max
-            .unwrap_or(raft.election_timeout_ms_max);
-        raft.quiesce_after_ms = args.quiesce_after_ms.unwrap_or(raft.quiesce_after_ms);
-        let faults = faults_from(&args);
-        let split = split_settings(&args);
-        let placement = placement_settings(&args);
         let tls = tls_settings(&args)?;
         let (initial_cluster, join) = match (&args.initial_cluster, &args.join) {
             (Some(_), Some(_)) => return Err(ConfigError::ClusterAndJoin),
@@ -299,25 +297,13 @@ impl NodeConfig {
             initial_cluster,
             join,
             advertise: args.advertise.clone(),
-            placement,
-            raft,
-            kv: KvSettings {
-                dedup_window_ms: args
-                    .dedup_window_ms
-                    .unwrap_or(KvSettings::default().dedup_window_ms),
-                split,
-                ..KvSettings::default()
-            },
+            placement: overlay(PlacementSettings::default(), &settings),
+            raft: overlay(RaftTimings::default(), &settings),
+            kv: overlay(KvSettings::default(), &settings),
             clock: SystemClock::shared(),
-            faults,
+            faults: overlay(Faults::default(), &settings),
             metrics_listen: args.metrics_listen,
-            log: LogSettings {
-                format: args.log_format.unwrap_or_default(),
-                level: args
-                    .log_level
-                    .clone()
-                    .unwrap_or_else(|| LogSettings::default().level),
-            },
+            log: overlay(LogSettings::default(), &settings),
             access: match &args.auth_tokens {
                 Some(path) => Some(Arc::new(
                     Access::load(path).map_err(ConfigError::AuthTokens)?,
@@ -462,22 +448,6 @@ impl PlacementSettings {
     }
 }
 
-/// The placement settings `args` give, defaults for the others.
-fn placement_settings(args: &ServeArgs) -> PlacementSettings {
-    let default = PlacementSettings::default();
-    PlacementSettings {
-        replication_factor: args
-            .replication_factor
-            .unwrap_or(default.replication_factor),
-        node_dead_after_ms: args
-            .node_dead_after_ms
-            .unwrap_or(default.node_dead_after_ms),
-        rebalance_interval_ms: args
-            .rebalance_interval_ms
-            .unwrap_or(default.rebalance_interval_ms),
-    }
-}
-
 /// The TLS settings of the three files `args` names (all three or none), each read and
 /// checked; an error names the file.
 fn tls_settings(args: &ServeArgs) -> Result<Option<TlsSettings>, ConfigError> {
@@ -578,34 +548,6 @@ impl SplitSettings {
         }
         Ok(())
     }
-}
-
-/// The split settings `args` give, defaults for the others.
-fn split_settings(args: &ServeArgs) -> SplitSettings {
-    let default = SplitSettings::default();
-    SplitSettings {
-        range_bytes_max: args.range_split_bytes.unwrap_or(default.range_bytes_max),
-        requests_per_sec_max: args
-            .range_split_requests_per_sec
-            .unwrap_or(default.requests_per_sec_max),
-        load_secs: args.range_split_load_secs.unwrap_or(default.load_secs),
-        check_interval_ms: args
-            .split_check_interval_ms
-            .unwrap_or(default.check_interval_ms),
-    }
-}
-
-#[cfg(feature = "fault-injection")]
-fn faults_from(args: &ServeArgs) -> Faults {
-    Faults {
-        response_loss_percent: args.fault_response_loss_percent.unwrap_or(0),
-        lose_unsynced_writes: args.fault_lose_unsynced_writes,
-    }
-}
-
-#[cfg(not(feature = "fault-injection"))]
-fn faults_from(_args: &ServeArgs) -> Faults {
-    Faults::default()
 }
 
 /// Parses "1=127.0.0.1:7001,2=127.0.0.1:7002".

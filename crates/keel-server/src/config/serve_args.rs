@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use keel_types::NodeId;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -169,6 +170,23 @@ impl ServeArgs {
             .filter(|(_, value)| given(value))
             .collect())
     }
+}
+
+/// `defaults`, with each field named (in serde) after a setting of `settings` taken from it:
+/// how a settings struct (`PlacementSettings`, `RaftTimings`, ...) gets its values, its
+/// `Default` holding the defaults.
+pub(super) fn overlay<T: Serialize + DeserializeOwned>(defaults: T, settings: &Settings) -> T {
+    let mut fields = match serde_json::to_value(defaults) {
+        Ok(Value::Object(fields)) => fields,
+        other => unreachable!("a settings struct serializes to a table, not {other:?}"),
+    };
+    for (key, field) in fields.iter_mut() {
+        if let Some(setting) = settings.get(key) {
+            field.clone_from(setting);
+        }
+    }
+    serde_json::from_value(Value::Object(fields))
+        .expect("a setting has the type of the field named after it")
 }
 
 /// The settings of the `--config` file at `path`.
