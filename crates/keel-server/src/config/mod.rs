@@ -610,6 +610,9 @@ mod tests;
 mod tls_tests;
 
 #[cfg(test)]
+mod settings_tests;
+
+#[cfg(test)]
 mod split_settings_tests {
     //! The split settings: flags, file keys, defaults and bounds.
 
