@@ -360,11 +360,10 @@ impl NodeConfig {
             return Ok(addr.clone());
         }
         if let Some(addr) = &self.advertise {
-            return match addr.rsplit_once(':') {
-                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                    Ok(addr.clone())
-                }
-                _ => Err(ConfigError::Advertise(addr.clone())),
+            return if is_host_port(addr) {
+                Ok(addr.clone())
+            } else {
+                Err(ConfigError::Advertise(addr.clone()))
             };
         }
         if self.listen.ip().is_unspecified() || self.listen.port() == 0 {
@@ -520,12 +519,10 @@ fn read_pem(part: TlsPart, path: &Path) -> Result<Vec<u8>, ConfigError> {
 fn parse_join(text: &str) -> Result<Vec<String>, ConfigError> {
     let mut seeds = Vec::new();
     for addr in text.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        match addr.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                seeds.push(addr.to_string())
-            }
-            _ => return Err(ConfigError::JoinAddress(addr.to_string())),
+        if !is_host_port(addr) {
+            return Err(ConfigError::JoinAddress(addr.to_string()));
         }
+        seeds.push(addr.to_string());
     }
     if seeds.is_empty() {
         return Err(ConfigError::JoinAddress(text.to_string()));
@@ -567,9 +564,8 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<NodeId, String>, Con
             .parse()
             .map_err(|_| malformed("node id is not a number"))?;
         let addr = addr.trim();
-        match addr.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-            _ => return Err(malformed("address is not host:port")),
+        if !is_host_port(addr) {
+            return Err(malformed("address is not host:port"));
         }
         if !ids.insert(id) {
             return Err(ConfigError::DuplicateNode(id));
@@ -580,6 +576,15 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<NodeId, String>, Con
         return Err(ConfigError::EmptyCluster);
     }
     Ok(cluster)
+}
+
+/// Whether `addr` reads "host:port": a host (a name or an IP, not resolved here) and a port
+/// number.
+fn is_host_port(addr: &str) -> bool {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
+        None => false,
+    }
 }
 
 /// The listen address must be the one peers use, except that a wildcard IP or port 0 (the
