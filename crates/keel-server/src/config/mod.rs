@@ -1,6 +1,14 @@
 //! Node settings: the validated `NodeConfig`, built from the `keel serve` flags and the
-//! optional TOML file with the same keys (`serve_args.rs`). Knows nothing of the network,
-//! Raft or storage internals.
+//! optional TOML file with the same keys (`serve_args.rs`, which says how a setting is
+//! added). The settings structs here name their fields after the setting keys and hold the
+//! defaults; `from_args` fills them by key and reads by hand only the settings it parses or
+//! checks. Knows nothing of the network, Raft or storage internals.
+//!
+//! The parsers here are hand-written on purpose: the initial cluster (`1=host:port,...`) and
+//! join lists are Keel's own formats, and `is_host_port` checks syntax only, where
+//! `ToSocketAddrs` would resolve names at start and `http::uri::Authority` would also take
+//! `user@host:port`. Durations and sizes are integers with the unit in the key (`_ms`,
+//! `_secs`, `_bytes`), so there is no duration or size parser to hand to a crate.
 
 pub(crate) mod faults;
 pub(crate) mod logging;

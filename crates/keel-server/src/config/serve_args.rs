@@ -1,5 +1,23 @@
-//! The `keel serve` flags and the `--config` file with the same keys, and how the two are
-//! merged. Knows nothing of what a setting means: `NodeConfig::from_args` does.
+//! The `keel serve` flags and the `--config` file with the same keys, and how the two become
+//! settings. Knows nothing of what a setting means: `NodeConfig::from_args` does.
+//!
+//! A setting is declared once, as a field of `ServeArgs`: its doc comment is its help text,
+//! `#[arg]` makes it a flag, its name is its file key (`#[serde(alias)]` adds another).
+//! Nothing lists the settings again. The flags and the file are each turned into a table of
+//! the settings they give, and the flags' table is laid over the file's
+//! (`ServeArgs::settings`). A setting with a default is used through a field of a settings
+//! struct (`PlacementSettings`, `KvSettings`, `keel_raft::RaftTimings`, ...) named after
+//! its key; `overlay` fills that struct by key over its `Default`, the one place of the
+//! default. So a new setting is its `ServeArgs` field plus the code that uses it: a field
+//! of a settings struct (and its default), or, for one that is parsed or checked, a line of
+//! `from_args`. `settings_tests.rs` checks that every flag lands in one field or is read by
+//! hand.
+//!
+//! The tables are `serde_json` values rather than `toml` ones because they hold any u64, so
+//! an out-of-range number still reaches its bounds check; the file itself is read by `toml`
+//! as `ServeArgs`, so a wrong key or type is refused with toml's words and serde's list of
+//! the known keys. Not figment: it would lay the same serde values over each other but word
+//! file errors its own way, and this layering is a screenful.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,7 +34,9 @@ use crate::config::logging::LogFormat;
 pub(super) type Settings = Map<String, Value>;
 
 /// `keel serve` flags. `--config keel.toml` reads the same keys from a file (snake_case);
-/// flags given on the command line win over the file.
+/// flags given on the command line win over the file. A flag not given is `None` (or `false`,
+/// a switch not thrown) and leaves the file's setting. The file may hold no other key
+/// (`config` neither).
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeArgs {
@@ -149,7 +169,7 @@ impl ServeArgs {
         Ok(settings)
     }
 
-    /// The flags `settings` holds (those `settings` gave), to read one by name.
+    /// The flags of `settings` (a setting absent is a flag not given), to read one by name.
     pub(super) fn from_settings(settings: &Settings) -> ServeArgs {
         serde_json::from_value(Value::Object(settings.clone()))
             .expect("a table of settings reads back as the flags it came from")
