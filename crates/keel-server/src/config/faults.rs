@@ -4,15 +4,21 @@
 //! refuses a configuration that asks for any. Knows nothing of request semantics beyond
 //! "this RPC mutates".
 
-/// Faults a node injects; all off by default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+use serde::{Deserialize, Serialize};
+
+/// Faults a node injects; all off by default. Each field is named (in serde) after the key of
+/// its `keel serve` setting, and filled from it; without the `fault-injection` feature there
+/// are no such settings, so the faults stay off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Faults {
     /// Percentage (0–100) of mutations (Kv, Lock and Idempotency writes) whose response is
     /// dropped after the mutation was applied; the client sees an error without a Keel detail
     /// (an unknown outcome).
+    #[serde(rename = "fault_response_loss_percent")]
     pub response_loss_percent: u32,
     /// Keep storage writes in memory until they are synced, so that killing the process
     /// loses what was not synced, as a power loss would.
+    #[serde(rename = "fault_lose_unsynced_writes")]
     pub lose_unsynced_writes: bool,
 }
 

@@ -5,11 +5,11 @@
 
 use std::io::IsTerminal;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// One human-readable line per event (colored on a terminal).
@@ -19,11 +19,14 @@ pub enum LogFormat {
     Json,
 }
 
-/// The log settings of a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The log settings of a node; each field is named (in serde) after the key of its `keel
+/// serve` setting, and filled from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogSettings {
+    #[serde(rename = "log_format")]
     pub format: LogFormat,
     /// A filter in `RUST_LOG` syntax: `info`, `keel_server=debug,info`.
+    #[serde(rename = "log_level")]
     pub level: String,
 }
 

@@ -1,8 +1,18 @@
-//! Node settings: the `keel serve` flags, the optional TOML file with the same keys, and the
-//! validated `NodeConfig`. Knows nothing of the network, Raft or storage internals.
+//! Node settings: the validated `NodeConfig`, built from the `keel serve` flags and the
+//! optional TOML file with the same keys (`serve_args.rs`, which says how a setting is
+//! added). The settings structs here name their fields after the setting keys and hold the
+//! defaults; `from_args` fills them by key and reads by hand only the settings it parses or
+//! checks. Knows nothing of the network, Raft or storage internals.
+//!
+//! The parsers here are hand-written on purpose: the initial cluster (`1=host:port,...`) and
+//! join lists are Keel's own formats, and `is_host_port` checks syntax only, where
+//! `ToSocketAddrs` would resolve names at start and `http::uri::Authority` would also take
+//! `user@host:port`. Durations and sizes are integers with the unit in the key (`_ms`,
+//! `_secs`, `_bytes`), so there is no duration or size parser to hand to a crate.
 
 pub(crate) mod faults;
 pub(crate) mod logging;
+mod serve_args;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -12,13 +22,17 @@ use std::sync::Arc;
 
 use keel_raft::RaftTimings;
 use keel_types::{NodeId, SharedClock, SystemClock, limits};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::access::Access;
 use crate::access::tls::{TlsError, TlsPart, TlsSettings};
 use crate::config::faults::Faults;
-use crate::config::logging::{LogFormat, LogSettings};
+#[cfg(test)]
+use crate::config::logging::LogFormat;
+use crate::config::logging::LogSettings;
+pub use crate::config::serve_args::ServeArgs;
+use crate::config::serve_args::overlay;
 
 /// A node's settings, validated.
 #[derive(Debug, Clone)]
@@ -57,8 +71,9 @@ pub struct NodeConfig {
     pub tls: Option<TlsSettings>,
 }
 
-/// Settings of the key-value state a node keeps, and of how it is cut into ranges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Settings of the key-value state a node keeps, and of how it is cut into ranges. Each field
+/// with a `keel serve` setting is named (in serde) after its key, and filled from it by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvSettings {
     /// How long an idle client session and its request records are kept: a retry within it
     /// is answered from the record, a retry after it gets `RequestIdExpired`.
@@ -66,6 +81,7 @@ pub struct KvSettings {
     /// How often a leader looks for expired keys and idle sessions to remove.
     pub cleanup_interval_ms: u64,
     /// When the ranges this node leads split.
+    #[serde(flatten)]
     pub split: SplitSettings,
 }
 
@@ -80,17 +96,22 @@ impl Default for KvSettings {
 }
 
 /// When a range splits by itself: the fields of `keel_meta::SplitPolicy` (same defaults,
-/// checked by a test of the split driver), and how often a leader checks its ranges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// checked by a test of the split driver), and how often a leader checks its ranges. Each
+/// field is named (in serde) after the key of its `keel serve` setting, and filled from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SplitSettings {
     /// A range holding more bytes (keys + values) splits in two halves of about equal size.
+    #[serde(rename = "range_split_bytes")]
     pub range_bytes_max: u64,
     /// A range serving more requests than this in every one of the last `load_secs` seconds
     /// splits at the median of its sampled request keys; 0 turns load splits off.
+    #[serde(rename = "range_split_requests_per_sec")]
     pub requests_per_sec_max: u64,
     /// Seconds the load must last.
+    #[serde(rename = "range_split_load_secs")]
     pub load_secs: u64,
     /// How often a leader checks the ranges it leads.
+    #[serde(rename = "split_check_interval_ms")]
     pub check_interval_ms: u64,
 }
 
@@ -107,8 +128,9 @@ impl Default for SplitSettings {
     }
 }
 
-/// How the cluster keeps ranges replicated and balanced (on the meta range's leader).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the cluster keeps ranges replicated and balanced (on the meta range's leader). Each
+/// field is named after the key of its `keel serve` setting, and filled from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlacementSettings {
     /// Voters each range should have, on distinct nodes.
     pub replication_factor: u64,
@@ -153,134 +175,14 @@ pub(crate) const RANGE_SPLIT_LOAD_SECS_MAX: u64 = 60;
 const SPLIT_CHECK_INTERVAL_MS_MIN: u64 = 10;
 const SPLIT_CHECK_INTERVAL_MS_MAX: u64 = 60_000;
 
-/// `keel serve` flags. `--config keel.toml` reads the same keys from a file (snake_case);
-/// flags given on the command line win over the file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServeArgs {
-    /// This node's id; must appear in the initial cluster.
-    #[arg(long)]
-    pub node_id: Option<NodeId>,
-    /// Address to listen on, e.g. 127.0.0.1:7001.
-    #[arg(long)]
-    pub listen: Option<SocketAddr>,
-    /// Directory for keel.redb and snapshots/.
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// Every node of the first cluster: "1=127.0.0.1:7001,2=127.0.0.1:7002,...".
-    #[arg(long, conflicts_with = "join")]
-    pub initial_cluster: Option<String>,
-    /// Join a running cluster through these nodes ("host:port", comma-separated) instead of
-    /// starting one with --initial-cluster; the node registers itself and the rebalancer
-    /// moves replicas to it.
-    #[arg(long)]
-    pub join: Option<String>,
-    /// The address peers and clients use for this node when it joins (default: --listen).
-    #[arg(long)]
-    pub advertise: Option<String>,
-    /// Voters each range should have, on distinct nodes (default 3; 1 to 7).
-    #[arg(long)]
-    pub replication_factor: Option<u64>,
-    /// A node not heard from for this long is dead and its replicas are re-created on other
-    /// nodes (default 300000, 5 minutes; 1000 ms to 1 day).
-    #[arg(long)]
-    pub node_dead_after_ms: Option<u64>,
-    /// How often the meta range's leader looks for replicas to add, move or remove (default
-    /// 1000 ms; 10 to 60000).
-    #[arg(long)]
-    pub rebalance_interval_ms: Option<u64>,
-    /// A TOML file with the same settings.
-    #[arg(long)]
-    #[serde(skip)]
-    pub config: Option<PathBuf>,
-    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9101 (off unless
-    /// given).
-    #[arg(long)]
-    pub metrics_listen: Option<SocketAddr>,
-    /// Log lines as text (default) or json (one object per line, with span fields).
-    #[arg(long, value_enum)]
-    pub log_format: Option<LogFormat>,
-    /// Log filter in RUST_LOG syntax, e.g. info or keel_server=debug,info (default info);
-    /// RUST_LOG wins when set.
-    #[arg(long)]
-    pub log_level: Option<String>,
-    /// A TOML file of bearer tokens: [[admin]] and [[tenant]] entries (see
-    /// docs/OPERATIONS.md). Every request must then carry one; each tenant is confined to
-    /// its own namespace and quotas. Off unless given.
-    #[arg(long)]
-    pub auth_tokens: Option<PathBuf>,
-    /// PEM certificate chain of this node (its certificate first), signed by --tls-ca: the
-    /// server certificate for clients and peers, and the client certificate this node shows
-    /// its peers. It must name the address others dial (an IP SAN for an IP, a DNS SAN for a
-    /// host name). With --tls-key and --tls-ca (all three or none) the node serves TLS only.
-    #[arg(long, value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
-    #[arg(long, value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// PEM certificate of the CA that signed every node's certificate: peers are checked
-    /// against it, and a caller showing a certificate it signed is taken for a node.
-    #[arg(long, value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
-    /// Leader heartbeat interval.
-    #[arg(long)]
-    pub heartbeat_ms: Option<u64>,
-    /// Lower bound of the randomized election timeout.
-    #[arg(long)]
-    pub election_timeout_ms_min: Option<u64>,
-    /// Upper bound of the randomized election timeout.
-    #[arg(long)]
-    pub election_timeout_ms_max: Option<u64>,
-    /// A range its leader has not used for this long, fully replicated, goes quiet: no Raft
-    /// heartbeats or election timers until it is used again (default 3000; 0 = never; at
-    /// most 1 day).
-    #[arg(long)]
-    pub quiesce_after_ms: Option<u64>,
-    /// How long an idle client session and its request records are kept (default 600000,
-    /// 10 minutes): retries within it are answered from the record, never applied twice.
-    #[arg(long)]
-    pub dedup_window_ms: Option<u64>,
-    /// A range holding more bytes than this (keys + values) splits in two halves of about
-    /// equal size (default 67108864, 64 MiB; 1 KiB to 64 GiB).
-    #[arg(long)]
-    pub range_split_bytes: Option<u64>,
-    /// A range serving more requests per second than this for --range-split-load-secs
-    /// splits at the median of its sampled request keys (default 2500; 0 = no load splits).
-    #[arg(long, visible_alias = "range-split-rps")]
-    #[serde(alias = "range_split_rps")]
-    pub range_split_requests_per_sec: Option<u64>,
-    /// Seconds the load must last before a range splits for load (default 10; 1 to 60).
-    #[arg(long)]
-    pub range_split_load_secs: Option<u64>,
-    /// How often a leader checks its ranges' size and load for a split (default 1000 ms;
-    /// 10 to 60000).
-    #[arg(long)]
-    pub split_check_interval_ms: Option<u64>,
-    /// Test-only: drop the response of this percentage of Kv mutations after applying them,
-    /// as a lossy network would.
-    #[cfg(feature = "fault-injection")]
-    #[arg(long, hide = true)]
-    pub fault_response_loss_percent: Option<u32>,
-    /// Test-only: keep storage writes in memory until synced, so kill -9 loses unsynced
-    /// writes as a power loss would.
-    #[cfg(feature = "fault-injection")]
-    #[arg(long, hide = true)]
-    #[serde(default)]
-    pub fault_lose_unsynced_writes: bool,
-    /// Test-only: break one guarantee on purpose (stale-read, ack-before-fsync,
-    /// double-apply, lock-no-expiry, idem-stale-complete, split-drops-inflight, stale-span,
-    /// snapshot-skip-tail), to show the Jepsen-style checkers catch it.
-    #[cfg(feature = "planted-bugs")]
-    #[arg(long, hide = true)]
-    pub planted_bug: Option<String>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConfigError {
     #[error("missing setting {0}: pass --{1} or set {0} in the config file")]
     Missing(&'static str, &'static str),
     #[error("reading config file {path}: {message}")]
     File { path: PathBuf, message: String },
+    #[error("a path setting is not UTF-8; keel serve takes UTF-8 paths only")]
+    PathNotUtf8,
     #[error("initial cluster entry {entry:?} is malformed: {message}")]
     Entry { entry: String, message: String },
     #[error("initial cluster is empty")]
@@ -378,76 +280,11 @@ pub enum ConfigError {
     },
 }
 
-impl ServeArgs {
-    /// These flags over the settings of `file`: a flag given here wins.
-    fn over(self, file: ServeArgs) -> ServeArgs {
-        ServeArgs {
-            node_id: self.node_id.or(file.node_id),
-            listen: self.listen.or(file.listen),
-            data_dir: self.data_dir.or(file.data_dir),
-            initial_cluster: self.initial_cluster.or(file.initial_cluster),
-            join: self.join.or(file.join),
-            advertise: self.advertise.or(file.advertise),
-            replication_factor: self.replication_factor.or(file.replication_factor),
-            node_dead_after_ms: self.node_dead_after_ms.or(file.node_dead_after_ms),
-            rebalance_interval_ms: self.rebalance_interval_ms.or(file.rebalance_interval_ms),
-            config: self.config,
-            metrics_listen: self.metrics_listen.or(file.metrics_listen),
-            log_format: self.log_format.or(file.log_format),
-            log_level: self.log_level.or(file.log_level),
-            auth_tokens: self.auth_tokens.or(file.auth_tokens),
-            tls_cert: self.tls_cert.or(file.tls_cert),
-            tls_key: self.tls_key.or(file.tls_key),
-            tls_ca: self.tls_ca.or(file.tls_ca),
-            heartbeat_ms: self.heartbeat_ms.or(file.heartbeat_ms),
-            election_timeout_ms_min: self
-                .election_timeout_ms_min
-                .or(file.election_timeout_ms_min),
-            election_timeout_ms_max: self
-                .election_timeout_ms_max
-                .or(file.election_timeout_ms_max),
-            quiesce_after_ms: self.quiesce_after_ms.or(file.quiesce_after_ms),
-            dedup_window_ms: self.dedup_window_ms.or(file.dedup_window_ms),
-            range_split_bytes: self.range_split_bytes.or(file.range_split_bytes),
-            range_split_requests_per_sec: self
-                .range_split_requests_per_sec
-                .or(file.range_split_requests_per_sec),
-            range_split_load_secs: self.range_split_load_secs.or(file.range_split_load_secs),
-            split_check_interval_ms: self
-                .split_check_interval_ms
-                .or(file.split_check_interval_ms),
-            #[cfg(feature = "fault-injection")]
-            fault_response_loss_percent: self
-                .fault_response_loss_percent
-                .or(file.fault_response_loss_percent),
-            #[cfg(feature = "fault-injection")]
-            fault_lose_unsynced_writes: self.fault_lose_unsynced_writes
-                || file.fault_lose_unsynced_writes,
-            #[cfg(feature = "planted-bugs")]
-            planted_bug: self.planted_bug.or(file.planted_bug),
-        }
-    }
-}
-
 impl NodeConfig {
     /// The settings of `args`, merged over the `--config` file when one is named, validated.
     pub fn from_args(args: &ServeArgs) -> Result<NodeConfig, ConfigError> {
-        let args = match &args.config {
-            Some(path) => args.clone().over(read_file(path)?),
-            None => args.clone(),
-        };
-        let mut raft = RaftTimings::default();
-        raft.heartbeat_ms = args.heartbeat_ms.unwrap_or(raft.heartbeat_ms);
-        raft.election_timeout_ms_min = args
-            .election_timeout_ms_min
-            .unwrap_or(raft.election_timeout_ms_min);
-        raft.election_timeout_ms_max = args
-            .election_timeout_ms_max
-            .unwrap_or(raft.election_timeout_ms_max);
-        raft.quiesce_after_ms = args.quiesce_after_ms.unwrap_or(raft.quiesce_after_ms);
-        let faults = faults_from(&args);
-        let split = split_settings(&args);
-        let placement = placement_settings(&args);
+        let settings = args.settings()?;
+        let args = ServeArgs::from_settings(&settings);
         let tls = tls_settings(&args)?;
         let (initial_cluster, join) = match (&args.initial_cluster, &args.join) {
             (Some(_), Some(_)) => return Err(ConfigError::ClusterAndJoin),
@@ -468,25 +305,13 @@ impl NodeConfig {
             initial_cluster,
             join,
             advertise: args.advertise.clone(),
-            placement,
-            raft,
-            kv: KvSettings {
-                dedup_window_ms: args
-                    .dedup_window_ms
-                    .unwrap_or(KvSettings::default().dedup_window_ms),
-                split,
-                ..KvSettings::default()
-            },
+            placement: overlay(PlacementSettings::default(), &settings),
+            raft: overlay(RaftTimings::default(), &settings),
+            kv: overlay(KvSettings::default(), &settings),
             clock: SystemClock::shared(),
-            faults,
+            faults: overlay(Faults::default(), &settings),
             metrics_listen: args.metrics_listen,
-            log: LogSettings {
-                format: args.log_format.unwrap_or_default(),
-                level: args
-                    .log_level
-                    .clone()
-                    .unwrap_or_else(|| LogSettings::default().level),
-            },
+            log: overlay(LogSettings::default(), &settings),
             access: match &args.auth_tokens {
                 Some(path) => Some(Arc::new(
                     Access::load(path).map_err(ConfigError::AuthTokens)?,
@@ -543,11 +368,10 @@ impl NodeConfig {
             return Ok(addr.clone());
         }
         if let Some(addr) = &self.advertise {
-            return match addr.rsplit_once(':') {
-                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                    Ok(addr.clone())
-                }
-                _ => Err(ConfigError::Advertise(addr.clone())),
+            return if is_host_port(addr) {
+                Ok(addr.clone())
+            } else {
+                Err(ConfigError::Advertise(addr.clone()))
             };
         }
         if self.listen.ip().is_unspecified() || self.listen.port() == 0 {
@@ -631,22 +455,6 @@ impl PlacementSettings {
     }
 }
 
-/// The placement settings `args` give, defaults for the others.
-fn placement_settings(args: &ServeArgs) -> PlacementSettings {
-    let default = PlacementSettings::default();
-    PlacementSettings {
-        replication_factor: args
-            .replication_factor
-            .unwrap_or(default.replication_factor),
-        node_dead_after_ms: args
-            .node_dead_after_ms
-            .unwrap_or(default.node_dead_after_ms),
-        rebalance_interval_ms: args
-            .rebalance_interval_ms
-            .unwrap_or(default.rebalance_interval_ms),
-    }
-}
-
 /// The TLS settings of the three files `args` names (all three or none), each read and
 /// checked; an error names the file.
 fn tls_settings(args: &ServeArgs) -> Result<Option<TlsSettings>, ConfigError> {
@@ -719,12 +527,10 @@ fn read_pem(part: TlsPart, path: &Path) -> Result<Vec<u8>, ConfigError> {
 fn parse_join(text: &str) -> Result<Vec<String>, ConfigError> {
     let mut seeds = Vec::new();
     for addr in text.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        match addr.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                seeds.push(addr.to_string())
-            }
-            _ => return Err(ConfigError::JoinAddress(addr.to_string())),
+        if !is_host_port(addr) {
+            return Err(ConfigError::JoinAddress(addr.to_string()));
         }
+        seeds.push(addr.to_string());
     }
     if seeds.is_empty() {
         return Err(ConfigError::JoinAddress(text.to_string()));
@@ -749,34 +555,6 @@ impl SplitSettings {
     }
 }
 
-/// The split settings `args` give, defaults for the others.
-fn split_settings(args: &ServeArgs) -> SplitSettings {
-    let default = SplitSettings::default();
-    SplitSettings {
-        range_bytes_max: args.range_split_bytes.unwrap_or(default.range_bytes_max),
-        requests_per_sec_max: args
-            .range_split_requests_per_sec
-            .unwrap_or(default.requests_per_sec_max),
-        load_secs: args.range_split_load_secs.unwrap_or(default.load_secs),
-        check_interval_ms: args
-            .split_check_interval_ms
-            .unwrap_or(default.check_interval_ms),
-    }
-}
-
-#[cfg(feature = "fault-injection")]
-fn faults_from(args: &ServeArgs) -> Faults {
-    Faults {
-        response_loss_percent: args.fault_response_loss_percent.unwrap_or(0),
-        lose_unsynced_writes: args.fault_lose_unsynced_writes,
-    }
-}
-
-#[cfg(not(feature = "fault-injection"))]
-fn faults_from(_args: &ServeArgs) -> Faults {
-    Faults::default()
-}
-
 /// Parses "1=127.0.0.1:7001,2=127.0.0.1:7002".
 pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<NodeId, String>, ConfigError> {
     let mut cluster = BTreeMap::new();
@@ -794,9 +572,8 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<NodeId, String>, Con
             .parse()
             .map_err(|_| malformed("node id is not a number"))?;
         let addr = addr.trim();
-        match addr.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-            _ => return Err(malformed("address is not host:port")),
+        if !is_host_port(addr) {
+            return Err(malformed("address is not host:port"));
         }
         if !ids.insert(id) {
             return Err(ConfigError::DuplicateNode(id));
@@ -809,13 +586,13 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<NodeId, String>, Con
     Ok(cluster)
 }
 
-fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {
-    let file_error = |message: String| ConfigError::File {
-        path: path.to_path_buf(),
-        message,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
-    toml::from_str(&text).map_err(|e| file_error(e.to_string()))
+/// Whether `addr` reads "host:port": a host (a name or an IP, not resolved here) and a port
+/// number.
+fn is_host_port(addr: &str) -> bool {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
+        None => false,
+    }
 }
 
 /// The listen address must be the one peers use, except that a wildcard IP or port 0 (the
@@ -844,6 +621,9 @@ mod tests;
 
 #[cfg(test)]
 mod tls_tests;
+
+#[cfg(test)]
+mod settings_tests;
 
 #[cfg(test)]
 mod split_settings_tests {
