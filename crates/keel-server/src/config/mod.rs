@@ -620,12 +620,6 @@ fn check_listen(listen: SocketAddr, cluster: &str) -> Result<(), ConfigError> {
 mod tests;
 
 #[cfg(test)]
-mod tls_tests;
-
-#[cfg(test)]
-mod settings_tests;
-
-#[cfg(test)]
 mod split_settings_tests {
     //! The split settings: flags, file keys, defaults and bounds.
 

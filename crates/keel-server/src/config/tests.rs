@@ -1,5 +1,8 @@
 //! Config parsing and validation, as tables.
 
+mod settings;
+mod tls;
+
 use std::io::Write;
 
 use super::*;

@@ -6,8 +6,8 @@ use std::io::Write;
 use clap::Args;
 use serde::Serialize;
 
-use super::serve_args::Settings;
-use super::*;
+use crate::config::serve_args::Settings;
+use crate::config::*;
 
 /// The settings every node needs, without a data dir.
 fn node() -> ServeArgs {

@@ -2,13 +2,13 @@
 
 use std::io::Write;
 
-use super::tests::parse_flags;
-use super::*;
+use super::parse_flags;
 use crate::access::tls::tests::node_pems;
+use crate::config::*;
 
 /// `tls` with the settings every node needs.
 fn args(tls: ServeArgs) -> ServeArgs {
-    let node = super::tests::args(1, "127.0.0.1:7001", "1=127.0.0.1:7001");
+    let node = super::args(1, "127.0.0.1:7001", "1=127.0.0.1:7001");
     ServeArgs {
         tls_cert: tls.tls_cert,
         tls_key: tls.tls_key,
