@@ -210,3 +210,26 @@ async fn a_split_at_a_range_start_answers_the_existing_halves_and_changes_nothin
     assert_eq!(descriptors(&after), descriptors(&before));
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_range_table_counts_keys_from_a_replica_of_the_answering_node() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client();
+    split_at(&client, &[key(50)]).await;
+    for i in 0..80 {
+        put(&client, &key(i), b"twelve bytes").await.unwrap();
+    }
+    // Every node hosts both ranges, so the counts are read from a replica, never from a
+    // leader's report (age zero), and they reach the writes as soon as it applied them.
+    let counted = crate::harness::eventually("the table counts every key written", || async {
+        let ranges = client.ranges().await.ok()?;
+        let keys: Vec<u64> = ranges.iter().map(|range| range.keys).collect();
+        (keys == [50, 30]).then_some(ranges)
+    })
+    .await;
+    for range in &counted {
+        assert!(range.counts_age.is_zero(), "{range:?}");
+        assert_eq!(range.size_bytes, range.keys * (5 + 12), "{range:?}");
+    }
+    cluster.shutdown().await;
+}

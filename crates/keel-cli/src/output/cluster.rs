@@ -15,7 +15,7 @@ pub fn ranges(ranges: &[RangeInfo], output: Output) -> Report {
     Report::ok(match output {
         Output::Text => {
             let header = [
-                "id", "span", "epoch", "replicas", "leader", "size", "keys", "req/s",
+                "id", "span", "epoch", "replicas", "leader", "size", "keys", "age", "req/s",
             ];
             let mut table: Vec<Vec<String>> = vec![header.map(String::from).to_vec()];
             table.extend(ranges.iter().map(range_cells));
@@ -70,6 +70,7 @@ fn range_cells(range: &RangeInfo) -> Vec<String> {
         range.leader.map_or("-".to_string(), |id| id.to_string()),
         range.size_bytes.to_string(),
         range.keys.to_string(),
+        format!("{:.1}s", range.counts_age.as_secs_f64()),
         format!("{:.1}", range.requests_per_sec),
     ]);
     cells
@@ -91,6 +92,7 @@ fn range_json(range: &RangeInfo) -> Value {
     value["leader"] = json!(range.leader);
     value["size_bytes"] = json!(range.size_bytes);
     value["keys"] = json!(range.keys);
+    value["counts_age_ms"] = json!(range.counts_age.as_millis() as u64);
     value["requests_per_sec"] = json!(range.requests_per_sec);
     value
 }

@@ -430,6 +430,7 @@ fn range_info(descriptor: RangeDescriptor, leader: Option<u64>, keys: u64) -> Ra
         size_bytes: keys * 10,
         keys,
         requests_per_sec: 2.5,
+        counts_age: std::time::Duration::from_millis(keys * 100),
     }
 }
 
@@ -452,7 +453,7 @@ fn cluster_ranges_is_a_table_whose_rows_split_on_whitespace() {
     let (middle, last) = (format!(r#"["k0100",{binary})"#), format!("[{binary},+inf)"));
     let expected: Vec<Vec<&str>> = vec![
         vec![
-            "id", "span", "epoch", "replicas", "leader", "size", "keys", "req/s",
+            "id", "span", "epoch", "replicas", "leader", "size", "keys", "age", "req/s",
         ],
         vec![
             "1",
@@ -462,10 +463,11 @@ fn cluster_ranges_is_a_table_whose_rows_split_on_whitespace() {
             "1",
             "1000",
             "100",
+            "10.0s",
             "2.5",
         ],
-        vec!["7", &middle, "3", "1,2,3", "-", "0", "0", "2.5"],
-        vec!["4", &last, "2", "1,2,3", "3", "70", "7", "2.5"],
+        vec!["7", &middle, "3", "1,2,3", "-", "0", "0", "0.0s", "2.5"],
+        vec!["4", &last, "2", "1,2,3", "3", "70", "7", "0.7s", "2.5"],
     ];
     assert_eq!(rows, expected, "{table}");
     // Columns are aligned: every row's span starts where the header's does.
@@ -488,9 +490,9 @@ fn cluster_ranges_in_json_has_raw_bytes_and_numbers() {
     let json = parsed(&text(&cluster::ranges(&ranges, Output::Json)));
     let expected = parsed(
         r#"[{"range_id":1,"start":"","end":"m","epoch":3,"conf_version":1,"replicas":[1,2,3],
-            "leader":1,"size_bytes":40,"keys":4,"requests_per_sec":2.5},
+            "leader":1,"size_bytes":40,"keys":4,"counts_age_ms":400,"requests_per_sec":2.5},
            {"range_id":2,"start":"m","end":null,"epoch":3,"conf_version":1,"replicas":[1,2,3],
-            "leader":null,"size_bytes":0,"keys":0,"requests_per_sec":2.5}]"#,
+            "leader":null,"size_bytes":0,"keys":0,"counts_age_ms":0,"requests_per_sec":2.5}]"#,
     );
     assert_eq!(json, expected);
 }

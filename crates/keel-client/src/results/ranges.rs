@@ -10,12 +10,16 @@ pub struct RangeInfo {
     pub descriptor: RangeDescriptor,
     /// The leader, when the answering node hosts a replica of the range and knows it.
     pub leader: Option<NodeId>,
-    /// Bytes of keys and values, from the answering node's replica (0 if it hosts none).
+    /// Bytes of keys and values: from the answering node's replica when it hosts one, else
+    /// as the leader last reported them (0 when neither is known).
     pub size_bytes: u64,
-    /// Live keys, from the answering node's replica (0 if it hosts none).
+    /// Live keys, from the same source as `size_bytes`.
     pub keys: u64,
-    /// Requests per second the range's leader served lately, if the answering node leads it.
+    /// Requests per second the range's leader served lately, as it last reported them.
     pub requests_per_sec: f64,
+    /// How old `size_bytes` and `keys` are: zero when read from the answering node's
+    /// replica, else the age of the leader's report.
+    pub counts_age: std::time::Duration,
 }
 
 /// The data ranges of a `Cluster.Ranges` answer, in key order. The meta range holds no
@@ -37,6 +41,7 @@ pub(crate) fn ranges(response: &v1::RangesResponse) -> Result<Vec<RangeInfo>, Kv
             size_bytes: info.size_bytes,
             keys: info.keys,
             requests_per_sec: info.requests_per_sec,
+            counts_age: std::time::Duration::from_millis(info.counts_age_ms),
         });
     }
     ranges.sort_by(|a, b| a.descriptor.start.cmp(&b.descriptor.start));

@@ -106,33 +106,41 @@ impl ClusterService {
         })
     }
 
-    /// A range as its leader last reported it, else as this node's replica (if any) knows
-    /// it.
+    /// A range with its leader and load as the leader last reported them, and its size and
+    /// keys read from this node's replica when it hosts one (so they are fresh right after
+    /// writes), else from that report, with the report's age.
     async fn range_info(&self, range: RangeDescriptor, view: &ClusterView) -> RangeInfo {
-        if let (Some(leader), Some(led)) = (view.leader_of(range.id), view.led.get(&range.id)) {
-            return RangeInfo {
-                descriptor: Some(range.into()),
-                leader_id: Some(leader),
-                size_bytes: led.size_bytes,
-                keys: led.keys,
-                requests_per_sec: led.requests_per_sec_milli as f64 / 1000.0,
-            };
-        }
         let group = self.shared.groups.get(range.id);
-        let leader_id = group
-            .as_ref()
-            .and_then(|group| group.leader())
-            .map(|(id, _)| id);
-        let counts = match &group {
-            Some(group) => group.state_machine().counts().await.unwrap_or_default(),
-            None => RangeCounts::default(),
+        let local = match &group {
+            Some(group) => group.state_machine().counts().await.ok(),
+            None => None,
+        };
+        let reported = view.leader_of(range.id).zip(view.led.get(&range.id));
+        let leader_id = match reported {
+            Some((leader, _)) => Some(leader),
+            None => group
+                .as_ref()
+                .and_then(|group| group.leader())
+                .map(|(id, _)| id),
+        };
+        let requests_per_sec =
+            reported.map_or(0.0, |(_, led)| led.requests_per_sec_milli as f64 / 1000.0);
+        let (size_bytes, keys, counts_age_ms) = match (local, reported) {
+            (Some(counts), _) => (counts.size_bytes, counts.keys, 0),
+            (None, Some((leader, led))) => {
+                let age = view.nodes.get(&leader).and_then(|node| node.heartbeat_age);
+                let age_ms = age.map_or(0, |age| age.as_millis() as u64);
+                (led.size_bytes, led.keys, age_ms)
+            }
+            (None, None) => (0, 0, 0),
         };
         RangeInfo {
             descriptor: Some(range.into()),
             leader_id,
-            size_bytes: counts.size_bytes,
-            keys: counts.keys,
-            requests_per_sec: 0.0,
+            size_bytes,
+            keys,
+            requests_per_sec,
+            counts_age_ms,
         }
     }
 

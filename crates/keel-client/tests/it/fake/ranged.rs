@@ -394,6 +394,7 @@ impl Cluster for Service {
                 size_bytes,
                 keys,
                 requests_per_sec: 0.0,
+                counts_age_ms: 0,
             }
         };
         let nodes = nodes.into_iter().map(|(node_id, addr)| v1::Member {
