@@ -17,7 +17,6 @@ use tonic::Status;
 use tracing::{debug, info};
 
 use crate::peer::call::{To, call};
-use crate::requests::router::relayed;
 use crate::shared::Shared;
 use crate::status::to_status;
 
@@ -124,9 +123,6 @@ async fn forward(
     .await
     {
         Ok(response) => Ok(Box::pin(response.into_inner())),
-        Err(error) => match error.answered() {
-            Some(status) => Err(relayed(status)),
-            None => Err(to_status(&error.into_kv(false))),
-        },
+        Err(error) => Err(error.into_status(false)),
     }
 }

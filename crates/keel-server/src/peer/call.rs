@@ -3,7 +3,7 @@
 //! happened (`PeerError`: no channel, no answer in time, or the peer's status) for the caller
 //! to read the way its call needs: `PeerError::into_kv` for a node-internal call (the peer's
 //! own error when it sent one, else `Unavailable`, `Timeout` or, for a write whose answer was
-//! lost, `OutcomeUnknown`), `PeerError::answered` to relay a leader's error as it sent it.
+//! lost, `OutcomeUnknown`), `PeerError::into_status` to relay a leader's error as it sent it.
 //! `PeerCall` rides on it for the `keel.raft.v1.Raft` RPCs that carry a `NodeMessage`
 //! (encode the payload, decode the reply's). Knows nothing of what the calls do.
 
@@ -25,7 +25,7 @@ use tonic::transport::Channel;
 use tonic::{Response, Status};
 
 use crate::peer::channels::Peers;
-use crate::status::{kv_error, never_sent};
+use crate::status::{kv_error, never_sent, to_status};
 
 /// The gRPC client of a service, made on a channel to a peer.
 pub(crate) trait PeerClient: Sized {
@@ -89,11 +89,17 @@ pub(crate) enum Failure {
 }
 
 impl PeerError {
-    /// The peer's own Keel error, as it sent it (for a leader's answer relayed to a client).
-    pub fn answered(&self) -> Option<&Status> {
+    /// The status to answer a client whose request the call forwarded: the peer's own Keel
+    /// error as it sent it (code, message and detail, without the hop's transport metadata),
+    /// else the status of what the failure means (`into_kv`).
+    pub fn into_status(self, write: bool) -> Status {
         match &self.failure {
-            Failure::Status(status) if kv_error(status).is_some() => Some(status),
-            _ => None,
+            Failure::Status(status) if kv_error(status).is_some() => Status::with_details(
+                status.code(),
+                status.message(),
+                status.details().to_vec().into(),
+            ),
+            _ => to_status(&self.into_kv(write)),
         }
     }
 
@@ -198,7 +204,6 @@ impl<P: Serialize> PeerCall<'_, P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::to_status;
 
     fn failed(failure: Failure) -> PeerError {
         PeerError {
@@ -210,22 +215,27 @@ mod tests {
     #[test]
     fn a_peers_own_error_passes_through_and_may_be_relayed() {
         let refused = KvError::unavailable("node 3 is shutting down");
-        let error = failed(Failure::Status(to_status(&refused)));
-        assert!(error.answered().is_some());
-        assert_eq!(error.into_kv(true), refused);
+        let sent = to_status(&refused);
+        let relayed = failed(Failure::Status(sent.clone())).into_status(true);
+        assert_eq!(
+            (relayed.code(), relayed.message()),
+            (sent.code(), sent.message())
+        );
+        assert_eq!(relayed.details(), sent.details());
+        assert_eq!(failed(Failure::Status(sent)).into_kv(true), refused);
     }
 
     #[test]
     fn a_lost_answer_leaves_a_write_unknown_and_a_read_retryable() {
         let lost = || failed(Failure::Timeout(Duration::from_millis(5)));
-        assert!(lost().answered().is_none());
         assert!(matches!(
             lost().into_kv(true),
             KvError::OutcomeUnknown { .. }
         ));
         assert!(matches!(lost().into_kv(false), KvError::Timeout { .. }));
         let broken = || failed(Failure::Status(Status::unknown("stream reset")));
-        assert!(broken().answered().is_none());
+        let relayed = broken().into_status(true);
+        assert_eq!(relayed.code(), to_status(&broken().into_kv(true)).code());
         assert!(matches!(
             broken().into_kv(true),
             KvError::OutcomeUnknown { .. }

@@ -254,13 +254,8 @@ impl Router {
         debug!(leader_id, %leader_addr, "forwarding to leader");
         let deadline = self.shared.forward_deadline(hop.write) + hop.wait;
         let to = To::Node(leader_id, &leader_addr);
-        match peer::call(&self.shared.peers, to, deadline, call).await {
-            Ok(response) => Ok(response),
-            Err(error) => match error.answered() {
-                Some(status) => Err(relayed(status)),
-                None => Err(to_status(&error.into_kv(hop.write))),
-            },
-        }
+        let answer = peer::call(&self.shared.peers, to, deadline, call).await;
+        answer.map_err(|error| error.into_status(hop.write))
     }
 }
 
@@ -270,14 +265,4 @@ fn traced(group: &RaftGroup) {
     let span = tracing::Span::current();
     span.record("range_id", group.range().0);
     span.record("term", group.term());
-}
-
-/// The leader's error status as this node's answer: code, message and detail, without the
-/// hop's transport metadata.
-pub(crate) fn relayed(status: &Status) -> Status {
-    Status::with_details(
-        status.code(),
-        status.message(),
-        status.details().to_vec().into(),
-    )
 }
