@@ -23,7 +23,8 @@ pub mod code {
     /// found no record, `cluster split` found the key starting a range already (or the
     /// range changed).
     pub const NOT_FOUND_OR_FAILED: u8 = 1;
-    /// Bad usage or an argument the cluster refused.
+    /// Bad usage or an argument refused, by the cluster or before anything is sent (a value
+    /// or result on stdin over its limit, an unreadable stdin).
     pub const USAGE: u8 = 2;
     /// Unavailable, overloaded, timed out, outcome unknown (also a request id that expired
     /// while being retried: it may have been applied once), or a node stopped.
