@@ -31,7 +31,7 @@ const STDIN_HELP: &str = "Stdin is read when the value is `-`, or when it is lef
     after_help = "Exit codes: 0 ok; 1 key not found (get), condition failed (cas), not a counter or \
                   overflow (incr), fenced out (a write whose lock was taken over), lock not \
                   acquired (lock acquire) or not held (renew, release), idempotency record not \
-                  owned (complete, abort) or absent (idem get), \
+                  owned (complete, abort) or absent (idem get; with --raw, also in progress), \
                   split refused (the range changed meanwhile); 2 usage error or invalid \
                   argument (also a value or result on stdin over its limit, or an unreadable \
                   stdin: nothing is sent); \
@@ -104,13 +104,23 @@ pub enum Command {
         #[command(flatten)]
         fence: FenceArg,
     },
-    /// Read a key; text output is the value alone (raw bytes) and a newline, and the time
-    /// left on stderr when the key has a TTL.
+    /// Read a key; text output is the value alone (raw bytes), with a newline only for a
+    /// terminal, and the time left on stderr when the key has a TTL.
+    #[command(
+        after_help = "When stdout is not a terminal, or with --raw, the value's bytes are \
+                      written exactly, with no newline added, so `keel get KEY > FILE` gives \
+                      back what `keel put KEY - < FILE` stored. A missing key writes nothing \
+                      to stdout (exit 1)."
+    )]
     Get {
         key: OsString,
         /// How the read is made consistent.
         #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
         consistency: ConsistencyArg,
+        /// Write the value's bytes exactly, with no newline, also to a terminal. Not with
+        /// --output json.
+        #[arg(long)]
+        raw: bool,
     },
     /// Delete a key.
     Del {
@@ -271,6 +281,11 @@ pub enum IdemCommand {
         /// How the read is made consistent.
         #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
         consistency: ConsistencyArg,
+        /// Write the result's bytes alone, exactly, with no state word and no newline; a
+        /// record still in progress writes nothing to stdout (its owner to stderr) and exits
+        /// 1, as a missing one does. Not with --output json.
+        #[arg(long)]
+        raw: bool,
     },
 }
 
@@ -415,14 +430,23 @@ impl From<ConsistencyArg> for Consistency {
 }
 
 /// Usage errors clap cannot see, with clap's format and exit code 2: a value left out while
-/// stdin is a terminal (`input::source`).
+/// stdin is a terminal (`input::source`), and `--raw` with `--output json`.
 pub fn check(cli: &Cli, stdin_is_terminal: bool) -> Result<(), clap::Error> {
+    let raw = |path: &[&str]| {
+        let message = "--raw writes the bytes alone; it cannot be used with --output json";
+        match cli.global.output {
+            Output::Json => Err(usage_error(path, ErrorKind::ArgumentConflict, message)),
+            Output::Text => Ok(()),
+        }
+    };
     let (path, arg, name): (&[&str], _, _) = match &cli.command {
         Command::Put { value, .. } => (&["put"], value, "VALUE"),
         Command::Cas(cas) => (&["cas"], &cas.new, "NEW"),
         Command::Idem(IdemCommand::Complete { result, .. }) => {
             (&["idem", "complete"], result, "RESULT")
         }
+        Command::Get { raw: true, .. } => return raw(&["get"]),
+        Command::Idem(IdemCommand::Get { raw: true, .. }) => return raw(&["idem", "get"]),
         _ => return Ok(()),
     };
     match input::source(arg.as_deref(), stdin_is_terminal) {
@@ -759,6 +783,29 @@ mod tests {
         ] {
             assert_eq!(check(args, true), Ok(()), "{args:?}");
             assert_eq!(check(args, false), Ok(()), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn raw_refuses_json_output() {
+        for (args, refused) in [
+            (&["get", "k", "--raw"][..], false),
+            (&["get", "k", "--raw", "--output", "text"], false),
+            (&["get", "k", "--output", "json"], false),
+            (&["get", "k", "--raw", "--output", "json"], true),
+            (&["--output", "json", "get", "k", "--raw"], true),
+            (&["idem", "get", "pay", "o-1", "--raw"], false),
+            (
+                &["idem", "get", "pay", "o-1", "--raw", "--output", "json"],
+                true,
+            ),
+        ] {
+            let result = check(&parse(args).unwrap(), true);
+            assert_eq!(result.is_err(), refused, "{args:?}");
+            if let Err(error) = result {
+                assert_eq!(error.kind(), ErrorKind::ArgumentConflict);
+                assert_eq!(error.exit_code(), 2);
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! commands are in `lock` and `idem`, `backup` in `backup`.
 
 use std::ffi::OsStr;
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -116,10 +116,15 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             let result = client.put(&key, &value, options).await?;
             Ok(output::put(&result, out))
         }
-        Command::Get { key, consistency } => {
+        Command::Get {
+            key,
+            consistency,
+            raw,
+        } => {
             let key = bytes(&key);
             let result = client.get(&key, consistency.into()).await?;
-            Ok(output::get(&key, &result, out))
+            let form = output::value_form(raw, std::io::stdout().is_terminal());
+            Ok(output::get(&key, &result, out, form))
         }
         Command::Del { key, fence } => {
             let key = bytes(&key);

@@ -10,7 +10,7 @@ use keel_types::{KvError, limits};
 
 use crate::args::{IdemCommand, bytes};
 use crate::input;
-use crate::output::{self, Output, Report};
+use crate::output::{self, Output, Report, ValueForm};
 
 pub async fn run(client: &Client, command: IdemCommand, out: Output) -> Result<Report, KvError> {
     match command {
@@ -49,12 +49,20 @@ pub async fn run(client: &Client, command: IdemCommand, out: Output) -> Result<R
             scope,
             id,
             consistency,
+            raw,
         } => {
             let (scope, id) = (bytes(&scope), bytes(&id));
             let result = client
                 .idempotency_get(&scope, &id, consistency.into())
                 .await?;
-            Ok(output::idem::get(&scope, &id, &result, out))
+            // Not `get`'s rule: the state word is the text form's contract with scripts,
+            // so only --raw drops it.
+            let form = if raw {
+                ValueForm::Exact
+            } else {
+                ValueForm::Line
+            };
+            Ok(output::idem::get(&scope, &id, &result, out, form))
         }
     }
 }

@@ -67,7 +67,7 @@ fn lock_idem_and_fence_arguments_are_checked_before_connecting() {
 }
 
 #[test]
-fn help_says_where_values_come_from() {
+fn help_says_where_values_come_from_and_how_get_writes_them() {
     let cases = [
         (&["put", "--help"][..], "`-` reads it from stdin"),
         (&["put", "--help"], "more than the limit (1 MiB"),
@@ -76,6 +76,12 @@ fn help_says_where_values_come_from() {
             &["idem", "complete", "--help"],
             "64 KiB for an idempotency result",
         ),
+        (
+            &["get", "--help"],
+            "When stdout is not a terminal, or with --raw",
+        ),
+        (&["get", "--help"], "Not with --output json"),
+        (&["idem", "get", "--help"], "--raw"),
     ];
     for (args, expected) in cases {
         let output = keel(args);
@@ -89,7 +95,22 @@ fn help_says_where_values_come_from() {
 }
 
 #[test]
-fn an_unreadable_stdin_exits_with_two_before_connecting() {
+fn raw_with_json_and_an_unreadable_stdin_exit_with_two_before_connecting() {
+    let output = keel(&[
+        "--endpoints",
+        "127.0.0.1:1",
+        "get",
+        "k",
+        "--raw",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("cannot be used with --output json"),
+        "{stderr}"
+    );
     // A directory opens but cannot be read.
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_keel"))
