@@ -5,13 +5,23 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 use clap::builder::{OsStringValueParser, TypedValueParser};
-use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use clap::error::ErrorKind;
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use keel_types::{Condition, Consistency, Fence, NodeId, limits};
 
-use crate::duration;
 use crate::output::Output;
+use crate::{duration, input};
 
 pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+
+/// The stdin rule of put, cas and idem complete (`input::source`), for their --help.
+const STDIN_HELP: &str = "Stdin is read when the value is `-`, or when it is left out and \
+                          stdin is not a terminal (`keel put KEY < FILE`, `producer | keel \
+                          put KEY`); left out with stdin a terminal, it is a usage error. \
+                          Stdin is read to its end and stored exactly, a final newline \
+                          included; more than the limit (1 MiB for a value, 64 KiB for an \
+                          idempotency result) is refused with exit 2 and nothing is written. \
+                          To store a lone `-`, pipe it in: `printf %s - | keel put KEY`.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,8 +31,10 @@ pub const ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
     after_help = "Exit codes: 0 ok; 1 key not found (get), condition failed (cas), not a counter or \
                   overflow (incr), fenced out (a write whose lock was taken over), lock not \
                   acquired (lock acquire) or not held (renew, release), idempotency record not \
-                  owned (complete, abort) or absent (idem get), split refused (the range changed \
-                  meanwhile); 2 usage error or invalid argument; \
+                  owned (complete, abort) or absent (idem get; with --raw, also in progress), \
+                  split refused (the range changed meanwhile); 2 usage error or invalid \
+                  argument (also a value or result on stdin over its limit, or an unreadable \
+                  stdin: nothing is sent); \
                   3 unavailable, overloaded, timed out, outcome unknown (or request id expired \
                   while retrying) or fatal; 4 not allowed (no token or an unknown one, a call \
                   the token may not make, a tenant quota reached); 5 (serve) the node's data \
@@ -80,22 +92,35 @@ pub enum Command {
     Serve(Box<keel_server::ServeArgs>),
     /// Run a local cluster of child `keel serve` processes until Ctrl-C.
     Dev(DevArgs),
-    /// Write a key.
+    /// Write a key; the value comes from VALUE or from stdin.
+    #[command(after_help = STDIN_HELP)]
     Put {
         key: OsString,
-        value: OsString,
+        /// The value; `-` reads it from stdin, as does leaving it out when stdin is not a
+        /// terminal.
+        value: Option<OsString>,
         #[command(flatten)]
         ttl: TtlArg,
         #[command(flatten)]
         fence: FenceArg,
     },
-    /// Read a key; text output is the value alone (raw bytes) and a newline, and the time
-    /// left on stderr when the key has a TTL.
+    /// Read a key; text output is the value alone (raw bytes), with a newline only for a
+    /// terminal, and the time left on stderr when the key has a TTL.
+    #[command(
+        after_help = "When stdout is not a terminal, or with --raw, the value's bytes are \
+                      written exactly, with no newline added, so `keel get KEY > FILE` gives \
+                      back what `keel put KEY - < FILE` stored. A missing key writes nothing \
+                      to stdout (exit 1)."
+    )]
     Get {
         key: OsString,
         /// How the read is made consistent.
         #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
         consistency: ConsistencyArg,
+        /// Write the value's bytes exactly, with no newline, also to a terminal. Not with
+        /// --output json.
+        #[arg(long)]
+        raw: bool,
     },
     /// Delete a key.
     Del {
@@ -105,7 +130,9 @@ pub enum Command {
         #[command(flatten)]
         fence: FenceArg,
     },
-    /// Write a key only if a condition holds (compare-and-set).
+    /// Write a key only if a condition holds (compare-and-set); the new value comes from NEW
+    /// or from stdin.
+    #[command(after_help = STDIN_HELP)]
     Cas(CasArgs),
     /// Add DELTA to the signed 64-bit decimal integer stored under KEY (absent = 0) and print
     /// the new value. Applied exactly once, also when retried.
@@ -227,12 +254,16 @@ pub enum IdemCommand {
         #[arg(long)]
         owner: Option<OsString>,
     },
-    /// Store the result of the work started with TOKEN (at most 64 KiB).
+    /// Store the result of the work started with TOKEN (at most 64 KiB); it comes from
+    /// RESULT or from stdin.
+    #[command(after_help = STDIN_HELP)]
     Complete {
         scope: OsString,
         id: OsString,
         token: u64,
-        result: OsString,
+        /// The result; `-` reads it from stdin, as does leaving it out when stdin is not a
+        /// terminal.
+        result: Option<OsString>,
         /// How long the result is kept: 1 ms to 1 year.
         #[arg(long, value_name = "DURATION", default_value = "24h", allow_hyphen_values = true, value_parser = duration::parse_ms)]
         result_ttl: i64,
@@ -250,6 +281,11 @@ pub enum IdemCommand {
         /// How the read is made consistent.
         #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
         consistency: ConsistencyArg,
+        /// Write the result's bytes alone, exactly, with no state word and no newline; a
+        /// record still in progress writes nothing to stdout (its owner to stderr) and exits
+        /// 1, as a missing one does. Not with --output json.
+        #[arg(long)]
+        raw: bool,
     },
 }
 
@@ -327,8 +363,9 @@ pub struct DevArgs {
 #[command(group(ArgGroup::new("expect").required(true).multiple(false)))]
 pub struct CasArgs {
     pub key: OsString,
-    /// The value to write.
-    pub new: OsString,
+    /// The value to write; `-` reads it from stdin, as does leaving it out when stdin is not
+    /// a terminal.
+    pub new: Option<OsString>,
     /// The key must currently have this value.
     #[arg(long, group = "expect")]
     pub expect_value: Option<OsString>,
@@ -392,6 +429,52 @@ impl From<ConsistencyArg> for Consistency {
     }
 }
 
+/// Usage errors clap cannot see, with clap's format and exit code 2: a value left out while
+/// stdin is a terminal (`input::source`), and `--raw` with `--output json`.
+pub fn check(cli: &Cli, stdin_is_terminal: bool) -> Result<(), clap::Error> {
+    let raw = |path: &[&str]| {
+        let message = "--raw writes the bytes alone; it cannot be used with --output json";
+        match cli.global.output {
+            Output::Json => Err(usage_error(path, ErrorKind::ArgumentConflict, message)),
+            Output::Text => Ok(()),
+        }
+    };
+    let (path, arg, name): (&[&str], _, _) = match &cli.command {
+        Command::Put { value, .. } => (&["put"], value, "VALUE"),
+        Command::Cas(cas) => (&["cas"], &cas.new, "NEW"),
+        Command::Idem(IdemCommand::Complete { result, .. }) => {
+            (&["idem", "complete"], result, "RESULT")
+        }
+        Command::Get { raw: true, .. } => return raw(&["get"]),
+        Command::Idem(IdemCommand::Get { raw: true, .. }) => return raw(&["idem", "get"]),
+        _ => return Ok(()),
+    };
+    match input::source(arg.as_deref(), stdin_is_terminal) {
+        input::Source::Missing => Err(usage_error(
+            path,
+            ErrorKind::MissingRequiredArgument,
+            &format!(
+                "<{name}> is missing and stdin is a terminal: give <{name}>, pipe it in, or \
+                 pass - to type it (end with Ctrl-D)"
+            ),
+        )),
+        input::Source::Argument(_) | input::Source::Stdin => Ok(()),
+    }
+}
+
+/// A usage error of the subcommand at `path`, shown with its usage line.
+fn usage_error(path: &[&str], kind: ErrorKind, message: &str) -> clap::Error {
+    let mut command = Cli::command();
+    command.build();
+    let mut command = &mut command;
+    for name in path {
+        command = command
+            .find_subcommand_mut(name)
+            .expect("check names only subcommands that exist");
+    }
+    command.error(kind, message)
+}
+
 /// An argument's raw bytes: keys and values need not be UTF-8.
 pub fn bytes(arg: &OsString) -> Vec<u8> {
     arg.clone().into_vec()
@@ -425,7 +508,6 @@ mod tests {
 
     #[test]
     fn command_line_is_consistent() {
-        use clap::CommandFactory;
         Cli::command().debug_assert();
     }
 
@@ -436,7 +518,6 @@ mod tests {
             Ok(other) => panic!("parsed as {other:?}"),
             Err(error) => Err(error.kind()),
         };
-        use clap::error::ErrorKind;
         let cases: Vec<(&[&str], Result<Condition, ErrorKind>)> = vec![
             (
                 &["cas", "k", "v", "--expect-value", "old"],
@@ -469,7 +550,6 @@ mod tests {
 
     #[test]
     fn incr_takes_an_optional_possibly_negative_delta() {
-        use clap::error::ErrorKind;
         let check = |args: &[&str], expected: Result<i64, ErrorKind>| {
             let got = match parse(args).map(|cli| cli.command) {
                 Ok(Command::Incr { key, delta }) => {
@@ -666,6 +746,77 @@ mod tests {
             &["cluster", "remove-node", "x"],
         ] {
             assert_eq!(parse(args).unwrap_err().exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn a_value_left_out_is_read_from_stdin_unless_it_is_a_terminal() {
+        let check = |args: &[&str], stdin_is_terminal| {
+            let cli = parse(args).unwrap();
+            check(&cli, stdin_is_terminal).map_err(|error| {
+                assert_eq!(error.exit_code(), 2, "{args:?}");
+                (error.kind(), error.render().to_string())
+            })
+        };
+        let missing = [
+            (&["put", "k"][..], "<VALUE>", "Usage: keel put"),
+            (&["cas", "k", "--expect-absent"], "<NEW>", "Usage: keel cas"),
+            (
+                &["idem", "complete", "pay", "o-1", "9"],
+                "<RESULT>",
+                "Usage: keel idem complete",
+            ),
+        ];
+        for (args, name, usage) in missing {
+            assert_eq!(check(args, false), Ok(()), "{args:?}");
+            let (kind, message) = check(args, true).unwrap_err();
+            assert_eq!(kind, ErrorKind::MissingRequiredArgument, "{args:?}");
+            assert!(message.contains(&format!("{name} is missing")), "{message}");
+            assert!(message.contains(usage), "{message}");
+        }
+        for args in [
+            &["put", "k", "v"][..],
+            &["put", "k", "-"],
+            &["put", "k", "--ttl", "5s", "-"],
+            &["cas", "k", "-", "--expect-revision", "3"],
+            &["idem", "complete", "pay", "o-1", "9", "-"],
+        ] {
+            assert_eq!(check(args, true), Ok(()), "{args:?}");
+            assert_eq!(check(args, false), Ok(()), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn raw_refuses_json_output() {
+        for (args, refused) in [
+            (&["get", "k", "--raw"][..], false),
+            (&["get", "k", "--raw", "--output", "text"], false),
+            (&["get", "k", "--output", "json"], false),
+            (&["get", "k", "--raw", "--output", "json"], true),
+            (&["--output", "json", "get", "k", "--raw"], true),
+            (&["idem", "get", "pay", "o-1", "--raw"], false),
+            (
+                &["idem", "get", "pay", "o-1", "--raw", "--output", "json"],
+                true,
+            ),
+        ] {
+            let result = check(&parse(args).unwrap(), true);
+            assert_eq!(result.is_err(), refused, "{args:?}");
+            if let Err(error) = result {
+                assert_eq!(error.kind(), ErrorKind::ArgumentConflict);
+                assert_eq!(error.exit_code(), 2);
+            }
+        }
+    }
+
+    #[test]
+    fn the_stdin_help_names_the_limits() {
+        for limit in [
+            limits::VALUE_BYTES_MAX,
+            limits::IDEMPOTENCY_RESULT_BYTES_MAX,
+        ] {
+            let limit = limits::human_bytes(limit);
+            assert!(STDIN_HELP.contains(&limit), "{limit}: {STDIN_HELP}");
         }
     }
 

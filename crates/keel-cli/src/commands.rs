@@ -2,7 +2,8 @@
 //! of servers; formatting and exit codes live in `output`. The lock and idempotency
 //! commands are in `lock` and `idem`, `backup` in `backup`.
 
-use std::io::{Read, Write};
+use std::ffi::OsStr;
+use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use keel_client::{Client, ClientOptions, ClientTls, DeleteOptions, PutOptions};
 use keel_types::{Consistency, KvError, NodeId, RangeId, limits, validate};
 
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
+use crate::input;
 use crate::output::{self, Output, Report, StatusRow, code};
 
 mod backup;
@@ -75,6 +77,17 @@ pub fn client_tls(path: &Path) -> Result<ClientTls, KvError> {
     })
 }
 
+/// The value of put or cas: its argument, or stdin up to the value limit. The key is checked
+/// first, so that a bad key leaves stdin unread.
+fn put_value(arg: Option<&OsStr>, key: &[u8]) -> Result<Vec<u8>, KvError> {
+    validate::check_key(key)?;
+    let subject = input::Subject {
+        what: "value",
+        of: format!("key {}", validate::show_key(key)),
+    };
+    input::read(arg, limits::VALUE_BYTES_MAX, &subject)
+}
+
 /// The TTL of `--ttl`, checked against the limits before anything is sent, with the
 /// message the cluster would give.
 fn ttl(key: &[u8], arg: &TtlArg) -> Result<Option<Duration>, KvError> {
@@ -99,13 +112,19 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
                 fence: fence.fence,
                 ..PutOptions::default()
             };
-            let result = client.put(&key, &bytes(&value), options).await?;
+            let value = put_value(value.as_deref(), &key)?;
+            let result = client.put(&key, &value, options).await?;
             Ok(output::put(&result, out))
         }
-        Command::Get { key, consistency } => {
+        Command::Get {
+            key,
+            consistency,
+            raw,
+        } => {
             let key = bytes(&key);
             let result = client.get(&key, consistency.into()).await?;
-            Ok(output::get(&key, &result, out))
+            let form = output::value_form(raw, std::io::stdout().is_terminal());
+            Ok(output::get(&key, &result, out, form))
         }
         Command::Del { key, fence } => {
             let key = bytes(&key);
@@ -124,7 +143,8 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
                 ttl: ttl(&key, &cas.ttl)?,
                 fence: cas.fence.fence,
             };
-            let result = client.put(&key, &bytes(&cas.new), options).await?;
+            let value = put_value(cas.new.as_deref(), &key)?;
+            let result = client.put(&key, &value, options).await?;
             Ok(output::put(&result, out))
         }
         Command::Incr { key, delta } => {

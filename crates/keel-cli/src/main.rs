@@ -10,6 +10,7 @@ mod args;
 mod commands;
 mod dev;
 mod duration;
+mod input;
 mod output;
 mod progress;
 mod restore;
@@ -25,6 +26,9 @@ use crate::output::code;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(error) = args::check(&cli, std::io::stdin().is_terminal()) {
+        error.exit();
+    }
     // `keel serve` sets up its logs from its configuration (`--log-format`, `--log-level`).
     if !matches!(cli.command, Command::Serve(_)) {
         init_tracing(&cli.command);

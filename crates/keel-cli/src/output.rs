@@ -20,10 +20,11 @@ pub mod code {
     /// condition false, `incr` found no counter or would overflow, a fenced write found its
     /// lock taken over, `lock acquire` found the lock held, a renew or release found the
     /// token not holding it, `idem complete`/`abort` found the record not owned, `idem get`
-    /// found no record, `cluster split` found the key starting a range already (or the
-    /// range changed).
+    /// found no record (with `--raw`, no result yet), `cluster split` found the key starting
+    /// a range already (or the range changed).
     pub const NOT_FOUND_OR_FAILED: u8 = 1;
-    /// Bad usage or an argument the cluster refused.
+    /// Bad usage or an argument refused, by the cluster or before anything is sent (a value
+    /// or result on stdin over its limit, an unreadable stdin).
     pub const USAGE: u8 = 2;
     /// Unavailable, overloaded, timed out, outcome unknown (also a request id that expired
     /// while being retried: it may have been applied once), or a node stopped.
@@ -42,6 +43,24 @@ pub mod code {
 pub enum Output {
     Text,
     Json,
+}
+
+/// How a text answer shows a stored value or result: as a line for a person, or as its bytes
+/// exactly (no newline, no state word) for a file, a pipe or `--raw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueForm {
+    Line,
+    Exact,
+}
+
+/// `keel get`'s form: exact with `--raw` or when stdout is not a terminal, so that
+/// `keel get KEY > FILE` gives back the stored bytes.
+pub fn value_form(raw: bool, stdout_is_terminal: bool) -> ValueForm {
+    if raw || !stdout_is_terminal {
+        ValueForm::Exact
+    } else {
+        ValueForm::Line
+    }
 }
 
 /// What one command prints and how it exits.
@@ -105,9 +124,9 @@ pub fn error(error: &KvError, output: Output) -> Report {
     }
 }
 
-/// A read: the value alone in text (the remaining TTL, if any, on stderr), or one JSON
-/// object.
-pub fn get(key: &[u8], result: &GetResult, output: Output) -> Report {
+/// A read: the value alone in text, as `form` says (the remaining TTL, if any, on stderr),
+/// or one JSON object.
+pub fn get(key: &[u8], result: &GetResult, output: Output, form: ValueForm) -> Report {
     let ttl_ms = result
         .ttl_remaining
         .map(|ttl| u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
@@ -116,7 +135,10 @@ pub fn get(key: &[u8], result: &GetResult, output: Output) -> Report {
             stderr: ttl_ms.map_or_else(String::new, |ms| {
                 format!("key {} expires in {}", show_key(key), duration::show_ms(ms))
             }),
-            ..Report::ok(line(&kv.value))
+            ..Report::ok(match form {
+                ValueForm::Line => line(&kv.value),
+                ValueForm::Exact => kv.value.clone(),
+            })
         },
         (None, Output::Text) => Report::default(),
         (kv, Output::Json) => {

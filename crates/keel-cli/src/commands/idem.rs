@@ -1,6 +1,7 @@
 //! `keel idem begin|complete|abort|get`: durations checked against the limits before
-//! anything is sent, then one keel-client call each.
+//! anything is sent (and a result from stdin read, bounded), then one keel-client call each.
 
+use std::ffi::OsStr;
 use std::time::Duration;
 
 use keel_client::Client;
@@ -8,7 +9,8 @@ use keel_types::validate::{self, show_key};
 use keel_types::{KvError, limits};
 
 use crate::args::{IdemCommand, bytes};
-use crate::output::{self, Output, Report};
+use crate::input;
+use crate::output::{self, Output, Report, ValueForm};
 
 pub async fn run(client: &Client, command: IdemCommand, out: Output) -> Result<Report, KvError> {
     match command {
@@ -33,8 +35,9 @@ pub async fn run(client: &Client, command: IdemCommand, out: Output) -> Result<R
         } => {
             let (scope, id) = (bytes(&scope), bytes(&id));
             let result_ttl = record_ttl("result TTL", &scope, &id, result_ttl)?;
+            let result = record_result(result.as_deref(), &scope, &id)?;
             let completed = client
-                .complete(&scope, &id, token, &bytes(&result), result_ttl)
+                .complete(&scope, &id, token, &result, result_ttl)
                 .await?;
             Ok(output::idem::complete(&completed, out))
         }
@@ -46,14 +49,37 @@ pub async fn run(client: &Client, command: IdemCommand, out: Output) -> Result<R
             scope,
             id,
             consistency,
+            raw,
         } => {
             let (scope, id) = (bytes(&scope), bytes(&id));
             let result = client
                 .idempotency_get(&scope, &id, consistency.into())
                 .await?;
-            Ok(output::idem::get(&scope, &id, &result, out))
+            // Not `get`'s rule: the state word is the text form's contract with scripts,
+            // so only --raw drops it.
+            let form = if raw {
+                ValueForm::Exact
+            } else {
+                ValueForm::Line
+            };
+            Ok(output::idem::get(&scope, &id, &result, out, form))
         }
     }
+}
+
+/// The result to complete a record with: its argument, or stdin up to the result limit. The
+/// scope and id are checked first, so that a bad one leaves stdin unread.
+fn record_result(arg: Option<&OsStr>, scope: &[u8], id: &[u8]) -> Result<Vec<u8>, KvError> {
+    validate::check_idempotency_key(scope, id)?;
+    let subject = input::Subject {
+        what: "result",
+        of: format!(
+            "idempotency record {} of scope {}",
+            show_key(id),
+            show_key(scope)
+        ),
+    };
+    input::read(arg, limits::IDEMPOTENCY_RESULT_BYTES_MAX, &subject)
 }
 
 /// A record's TTL or result TTL: 1 ms to 1 year, checked with the client's message.

@@ -8,7 +8,7 @@ use keel_client::{AbortResult, BeginResult, CompleteResult, IdempotencyGetResult
 use keel_types::validate::show_key;
 use serde_json::{Value, json};
 
-use super::{Output, Report, bytes, code, json_line};
+use super::{Output, Report, ValueForm, bytes, code, json_line};
 
 /// A begin: `started TOKEN`, `in-progress OWNER` or `completed RESULT` (exit 0 for all).
 pub fn begin(result: &BeginResult, output: Output) -> Report {
@@ -70,8 +70,19 @@ pub fn abort(result: &AbortResult, output: Output) -> Report {
     })
 }
 
-/// A read: `in-progress OWNER` or `completed RESULT`; no live record: exit 1.
-pub fn get(scope: &[u8], id: &[u8], result: &IdempotencyGetResult, output: Output) -> Report {
+/// A read: `in-progress OWNER` or `completed RESULT`; no live record: exit 1. In the exact
+/// form, the result's bytes alone; a record in progress then has nothing to show: its owner
+/// goes to stderr, exit 1.
+pub fn get(
+    scope: &[u8],
+    id: &[u8],
+    result: &IdempotencyGetResult,
+    output: Output,
+    form: ValueForm,
+) -> Report {
+    if (output, form) == (Output::Text, ValueForm::Exact) {
+        return get_exact(scope, id, result);
+    }
     let stdout = match (&result.state, output) {
         (Some(RecordState::InProgress { owner, .. }), Output::Text) => words("in-progress", owner),
         (Some(RecordState::Completed { result, .. }), Output::Text) => words("completed", result),
@@ -95,14 +106,37 @@ pub fn get(scope: &[u8], id: &[u8], result: &IdempotencyGetResult, output: Outpu
     };
     let mut report = Report::ok(stdout);
     if result.state.is_none() {
-        report.stderr = format!(
-            "no idempotency record {} in scope {}",
-            show_key(id),
-            show_key(scope)
-        );
+        report.stderr = missing(scope, id);
         report.code = code::NOT_FOUND_OR_FAILED;
     }
     report
+}
+
+/// `idem get --raw`: the result's bytes exactly, or exit 1 with nothing on stdout.
+fn get_exact(scope: &[u8], id: &[u8], result: &IdempotencyGetResult) -> Report {
+    let stderr = match &result.state {
+        Some(RecordState::Completed { result, .. }) => return Report::ok(result.clone()),
+        Some(RecordState::InProgress { owner, .. }) => format!(
+            "idempotency record {} in scope {} is in progress (owner {}); it has no result yet",
+            show_key(id),
+            show_key(scope),
+            show_key(owner)
+        ),
+        None => missing(scope, id),
+    };
+    Report {
+        stdout: Vec::new(),
+        stderr,
+        code: code::NOT_FOUND_OR_FAILED,
+    }
+}
+
+fn missing(scope: &[u8], id: &[u8]) -> String {
+    format!(
+        "no idempotency record {} in scope {}",
+        show_key(id),
+        show_key(scope)
+    )
 }
 
 fn in_progress_json(owner: &[u8], ttl_remaining: Duration) -> Value {
@@ -215,20 +249,53 @@ mod tests {
             ttl_remaining: Duration::ZERO,
         }));
         assert_eq!(
-            get(b"s", b"i", &found, Output::Text).stdout,
+            get(b"s", b"i", &found, Output::Text, ValueForm::Line).stdout,
             b"completed \xff\n"
         );
         assert_eq!(
-            parsed(&get(b"s", b"i", &found, Output::Json))["result"]["hex"],
+            parsed(&get(b"s", b"i", &found, Output::Json, ValueForm::Line))["result"]["hex"],
             "ff"
         );
-        let missing = get(b"pay", b"o-1", &read(None), Output::Text);
+        let missing = get(b"pay", b"o-1", &read(None), Output::Text, ValueForm::Line);
         assert_eq!(
             missing.stderr,
             "no idempotency record \"o-1\" in scope \"pay\""
         );
         assert_eq!((missing.code, missing.stdout.is_empty()), (1, true));
-        let missing = get(b"pay", b"o-1", &read(None), Output::Json);
+        let missing = get(b"pay", b"o-1", &read(None), Output::Json, ValueForm::Line);
         assert_eq!(parsed(&missing)["state"], "none");
+    }
+
+    #[test]
+    fn the_exact_form_is_the_result_alone_and_in_progress_exits_one() {
+        let read = |state| IdempotencyGetResult {
+            state,
+            revision: 14,
+            served_by: 2,
+        };
+        let ttl_remaining = Duration::from_secs(1);
+        let done = read(Some(RecordState::Completed {
+            result: vec![0xff, b'\n', 0],
+            ttl_remaining,
+        }));
+        let busy = read(Some(RecordState::InProgress {
+            owner: b"w1".to_vec(),
+            ttl_remaining,
+        }));
+        let exact = |result| get(b"pay", b"o-1", result, Output::Text, ValueForm::Exact);
+        assert_eq!(exact(&done), Report::ok(vec![0xff, b'\n', 0]));
+        let report = exact(&busy);
+        assert_eq!((report.stdout.is_empty(), report.code), (true, 1));
+        assert_eq!(
+            report.stderr,
+            "idempotency record \"o-1\" in scope \"pay\" is in progress (owner \"w1\"); \
+             it has no result yet"
+        );
+        let report = exact(&read(None));
+        assert_eq!((report.stdout.is_empty(), report.code), (true, 1));
+        assert_eq!(
+            report.stderr,
+            "no idempotency record \"o-1\" in scope \"pay\""
+        );
     }
 }

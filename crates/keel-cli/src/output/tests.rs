@@ -170,12 +170,30 @@ fn get_prints_the_value_alone_or_json() {
         revision: 9,
         served_by: 2,
     };
+    let (line, exact) = (ValueForm::Line, ValueForm::Exact);
     let cases = [
-        (&found, Output::Text, "world\n", "", 0),
-        (&absent, Output::Text, "", "key \"hello\" not found", 1),
+        (&found, Output::Text, line, "world\n", "", 0),
+        (&found, Output::Text, exact, "world", "", 0),
+        (
+            &absent,
+            Output::Text,
+            line,
+            "",
+            "key \"hello\" not found",
+            1,
+        ),
+        (
+            &absent,
+            Output::Text,
+            exact,
+            "",
+            "key \"hello\" not found",
+            1,
+        ),
         (
             &found,
             Output::Json,
+            line,
             r#"{"create_revision":3,"found":true,"key":"hello","mod_revision":7,"revision":9,"served_by":2,"value":"world","ttl_remaining_ms":null}"#,
             "",
             0,
@@ -183,13 +201,14 @@ fn get_prints_the_value_alone_or_json() {
         (
             &absent,
             Output::Json,
+            line,
             r#"{"found":false,"key":"hello","revision":9,"served_by":2}"#,
             "key \"hello\" not found",
             1,
         ),
     ];
-    for (result, output, stdout, stderr, code) in cases {
-        let report = get(b"hello", result, output);
+    for (result, output, form, stdout, stderr, code) in cases {
+        let report = get(b"hello", result, output, form);
         match output {
             Output::Text => assert_eq!(text(&report), stdout),
             Output::Json => assert_eq!(parsed(&text(&report)), parsed(stdout)),
@@ -206,11 +225,13 @@ fn get_shows_the_remaining_ttl_on_stderr_or_in_json() {
         revision: 1,
         served_by: 1,
     };
-    let report = get(b"k", &result, Output::Text);
-    assert_eq!(text(&report), "v\n", "stdout stays the value alone");
-    assert_eq!(report.stderr, "key \"k\" expires in 1m30s");
-    assert_eq!(report.code, 0);
-    let report = get(b"k", &result, Output::Json);
+    for (form, stdout) in [(ValueForm::Line, "v\n"), (ValueForm::Exact, "v")] {
+        let report = get(b"k", &result, Output::Text, form);
+        assert_eq!(text(&report), stdout, "stdout stays the value alone");
+        assert_eq!(report.stderr, "key \"k\" expires in 1m30s");
+        assert_eq!(report.code, 0);
+    }
+    let report = get(b"k", &result, Output::Json, ValueForm::Line);
     assert_eq!(parsed(&text(&report))["ttl_remaining_ms"], 90_500);
     assert!(report.stderr.is_empty());
 }
@@ -224,11 +245,29 @@ fn get_keeps_raw_bytes_in_text_and_hex_in_json() {
         served_by: 1,
     };
     assert_eq!(
-        get(b"k", &result, Output::Text).stdout,
+        get(b"k", &result, Output::Text, ValueForm::Line).stdout,
         vec![0xff, 0x00, b'\n']
     );
-    let json = parsed(&text(&get(b"k", &result, Output::Json)));
+    assert_eq!(
+        get(b"k", &result, Output::Text, ValueForm::Exact).stdout,
+        vec![0xff, 0x00]
+    );
+    let json = parsed(&text(&get(b"k", &result, Output::Json, ValueForm::Exact)));
     assert_eq!(json["value"], parsed(r#"{"hex":"ff00"}"#));
+}
+
+#[test]
+fn get_is_exact_with_raw_or_when_stdout_is_not_a_terminal() {
+    let cases = [
+        (false, true, ValueForm::Line),
+        (true, true, ValueForm::Exact),
+        (false, false, ValueForm::Exact),
+        (true, false, ValueForm::Exact),
+    ];
+    for (raw, stdout_is_terminal, expected) in cases {
+        let form = value_form(raw, stdout_is_terminal);
+        assert_eq!(form, expected, "raw {raw}, terminal {stdout_is_terminal}");
+    }
 }
 
 #[test]

@@ -67,6 +67,66 @@ fn lock_idem_and_fence_arguments_are_checked_before_connecting() {
 }
 
 #[test]
+fn help_says_where_values_come_from_and_how_get_writes_them() {
+    let cases = [
+        (&["put", "--help"][..], "`-` reads it from stdin"),
+        (&["put", "--help"], "more than the limit (1 MiB"),
+        (&["cas", "--help"], "`-` reads it from stdin"),
+        (
+            &["idem", "complete", "--help"],
+            "64 KiB for an idempotency result",
+        ),
+        (
+            &["get", "--help"],
+            "When stdout is not a terminal, or with --raw",
+        ),
+        (&["get", "--help"], "Not with --output json"),
+        (&["idem", "get", "--help"], "--raw"),
+    ];
+    for (args, expected) in cases {
+        let output = keel(args);
+        assert!(output.status.success(), "{args:?}");
+        let help = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            help.contains(expected),
+            "{args:?} lacks {expected:?}:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn raw_with_json_and_an_unreadable_stdin_exit_with_two_before_connecting() {
+    let output = keel(&[
+        "--endpoints",
+        "127.0.0.1:1",
+        "get",
+        "k",
+        "--raw",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("cannot be used with --output json"),
+        "{stderr}"
+    );
+    // A directory opens but cannot be read.
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--endpoints", "127.0.0.1:1", "put", "k"])
+        .stdin(std::fs::File::open(dir.path()).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with("error: invalid argument: reading the value (key \"k\") from stdin: "),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn bad_usage_exits_with_two() {
     let output = keel(&["cas", "k", "v"]);
     assert_eq!(output.status.code(), Some(2));

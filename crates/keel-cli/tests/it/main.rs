@@ -6,3 +6,4 @@ mod dev_tls;
 mod five_nodes;
 mod help;
 mod process;
+mod values;
