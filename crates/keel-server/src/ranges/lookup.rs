@@ -128,17 +128,7 @@ fn overlaps(a: &RangeDescriptor, b: &RangeDescriptor) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn span(start: &str, end: Option<&str>) -> RangeDescriptor {
-        RangeDescriptor {
-            id: RangeId(9),
-            start: start.as_bytes().to_vec(),
-            end: end.map(|end| end.as_bytes().to_vec()),
-            epoch: 1,
-            conf_version: 0,
-            replicas: vec![1],
-        }
-    }
+    use crate::shared::range_tables::tests::span;
 
     #[test]
     fn spans_overlap_when_they_share_a_key() {

@@ -128,11 +128,12 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use keel_types::RangeId;
 
-    fn span(start: &str, end: Option<&str>) -> RangeDescriptor {
+    /// A descriptor of range 9 over `[start, end)`.
+    pub(crate) fn span(start: &str, end: Option<&str>) -> RangeDescriptor {
         RangeDescriptor {
             id: RangeId(9),
             start: start.as_bytes().to_vec(),
