@@ -11,12 +11,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use keel_client::{AcquireOptions, PutOptions};
-use keel_types::NodeId;
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::Cluster;
+use crate::observability::scrape;
 use crate::prometheus::{self, Scrape};
 
 /// Series Prometheus makes itself, which the dashboard and the rules may name.
@@ -413,20 +412,6 @@ async fn exported(cluster: &Cluster) -> Exported {
         exported.add(&scrape(cluster, id).await);
     }
     exported
-}
-
-/// Node `id`'s `/metrics`, parsed strictly.
-async fn scrape(cluster: &Cluster, id: NodeId) -> Scrape {
-    let mut stream = tokio::net::TcpStream::connect(cluster.metrics_addr(id))
-        .await
-        .unwrap();
-    let request = "GET /metrics HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n";
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    prometheus::parse(body).unwrap_or_else(|e| panic!("node {id}'s metrics: {e}\n{body}"))
 }
 
 #[test]

@@ -40,7 +40,7 @@ async fn get_path(cluster: &Cluster, id: NodeId, path: &str) -> (String, String,
 }
 
 /// Node `id`'s metrics, parsed strictly.
-async fn scrape(cluster: &Cluster, id: NodeId) -> Scrape {
+pub(crate) async fn scrape(cluster: &Cluster, id: NodeId) -> Scrape {
     let (status, content_type, body) = get_metrics(cluster, id).await;
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
