@@ -457,8 +457,13 @@ impl Nemesis {
         .await
         .with_context(|| format!("moving range {id}'s replica from n{from} to n{to}"))?;
         let mut target = format!("{id} n{from} -> n{to}");
+        // The new replica, made from a snapshot, leads the range next, so that what the
+        // snapshot carried is read back at once (a follower that installed one would only
+        // serve reads once it leads). Then another range's leadership moves too.
+        self.hand_leadership(id, to, &mut target).await;
         let table = self.admin.ranges().await.context("Cluster.Ranges")?;
-        if let Some(other) = pick_one(&table, &mut rng) {
+        let others: Vec<&RangeInfo> = table.iter().filter(|r| r.descriptor.id != id).collect();
+        if let Some(other) = pick_one(&others, &mut rng) {
             let candidates: Vec<u64> = other
                 .descriptor
                 .replicas
@@ -467,16 +472,22 @@ impl Nemesis {
                 .filter(|node| Some(*node) != other.leader)
                 .collect();
             if let Some(&to) = pick_one(&candidates, &mut rng) {
-                let other = other.descriptor.id;
-                match self.admin.transfer_leader(other, to).await {
-                    Ok(()) => target.push_str(&format!("; {other} leader -> n{to}")),
-                    Err(error) => eprintln!(
-                        "keel-jepsen: move: leadership of range {other} to n{to} not moved: {error}"
-                    ),
-                }
+                self.hand_leadership(other.descriptor.id, to, &mut target)
+                    .await;
             }
         }
         Ok(target)
+    }
+
+    /// Asks range `range`'s leader to hand leadership to `to`, noting it in `target`; a
+    /// refusal is logged and the fault goes on.
+    async fn hand_leadership(&self, range: RangeId, to: u64, target: &mut String) {
+        match self.admin.transfer_leader(range, to).await {
+            Ok(()) => target.push_str(&format!("; {range} leader -> n{to}")),
+            Err(error) => eprintln!(
+                "keel-jepsen: move: leadership of range {range} to n{to} not moved: {error}"
+            ),
+        }
     }
 
     /// Adds, drains or takes down a member for a while.
