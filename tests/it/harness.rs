@@ -55,6 +55,9 @@ pub struct Cluster {
     /// The CA of a cluster serving TLS: each node gets a certificate it signs, clients
     /// trust it.
     pki: Option<Pki>,
+    /// Each node's peer port (`--peer-listen`), when the nodes serve peers apart; empty: one
+    /// port each.
+    peer_addrs: BTreeMap<NodeId, SocketAddr>,
 }
 
 impl Cluster {
@@ -84,6 +87,23 @@ impl Cluster {
         cluster.pki = Some(Pki::new("keel test cluster CA"));
         cluster.start_all(size).await;
         cluster
+    }
+
+    /// Starts `size` nodes that serve peers on a port of their own (`--peer-listen`; TLS
+    /// with `tls`) and waits until they agree on a leader.
+    pub async fn start_peer_ports(size: u64, tls: bool) -> Cluster {
+        let mut cluster = Cluster::new(size, quick_timings(), KvSettings::default());
+        cluster.peer_addrs = (1..=size).map(|id| (id, free_addr())).collect();
+        if tls {
+            cluster.pki = Some(Pki::new("keel test cluster CA"));
+        }
+        cluster.start_all(size).await;
+        cluster
+    }
+
+    /// Node `id`'s peer port, in a cluster started with `start_peer_ports`.
+    pub fn peer_addr(&self, id: NodeId) -> SocketAddr {
+        self.peer_addrs[&id]
     }
 
     /// Starts `size` nodes serving TLS (as `start_tls`) that check `access`'s tokens, and
@@ -150,6 +170,7 @@ impl Cluster {
             access: None,
             admin_token: None,
             pki: None,
+            peer_addrs: BTreeMap::new(),
         }
     }
 
@@ -165,6 +186,9 @@ impl Cluster {
         assert!(!self.addrs.contains_key(&id), "node {id} exists");
         self.addrs.insert(id, free_addr());
         self.metrics_addrs.insert(id, free_addr());
+        if !self.peer_addrs.is_empty() {
+            self.peer_addrs.insert(id, free_addr());
+        }
         let start_ms = self.clocks[&1].now_ms();
         self.clocks.insert(id, ManualClock::new(start_ms));
         self.joined.insert(id);
@@ -230,14 +254,18 @@ impl Cluster {
 
     pub fn config(&self, id: NodeId) -> NodeConfig {
         let joins = self.joined.contains(&id);
-        let initial_cluster = self
-            .addrs
+        // Peers are named by their peer ports when they have them.
+        let peers = match self.peer_addrs.is_empty() {
+            true => &self.addrs,
+            false => &self.peer_addrs,
+        };
+        let initial_cluster = peers
             .iter()
             .filter(|(id, _)| !joins && !self.joined.contains(id))
             .map(|(id, addr)| (*id, addr.to_string()))
             .collect();
         let join = match joins {
-            true => vec![self.endpoint(1)],
+            true => vec![peers[&1].to_string()],
             false => Vec::new(),
         };
         NodeConfig {
@@ -247,6 +275,8 @@ impl Cluster {
             initial_cluster,
             join,
             advertise: None,
+            peer_listen: self.peer_addrs.get(&id).copied(),
+            peer_advertise: None,
             placement: self.placement,
             raft: self.timings.clone(),
             kv: self.kv,

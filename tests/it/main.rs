@@ -14,6 +14,7 @@ mod locks;
 mod modules;
 mod nodes;
 mod observability;
+mod peer_port;
 mod pki;
 mod placement;
 mod prometheus;

@@ -50,6 +50,7 @@ fn bad_heartbeat() -> HeartbeatRequest {
         from: 99,
         payload: b"not a report".to_vec(),
         quiet: Vec::new(),
+        client_addr: String::new(),
     }
 }
 

@@ -392,6 +392,7 @@ fn node_status(node_id: u64, leader: Option<u64>) -> v1::StatusResponse {
             ..Default::default()
         }],
         version: "0.1.0".to_string(),
+        peer_addr: format!("127.0.0.1:710{node_id}"),
     }
 }
 

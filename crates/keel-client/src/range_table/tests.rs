@@ -242,6 +242,7 @@ fn wire_tables_resolve_leaders_through_node_addresses() {
         node_id: id,
         addr: addr.to_string(),
         voter: true,
+        ..v1::Member::default()
     };
     let response = v1::RangesResponse {
         ranges: vec![

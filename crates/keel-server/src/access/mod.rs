@@ -15,6 +15,7 @@
 //! range's live counts (`requests/admission.rs`, deciding with `quota.rs`); the tenant keeps its
 //! reservations in flight and the node's table of its ranges (`api/tenant_usage.rs`) here.
 
+pub(crate) mod port;
 pub(crate) mod quota;
 pub(crate) mod tenancy;
 pub(crate) mod tls;

@@ -9,7 +9,9 @@
 
 mod caller;
 
-pub(crate) use caller::{CallerLayer, is_peer};
+#[cfg(test)]
+pub(crate) use caller::Caller;
+pub(crate) use caller::{CallerLayer, is_peer, peer_connection};
 
 use std::time::Duration;
 

@@ -23,15 +23,15 @@ use keel_types::{
     Consistency, CoordinationCounts, KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor,
     RangeId,
 };
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
 use crate::api::backup::{self, BackupStream};
 use crate::cluster::nodes;
 use crate::cluster::placement::{self, ClusterView};
+use crate::peer::channels::PeerChannel;
 use crate::ranges::split;
-use crate::requests::router::{Hop, Router};
+use crate::requests::router::{Audience, Hop, Router};
 use crate::shared::Shared;
 use crate::status::to_status;
 
@@ -41,9 +41,9 @@ pub(crate) struct ClusterService {
 }
 
 impl ClusterService {
-    pub fn new(shared: Arc<Shared>) -> ClusterService {
+    pub fn new(shared: Arc<Shared>, audience: Audience) -> ClusterService {
         ClusterService {
-            router: Router::new(shared.clone()),
+            router: Router::new(shared.clone(), audience),
             shared,
         }
     }
@@ -66,7 +66,9 @@ impl ClusterService {
         let transfer =
             |mut leader: ClusterClient<_>| async move { leader.transfer_leader(request).await };
         let answer = nodes::remote(&self.shared, leader_id, leader_addr, false, transfer).await;
-        answer.map(Response::new).map_err(|e| to_status(&e))
+        answer
+            .map(Response::new)
+            .map_err(|e| self.router.status(&e))
     }
 
     /// The range table, answered by the meta range's leader (this node, or forwarded once).
@@ -207,10 +209,37 @@ impl ClusterService {
             .into_iter()
             .map(|(node_id, addr)| Member {
                 node_id,
+                peer_addr: addr.addr.clone(),
                 addr: addr.addr,
                 voter: true,
             })
             .collect()
+    }
+
+    /// Names `members` by the addresses this service's audience dials (`Router::audience`).
+    fn for_audience(&self, members: &mut [Member]) {
+        for member in members {
+            (member.addr, member.peer_addr) =
+                self.dialled(member.node_id, &member.addr, &member.peer_addr);
+        }
+    }
+
+    /// The address to dial `node` by and its peer address, for this service's audience,
+    /// given its `addr` and `peer_addr` as an answer named them (an answer from a release
+    /// before the peer port has no `peer_addr`: `addr` is that then). Clients get the
+    /// node's client address, or none while it is unknown here.
+    fn dialled(&self, node: NodeId, addr: &str, peer_addr: &str) -> (String, String) {
+        let peer_addr = match peer_addr.is_empty() {
+            true => addr.to_string(),
+            false => peer_addr.to_string(),
+        };
+        match self.router.audience() {
+            Audience::Peers => (peer_addr.clone(), peer_addr),
+            Audience::Clients => {
+                let client = self.shared.client_addr(node).map(|addr| addr.addr);
+                (client.unwrap_or_default(), peer_addr)
+            }
+        }
     }
 
     async fn serve_split(&self, request: &SplitRequest) -> Result<SplitResponse, KvError> {
@@ -276,7 +305,7 @@ impl Cluster for ClusterService {
         };
         match transferred {
             Ok(()) => Ok(Response::new(TransferLeaderResponse {})),
-            Err(error) if request.no_forward => Err(to_status(&error)),
+            Err(error) if request.no_forward => Err(self.router.status(&error)),
             Err(error) => {
                 request.no_forward = true;
                 self.forward_transfer(error, request).await
@@ -290,7 +319,9 @@ impl Cluster for ClusterService {
     ) -> Result<Response<AddNodeResponse>, Status> {
         self.shared.admit(&request, Call::Admin)?;
         let served = self.serve_add_node(request.into_inner()).await;
-        served.map(Response::new).map_err(|e| to_status(&e))
+        served
+            .map(Response::new)
+            .map_err(|e| self.router.status(&e))
     }
 
     async fn remove_node(
@@ -299,7 +330,9 @@ impl Cluster for ClusterService {
     ) -> Result<Response<RemoveNodeResponse>, Status> {
         self.shared.admit(&request, Call::Admin)?;
         let served = self.serve_remove_node(request.into_inner()).await;
-        served.map(Response::new).map_err(|e| to_status(&e))
+        served
+            .map(Response::new)
+            .map_err(|e| self.router.status(&e))
     }
 
     async fn members(
@@ -308,7 +341,18 @@ impl Cluster for ClusterService {
     ) -> Result<Response<MembersResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Listing)?;
         let served = self.serve_members(request.into_inner()).await;
-        caller.reveal(served.map(Response::new).map_err(|e| to_status(&e)))
+        let served = served.map(|mut members| {
+            for node in &mut members.nodes {
+                (node.addr, node.peer_addr) =
+                    self.dialled(node.node_id, &node.addr, &node.peer_addr);
+            }
+            members
+        });
+        caller.reveal(
+            served
+                .map(Response::new)
+                .map_err(|e| self.router.status(&e)),
+        )
     }
 
     async fn status(
@@ -320,7 +364,10 @@ impl Cluster for ClusterService {
         let mut ranges = Vec::new();
         for group in self.shared.groups.all() {
             match range_status(&group).await {
-                Ok(status) => ranges.push(status),
+                Ok(mut status) => {
+                    self.for_audience(&mut status.members);
+                    ranges.push(status);
+                }
                 Err(error) => {
                     healthy = false;
                     message = error.to_string();
@@ -329,11 +376,12 @@ impl Cluster for ClusterService {
         }
         Ok(Response::new(StatusResponse {
             node_id: self.shared.node_id,
-            addr: self.shared.addr.clone(),
+            addr: self.shared.client_addr.clone(),
             healthy,
             message,
             ranges,
             version: env!("CARGO_PKG_VERSION").to_string(),
+            peer_addr: self.shared.addr.clone(),
         }))
     }
 
@@ -343,7 +391,15 @@ impl Cluster for ClusterService {
     ) -> Result<Response<RangesResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Listing)?;
         let served = self.serve_ranges(request.get_ref()).await;
-        caller.reveal(served.map(Response::new).map_err(|e| to_status(&e)))
+        let served = served.map(|mut ranges| {
+            self.for_audience(&mut ranges.nodes);
+            ranges
+        });
+        caller.reveal(
+            served
+                .map(Response::new)
+                .map_err(|e| self.router.status(&e)),
+        )
     }
 
     async fn split(
@@ -353,7 +409,7 @@ impl Cluster for ClusterService {
         self.shared.admit(&request, Call::Admin)?;
         let request = request.into_inner();
         let forward =
-            |mut cluster: ClusterClient<Channel>, r| async move { cluster.split(r).await };
+            |mut cluster: ClusterClient<PeerChannel>, r| async move { cluster.split(r).await };
         let served = self.serve_split(&request).await;
         // A split proposes up to three commands: the id allocation, the split, the publish.
         let wait = Duration::from_millis(2 * self.shared.timings.write_timeout_ms);
@@ -413,6 +469,7 @@ fn status_message(
             .into_iter()
             .map(|member| Member {
                 node_id: member.id,
+                peer_addr: member.addr.addr.clone(),
                 addr: member.addr.addr,
                 voter: member.voter,
             })

@@ -22,12 +22,12 @@ use keel_types::{
     Consistency, CoordinationOp, CoordinationResult, IdempotencyRecord, KvError, RequestId,
     Revision, limits,
 };
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
+use crate::peer::channels::PeerChannel;
 use crate::requests::coordinated::{self, Coordinated, unexpected};
-use crate::requests::router::{Hop, Router};
+use crate::requests::router::{Audience, Hop, Router};
 use crate::shared::Shared;
 
 pub(crate) struct IdempotencyService {
@@ -36,9 +36,9 @@ pub(crate) struct IdempotencyService {
 }
 
 impl IdempotencyService {
-    pub fn new(shared: Arc<Shared>) -> IdempotencyService {
+    pub fn new(shared: Arc<Shared>, audience: Audience) -> IdempotencyService {
         IdempotencyService {
-            router: Router::new(shared.clone()),
+            router: Router::new(shared.clone(), audience),
             shared,
         }
     }
@@ -214,7 +214,8 @@ impl Idempotency for IdempotencyService {
     ) -> Result<Response<BeginResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.begin(r).await };
+        let forward =
+            |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.begin(r).await };
         let served = self.serve_begin(&request).await;
         let answer = self
             .router
@@ -230,7 +231,7 @@ impl Idempotency for IdempotencyService {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward =
-            |mut idem: IdempotencyClient<Channel>, r| async move { idem.complete(r).await };
+            |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.complete(r).await };
         let served = self.serve_complete(&request).await;
         let answer = self
             .router
@@ -245,7 +246,8 @@ impl Idempotency for IdempotencyService {
     ) -> Result<Response<AbortResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.abort(r).await };
+        let forward =
+            |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.abort(r).await };
         let served = self.serve_abort(&request).await;
         let answer = self
             .router
@@ -260,7 +262,8 @@ impl Idempotency for IdempotencyService {
     ) -> Result<Response<IdempotencyGetResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut idem: IdempotencyClient<Channel>, r| async move { idem.get(r).await };
+        let forward =
+            |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.get(r).await };
         let served = self.serve_get(&request).await;
         let answer = self
             .router

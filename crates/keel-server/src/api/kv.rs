@@ -24,16 +24,15 @@ use keel_types::{
     BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
     RangeDescriptor, RequestId, Revision,
 };
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
 use crate::access::quota;
+use crate::peer::channels::PeerChannel;
 use crate::requests::admission;
 use crate::requests::coordinated::unexpected;
-use crate::requests::router::{Hop, Router};
+use crate::requests::router::{Audience, Hop, Router};
 use crate::shared::Shared;
-use crate::status::to_status;
 
 pub(crate) struct KvService {
     shared: Arc<Shared>,
@@ -50,9 +49,9 @@ struct Applied {
 }
 
 impl KvService {
-    pub fn new(shared: Arc<Shared>) -> KvService {
+    pub fn new(shared: Arc<Shared>, audience: Audience) -> KvService {
         KvService {
-            router: Router::new(shared.clone()),
+            router: Router::new(shared.clone(), audience),
             shared,
         }
     }
@@ -329,7 +328,7 @@ impl Kv for KvService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut kv: KvClient<Channel>, r| async move { kv.get(r).await };
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.get(r).await };
         let served = self.serve_get(&request).await;
         let answer = self
             .router
@@ -341,7 +340,7 @@ impl Kv for KvService {
     async fn scan(&self, request: Request<ScanRequest>) -> Result<Response<ScanResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut kv: KvClient<Channel>, r| async move { kv.scan(r).await };
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.scan(r).await };
         let served = self.serve_scan(&request).await;
         let answer = self
             .router
@@ -353,7 +352,7 @@ impl Kv for KvService {
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut kv: KvClient<Channel>, r| async move { kv.put(r).await };
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.put(r).await };
         let served = self.serve_put(&request).await;
         let answer = self
             .router
@@ -368,7 +367,7 @@ impl Kv for KvService {
     ) -> Result<Response<DeleteResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut kv: KvClient<Channel>, r| async move { kv.delete(r).await };
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.delete(r).await };
         let served = self.serve_delete(&request).await;
         let answer = self
             .router
@@ -384,7 +383,7 @@ impl Kv for KvService {
         let ops = request.get_ref().ops.len();
         let caller = self.shared.admit(&request, Call::Batch { ops })?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut kv: KvClient<Channel>, r| async move { kv.batch(r).await };
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.batch(r).await };
         let served = self.serve_batch(&request).await;
         let answer = self
             .router
@@ -399,7 +398,7 @@ impl Kv for KvService {
     ) -> Result<Response<IncrementResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut kv: KvClient<Channel>, r| async move { kv.increment(r).await };
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.increment(r).await };
         let served = self.serve_increment(&request).await;
         let answer = self
             .router
@@ -427,7 +426,7 @@ impl Kv for KvService {
                 client_started_ms: self.shared.clock.now_ms(),
             })
         });
-        caller.reveal(opened.map_err(|e| to_status(&e)))
+        caller.reveal(opened.map_err(|e| self.router.status(&e)))
     }
 }
 

@@ -24,13 +24,13 @@ use keel_types::{
     RequestId, Revision,
 };
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::access::Call;
 use crate::locks::queues::LockQueues;
+use crate::peer::channels::PeerChannel;
 use crate::requests::coordinated::{self, unexpected};
-use crate::requests::router::{Hop, Router};
+use crate::requests::router::{Audience, Hop, Router};
 use crate::shared::Shared;
 
 pub(crate) struct LockService {
@@ -75,9 +75,9 @@ impl AcquireArgs {
 }
 
 impl LockService {
-    pub fn new(shared: Arc<Shared>) -> LockService {
+    pub fn new(shared: Arc<Shared>, audience: Audience) -> LockService {
         LockService {
-            router: Router::new(shared.clone()),
+            router: Router::new(shared.clone(), audience),
             queues: LockQueues::new(shared.clone()),
             shared,
         }
@@ -291,7 +291,7 @@ impl Lock for LockService {
         let started = Instant::now();
         let caller = self.shared.admit(&request, Call::Write)?;
         let mut request = caller.confine(request.into_inner());
-        let forward = |mut lock: LockClient<Channel>, r| async move { lock.acquire(r).await };
+        let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.acquire(r).await };
         let served = self.serve_acquire(&request, started).await;
         request.wait_ms = remaining_wait_ms(request.wait_ms, started);
         let hop = Hop {
@@ -308,7 +308,7 @@ impl Lock for LockService {
     ) -> Result<Response<RenewResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut lock: LockClient<Channel>, r| async move { lock.renew(r).await };
+        let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.renew(r).await };
         let served = self.serve_renew(&request).await;
         let answer = self
             .router
@@ -323,7 +323,7 @@ impl Lock for LockService {
     ) -> Result<Response<ReleaseResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut lock: LockClient<Channel>, r| async move { lock.release(r).await };
+        let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.release(r).await };
         let served = self.serve_release(&request).await;
         let answer = self
             .router
@@ -338,7 +338,7 @@ impl Lock for LockService {
     ) -> Result<Response<InspectResponse>, Status> {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
-        let forward = |mut lock: LockClient<Channel>, r| async move { lock.inspect(r).await };
+        let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.inspect(r).await };
         let served = self.serve_inspect(&request).await;
         let answer = self
             .router

@@ -17,13 +17,13 @@ use keel_raft::{Groups, InboundError, RpcKind, wire};
 use keel_types::{
     KvError, MetaCommand, MetaOutcome, NodeReport, RangeId, ReplicaChange, ReplicaMembership,
 };
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span, warn};
 
 use crate::access::tls;
 use crate::cluster::quiescence;
 use crate::peer::call::PeerCall;
+use crate::peer::channels::PeerChannel;
 use crate::ranges::meta;
 use crate::ranges::replicas;
 use crate::shared::Shared;
@@ -80,7 +80,7 @@ impl RaftService {
         T: serde::Serialize + serde::de::DeserializeOwned,
         F: FnOnce(P) -> Fut,
         Fut: std::future::Future<Output = Result<T, KvError>>,
-        R: FnOnce(RaftClient<Channel>, NodeMessage) -> RFut,
+        R: FnOnce(RaftClient<PeerChannel>, NodeMessage) -> RFut,
         RFut: std::future::Future<Output = Result<Response<RaftReply>, Status>>,
     {
         let message = request.into_inner();
@@ -189,7 +189,8 @@ impl Raft for RaftService {
             warn!(from, %error, "heartbeat with a malformed quiet list");
             Vec::new()
         });
-        self.shared.heartbeats.record(from, report);
+        let client_addr = message.client_addr;
+        self.shared.heartbeats.record(from, report, client_addr);
         let agreed = quiescence::answer(&self.shared, from, &listed);
         let members = self.shared.meta_members();
         let internal = |e: wire::WireError| Status::internal(e.to_string());
@@ -207,7 +208,7 @@ impl Raft for RaftService {
         let shared = self.shared.clone();
         let serve =
             |view: ReplicaMembership| async move { replicas::prepare(&shared, range, &view).await };
-        let forward = |mut client: RaftClient<Channel>, message| async move {
+        let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.prepare_replica(message).await
         };
         self.replica_call(request, false, serve, forward).await
@@ -221,7 +222,7 @@ impl Raft for RaftService {
         let shared = self.shared.clone();
         let serve =
             |view: ReplicaMembership| async move { replicas::remove(&shared, range, &view).await };
-        let forward = |mut client: RaftClient<Channel>, message| async move {
+        let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.remove_replica(message).await
         };
         self.replica_call(request, false, serve, forward).await
@@ -234,7 +235,7 @@ impl Raft for RaftService {
         let range = RangeId(request.get_ref().range_id);
         let shared = self.shared.clone();
         let serve = |()| async move { replicas::membership(&shared, range).await };
-        let forward = |mut client: RaftClient<Channel>, message| async move {
+        let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.replica_membership(message).await
         };
         self.replica_call(request, false, serve, forward).await
@@ -253,7 +254,7 @@ impl Raft for RaftService {
         let shared = self.shared.clone();
         let serve =
             |change: ReplicaChange| async move { replicas::change(&shared, range, &change).await };
-        let forward = |mut client: RaftClient<Channel>, message| async move {
+        let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.change_replicas(message).await
         };
         self.replica_call(request, true, serve, forward)

@@ -18,6 +18,7 @@ use tracing::debug;
 use crate::access::Access;
 use crate::access::quota::Amount;
 use crate::api::cluster::ClusterService;
+use crate::requests::router::Audience;
 use crate::shared::Shared;
 
 /// Runs until the node shuts down (the task is aborted then).
@@ -31,7 +32,7 @@ pub(crate) async fn run(shared: Arc<Shared>, access: Arc<Access>) {
     if counted.is_empty() {
         return;
     }
-    let cluster = ClusterService::new(shared.clone());
+    let cluster = ClusterService::new(shared.clone(), Audience::Peers);
     let mut tick = tokio::time::interval(Duration::from_millis(limits::TENANT_USAGE_REFRESH_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -5,8 +5,9 @@
 //! range's leader. A heartbeat's answer names the meta range's voters and leader as the peer
 //! knows them, which is how a node without a replica of the meta range finds it. Heartbeats
 //! also carry quiescence (`quiescence.rs`): to each peer, the idle ranges this node leads
-//! that the peer follows; back, the ones the peer agreed to keep quiet. Knows nothing of what
-//! the rebalancer decides.
+//! that the peer follows; back, the ones the peer agreed to keep quiet. And each names the
+//! sender's client address, which its peers tell clients in its place (`Shared::client_addr`).
+//! Knows nothing of what the rebalancer decides.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -40,7 +41,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             continue;
         }
         let full = report(&shared, &mut counts).await;
-        shared.heartbeats.record(shared.node_id, full.clone());
+        shared
+            .heartbeats
+            .record(shared.node_id, full.clone(), shared.client_addr.clone());
         let light = NodeReport {
             leads: None,
             ..full.clone()
@@ -160,6 +163,7 @@ async fn send(
         from: shared.node_id,
         payload: wire::encode(report).map_err(malformed)?,
         quiet: quiescence::encode(quiet).map_err(malformed)?,
+        client_addr: shared.client_addr.clone(),
     };
     let deadline = Duration::from_millis(HEARTBEAT_INTERVAL_MS);
     let beat = |mut client: RaftClient<_>| async move { client.heartbeat(request).await };

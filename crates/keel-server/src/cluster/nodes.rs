@@ -16,10 +16,10 @@ use keel_raft::RaftGroup;
 use keel_types::{
     Consistency, KvError, MetaCommand, NodeAddr, NodeDescriptor, NodeId, NodeState, RangeId,
 };
-use tonic::transport::Channel;
 
 use crate::cluster::placement::{self, ClusterView};
 use crate::peer::call::{self as peer, To};
+use crate::peer::channels::PeerChannel;
 use crate::ranges::meta;
 use crate::shared::Shared;
 
@@ -62,7 +62,7 @@ pub(crate) async fn remote<T, F, Fut>(
     call: F,
 ) -> Result<T, KvError>
 where
-    F: FnOnce(ClusterClient<Channel>) -> Fut,
+    F: FnOnce(ClusterClient<PeerChannel>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
     let deadline = shared.forward_deadline(write);
@@ -177,6 +177,11 @@ pub(crate) async fn members(
                     .as_ref()
                     .map(|a| a.addr.clone())
                     .unwrap_or_default(),
+                peer_addr: entry
+                    .addr
+                    .as_ref()
+                    .map(|a| a.addr.clone())
+                    .unwrap_or_default(),
                 state: entry.state.name().to_string(),
                 liveness: liveness_name(entry.liveness).to_string(),
                 heartbeat_age_ms: entry.heartbeat_age.map(|age| age.as_millis() as u64),
@@ -259,6 +264,7 @@ fn check_addable(
 fn member((node_id, addr): (NodeId, NodeAddr)) -> Member {
     Member {
         node_id,
+        peer_addr: addr.addr.clone(),
         addr: addr.addr,
         voter: true,
     }

@@ -47,9 +47,16 @@ pub struct NodeConfig {
     /// Addresses of running nodes a new node joins the cluster through (instead of an
     /// initial cluster); it uses them until it knows the cluster.
     pub join: Vec<String>,
-    /// The address peers and clients use for this node when it joins ("host:port"; default:
-    /// the listen address). A node of the initial cluster has its address there.
+    /// The address clients use for this node ("host:port"; default: the listen address).
+    /// Without `peer_listen` it is also the address peers use when the node joins (a node of
+    /// the initial cluster has its peer address there).
     pub advertise: Option<String>,
+    /// Where the Raft service is served, apart from `listen`; `None`: one port for clients
+    /// and peers.
+    pub peer_listen: Option<SocketAddr>,
+    /// The address peers use for this node when it joins, with `peer_listen` (default:
+    /// `peer_listen`).
+    pub peer_advertise: Option<String>,
     /// How ranges are placed on nodes and healed.
     pub placement: PlacementSettings,
     pub raft: RaftTimings,
@@ -199,6 +206,10 @@ pub enum ConfigError {
         "advertised address {0:?} cannot be dialled: give --advertise host:port (or a listen address with a specific IP and port)"
     )]
     Advertise(String),
+    #[error(
+        "advertised peer address {0:?} cannot be dialled: give --peer-advertise host:port (or a peer listen address with a specific IP and port)"
+    )]
+    PeerAdvertise(String),
     #[error("replication factor is {0}; it must be 1 to {REPLICATION_FACTOR_MAX}")]
     ReplicationFactor(u64),
     #[error(
@@ -226,6 +237,19 @@ pub enum ConfigError {
     NotInCluster(NodeId),
     #[error("listen address {listen} does not match this node's cluster address {cluster}")]
     ListenMismatch { listen: SocketAddr, cluster: String },
+    #[error(
+        "peer listen address {peer_listen} does not match this node's cluster address {cluster}: with peer_listen (--peer-listen) the initial cluster names peer addresses"
+    )]
+    PeerListenMismatch {
+        peer_listen: SocketAddr,
+        cluster: String,
+    },
+    #[error(
+        "peer listen address {0} is the client listen address; peers and clients need a port each (or leave out peer_listen for one shared port)"
+    )]
+    PeerListenIsListen(SocketAddr),
+    #[error("peer_advertise (--peer-advertise) needs peer_listen (--peer-listen)")]
+    PeerAdvertiseWithoutPeerListen,
     #[error("invalid raft timings: {0}")]
     Timings(String),
     #[error(
@@ -305,6 +329,8 @@ impl NodeConfig {
             initial_cluster,
             join,
             advertise: args.advertise.clone(),
+            peer_listen: args.peer_listen,
+            peer_advertise: args.peer_advertise.clone(),
             placement: overlay(PlacementSettings::default(), &settings),
             raft: overlay(RaftTimings::default(), &settings),
             kv: overlay(KvSettings::default(), &settings),
@@ -357,27 +383,51 @@ impl NodeConfig {
             .initial_cluster
             .get(&self.node_id)
             .ok_or(ConfigError::NotInCluster(self.node_id))?;
-        check_listen(self.listen, own)?;
+        match self.peer_listen {
+            Some(peer_listen) => {
+                check_listen(peer_listen, own).map_err(|_| ConfigError::PeerListenMismatch {
+                    peer_listen,
+                    cluster: own.clone(),
+                })?
+            }
+            None => check_listen(self.listen, own)?,
+        }
         self.validate_settings()
     }
 
-    /// The address peers and clients use for this node: its entry in the initial cluster,
-    /// else `advertise`, else the listen address (which must name an IP and a port).
+    /// The address peers use for this node (the one in Raft membership and the meta range's
+    /// node records): its entry in the initial cluster; else, with a peer port,
+    /// `peer_advertise` or else `peer_listen`; without one, the client address.
     pub fn addr(&self) -> Result<String, ConfigError> {
         if let Some(addr) = self.initial_cluster.get(&self.node_id) {
             return Ok(addr.clone());
         }
-        if let Some(addr) = &self.advertise {
-            return if is_host_port(addr) {
-                Ok(addr.clone())
-            } else {
-                Err(ConfigError::Advertise(addr.clone()))
-            };
+        match self.peer_listen {
+            Some(peer_listen) => advertised(
+                self.peer_advertise.as_deref(),
+                peer_listen,
+                ConfigError::PeerAdvertise,
+            ),
+            None => advertised(
+                self.advertise.as_deref(),
+                self.listen,
+                ConfigError::Advertise,
+            ),
         }
-        if self.listen.ip().is_unspecified() || self.listen.port() == 0 {
-            return Err(ConfigError::Advertise(self.listen.to_string()));
+    }
+
+    /// The address clients use for this node: without a peer port the one address of
+    /// `addr`; with one, `advertise`, else the listen address (which must name an IP and a
+    /// port).
+    pub fn client_addr(&self) -> Result<String, ConfigError> {
+        if self.peer_listen.is_none() {
+            return self.addr();
         }
-        Ok(self.listen.to_string())
+        advertised(
+            self.advertise.as_deref(),
+            self.listen,
+            ConfigError::Advertise,
+        )
     }
 
     /// Checks the timings, key-value, observability and fault settings.
@@ -392,11 +442,21 @@ impl NodeConfig {
             return Err(ConfigError::AuthWithoutTls);
         }
         if let Some(metrics) = self.metrics_listen
-            && metrics == self.listen
+            && (metrics == self.listen || Some(metrics) == self.peer_listen)
             && metrics.port() != 0
         {
             return Err(ConfigError::MetricsListen(metrics));
         }
+        if self.peer_advertise.is_some() && self.peer_listen.is_none() {
+            return Err(ConfigError::PeerAdvertiseWithoutPeerListen);
+        }
+        if let Some(peer_listen) = self.peer_listen
+            && peer_listen == self.listen
+            && peer_listen.port() != 0
+        {
+            return Err(ConfigError::PeerListenIsListen(peer_listen));
+        }
+        self.client_addr()?;
         self.raft
             .openraft_config()
             .map_err(|e| ConfigError::Timings(e.to_string()))?;
@@ -521,6 +581,26 @@ fn read_pem(part: TlsPart, path: &Path) -> Result<Vec<u8>, ConfigError> {
         )));
     }
     Ok(bytes)
+}
+
+/// The address others use for a node: `advertise` when given (it must read "host:port"),
+/// else `listen` (which must name an IP and a port); `refused` names the setting at fault.
+fn advertised(
+    advertise: Option<&str>,
+    listen: SocketAddr,
+    refused: fn(String) -> ConfigError,
+) -> Result<String, ConfigError> {
+    if let Some(addr) = advertise {
+        return if is_host_port(addr) {
+            Ok(addr.to_string())
+        } else {
+            Err(refused(addr.to_string()))
+        };
+    }
+    if listen.ip().is_unspecified() || listen.port() == 0 {
+        return Err(refused(listen.to_string()));
+    }
+    Ok(listen.to_string())
 }
 
 /// Parses "127.0.0.1:7001,127.0.0.1:7002".

@@ -57,9 +57,19 @@ pub struct ServeArgs {
     /// moves replicas to it.
     #[arg(long)]
     pub join: Option<String>,
-    /// The address peers and clients use for this node when it joins (default: --listen).
+    /// The address clients use for this node (default: --listen). Without --peer-listen it is
+    /// also the address peers use when the node joins.
     #[arg(long)]
     pub advertise: Option<String>,
+    /// Serve the Raft service on this address only, e.g. 127.0.0.1:7101, apart from the
+    /// client port (--listen), so it can be firewalled; --initial-cluster and --join then
+    /// name peer addresses. Off unless given: one port for clients and peers.
+    #[arg(long)]
+    pub peer_listen: Option<SocketAddr>,
+    /// The address peers use for this node when it joins, with --peer-listen (default:
+    /// --peer-listen).
+    #[arg(long, requires = "peer_listen")]
+    pub peer_advertise: Option<String>,
     /// Voters each range should have, on distinct nodes (default 3; 1 to 7).
     #[arg(long)]
     pub replication_factor: Option<u64>,

@@ -350,3 +350,100 @@ fn observability_flags_parse() {
     assert_eq!(serve.log_level.as_deref(), Some("warn"));
     assert!(parse_flags(&["--log-format", "xml"]).is_err());
 }
+
+#[test]
+fn a_peer_port_names_the_peer_address_and_is_checked() {
+    let peered = |listen: &str, peer_listen: &str, cluster: &str| ServeArgs {
+        peer_listen: Some(peer_listen.parse().unwrap()),
+        ..args(1, listen, cluster)
+    };
+    let config = NodeConfig::from_args(&peered(
+        "127.0.0.1:7001",
+        "127.0.0.1:7101",
+        "1=127.0.0.1:7101,2=127.0.0.1:7102",
+    ))
+    .unwrap();
+    assert_eq!(config.addr().unwrap(), "127.0.0.1:7101");
+    assert_eq!(config.client_addr().unwrap(), "127.0.0.1:7001");
+    let single = NodeConfig::from_args(&args(1, "127.0.0.1:7001", "1=127.0.0.1:7001")).unwrap();
+    assert_eq!(single.addr().unwrap(), single.client_addr().unwrap());
+    let joining = ServeArgs {
+        node_id: Some(4),
+        listen: Some("0.0.0.0:7004".parse().unwrap()),
+        peer_listen: Some("0.0.0.0:7104".parse().unwrap()),
+        advertise: Some("node4:7004".to_string()),
+        peer_advertise: Some("node4-peers:7104".to_string()),
+        data_dir: Some(PathBuf::from("/tmp/keel")),
+        join: Some("h1:7101".to_string()),
+        ..ServeArgs::default()
+    };
+    let joined = NodeConfig::from_args(&joining).unwrap();
+    assert_eq!(joined.addr().unwrap(), "node4-peers:7104");
+    assert_eq!(joined.client_addr().unwrap(), "node4:7004");
+    let cases: Vec<(ServeArgs, &str)> = vec![
+        (
+            peered("127.0.0.1:7001", "127.0.0.1:7001", "1=127.0.0.1:7001"),
+            "peer listen address 127.0.0.1:7001 is the client listen address",
+        ),
+        (
+            peered("127.0.0.1:7001", "127.0.0.1:7101", "1=127.0.0.1:7001"),
+            "peer listen address 127.0.0.1:7101 does not match this node's cluster address 127.0.0.1:7001",
+        ),
+        (
+            peered("0.0.0.0:7001", "127.0.0.1:7101", "1=127.0.0.1:7101"),
+            "advertised address \"0.0.0.0:7001\" cannot be dialled",
+        ),
+        (
+            ServeArgs {
+                peer_advertise: Some("nowhere".to_string()),
+                ..joining.clone()
+            },
+            "advertised peer address \"nowhere\"",
+        ),
+        (
+            ServeArgs {
+                peer_listen: None,
+                ..joining.clone()
+            },
+            "peer_advertise (--peer-advertise) needs peer_listen",
+        ),
+    ];
+    for (args, expected) in cases {
+        let error = NodeConfig::from_args(&args)
+            .expect_err(expected)
+            .to_string();
+        assert!(error.contains(expected), "{error:?} lacks {expected:?}");
+    }
+}
+
+#[test]
+fn the_peer_port_comes_from_the_file_or_the_flags() {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        file,
+        "node_id = 1\nlisten = \"127.0.0.1:7001\"\npeer_listen = \"127.0.0.1:7101\"\n\
+         data_dir = \"/tmp/keel\"\ninitial_cluster = \"1=127.0.0.1:7101\""
+    )
+    .unwrap();
+    let from_file = ServeArgs {
+        config: Some(file.path().to_path_buf()),
+        ..ServeArgs::default()
+    };
+    let config = NodeConfig::from_args(&from_file).unwrap();
+    assert_eq!(config.peer_listen, Some("127.0.0.1:7101".parse().unwrap()));
+    assert_eq!(config.addr().unwrap(), "127.0.0.1:7101");
+
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let cli = Cli::try_parse_from(["keel", "--peer-listen", "127.0.0.1:7102"]).unwrap();
+    assert_eq!(
+        cli.serve.peer_listen,
+        Some("127.0.0.1:7102".parse().unwrap())
+    );
+    let orphan = Cli::try_parse_from(["keel", "--peer-advertise", "h:7102"]);
+    assert!(orphan.is_err(), "--peer-advertise needs --peer-listen");
+}

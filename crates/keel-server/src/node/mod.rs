@@ -1,6 +1,7 @@
 //! A running node: opens the store, starts the node's Raft groups (the first range, the meta
 //! range and every range of its store), serves Kv, Lock, Idempotency, Cluster and Raft over
-//! gRPC, initializes the cluster on first start, watches its own health, and runs its
+//! gRPC (on one port, or with `--peer-listen` on two: the client port without Raft, the peer
+//! port for calls from other nodes only; `access/port.rs`), initializes the cluster on first start, watches its own health, and runs its
 //! background tasks: cleanup of expired keys, idle sessions, free locks and expired
 //! idempotency records; the range watcher (`ranges/watch.rs`); the descriptor publisher; the split
 //! driver; heartbeats, the rebalancer and the quiescence watcher (`cluster/quiescence.rs`); the
@@ -12,11 +13,13 @@ pub(crate) mod restore;
 pub(crate) mod run;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::FutureExt;
 use keel_proto::raft::raft_server::RaftServer;
 use keel_proto::v1::cluster_server::ClusterServer;
 use keel_proto::v1::idempotency_server::IdempotencyServer;
@@ -35,6 +38,7 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::access::port::{Port, PortGate};
 use crate::access::tls::{CallerLayer, TlsSettings};
 use crate::api::cluster::ClusterService;
 use crate::api::health;
@@ -57,6 +61,7 @@ use crate::ranges::meta::META_REPLICAS;
 use crate::ranges::publisher;
 use crate::ranges::split_driver;
 use crate::ranges::{lookup, watch};
+use crate::requests::router::Audience;
 use crate::shared::Shared;
 use crate::shared::health::Health as NodeHealth;
 use crate::shared::heartbeats::Heartbeats;
@@ -76,6 +81,8 @@ const SHUTDOWN_GRACE_MS: u64 = 5_000;
 pub struct Node {
     node_id: NodeId,
     addr: SocketAddr,
+    /// Where the peer port listens, when the node has one.
+    peer_addr: Option<SocketAddr>,
     /// Where the metrics endpoint listens, when configured.
     metrics_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
@@ -87,7 +94,7 @@ pub struct Node {
 }
 
 impl Node {
-    /// Binds `config.listen` and starts the node. The first start of a fresh cluster
+    /// Binds `config.listen` (and `config.peer_listen`) and starts the node. The first start of a fresh cluster
     /// initializes it (on the node with the smallest id); a restart reuses the data dir.
     pub async fn start(config: NodeConfig) -> anyhow::Result<Node> {
         let listener = TcpListener::bind(config.listen)
@@ -97,11 +104,23 @@ impl Node {
     }
 
     /// Starts the node on an already bound listener (tests bind port 0 first to learn the
-    /// addresses of the initial cluster).
+    /// addresses of the initial cluster); the peer port, when configured, is bound here.
     pub async fn start_on(config: NodeConfig, listener: TcpListener) -> anyhow::Result<Node> {
         config.validate()?;
         let node_id = config.node_id;
         let addr = listener.local_addr()?;
+        let peer_listener = match config.peer_listen {
+            Some(peer_listen) => Some(
+                TcpListener::bind(peer_listen)
+                    .await
+                    .with_context(|| format!("binding the peer address {peer_listen}"))?,
+            ),
+            None => None,
+        };
+        let peer_addr = peer_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
         let span = info_span!("node", node_id);
         let metrics_listener = bind_metrics(&config).await?;
         let metrics_addr = metrics_listener
@@ -112,14 +131,17 @@ impl Node {
         let metrics = Metrics::new(config.clock.clone(), &reflection::served());
         store.observe_commits(metrics.storage.clone());
         let awaits_bootstrap = awaited_ranges(&config, &store, &stored).await?;
-        let source = Some(config.listen.ip()).filter(|ip| !ip.is_unspecified());
+        let dialling_from = config.peer_listen.unwrap_or(config.listen);
+        let source = Some(dialling_from.ip()).filter(|ip| !ip.is_unspecified());
         let peer_tls = config.tls.as_ref().map(TlsSettings::peer_config);
-        let peers = Arc::new(Peers::new(source, peer_tls));
+        let peers = Arc::new(Peers::new(node_id, source, peer_tls));
         let transport = Arc::new(GrpcTransport::new(peers.clone()));
         let groups = Groups::on_store(node_id, store.clone(), config.raft.clone(), transport);
         let shared = Arc::new(Shared {
             node_id,
             addr: config.addr()?,
+            client_addr: config.client_addr()?,
+            peer_port: config.peer_listen.is_some(),
             cluster: config.initial_cluster.clone(),
             join: config.join.clone(),
             awaits_bootstrap,
@@ -154,7 +176,11 @@ impl Node {
         let (reporter, health) = tonic_health::server::health_reporter();
         health::not_serving(&reporter).await;
         let (stop_server, stopped) = oneshot::channel();
-        let serving = serve(shared.clone(), listener, health, stopped);
+        let listeners = Listeners {
+            client: listener,
+            peer: peer_listener,
+        };
+        let serving = serve(shared.clone(), listeners, health, stopped);
         let server = tokio::spawn(serving.instrument(span.clone()));
         // The listener was bound before the groups started: peers reach the node from now on.
         quiescence::start_hold_clock(&shared);
@@ -162,6 +188,7 @@ impl Node {
         let node = Node {
             node_id,
             addr,
+            peer_addr,
             metrics_addr,
             shared,
             server,
@@ -190,9 +217,14 @@ impl Node {
         self.node_id
     }
 
-    /// The address the gRPC server listens on.
+    /// The address the gRPC server listens on (the client port, with a peer port).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address the peer port listens on, when the node has one.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer_addr
     }
 
     /// The address the metrics endpoint listens on, when the node serves metrics.
@@ -437,26 +469,99 @@ async fn bootstrap(config: &NodeConfig, shared: &Shared) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The sockets the node serves on: its client port (its one port without `--peer-listen`)
+/// and its peer port.
+struct Listeners {
+    client: TcpListener,
+    peer: Option<TcpListener>,
+}
+
+/// Serves the node's gRPC services until `stopped`: on one port every service; with a peer
+/// port, the client port without Raft and the peer port with Raft and the services other
+/// nodes call, each behind its `PortGate`. Both share the metering and the shutdown.
 async fn serve<H: Health>(
     shared: Arc<Shared>,
-    listener: TcpListener,
+    listeners: Listeners,
     health: HealthServer<H>,
     stopped: oneshot::Receiver<()>,
 ) -> Result<(), tonic::transport::Error> {
-    let kv = KvServer::new(KvService::new(shared.clone()))
+    let stop = stopped.map(drop).shared();
+    let Some(peer_listener) = listeners.peer else {
+        let port = Served {
+            gate: Port::Shared,
+            audience: Audience::Peers,
+            raft: true,
+            faults: true,
+        };
+        return serve_port(&shared, port, listeners.client, health, stop).await;
+    };
+    let node = shared.node_id;
+    let clients = Served {
+        gate: Port::Client {
+            node,
+            peer_addr: shared.addr.clone(),
+        },
+        audience: Audience::Clients,
+        raft: false,
+        faults: true,
+    };
+    let peers = Served {
+        gate: Port::Peer {
+            node,
+            addr: shared.addr.clone(),
+            client_addr: shared.client_addr.clone(),
+            tls: shared.tls.is_some(),
+        },
+        audience: Audience::Peers,
+        raft: true,
+        faults: false,
+    };
+    let client_port = serve_port(
+        &shared,
+        clients,
+        listeners.client,
+        health.clone(),
+        stop.clone(),
+    );
+    let peer_port = serve_port(&shared, peers, peer_listener, health, stop);
+    tokio::try_join!(client_port, peer_port).map(drop)
+}
+
+/// What one server of the node serves: who its gate lets in, whom its answers are for, and
+/// whether it serves Raft.
+struct Served {
+    gate: Port,
+    audience: Audience,
+    raft: bool,
+    /// The test faults (feature `fault-injection`), which a harness calls as a client.
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    faults: bool,
+}
+
+async fn serve_port<H: Health>(
+    shared: &Arc<Shared>,
+    served: Served,
+    listener: TcpListener,
+    health: HealthServer<H>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let audience = served.audience;
+    let kv = KvServer::new(KvService::new(shared.clone(), audience))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-    let lock = LockServer::new(LockService::new(shared.clone()))
+    let lock = LockServer::new(LockService::new(shared.clone(), audience))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-    let idempotency = IdempotencyServer::new(IdempotencyService::new(shared.clone()))
+    let idempotency = IdempotencyServer::new(IdempotencyService::new(shared.clone(), audience))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-    let cluster = ClusterServer::new(ClusterService::new(shared.clone()));
-    let raft = RaftServer::new(RaftService::new(shared.clone()))
-        .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-    let raft = InterceptedService::new(raft, raft::peers_only);
+    let cluster = ClusterServer::new(ClusterService::new(shared.clone(), audience));
+    let raft = served.raft.then(|| {
+        let raft = RaftServer::new(RaftService::new(shared.clone()))
+            .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+        InterceptedService::new(raft, raft::peers_only)
+    });
     let reflection = reflection::v1_service().expect("the built-in descriptor sets are valid");
     let reflection_alpha =
         reflection::v1alpha_service().expect("the built-in descriptor sets are valid");
@@ -466,26 +571,26 @@ async fn serve<H: Health>(
     if let Some(tls) = &shared.tls {
         server = server.tls_config(tls.server_config())?;
     }
+    // Outermost first: the caller is known before the metering and the gate look.
     let router = server
         .layer(CallerLayer::new(shared.tls.is_some()))
         .layer(metered)
+        .layer(PortGate::new(served.gate))
         .add_service(kv)
         .add_service(lock)
         .add_service(idempotency)
         .add_service(cluster)
-        .add_service(raft)
+        .add_optional_service(raft)
         .add_service(health)
         .add_service(reflection)
         .add_service(reflection_alpha);
+    // The test faults are for a harness, a client: on the client port or the one port.
     #[cfg(feature = "fault-injection")]
-    let router = router.add_service(keel_proto::test::v1::faults_server::FaultsServer::new(
-        crate::api::faults::FaultsService::new(shared.clone()),
-    ));
-    router
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stopped.await;
-        })
-        .await
+    let router = router.add_optional_service(served.faults.then(|| {
+        let faults = crate::api::faults::FaultsService::new(shared.clone());
+        keel_proto::test::v1::faults_server::FaultsServer::new(faults)
+    }));
+    router.serve_with_incoming_shutdown(incoming, stop).await
 }
 
 /// Marks the node failed as soon as its store is poisoned or a group's Raft stops.

@@ -21,21 +21,20 @@ use keel_raft::wire;
 use keel_types::{KvError, NodeAddr, NodeId, RangeId, limits};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::Channel;
 use tonic::{Response, Status};
 
-use crate::peer::channels::Peers;
+use crate::peer::channels::{PeerChannel, Peers};
 use crate::status::{kv_error, never_sent, to_status};
 
 /// The gRPC client of a service, made on a channel to a peer.
 pub(crate) trait PeerClient: Sized {
-    fn on(channel: Channel) -> Self;
+    fn on(channel: PeerChannel) -> Self;
 }
 
 macro_rules! peer_client {
     ($($client:ident),*) => {$(
-        impl PeerClient for $client<Channel> {
-            fn on(channel: Channel) -> Self {
+        impl PeerClient for $client<PeerChannel> {
+            fn on(channel: PeerChannel) -> Self {
                 $client::new(channel)
                     .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
                     .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
@@ -181,7 +180,7 @@ impl<P: Serialize> PeerCall<'_, P> {
     pub async fn send<T, F, Fut>(self, peers: &Peers, from: NodeId, rpc: F) -> Result<T, KvError>
     where
         T: DeserializeOwned,
-        F: FnOnce(RaftClient<Channel>, NodeMessage) -> Fut,
+        F: FnOnce(RaftClient<PeerChannel>, NodeMessage) -> Fut,
         Fut: Future<Output = Result<Response<RaftReply>, Status>>,
     {
         let payload = wire::encode(self.payload).map_err(|e| KvError::invalid(e.to_string()))?;
@@ -257,7 +256,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_malformed_address_fails_before_sending() {
-        let peers = Peers::new(None, None);
+        let peers = Peers::new(1, None, None);
         let addr = NodeAddr::new("not an address");
         let never = |mut client: ClusterClient<_>| async move {
             client

@@ -80,14 +80,47 @@ impl Hop {
     };
 }
 
+/// Whom a service instance answers: the node's server it is on tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Audience {
+    /// Peers, or peers and clients on the one port of a node without a peer port: answers
+    /// name nodes by their peer addresses (the same as their client addresses then).
+    Peers,
+    /// Clients, on the client port of a node with a peer port: answers name nodes by their
+    /// client addresses (`Shared::for_clients`).
+    Clients,
+}
+
 /// Answers requests for one service of this node.
 pub(crate) struct Router {
     shared: Arc<Shared>,
+    audience: Audience,
 }
 
 impl Router {
-    pub fn new(shared: Arc<Shared>) -> Router {
-        Router { shared }
+    pub fn new(shared: Arc<Shared>, audience: Audience) -> Router {
+        Router { shared, audience }
+    }
+
+    /// Whom this router's service answers.
+    pub fn audience(&self) -> Audience {
+        self.audience
+    }
+
+    /// The status answering `error` to this service's audience.
+    pub fn status(&self, error: &KvError) -> Status {
+        match self.audience {
+            Audience::Peers => to_status(error),
+            Audience::Clients => to_status(&self.shared.for_clients(error.clone())),
+        }
+    }
+
+    /// A status another node answered, relayed to this service's audience.
+    pub fn relayed(&self, status: Status) -> Status {
+        match self.audience {
+            Audience::Peers => status,
+            Audience::Clients => self.shared.client_status(status),
+        }
     }
 
     /// The answer to a request: what this node served, or else the request routed on
@@ -232,7 +265,7 @@ impl Router {
             } => Err(to_status(&KvError::unavailable(format!(
                 "range {range_id} has no known leader"
             )))),
-            error => Err(to_status(&error)),
+            error => Err(self.status(&error)),
         }
     }
 
@@ -255,7 +288,7 @@ impl Router {
         let deadline = self.shared.forward_deadline(hop.write) + hop.wait;
         let to = To::Node(leader_id, &leader_addr);
         let answer = peer::call(&self.shared.peers, to, deadline, call).await;
-        answer.map_err(|error| error.into_status(hop.write))
+        answer.map_err(|error| self.relayed(error.into_status(hop.write)))
     }
 }
 

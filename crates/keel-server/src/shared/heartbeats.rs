@@ -1,4 +1,5 @@
-//! The last heartbeat of every node as this node received it (`Heartbeats`), how often
+//! The last heartbeat of every node as this node received it (`Heartbeats`), with the client
+//! address the node gave in it (with `--peer-listen`, the address clients are told), how often
 //! heartbeats go out, and how a node stands by them (`judge`). The heartbeat task itself is
 //! `cluster/heartbeat.rs`. Knows nothing of the network.
 
@@ -25,15 +26,25 @@ pub(crate) struct Heartbeats {
 pub(crate) struct Seen {
     pub at: Instant,
     pub report: NodeReport,
+    /// The address clients use for the node, as it said; `None` from a node that does not
+    /// say (a release before the peer port).
+    pub client_addr: Option<String>,
 }
 
 impl Heartbeats {
-    pub fn record(&self, node: NodeId, report: NodeReport) {
+    /// Records `node`'s heartbeat; an empty `client_addr` is none.
+    pub fn record(&self, node: NodeId, report: NodeReport, client_addr: String) {
         let seen = Seen {
             at: Instant::now(),
             report,
+            client_addr: Some(client_addr).filter(|addr| !addr.is_empty()),
         };
         self.lock().insert(node, seen);
+    }
+
+    /// The client address `node` gave in its last heartbeat.
+    pub fn client_addr(&self, node: NodeId) -> Option<String> {
+        self.lock().get(&node)?.client_addr.clone()
     }
 
     /// Every node's last heartbeat.

@@ -37,11 +37,17 @@ use crate::shared::prepared::Prepared;
 use crate::shared::published::Published;
 use crate::shared::range_tables::RangeTables;
 use crate::shared::split_thresholds::SplitThresholds;
+use crate::status::{kv_error, to_status};
 
 pub(crate) struct Shared {
     pub node_id: NodeId,
-    /// The address peers and clients use for this node.
+    /// The address peers use for this node (its address in Raft membership and the meta
+    /// range's records); without a peer port also the one clients use.
     pub addr: String,
+    /// The address clients use for this node: `addr`, unless the node has a peer port.
+    pub client_addr: String,
+    /// Whether the node serves peers on a port of their own (`--peer-listen`).
+    pub peer_port: bool,
     /// The initial cluster's nodes and addresses (the meta range's first replicas are its
     /// first three ids); empty on a node that joined.
     pub cluster: BTreeMap<NodeId, String>,
@@ -172,6 +178,50 @@ impl Shared {
                 let voter = members.voters.into_iter().find(|voter| voter.id == node);
                 voter.map(|voter| voter.addr)
             })
+    }
+
+    /// The address clients use for `node`: this node's own; else the one `node` gave in its
+    /// last heartbeat; else, without a peer port, its peer address (the same). `None` while
+    /// this node, with a peer port, has not heard it yet.
+    pub fn client_addr(&self, node: NodeId) -> Option<NodeAddr> {
+        if node == self.node_id {
+            return Some(NodeAddr::new(self.client_addr.clone()));
+        }
+        if let Some(addr) = self.heartbeats.client_addr(node) {
+            return Some(NodeAddr::new(addr));
+        }
+        match self.peer_port {
+            true => None,
+            false => self.node_addr(node),
+        }
+    }
+
+    /// `error` as a client may see it: a `NotLeader` hint names the leader's client address,
+    /// or no leader while that address is unknown (never a peer address).
+    pub fn for_clients(&self, error: KvError) -> KvError {
+        match error {
+            KvError::NotLeader {
+                range_id,
+                leader: Some((leader, _)),
+            } => KvError::NotLeader {
+                range_id,
+                leader: self.client_addr(leader).map(|addr| (leader, addr)),
+            },
+            error => error,
+        }
+    }
+
+    /// A status for a client: one carrying a `NotLeader` (this node's or relayed from
+    /// another) with its hint as `for_clients` makes it; any other as it is.
+    pub fn client_status(&self, status: tonic::Status) -> tonic::Status {
+        match kv_error(&status) {
+            Some(
+                error @ KvError::NotLeader {
+                    leader: Some(_), ..
+                },
+            ) => to_status(&self.for_clients(error)),
+            _ => status,
+        }
     }
 
     /// The meta range's members as this node knows them: from its own replica when it has one

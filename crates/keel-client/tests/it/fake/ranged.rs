@@ -401,6 +401,7 @@ impl Cluster for Service {
             node_id,
             addr,
             voter: true,
+            ..v1::Member::default()
         });
         Ok(Response::new(v1::RangesResponse {
             ranges: ranges.into_iter().map(info).collect(),

@@ -25,8 +25,13 @@ pub(crate) enum Caller {
 /// signed (the handshake refuses any other certificate). A request that did not pass
 /// `CallerLayer` is not from a peer.
 pub(crate) fn is_peer<T>(request: &tonic::Request<T>) -> bool {
+    peer_connection(request.extensions())
+}
+
+/// `is_peer` of a request with these extensions, before tonic made it a `tonic::Request`.
+pub(crate) fn peer_connection(extensions: &http::Extensions) -> bool {
     matches!(
-        request.extensions().get::<Caller>(),
+        extensions.get::<Caller>(),
         Some(Caller::Plaintext | Caller::Peer)
     )
 }

@@ -204,6 +204,8 @@ const READ_BY_HAND: &[&str] = &[
     "initial_cluster",
     "join",
     "advertise",
+    "peer_listen",
+    "peer_advertise",
     "metrics_listen",
     "auth_tokens",
     "tls_cert",
