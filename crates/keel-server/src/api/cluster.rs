@@ -61,7 +61,7 @@ impl ClusterService {
             ..
         } = error
         else {
-            return Err(to_status(&error));
+            return Err(self.router.status(&error));
         };
         let transfer =
             |mut leader: ClusterClient<_>| async move { leader.transfer_leader(request).await };
@@ -284,7 +284,11 @@ impl Cluster for ClusterService {
         let request = request.into_inner();
         tracing::Span::current().record("range_id", request.range_id);
         let served = backup::backup(&self.shared, request);
-        served.await.map(Response::new)
+        // The leader's hint in a refusal names the address this service's audience dials.
+        served
+            .await
+            .map(Response::new)
+            .map_err(|status| self.router.relayed(status))
     }
 
     async fn transfer_leader(
