@@ -8,6 +8,7 @@
 #
 #   jepsen/matrix.sh                        # 60 s per run (about 2 h in all)
 #   ROWS=ranges jepsen/matrix.sh            # only the rows over 8 ranges and their planted bugs
+#   ROWS=one-range jepsen/matrix.sh         # only the rows on one range and their planted bugs
 #   TIME_LIMIT=30 SEED=7 jepsen/matrix.sh   # shorter runs, another seed
 #   KEEL_JEPSEN_OUT=DIR jepsen/matrix.sh    # keep the run directories there
 set -uo pipefail
@@ -97,18 +98,20 @@ if [ "$rows" != ranges ]; then
         row "$workload" "$nemesis" "$bug" invalid $extra
     done
 fi
-ranges=8
-for workload in "${workloads[@]}"; do
-    for nemesis in "${range_faults[@]}"; do
-        # shellcheck disable=SC2086 # the flags are words
-        row "$workload" "$nemesis" "" valid $range_flags
+if [ "$rows" != one-range ]; then
+    ranges=8
+    for workload in "${workloads[@]}"; do
+        for nemesis in "${range_faults[@]}"; do
+            # shellcheck disable=SC2086 # the flags are words
+            row "$workload" "$nemesis" "" valid $range_flags
+        done
     done
-done
-for entry in "${range_planted[@]}"; do
-    IFS='|' read -r bug workload nemesis extra <<<"$entry"
-    # shellcheck disable=SC2086 # extra flags are words
-    row "$workload" "$nemesis" "$bug" invalid $extra
-done
+    for entry in "${range_planted[@]}"; do
+        IFS='|' read -r bug workload nemesis extra <<<"$entry"
+        # shellcheck disable=SC2086 # extra flags are words
+        row "$workload" "$nemesis" "$bug" invalid $extra
+    done
+fi
 
 echo
 echo "$table"
