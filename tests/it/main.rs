@@ -4,6 +4,7 @@
 
 mod catch_up;
 mod cluster;
+mod console;
 mod dashboards;
 mod deps;
 mod exactly_once;

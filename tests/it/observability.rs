@@ -20,7 +20,11 @@ async fn get_metrics(cluster: &Cluster, id: NodeId) -> (String, String, String) 
 }
 
 /// Status line, content type and body of `GET path` on node `id`'s metrics endpoint.
-async fn get_path(cluster: &Cluster, id: NodeId, path: &str) -> (String, String, String) {
+pub(crate) async fn get_path(
+    cluster: &Cluster,
+    id: NodeId,
+    path: &str,
+) -> (String, String, String) {
     let mut stream = tokio::net::TcpStream::connect(cluster.metrics_addr(id))
         .await
         .unwrap();

@@ -349,7 +349,8 @@ pub struct DevArgs {
     /// Data directory (node-<i>/ inside it); default: a new directory under the system temp dir.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Port of node 1; node i listens on base-port + i - 1.
+    /// Port of node 1; node i listens on base-port + i - 1, and serves its metrics and the
+    /// console on 2100 above that (9101 for 7001).
     #[arg(long, default_value_t = 7001, value_parser = clap::value_parser!(u16).range(1..))]
     pub base_port: u16,
     /// Serve TLS only, with a throwaway CA and one certificate per node made under

@@ -27,12 +27,16 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// A node of a dev cluster is dead after 30 s without a heartbeat (a production node after
 /// 5 minutes), so that killing one shows its ranges healing while you watch.
 const DEV_NODE_DEAD_AFTER_MS: &str = "30000";
+/// A node's metrics port (and console) lies this far above its gRPC port: 9101 for 7001.
+const METRICS_PORT_OFFSET: u32 = 2_100;
 
 /// One node of the planned cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodePlan {
     pub node_id: NodeId,
     pub listen: String,
+    /// `--metrics-listen`: metrics, health and the console.
+    pub metrics: String,
     pub data_dir: PathBuf,
 }
 
@@ -49,14 +53,20 @@ pub struct Plan {
 /// Plans `nodes` nodes on consecutive loopback ports from `base_port`, data under
 /// `data_dir`, serving TLS with certificates under `data_dir/tls` when `tls`.
 pub fn plan(nodes: u16, base_port: u16, data_dir: &Path, tls: bool) -> anyhow::Result<Plan> {
-    let last = u32::from(base_port) + u32::from(nodes) - 1;
+    let last = u32::from(base_port) + u32::from(nodes) - 1 + METRICS_PORT_OFFSET;
     if nodes == 0 || last > u32::from(u16::MAX) {
-        bail!("{nodes} nodes from port {base_port} do not fit below port 65536");
+        bail!(
+            "{nodes} nodes from port {base_port} (metrics {METRICS_PORT_OFFSET} above) do not fit below port 65536"
+        );
     }
     let nodes: Vec<NodePlan> = (1..=u64::from(nodes))
         .map(|node_id| NodePlan {
             node_id,
             listen: format!("127.0.0.1:{}", u64::from(base_port) + node_id - 1),
+            metrics: format!(
+                "127.0.0.1:{}",
+                u64::from(base_port) + node_id - 1 + u64::from(METRICS_PORT_OFFSET)
+            ),
             data_dir: data_dir.join(format!("node-{node_id}")),
         })
         .collect();
@@ -118,6 +128,9 @@ pub fn banner(plan: &Plan, leader: NodeId, pids: &[(NodeId, u32)]) -> String {
         ));
     }
     text.push_str(&format!("endpoints: {endpoints}\n"));
+    if let Some(first) = plan.nodes.first() {
+        text.push_str(&format!("console:   http://{}/\n", first.metrics));
+    }
     let try_line = format!("keel{flag} put hello world && keel{flag} get hello");
     match plan.ca_path() {
         Some(ca) => text.push_str(&format!(
@@ -149,10 +162,11 @@ pub fn serve_command(exe: &Path, plan: &Plan, node_id: NodeId) -> Option<String>
         .map(|(flag, path)| format!(" {flag} {}", shell_word(&path.display().to_string())))
         .collect();
     Some(format!(
-        "{} serve --node-id {node_id} --listen {} --data-dir {} --initial-cluster {} \
-         --node-dead-after-ms {DEV_NODE_DEAD_AFTER_MS}{tls}",
+        "{} serve --node-id {node_id} --listen {} --metrics-listen {} --data-dir {} \
+         --initial-cluster {} --node-dead-after-ms {DEV_NODE_DEAD_AFTER_MS}{tls}",
         exe.display(),
         node.listen,
+        node.metrics,
         node.data_dir.display(),
         plan.initial_cluster
     ))
@@ -344,6 +358,7 @@ fn spawn(
         .arg("serve")
         .args(["--node-id", &node.node_id.to_string()])
         .args(["--listen", &node.listen])
+        .args(["--metrics-listen", &node.metrics])
         .arg("--data-dir")
         .arg(&node.data_dir)
         .args(["--initial-cluster", &plan.initial_cluster])
@@ -434,8 +449,9 @@ mod tests {
         );
         assert_eq!(three.nodes[2].data_dir, Path::new("/d/node-3"));
         assert_eq!(three.endpoints().join(","), ENDPOINTS_DEFAULT);
-        assert!(plan(2, 65535, Path::new("/d"), false).is_err());
-        assert!(plan(1, 65535, Path::new("/d"), false).is_ok());
+        assert_eq!(three.nodes[0].metrics, "127.0.0.1:9101");
+        assert!(plan(2, 63435, Path::new("/d"), false).is_err());
+        assert!(plan(1, 63435, Path::new("/d"), false).is_ok());
     }
 
     #[test]
@@ -444,8 +460,8 @@ mod tests {
         let command = serve_command(Path::new("/bin/keel"), &plan, 2).unwrap();
         assert_eq!(
             command,
-            "/bin/keel serve --node-id 2 --listen 127.0.0.1:7002 --data-dir /d/node-2 \
-             --initial-cluster 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 \
+            "/bin/keel serve --node-id 2 --listen 127.0.0.1:7002 --metrics-listen 127.0.0.1:9102 \
+             --data-dir /d/node-2 --initial-cluster 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 \
              --node-dead-after-ms 30000"
         );
         assert_eq!(serve_command(Path::new("/bin/keel"), &plan, 4), None);
@@ -465,6 +481,10 @@ mod tests {
         assert!(default.contains("3 nodes up, node 2 leads"), "{default}");
         assert!(
             default.contains("node 1  127.0.0.1:7001  pid 41"),
+            "{default}"
+        );
+        assert!(
+            default.contains("console:   http://127.0.0.1:9101/\n"),
             "{default}"
         );
         let other = banner(&plan(1, 9000, Path::new("/d"), false).unwrap(), 1, &[]);

@@ -327,6 +327,41 @@ impl StateMachine {
         Ok((hold, revision))
     }
 
+    /// Up to `max` locks of the range held at `max(now_ms, range clock)`, by name, and
+    /// whether more rows were left unread (read-only, for display: it examines at most
+    /// `max` rows, free ones included).
+    pub async fn held_locks(
+        &self,
+        now_ms: u64,
+        max: usize,
+    ) -> Result<(Vec<(Vec<u8>, LockHold)>, bool), StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                let now_ms = now_ms.max(state.clock_ms);
+                let locks = txn
+                    .open_table(LOCKS)
+                    .map_err(|e| StorageError::redb("open locks", e))?;
+                let rows = locks
+                    .range::<&[u8]>(state.span.bounds())
+                    .map_err(|e| StorageError::redb("read locks", e))?;
+                let mut held = Vec::new();
+                for (examined, row) in rows.enumerate() {
+                    if examined == max {
+                        return Ok((held, true));
+                    }
+                    let (name, value) = row.map_err(|e| StorageError::redb("read locks", e))?;
+                    let hold: LockHold = crate::codec::decode("lock", value.value())?;
+                    if hold.phase(now_ms) != LockPhase::Free {
+                        held.push((name.value().to_vec(), hold));
+                    }
+                }
+                Ok((held, false))
+            })
+            .await
+    }
+
     /// The idempotency record (`idempotency_key(scope, id)`) unless it is expired at
     /// `max(now_ms, range clock)` (or the key lies outside the range), with the range's
     /// applied revision, read in one read transaction.

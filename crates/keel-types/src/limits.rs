@@ -116,6 +116,19 @@ pub const HOT_KEYS_SAMPLE_EVERY: u64 = 4;
 /// Hot keys: length of one counting window; the report covers the last one or two.
 pub const HOT_KEYS_WINDOW_SECS: u64 = 60;
 
+/// Console (`GET /` on the metrics port): events a node keeps (splits, replica changes,
+/// leader changes; the oldest go first), and events the page shows, merged from all nodes.
+pub const CONSOLE_EVENTS_MAX: usize = 100;
+/// Console: locks a node reports (of the ranges it leads), and locks the page shows.
+pub const CONSOLE_LOCKS_MAX: usize = 100;
+/// Console: waiters shown per lock; more are counted, not named.
+pub const CONSOLE_WAITERS_SHOWN_MAX: usize = 16;
+/// Console: ranges the page shows; more are counted, not listed.
+pub const CONSOLE_RANGES_MAX: usize = 1_000;
+/// Console: time a node has to answer for its own facts (hot keys, events, locks); a node
+/// that does not is marked so on the page.
+pub const CONSOLE_PEER_TIMEOUT_MS: u64 = 1_000;
+
 /// Bytes of a tenant's name (`--auth-tokens`); see `tenant`.
 pub const TENANT_NAME_BYTES_MAX: usize = 64;
 /// Bytes of the tokens file (`--auth-tokens`).

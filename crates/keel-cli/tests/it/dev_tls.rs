@@ -94,15 +94,20 @@ fn signal(signal: &str, pid: &str) -> std::io::Result<std::process::ExitStatus> 
     Command::new("kill").args([signal, pid]).status()
 }
 
-/// A port from which `count` consecutive loopback ports are free just now.
+/// Where `keel dev` puts a node's metrics port: this far above its gRPC port.
+const METRICS_PORT_OFFSET: u16 = 2_100;
+
+/// A port from which `count` consecutive loopback ports are free just now, and as many
+/// from `METRICS_PORT_OFFSET` above it.
 fn free_base_port(count: u16) -> u16 {
     for _ in 0..100 {
         let first = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = first.local_addr().unwrap().port();
-        if base.checked_add(count).is_none() {
+        if base.checked_add(METRICS_PORT_OFFSET + count).is_none() {
             continue;
         }
-        let rest: Vec<_> = (1..count)
+        let ports = (1..count).chain((0..count).map(|i| METRICS_PORT_OFFSET + i));
+        let rest: Vec<_> = ports
             .map(|i| TcpListener::bind(("127.0.0.1", base + i)))
             .collect();
         if rest.iter().all(Result::is_ok) {

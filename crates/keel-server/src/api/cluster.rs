@@ -184,7 +184,10 @@ impl ClusterService {
         nodes::on_meta_leader(shared, request.no_forward, here, remote).await
     }
 
-    async fn serve_members(&self, request: MembersRequest) -> Result<MembersResponse, KvError> {
+    pub(crate) async fn serve_members(
+        &self,
+        request: MembersRequest,
+    ) -> Result<MembersResponse, KvError> {
         let shared = &self.shared;
         let here =
             |meta: Arc<RaftGroup>| async move { nodes::members(shared, &meta, &request).await };

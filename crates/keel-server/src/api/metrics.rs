@@ -1,6 +1,7 @@
 //! The metrics endpoint (`--metrics-listen`): `GET /metrics` answers the text format, and
 //! `GET /healthz` and `GET /readyz` the node's health as `grpc.health.v1` judges it (200 or
 //! 503; for probes that cannot speak TLS, such as Kubernetes' gRPC probe against a TLS node).
+//! `GET /` is the console's page and `GET /console/state.json` its data (`api/console.rs`).
 //! Another path is 404, another method (HEAD too) 405. Knows nothing of what the metrics are.
 //!
 //! HTTP/1.x is hyper's, and this file only routes: hyper answers a request it cannot parse
@@ -33,11 +34,15 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
-use crate::api::health;
+use crate::api::{console, health};
 use crate::metrics::text::CONTENT_TYPE;
 use crate::shared::Shared;
 
 mod scrape;
+
+/// The console's page and data.
+const PAGE_TYPE: &str = "text/html; charset=utf-8";
+const JSON_TYPE: &str = "application/json";
 
 /// Serves scrapes until the task is aborted (the connections' tasks with it).
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -54,6 +59,8 @@ trait Subject: Send + Sync + 'static {
     /// For `/readyz`: whether the node is healthy and every range hosted knows a leader (the
     /// `""` status), else why not.
     fn ready(&self) -> Result<(), String>;
+    /// For `/console/state.json`: the console's data, as JSON.
+    fn console(self: Arc<Self>) -> impl Future<Output = String> + Send;
 }
 
 impl Subject for Shared {
@@ -71,6 +78,10 @@ impl Subject for Shared {
     fn ready(&self) -> Result<(), String> {
         health::verdict(self)
     }
+
+    async fn console(self: Arc<Self>) -> String {
+        console::state(&self).await
+    }
 }
 
 /// What a request asks for.
@@ -78,6 +89,10 @@ enum Asked {
     Metrics,
     Live,
     Ready,
+    /// The console's page.
+    Page,
+    /// The console's data.
+    ConsoleState,
     /// Another path: 404.
     NotFound,
     /// Another method: 405.
@@ -123,7 +138,7 @@ async fn serve_connection<S: Subject>(stream: TcpStream, subject: Arc<S>) {
     let service = service_fn(move |request: Request<Incoming>| {
         let asked = route(request.method(), request.uri().path());
         let subject = subject.clone();
-        async move { Ok::<_, Infallible>(answer(asked, &*subject).await) }
+        async move { Ok::<_, Infallible>(answer(asked, subject).await) }
     });
     let served = http1::Builder::new()
         .keep_alive(false)
@@ -151,16 +166,20 @@ fn route(method: &Method, path: &str) -> Asked {
         "/metrics" => Asked::Metrics,
         "/healthz" => Asked::Live,
         "/readyz" => Asked::Ready,
+        "/" => Asked::Page,
+        "/console/state.json" => Asked::ConsoleState,
         _ => Asked::NotFound,
     }
 }
 
 /// The answer to what a request asks for.
-async fn answer<S: Subject>(asked: Asked, subject: &S) -> Response<String> {
+async fn answer<S: Subject>(asked: Asked, subject: Arc<S>) -> Response<String> {
     match asked {
         Asked::Metrics => text(StatusCode::OK, CONTENT_TYPE, subject.metrics().await),
         Asked::Live => probe(subject.live()),
         Asked::Ready => probe(subject.ready()),
+        Asked::Page => text(StatusCode::OK, PAGE_TYPE, console::PAGE.to_string()),
+        Asked::ConsoleState => text(StatusCode::OK, JSON_TYPE, subject.console().await),
         Asked::NotFound => text(StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".into()),
         Asked::MethodNotAllowed => text(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -203,6 +222,7 @@ mod tests {
     use super::*;
 
     const METRICS: &str = "keel_up 1\n";
+    const STATE: &str = "{\"nodes\":[]}";
 
     /// The node's stand-in: live, not ready.
     struct Stub;
@@ -218,6 +238,10 @@ mod tests {
 
         fn ready(&self) -> Result<(), String> {
             Err("range 1 has no leader".to_string())
+        }
+
+        async fn console(self: Arc<Self>) -> String {
+            STATE.to_string()
         }
     }
 
@@ -285,6 +309,8 @@ mod tests {
             "range 1 has no leader\n",
         );
         let not_found = http("404 Not Found", "text/plain", "try /metrics\n");
+        let page = http("200 OK", PAGE_TYPE, console::PAGE);
+        let state = http("200 OK", JSON_TYPE, STATE);
         let not_allowed = http("405 Method Not Allowed", "text/plain", "GET only\n");
         // hyper answers HTTP/1.0 as HTTP/1.0 (which closes by default) and a HEAD request
         // without a body.
@@ -312,7 +338,16 @@ mod tests {
             (&headers_max, &metrics),
             ("GET /healthz HTTP/1.1\r\n\r\n", &live),
             ("GET /readyz HTTP/1.1\r\n\r\n", &not_ready),
-            ("GET / HTTP/1.1\r\n\r\n", &not_found),
+            ("GET / HTTP/1.1\r\n\r\n", &page),
+            ("GET /?x=1 HTTP/1.1\r\n\r\n", &page),
+            ("GET /console/state.json HTTP/1.1\r\n\r\n", &state),
+            ("GET /console HTTP/1.1\r\n\r\n", &not_found),
+            ("GET /index.html HTTP/1.1\r\n\r\n", &not_found),
+            ("POST / HTTP/1.1\r\n\r\n", &not_allowed),
+            (
+                "HEAD /console/state.json HTTP/1.1\r\n\r\n",
+                &not_allowed_head,
+            ),
             ("GET /metricsx HTTP/1.1\r\n\r\n", &not_found),
             ("POST /metrics HTTP/1.1\r\n\r\n", &not_allowed),
             (

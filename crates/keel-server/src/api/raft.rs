@@ -2,7 +2,8 @@
 //! proposals, heartbeats and replica calls from other nodes. Hands raw payloads to `Groups`
 //! and returns their encoded replies; decodes a meta command and proposes it on the meta
 //! range's leader (here, or forwarded once); records heartbeats; serves replica calls here
-//! (`replicas`) or forwards them once to the range's leader. Serves peers only
+//! (`replicas`) or forwards them once to the range's leader; tells the console this node's
+//! facts (`console::facts`). Serves peers only
 //! (`peers_only`, in front of every method). Knows nothing of openraft types.
 
 use std::sync::Arc;
@@ -21,6 +22,8 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span, warn};
 
 use crate::access::tls;
+use crate::api::console;
+use crate::api::console::facts::FactsQuery;
 use crate::cluster::quiescence;
 use crate::peer::call::PeerCall;
 use crate::peer::channels::PeerChannel;
@@ -260,6 +263,20 @@ impl Raft for RaftService {
         self.replica_call(request, true, serve, forward)
             .instrument(span)
             .await
+    }
+
+    async fn console_facts(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let message = request.into_inner();
+        let _query: FactsQuery = wire::decode(&message.payload).map_err(|e| {
+            let error = KvError::invalid(format!("console query from node {}: {e}", message.from));
+            to_status(&error)
+        })?;
+        let facts = console::facts::local(&self.shared).await;
+        let payload = wire::encode(&facts).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftReply { payload }))
     }
 
     async fn propose_meta(

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_raft::{Parked, Proposed, RaftGroup, quiescence, wire};
-use keel_types::{NodeId, QuietRange, limits};
+use keel_types::{NodeId, QuietRange, RangeId, limits};
 use tokio::time::MissedTickBehavior;
 use tracing::{debug, info};
 
@@ -185,14 +185,29 @@ pub(crate) fn start_hold_clock(shared: &Shared) {
 }
 
 /// Runs until the node shuts down (the task is aborted then): wakes the groups quiet under a
-/// leader whose node fell silent, and the held groups whose hold ended.
+/// leader whose node fell silent, and the held groups whose hold ended. Each round also tells
+/// the node's recent events who leads its groups now (this task looks at every group anyway).
 pub(crate) async fn watch(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         wake_overdue(&shared, Instant::now());
+        observe_leaders(&shared);
     }
+}
+
+/// Records the leaders of the local groups that know one in the node's recent events.
+fn observe_leaders(shared: &Shared) {
+    let leaders: Vec<(RangeId, u64, NodeId)> = shared
+        .groups
+        .all()
+        .iter()
+        .filter_map(|group| Some((group.range(), group.term(), group.leader()?.0)))
+        .collect();
+    shared
+        .events
+        .observe_leaders(shared.clock.now_ms(), &leaders);
 }
 
 fn wake_overdue(shared: &Shared, now: Instant) {

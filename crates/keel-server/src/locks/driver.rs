@@ -4,7 +4,8 @@
 //! channels, and every tick drops waiters whose calls ended and checks that this node still
 //! leads the range in the same term, still serves, and (after a split) that the range still
 //! holds the lock's name (else everyone is answered and it stops). It ends when the queue is
-//! idle. Knows nothing of gRPC messages.
+//! idle. It posts who waits to the node's lock waiters (`Shared::lock_waiters`) as it goes.
+//! Knows nothing of gRPC messages.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -100,6 +101,11 @@ impl LockDriver {
                     Err(error) => break error,
                 }
             }
+            let waiting = self
+                .queue
+                .waiting()
+                .map(|acquirer| acquirer.owner.as_slice());
+            self.shared.lock_waiters.post(&self.key, waiting);
             if proposal.is_none() && self.queue.is_idle() {
                 if self.leave() {
                     debug!(lock = %show_key(&self.key.1), "lock queue idle; stopping");
@@ -287,6 +293,7 @@ impl LockDriver {
     /// Answers everyone still waiting with `error` and leaves the registry.
     fn stop(mut self, error: KvError) {
         debug!(lock = %show_key(&self.key.1), %error, "lock queue stopping");
+        self.shared.lock_waiters.clear(&self.key);
         let (waiters, releases) = self.queue.drain();
         for id in waiters {
             if let Some(reply) = self.waiters.remove(&id) {

@@ -291,6 +291,11 @@ impl LockQueue {
         (waiters, releases)
     }
 
+    /// The acquires waiting, first in line first.
+    pub fn waiting(&self) -> impl ExactSizeIterator<Item = &Acquirer> {
+        self.waiters.iter().map(|waiter| &waiter.acquirer)
+    }
+
     /// Nothing waits, nothing is pending or in flight: the driver may go.
     pub fn is_idle(&self) -> bool {
         self.waiters.is_empty()

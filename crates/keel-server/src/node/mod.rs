@@ -162,6 +162,8 @@ impl Node {
             clock: config.clock.clone(),
             faults: config.faults,
             metrics,
+            events: Default::default(),
+            lock_waiters: Default::default(),
             access: config.access.clone(),
             tls: config.tls.clone(),
         });

@@ -46,6 +46,8 @@ pub(crate) async fn refresh_local(shared: &Shared) -> Result<(), KvError> {
     for range in &descriptors {
         shared.ensure_group(range.id).await?;
     }
+    let now_ms = shared.clock.now_ms();
+    shared.events.observe_ranges(now_ms, &descriptors);
     shared.ranges.set_local(descriptors);
     Ok(())
 }

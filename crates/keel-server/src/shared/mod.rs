@@ -1,14 +1,17 @@
 //! What the gRPC services and background tasks of one node share (`Shared`): its id and
 //! address, the initial cluster, its groups, store, settings, peer channels, and the state
 //! the node keeps, one leaf module each: range tables, heartbeats, load counters, published
-//! descriptors, prepared replicas, meta leadership, split thresholds and health. The leaf
+//! descriptors, prepared replicas, meta leadership, split thresholds, health, recent events
+//! and lock waiters (for the console). The leaf
 //! modules never name `Shared`, and nothing here imports the rooms whose tasks and services
 //! take it. Knows nothing of request semantics.
 
 pub(crate) mod applied_cache;
+pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod heartbeats;
 pub(crate) mod load;
+pub(crate) mod lock_waiters;
 pub(crate) mod meta_leadership;
 pub(crate) mod prepared;
 pub(crate) mod published;
@@ -29,9 +32,11 @@ use crate::config::faults::Faults;
 use crate::config::{KvSettings, PlacementSettings};
 use crate::metrics::Metrics;
 use crate::peer::channels::Peers;
+use crate::shared::events::Events;
 use crate::shared::health::Health;
 use crate::shared::heartbeats::Heartbeats;
 use crate::shared::load::LoadTracker;
+use crate::shared::lock_waiters::LockWaiters;
 use crate::shared::meta_leadership::MetaLeadership;
 use crate::shared::prepared::Prepared;
 use crate::shared::published::Published;
@@ -82,6 +87,10 @@ pub(crate) struct Shared {
     pub faults: Faults,
     /// What the node counts for `--metrics-listen`.
     pub metrics: Metrics,
+    /// Splits, replica changes and leader changes this node saw lately (for the console).
+    pub events: Events,
+    /// Who waits for which lock on this node (for the console).
+    pub lock_waiters: LockWaiters,
     /// The tokens of `--auth-tokens`; `None` while authentication is off.
     pub access: Option<Arc<Access>>,
     /// The node's certificate, key and cluster CA when TLS is on: the server accepts TLS

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use keel_types::{
     Acquirer, BatchOp, Cleanup, Command, CommandOutcome, Coordination, CoordinationCounts,
-    CoordinationOp, ExpiredKey, ExpiredRecord, Fence, KeyValue, Mutation, RangeDescriptor, RangeId,
-    Reclaim, Rejection, RequestId, Revision, Split,
+    CoordinationOp, ExpiredKey, ExpiredRecord, Fence, KeyValue, LockHold, Mutation,
+    RangeDescriptor, RangeId, Reclaim, Rejection, RequestId, Revision, Split,
 };
 use openraft::entry::RaftEntry;
 use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine};
@@ -311,6 +311,19 @@ async fn each_half_reads_and_writes_only_its_span() {
             .0
             .is_some()
     );
+    // Each half lists its own held locks, as many rows as asked at most.
+    let names = |held: Vec<(Vec<u8>, LockHold)>| -> Vec<Vec<u8>> {
+        held.into_iter().map(|(name, _)| name).collect()
+    };
+    let (parent_held, more) = ranges.sm(parent).held_locks(0, 10).await.unwrap();
+    assert_eq!(
+        (names(parent_held), more),
+        (vec![b"a-lock".to_vec()], false)
+    );
+    let (child_held, more) = ranges.sm(child).held_locks(0, 10).await.unwrap();
+    assert_eq!((names(child_held), more), (vec![b"x-lock".to_vec()], false));
+    let (none, more) = ranges.sm(child).held_locks(0, 0).await.unwrap();
+    assert_eq!((none.len(), more), (0, true));
 }
 
 #[tokio::test]
