@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::api::cluster::ClusterService;
 use crate::api::console::facts::{LockFact, NodeFacts};
+use crate::requests::router::Audience;
 use crate::shared::Shared;
 use crate::shared::events::{Event, What};
 
@@ -44,7 +45,8 @@ pub(crate) struct View {
 
 /// `/console/state.json`: the cluster as this node can tell it now, as JSON.
 pub(crate) async fn state(shared: &Arc<Shared>) -> String {
-    let cluster = ClusterService::new(shared.clone());
+    // The page is read by people, who dial client addresses.
+    let cluster = ClusterService::new(shared.clone(), Audience::Clients);
     let members = cluster.serve_members(MembersRequest { no_forward: false });
     let ranges = cluster.serve_ranges(&RangesRequest { no_forward: false });
     let (members, ranges) = futures::join!(members, ranges);

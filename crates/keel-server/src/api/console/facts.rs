@@ -7,11 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::peer::channels::PeerChannel;
 use keel_proto::raft::raft_client::RaftClient;
 use keel_types::limits::{CONSOLE_LOCKS_MAX, CONSOLE_PEER_TIMEOUT_MS};
 use keel_types::{KvError, LockHold, NodeAddr, NodeId, RangeId};
 use serde::{Deserialize, Serialize};
-use tonic::transport::Channel;
 
 use crate::peer::call::PeerCall;
 use crate::shared::Shared;
@@ -94,7 +94,7 @@ pub(crate) async fn ask(
         write: false,
         deadline: Duration::from_millis(CONSOLE_PEER_TIMEOUT_MS),
     };
-    let rpc = |mut client: RaftClient<Channel>, message| async move {
+    let rpc = |mut client: RaftClient<PeerChannel>, message| async move {
         client.console_facts(message).await
     };
     call.send(&shared.peers, shared.node_id, rpc).await

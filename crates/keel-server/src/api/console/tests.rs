@@ -9,6 +9,7 @@ fn node(id: NodeId, liveness: &str) -> NodeInfo {
     NodeInfo {
         node_id: id,
         addr: format!("127.0.0.1:700{id}"),
+        peer_addr: format!("127.0.0.1:710{id}"),
         state: "active".to_string(),
         liveness: liveness.to_string(),
         heartbeat_age_ms: Some(100),
