@@ -211,6 +211,28 @@ async fn a_split_at_a_range_start_answers_the_existing_halves_and_changes_nothin
     cluster.shutdown().await;
 }
 
+/// Splits at one key sent at once (a client's retry while its first attempt still runs)
+/// make one split, and every one of them is answered with its two halves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_splits_at_one_key_all_answer_the_one_split() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client();
+    let at = key(10);
+    let splits = (0..8).map(|_| client.split(&at));
+    let answers = futures::future::join_all(splits).await;
+    let mut halves = Vec::new();
+    for answer in answers {
+        let (left, right) = answer.unwrap();
+        assert_eq!(left.end.as_deref(), Some(key(10).as_slice()));
+        assert_eq!(right.start, key(10));
+        halves.push((left.id, right.id));
+    }
+    halves.dedup();
+    assert_eq!(halves.len(), 1, "one split made: {halves:?}");
+    assert_eq!(client.ranges().await.unwrap().len(), 2);
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_range_table_counts_keys_from_a_replica_of_the_answering_node() {
     let cluster = Cluster::start(3).await;

@@ -30,7 +30,7 @@ use crate::api::backup::{self, BackupStream};
 use crate::cluster::nodes;
 use crate::cluster::placement::{self, ClusterView};
 use crate::peer::channels::PeerChannel;
-use crate::ranges::split;
+use crate::ranges::{lookup, split};
 use crate::requests::router::{Audience, Hop, Router};
 use crate::shared::Shared;
 use crate::status::to_status;
@@ -252,12 +252,20 @@ impl ClusterService {
     }
 
     /// Splits `group`'s range at `at`. A split already made there (a retry whose answer was
-    /// lost) is answered with the two ranges it made.
+    /// lost, or whose first attempt was still running when it came) is answered with the
+    /// two ranges it made.
     async fn split_on(&self, group: Arc<RaftGroup>, at: &[u8]) -> Result<SplitResponse, KvError> {
         let range = group.descriptor().await?;
-        let (left, right) = match self.split_made_at(&range, at) {
-            Some(left) => (left, range),
-            None => split::split_range(&self.shared, &group, at.to_vec()).await?,
+        let made = match range.start == at {
+            true => self.halves_at(at).await?,
+            false => None,
+        };
+        let (left, right) = match made {
+            Some(halves) => halves,
+            None => match split::split_range(&self.shared, &group, at.to_vec()).await {
+                Err(error) if split_there(&error, at) => self.halves_at(at).await?.ok_or(error)?,
+                split => split?,
+            },
         };
         Ok(SplitResponse {
             left: Some(left.into()),
@@ -265,14 +273,23 @@ impl ClusterService {
         })
     }
 
-    /// The local range ending where `range` starts, when `range` starts at `at`.
-    fn split_made_at(&self, range: &RangeDescriptor, at: &[u8]) -> Option<RangeDescriptor> {
-        if range.start != at {
-            return None;
-        }
+    /// The local ranges on either side of `at`, when a split made there is applied here:
+    /// the one ending at `at` and the one starting there.
+    async fn halves_at(
+        &self,
+        at: &[u8],
+    ) -> Result<Option<(RangeDescriptor, RangeDescriptor)>, KvError> {
+        lookup::refresh_local(&self.shared).await?;
         let local = self.shared.ranges.local_ranges();
-        local.into_iter().find(|left| left.end() == Some(at))
+        let left = local.iter().find(|range| range.end() == Some(at));
+        let right = local.iter().find(|range| range.start == at);
+        Ok(left.cloned().zip(right.cloned()))
     }
+}
+
+/// Whether `error` says the range was split at `at` by another request first.
+fn split_there(error: &KvError, at: &[u8]) -> bool {
+    matches!(error, KvError::EpochMismatch { range, .. } if range.end() == Some(at))
 }
 
 #[tonic::async_trait]
