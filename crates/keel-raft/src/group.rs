@@ -186,6 +186,19 @@ impl RaftGroup {
         Some((leader, addr.clone()))
     }
 
+    /// The leader this replica knows of (itself included), waiting up to `timeout` for one
+    /// while the group elects; `None` when none is known by then or Raft stopped.
+    pub async fn await_leader(&self, timeout: Duration) -> Option<(NodeId, NodeAddr)> {
+        let known = |metrics: &openraft::RaftMetrics<TypeConfig>| {
+            let membership = metrics.membership_config.membership();
+            let leader = metrics.current_leader;
+            leader.is_some_and(|leader| membership.get_node(&leader).is_some())
+        };
+        let wait = self.raft.wait(Some(timeout));
+        wait.metrics(known, "a leader is known").await.ok()?;
+        self.leader()
+    }
+
     /// The members of the group's membership as this replica knows it (none before it has
     /// one).
     pub fn members(&self) -> Vec<Member> {

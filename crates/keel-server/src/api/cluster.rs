@@ -434,11 +434,11 @@ impl Cluster for ClusterService {
         let request = request.into_inner();
         let forward =
             |mut cluster: ClusterClient<PeerChannel>, r| async move { cluster.split(r).await };
-        let served = self.serve_split(&request).await;
         // A split proposes up to three commands: the id allocation, the split, the publish.
         let wait = Duration::from_millis(2 * self.shared.timings.write_timeout_ms);
         let hop = Hop { write: true, wait };
-        self.router.answer(served, request, hop, forward).await
+        let serve = || self.serve_split(&request);
+        self.router.answer(&request, hop, serve, forward).await
     }
 }
 

@@ -216,10 +216,10 @@ impl Idempotency for IdempotencyService {
         let request = caller.confine(request.into_inner());
         let forward =
             |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.begin(r).await };
-        let served = self.serve_begin(&request).await;
+        let serve = || self.serve_begin(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -232,10 +232,10 @@ impl Idempotency for IdempotencyService {
         let request = caller.confine(request.into_inner());
         let forward =
             |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.complete(r).await };
-        let served = self.serve_complete(&request).await;
+        let serve = || self.serve_complete(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -248,10 +248,10 @@ impl Idempotency for IdempotencyService {
         let request = caller.confine(request.into_inner());
         let forward =
             |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.abort(r).await };
-        let served = self.serve_abort(&request).await;
+        let serve = || self.serve_abort(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -264,10 +264,10 @@ impl Idempotency for IdempotencyService {
         let request = caller.confine(request.into_inner());
         let forward =
             |mut idem: IdempotencyClient<PeerChannel>, r| async move { idem.get(r).await };
-        let served = self.serve_get(&request).await;
+        let serve = || self.serve_get(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::READ, forward)
+            .answer(&request, Hop::READ, serve, forward)
             .await;
         caller.reveal(answer)
     }

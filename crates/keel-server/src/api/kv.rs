@@ -329,10 +329,10 @@ impl Kv for KvService {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.get(r).await };
-        let served = self.serve_get(&request).await;
+        let serve = || self.serve_get(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::READ, forward)
+            .answer(&request, Hop::READ, serve, forward)
             .await;
         caller.reveal(answer)
     }
@@ -341,10 +341,10 @@ impl Kv for KvService {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.scan(r).await };
-        let served = self.serve_scan(&request).await;
+        let serve = || self.serve_scan(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::READ, forward)
+            .answer(&request, Hop::READ, serve, forward)
             .await;
         caller.reveal(answer)
     }
@@ -353,10 +353,10 @@ impl Kv for KvService {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.put(r).await };
-        let served = self.serve_put(&request).await;
+        let serve = || self.serve_put(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -368,10 +368,10 @@ impl Kv for KvService {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.delete(r).await };
-        let served = self.serve_delete(&request).await;
+        let serve = || self.serve_delete(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -384,10 +384,10 @@ impl Kv for KvService {
         let caller = self.shared.admit(&request, Call::Batch { ops })?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.batch(r).await };
-        let served = self.serve_batch(&request).await;
+        let serve = || self.serve_batch(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -399,10 +399,10 @@ impl Kv for KvService {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.increment(r).await };
-        let served = self.serve_increment(&request).await;
+        let serve = || self.serve_increment(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }

@@ -290,15 +290,18 @@ impl Lock for LockService {
     ) -> Result<Response<AcquireResponse>, Status> {
         let started = Instant::now();
         let caller = self.shared.admit(&request, Call::Write)?;
-        let mut request = caller.confine(request.into_inner());
-        let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.acquire(r).await };
-        let served = self.serve_acquire(&request, started).await;
-        request.wait_ms = remaining_wait_ms(request.wait_ms, started);
+        let request = caller.confine(request.into_inner());
+        // A forwarded acquire waits for the lock only as long as this one has left to.
+        let forward = |mut lock: LockClient<PeerChannel>, mut r: AcquireRequest| {
+            r.wait_ms = remaining_wait_ms(r.wait_ms, started);
+            async move { lock.acquire(r).await }
+        };
         let hop = Hop {
             write: true,
             wait: Duration::from_millis(u64::try_from(request.wait_ms).unwrap_or(0)),
         };
-        let answer = self.router.answer(served, request, hop, forward).await;
+        let serve = || self.serve_acquire(&request, started);
+        let answer = self.router.answer(&request, hop, serve, forward).await;
         caller.reveal(self.router.deliver(answer))
     }
 
@@ -309,10 +312,10 @@ impl Lock for LockService {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.renew(r).await };
-        let served = self.serve_renew(&request).await;
+        let serve = || self.serve_renew(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -324,10 +327,10 @@ impl Lock for LockService {
         let caller = self.shared.admit(&request, Call::Write)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.release(r).await };
-        let served = self.serve_release(&request).await;
+        let serve = || self.serve_release(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::WRITE, forward)
+            .answer(&request, Hop::WRITE, serve, forward)
             .await;
         caller.reveal(self.router.deliver(answer))
     }
@@ -339,10 +342,10 @@ impl Lock for LockService {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
         let forward = |mut lock: LockClient<PeerChannel>, r| async move { lock.inspect(r).await };
-        let served = self.serve_inspect(&request).await;
+        let serve = || self.serve_inspect(&request);
         let answer = self
             .router
-            .answer(served, request, Hop::READ, forward)
+            .answer(&request, Hop::READ, serve, forward)
             .await;
         caller.reveal(answer)
     }

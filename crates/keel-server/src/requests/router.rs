@@ -1,9 +1,10 @@
 //! What every `keel.v1` service (Kv, Lock, Idempotency, Cluster.Split) does with a request:
 //! serve it on the local range holding its key (`on_range`, which routes again once when the
-//! range split under the request), or else forward it once to the range's leader (or a
-//! replica the meta table names) or answer the error, relay that node's answer, and let a
-//! configured fault drop a mutation's answer. Also the response header every answer carries,
-//! and the counting of what a local range served (load, hot keys).
+//! range split under the request), or else send it on to the range's leader (or a replica
+//! the meta table names) and relay that node's answer, following the leader as leadership
+//! moves until the request's deadline (`answer`), and let a configured fault drop a
+//! mutation's answer. Also the response header every answer carries, and the counting of
+//! what a local range served (load, hot keys).
 //! Generic over the service's gRPC client; knows nothing of what the requests mean.
 
 use std::future::Future;
@@ -17,7 +18,8 @@ use keel_proto::v1::{
 };
 use keel_raft::RaftGroup;
 use keel_storage::StorageError;
-use keel_types::{KvError, NodeAddr, NodeId, RangeId, Revision};
+use keel_types::{KvError, NodeAddr, NodeId, RangeId, Revision, limits};
+use tokio::time::Instant;
 use tonic::{Response, Status};
 use tracing::{debug, info};
 
@@ -26,8 +28,8 @@ use crate::ranges::lookup;
 use crate::shared::Shared;
 use crate::status::to_status;
 
-/// A request that can be forwarded to the leader once.
-pub(crate) trait Forwardable {
+/// A request that can be sent on to a range's leader (which does not send it further).
+pub(crate) trait Forwardable: Clone {
     /// Marks the request as forwarded and returns whether it was already marked.
     fn mark_forwarded(&mut self) -> bool;
 }
@@ -123,29 +125,62 @@ impl Router {
         }
     }
 
-    /// The answer to a request: what this node served, or else the request routed on
-    /// (forwarded once to the leader with `call`, or the error).
-    pub async fn answer<C, R, T, F, Fut>(
+    /// The answer to a request: what this node serves with `serve`, or else the outcome of
+    /// sending the request on to the range's leader with `call`. A request the caller marked
+    /// `no_forward` (or that reached this node forwarded) gets the error instead.
+    ///
+    /// Sending on rides out leadership moves: a leader that moved is followed to the one it
+    /// names (served here when that is this node), an election in progress is waited out, a
+    /// range that split under the request is looked up again, and a refusal that says nothing
+    /// was done is tried again after a pause; all within the request's deadline and
+    /// `FORWARD_TRIES_MAX` tries. The answer is an outcome, or the last error when the
+    /// deadline passes (`OutcomeUnknown` for a write whose fate a failed send left open).
+    pub async fn answer<C, R, T, S, SFut, F, Fut>(
         &self,
-        served: Result<T, KvError>,
-        mut request: R,
+        request: &R,
         hop: Hop,
+        serve: S,
         call: F,
     ) -> Result<Response<T>, Status>
     where
         C: PeerClient,
         R: Forwardable,
-        F: FnOnce(C, R) -> Fut,
+        S: Fn() -> SFut,
+        SFut: Future<Output = Result<T, KvError>>,
+        F: Fn(C, R) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        match served {
-            Ok(response) => Ok(Response::new(response)),
-            Err(error) => {
-                let no_forward = request.mark_forwarded();
-                let call = |client| call(client, request);
-                self.route(error, no_forward, hop, call).await
-            }
+        let mut error = match serve().await {
+            Ok(response) => return Ok(Response::new(response)),
+            Err(error) => error,
+        };
+        let mut forwarded = request.clone();
+        if forwarded.mark_forwarded() {
+            return Err(self.refusal(&error));
         }
+        let deadline = Instant::now() + self.shared.forward_deadline(hop.write) + hop.wait;
+        let mut pause = Duration::from_millis(limits::FORWARD_BACKOFF_MIN_MS);
+        for tries in 0..limits::FORWARD_TRIES_MAX {
+            // The first try follows the error at once; later ones (a leader hint that went
+            // round, a quorum still missing) pause first.
+            if tries > 0 && !pause_before(&mut pause, deadline).await {
+                break;
+            }
+            let tried = match self.next_try(&error, deadline).await {
+                None => break,
+                Some(Try::Here) => serve().await.map(Response::new),
+                Some(Try::Leader(leader)) => {
+                    let send = |client| call(client, forwarded.clone());
+                    self.forward(leader, hop, deadline, send).await
+                }
+            };
+            error = match tried {
+                Ok(response) => return Ok(response),
+                Err(error) if retryable(&error) => error,
+                Err(error) => return Err(self.refusal(&error)),
+            };
+        }
+        Err(self.refusal(&error))
     }
 
     /// Serves a request routed by `key` with `serve`, on the group of the local range holding
@@ -240,44 +275,73 @@ impl Router {
             .unwrap_or_else(|| KvError::fatal(error.to_string()))
     }
 
-    /// What to do when serving here failed: forward a `NotLeader` to the known leader (once),
-    /// or answer with the error.
-    async fn route<C, T, F, Fut>(
-        &self,
-        error: KvError,
-        no_forward: bool,
-        hop: Hop,
-        call: F,
-    ) -> Result<Response<T>, Status>
-    where
-        C: PeerClient,
-        F: FnOnce(C) -> Fut,
-        Fut: Future<Output = Result<Response<T>, Status>>,
-    {
-        match error {
+    /// Where to try a request again after `error`, a refusal that says nothing was done: at
+    /// the leader it names (or the one an election in progress makes), else here (routed
+    /// afresh). `None` when no leader is known by the deadline.
+    async fn next_try(&self, error: &KvError, deadline: Instant) -> Option<Try> {
+        let leader = match error {
             KvError::NotLeader {
                 leader: Some(leader),
                 ..
-            } if !no_forward => self.forward(leader, hop, call).await,
+            } => leader.clone(),
             KvError::NotLeader {
                 range_id,
                 leader: None,
-            } => Err(to_status(&KvError::unavailable(format!(
-                "range {range_id} has no known leader"
-            )))),
-            error => Err(self.status(&error)),
+            } => match self.shared.groups.get(*range_id) {
+                Some(group) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    group.await_leader(left).await?
+                }
+                // Not a range of this node: the meta table names where it went.
+                None => return self.looked_up_again(false).await,
+            },
+            KvError::KeyOutOfRange { .. } => return self.looked_up_again(true).await,
+            _ => return Some(Try::Here),
+        };
+        match leader.0 == self.shared.node_id {
+            true => Some(Try::Here),
+            false => Some(Try::Leader(leader)),
         }
     }
 
-    /// Sends the request to the leader's service (the caller set `no_forward`) and relays
-    /// its answer. A failure of the hop itself becomes `Unavailable` when nothing was sent,
-    /// and `OutcomeUnknown` for a write that may have reached the leader.
+    /// Refreshes the meta table (and the local one, with `local`) before a request is routed
+    /// again here (a refresh that fails is only logged: the next try refreshes again).
+    async fn looked_up_again(&self, local: bool) -> Option<Try> {
+        let refreshed = match local {
+            true => lookup::refresh_local(&self.shared).await,
+            false => Ok(()),
+        };
+        if let Err(error) = refreshed.and(lookup::refresh_meta(&self.shared).await) {
+            debug!(%error, "refreshing the range tables before routing again");
+        }
+        Some(Try::Here)
+    }
+
+    /// The status refusing a request with `error`: a `NotLeader` that names no leader is
+    /// `Unavailable` (no leader is known), anything else as it is.
+    fn refusal(&self, error: &KvError) -> Status {
+        match error {
+            KvError::NotLeader {
+                range_id,
+                leader: None,
+            } => to_status(&KvError::unavailable(format!(
+                "range {range_id} has no known leader"
+            ))),
+            error => self.status(error),
+        }
+    }
+
+    /// Sends the request to the leader's service (marked `no_forward`), within what is left
+    /// of `deadline`, and returns its answer: the leader's response, or its own error, or what
+    /// a failure of the hop means (`PeerError::into_kv`: `Unavailable` when nothing was sent,
+    /// `OutcomeUnknown` for a write that may have reached the leader).
     async fn forward<C, T, F, Fut>(
         &self,
         leader: (NodeId, NodeAddr),
         hop: Hop,
+        deadline: Instant,
         call: F,
-    ) -> Result<Response<T>, Status>
+    ) -> Result<Response<T>, KvError>
     where
         C: PeerClient,
         F: FnOnce(C) -> Fut,
@@ -285,11 +349,43 @@ impl Router {
     {
         let (leader_id, leader_addr) = leader;
         debug!(leader_id, %leader_addr, "forwarding to leader");
-        let deadline = self.shared.forward_deadline(hop.write) + hop.wait;
         let to = To::Node(leader_id, &leader_addr);
-        let answer = peer::call(&self.shared.peers, to, deadline, call).await;
-        answer.map_err(|error| self.relayed(error.into_status(hop.write)))
+        let left = deadline.saturating_duration_since(Instant::now());
+        let answer = peer::call(&self.shared.peers, to, left, call).await;
+        answer.map_err(|error| error.into_kv(hop.write))
     }
+}
+
+/// Where a forwarding node tries a request next.
+enum Try {
+    /// Serve it on this node (it leads now, the tables were refreshed, or a quorum was
+    /// missing a moment ago).
+    Here,
+    /// Send it to this leader.
+    Leader((NodeId, NodeAddr)),
+}
+
+/// Whether `error` says the request was not carried out and may go again, elsewhere or a
+/// moment later: a leader that moved or is being elected, a key that left its range, a
+/// moment without a quorum.
+fn retryable(error: &KvError) -> bool {
+    matches!(
+        error,
+        KvError::NotLeader { .. } | KvError::Unavailable { .. } | KvError::KeyOutOfRange { .. }
+    )
+}
+
+/// Sleeps for `pause` (doubled for the next time, up to `FORWARD_BACKOFF_MAX_MS`), unless
+/// that would pass `deadline`: then returns false at once.
+async fn pause_before(pause: &mut Duration, deadline: Instant) -> bool {
+    let wake = Instant::now() + *pause;
+    if wake >= deadline {
+        return false;
+    }
+    tokio::time::sleep_until(wake).await;
+    let longest = Duration::from_millis(limits::FORWARD_BACKOFF_MAX_MS);
+    *pause = (*pause * 2).min(longest);
+    true
 }
 
 /// Names the range serving the request, and its term, in the request's span (opened by
