@@ -84,6 +84,10 @@ pub const RAFT_APPEND_BYTES_MAX: usize = GRPC_MESSAGE_BYTES_MAX / 2;
 /// Times a leader whose lease lapsed (just elected, or out of touch with a quorum) renews it
 /// with a heartbeat round and proposes a write again before answering `Unavailable`.
 pub const WRITE_LEASE_RENEWALS_MAX: u32 = 2;
+/// Linearizable reads one follower's replica of a range holds waiting for a read index from
+/// its leader; a read beyond these answers `NotLeader` at once (the node forwards it to the
+/// leader).
+pub const READ_INDEX_READS_WAITING_MAX: u64 = 4_096;
 /// Times a node forwards a client request before answering `NotLeader` (one hop: a
 /// forwarded request is never forwarded again).
 pub const FORWARD_HOPS_MAX: u32 = 1;
