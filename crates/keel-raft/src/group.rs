@@ -25,7 +25,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::error::GroupError;
 use crate::network::NetworkFactory;
 use crate::quiet_state::{Quiet, Wake};
-use crate::read_index::{ReadIndex, ReadIndexCounts};
+use crate::read_calls::{ReadIndex, ReadIndexCounts};
 use crate::role::Role;
 use crate::timings::RaftTimings;
 use crate::transport::Transport;

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 use crate::error::{GroupError, InboundError};
 use crate::group::RaftGroup;
 use crate::quiet_state::Parked;
-use crate::read_index::ReadIndexRequest;
+use crate::read_calls::ReadIndexRequest;
 use crate::snapshot::SnapshotHeader;
 use crate::timings::RaftTimings;
 use crate::transport::{RpcKind, Transport};
