@@ -9,6 +9,7 @@ mod dashboards;
 mod deps;
 mod exactly_once;
 mod faults;
+mod follower_reads;
 mod forwarding;
 mod harness;
 mod idempotency;

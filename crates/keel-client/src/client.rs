@@ -71,7 +71,9 @@ struct Inner {
 #[derive(Debug, Clone, Copy)]
 struct Kind {
     is_write: bool,
-    /// Only the leader can serve it (every write and read but follower reads).
+    /// Only the leader can serve it (every write, lease reads): its success names the
+    /// leader. Linearizable reads go to the leader too when it is known, but any replica may
+    /// serve them (ReadIndex), so their success names nobody.
     needs_leader: bool,
     /// How long the server may hold the call on purpose (an acquire waiting for its lock):
     /// added to the attempt's budget and to the write's deadline.
@@ -95,7 +97,7 @@ fn read_route(key: &[u8], consistency: Consistency) -> RouteBy<'_> {
 fn read(consistency: Consistency) -> Kind {
     Kind {
         is_write: false,
-        needs_leader: consistency != Consistency::Follower,
+        needs_leader: consistency == Consistency::Lease,
         held: Duration::ZERO,
     }
 }

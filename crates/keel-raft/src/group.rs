@@ -25,6 +25,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::error::GroupError;
 use crate::network::NetworkFactory;
 use crate::quiet_state::{Quiet, Wake};
+use crate::read_calls::{ReadIndex, ReadIndexCounts};
 use crate::role::Role;
 use crate::timings::RaftTimings;
 use crate::transport::Transport;
@@ -64,6 +65,9 @@ pub struct GroupStatus {
     /// On a leader: how long ago a quorum last acknowledged it (zero when it alone is its
     /// quorum; `None` before the first acknowledgement and on other replicas).
     pub quorum_acked_ago: Option<Duration>,
+    /// Read index calls this replica sent (following) and answered (leading), and the reads
+    /// that waited for one, since the group started here.
+    pub read_index: ReadIndexCounts,
 }
 
 /// One range's Raft group on this node.
@@ -80,6 +84,9 @@ pub struct RaftGroup {
     changes: tokio::sync::Mutex<()>,
     /// Whether the ticker is parked, and the operations keeping the group awake.
     pub(crate) quiet: Quiet,
+    /// Read index calls to the leader, shared by this replica's linearizable reads while it
+    /// follows.
+    pub(crate) read_index: ReadIndex,
 }
 
 impl RaftGroup {
@@ -92,6 +99,8 @@ impl RaftGroup {
         transport: Arc<T>,
     ) -> Result<RaftGroup, GroupError> {
         let config = timings.openraft_config()?;
+        let read_timeout = Duration::from_millis(timings.read_timeout_ms);
+        let read_index = ReadIndex::new(range, node_id, transport.clone(), read_timeout);
         let network = NetworkFactory {
             range,
             from: node_id,
@@ -120,9 +129,10 @@ impl RaftGroup {
             state_machine,
             store: store.clone(),
             write_timeout: Duration::from_millis(timings.write_timeout_ms),
-            read_timeout: Duration::from_millis(timings.read_timeout_ms),
+            read_timeout,
             changes: tokio::sync::Mutex::new(()),
             quiet: Quiet::new(),
+            read_index,
         })
     }
 
@@ -141,6 +151,11 @@ impl RaftGroup {
 
     pub fn state_machine(&self) -> &StateMachine {
         &self.state_machine
+    }
+
+    /// How long a read may wait to be made consistent.
+    pub(crate) fn read_timeout(&self) -> Duration {
+        self.read_timeout
     }
 
     /// The store holding this group's log and state.
@@ -440,8 +455,11 @@ impl RaftGroup {
     }
 
     /// Waits until a read of the local state machine is as consistent as `consistency` asks.
-    /// Lease reads fall back to ReadIndex when the lease has lapsed (as it has on a leader
-    /// that was quiesced). Follower reads need nothing of the leader and do not wake it.
+    /// Linearizable reads are served on any replica: a follower asks the leader for a read
+    /// index and waits to apply it (`read_index.rs`), and answers `NotLeader` when it cannot.
+    /// Lease reads are the leader's only, and fall back to ReadIndex when the lease has lapsed
+    /// (as it has on a leader that was quiesced). Follower reads need nothing of the leader
+    /// and do not wake it.
     pub async fn read_barrier(&self, consistency: Consistency) -> Result<(), KvError> {
         // The planted bug serves every read from local state, on any replica.
         if planted::active(PlantedBug::StaleRead) {
@@ -453,6 +471,9 @@ impl RaftGroup {
             Consistency::Lease => ReadPolicy::LeaseRead,
         };
         let _use = self.begin_use(Wake::Leader).await;
+        if matches!(consistency, Consistency::Linearizable) && !self.is_leader() {
+            return self.follower_read_barrier().await;
+        }
         match self.confirm(policy).await {
             Err(ReadFailure::LeaseExpired) => match self.confirm(ReadPolicy::ReadIndex).await {
                 Err(ReadFailure::LeaseExpired) => Err(self.not_leader(&ForwardToLeader::empty())),
@@ -488,6 +509,7 @@ impl RaftGroup {
             quiesced: self.is_quiesced(),
             matched: matched(&metrics, self.node_id),
             quorum_acked_ago: quorum_acked_ago(&metrics),
+            read_index: self.read_index.counts(),
         })
     }
 

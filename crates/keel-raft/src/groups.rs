@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 use crate::error::{GroupError, InboundError};
 use crate::group::RaftGroup;
 use crate::quiet_state::Parked;
+use crate::read_calls::ReadIndexRequest;
 use crate::snapshot::SnapshotHeader;
 use crate::timings::RaftTimings;
 use crate::transport::{RpcKind, Transport};
@@ -215,9 +216,15 @@ impl Groups {
                 let request: TransferLeaderRequest<TypeConfig> = wire::decode(payload)?;
                 wire::encode(&raft.handle_transfer_leader(request).await)?
             }
+            // Wakes a parked leader as its own reads do; a follower asked by mistake stays
+            // parked and refuses.
+            RpcKind::ReadIndex => {
+                let _: ReadIndexRequest = wire::decode(payload)?;
+                wire::encode(&group.serve_read_index().await)?
+            }
         };
         // Someone campaigns or hands leadership over: the group must tick again.
-        if kind != RpcKind::AppendEntries {
+        if !matches!(kind, RpcKind::AppendEntries | RpcKind::ReadIndex) {
             group.unpark_if(kind.name(), |_| true);
         }
         Ok(reply)

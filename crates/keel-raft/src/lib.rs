@@ -1,5 +1,6 @@
 //! Raft groups on a node: start groups (never from a peer's message), split them, the network
-//! seam (`Transport`), snapshot streaming and consistent snapshots for backups. Knows nothing
+//! seam (`Transport`), snapshot streaming, consistent snapshots for backups and linearizable
+//! reads on followers (ReadIndex). Knows nothing
 //! of tonic, gRPC or client-facing routing; the server crate plugs a real network in through
 //! `Transport` and serves `Groups` to its peers.
 //!
@@ -14,6 +15,8 @@ mod network;
 pub mod quiescence;
 mod quiet;
 mod quiet_state;
+mod read_calls;
+mod read_index;
 mod replicas;
 mod role;
 mod snapshot;
@@ -26,6 +29,7 @@ pub use error::{GroupError, InboundError};
 pub use group::{GroupStatus, Member, RaftGroup};
 pub use groups::{Groups, Starter};
 pub use quiet_state::{Parked, Proposed};
+pub use read_calls::ReadIndexCounts;
 pub use replicas::MembershipView;
 pub use role::Role;
 pub use snapshot::SnapshotReader;

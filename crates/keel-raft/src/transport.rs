@@ -16,6 +16,8 @@ pub enum RpcKind {
     Vote,
     PreVote,
     TransferLeader,
+    /// A follower asks the leader for a read index (`read_index.rs`).
+    ReadIndex,
 }
 
 impl RpcKind {
@@ -25,6 +27,7 @@ impl RpcKind {
             RpcKind::Vote => "vote",
             RpcKind::PreVote => "pre_vote",
             RpcKind::TransferLeader => "transfer_leader",
+            RpcKind::ReadIndex => "read_index",
         }
     }
 }

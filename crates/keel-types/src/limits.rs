@@ -84,14 +84,17 @@ pub const RAFT_APPEND_BYTES_MAX: usize = GRPC_MESSAGE_BYTES_MAX / 2;
 /// Times a leader whose lease lapsed (just elected, or out of touch with a quorum) renews it
 /// with a heartbeat round and proposes a write again before answering `Unavailable`.
 pub const WRITE_LEASE_RENEWALS_MAX: u32 = 2;
+/// Linearizable reads one follower's replica of a range holds waiting for a read index from
+/// its leader; a read beyond these answers `NotLeader` at once (the node forwards it to the
+/// leader).
+pub const READ_INDEX_READS_WAITING_MAX: u64 = 4_096;
 /// Tries a node makes at one client request it does not lead (serving it again here or
 /// sending it on to the range's leader, following the leader as leadership moves) before it
 /// answers the last error; the request's deadline bounds them first. A forwarded request is
 /// never forwarded again by the node it reaches.
 pub const FORWARD_TRIES_MAX: u32 = 32;
-/// First pause before a forwarding node tries a request again after a retryable refusal
-/// that named no new leader (an election, a quorum lost for a moment); it doubles up to
-/// `FORWARD_BACKOFF_MAX_MS`.
+/// Pause before a forwarding node's second try at a request (the first follows the refusal
+/// at once); it doubles for each later try up to `FORWARD_BACKOFF_MAX_MS`.
 pub const FORWARD_BACKOFF_MIN_MS: u64 = 10;
 /// Longest pause between a forwarding node's tries of one request.
 pub const FORWARD_BACKOFF_MAX_MS: u64 = 200;

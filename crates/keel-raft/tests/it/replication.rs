@@ -88,11 +88,15 @@ async fn writes_replicate_and_followers_name_the_leader() {
         }
         other => panic!("expected NotLeader with a hint, got {other:?}"),
     }
+    // A follower serves linearizable reads (ReadIndex), never lease reads.
+    follower
+        .group()
+        .read_barrier(Consistency::Linearizable)
+        .await
+        .unwrap();
+    assert_eq!(revision_on(follower, "a").await, revision);
     assert!(matches!(
-        follower
-            .group()
-            .read_barrier(Consistency::Linearizable)
-            .await,
+        follower.group().read_barrier(Consistency::Lease).await,
         Err(KvError::NotLeader { .. })
     ));
 

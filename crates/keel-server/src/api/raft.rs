@@ -159,6 +159,13 @@ impl Raft for RaftService {
         self.handle(RpcKind::TransferLeader, request).await
     }
 
+    async fn read_index(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        self.handle(RpcKind::ReadIndex, request).await
+    }
+
     async fn install_snapshot(
         &self,
         request: Request<Streaming<SnapshotChunk>>,

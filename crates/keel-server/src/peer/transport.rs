@@ -51,6 +51,7 @@ impl Transport for GrpcTransport {
                     RpcKind::Vote => client.vote(request).await,
                     RpcKind::PreVote => client.pre_vote(request).await,
                     RpcKind::TransferLeader => client.transfer_leader(request).await,
+                    RpcKind::ReadIndex => client.read_index(request).await,
                 }
             },
         );

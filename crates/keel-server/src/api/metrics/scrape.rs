@@ -5,7 +5,7 @@
 //! idempotency records) is reported by its leader only, so a sum over the cluster counts each
 //! range once. Knows nothing of HTTP.
 
-use keel_raft::{GroupStatus, Role};
+use keel_raft::{GroupStatus, ReadIndexCounts, Role};
 use keel_storage::RangeCounts;
 use keel_types::CoordinationCounts;
 
@@ -161,6 +161,9 @@ fn write_requests(text: &mut Text, shared: &Shared) {
 /// A gauge family read from a `T`: name, help, value.
 type Gauge<T> = (&'static str, &'static str, fn(&T) -> f64);
 
+/// A counter family read from a `T`: name, help, count.
+type Counter<T> = (&'static str, &'static str, fn(&T) -> u64);
+
 /// A family of one gauge per range, for the ranges `value` gives one for.
 fn range_gauge(
     text: &mut Text,
@@ -237,7 +240,36 @@ fn write_ranges(text: &mut Text, ranges: &[RangeView]) {
         |range| range.status.quorum_acked_ago.map(|ago| ago.as_secs_f64()),
     );
     write_replication(text, ranges);
+    write_read_index(text, ranges);
     write_content(text, ranges);
+}
+
+fn write_read_index(text: &mut Text, ranges: &[RangeView]) {
+    let counters: [Counter<ReadIndexCounts>; 3] = [
+        (
+            "keel_range_read_index_calls_total",
+            "Read index calls this replica sent to the range's leader for linearizable reads it served as a follower.",
+            |c| c.calls,
+        ),
+        (
+            "keel_range_read_index_reads_total",
+            "Linearizable reads on this replica, as a follower, that waited for a read index (reads share calls).",
+            |c| c.reads,
+        ),
+        (
+            "keel_range_read_index_served_total",
+            "Read index calls of followers this replica answered as the range's leader.",
+            |c| c.served,
+        ),
+    ];
+    for (name, help, value) in counters {
+        text.family(name, Kind::Counter, help);
+        for range in ranges {
+            let id = range.status.range.0.to_string();
+            let count = value(&range.status.read_index);
+            text.sample(&[("range_id", &id)], count as f64);
+        }
+    }
 }
 
 fn write_replication(text: &mut Text, ranges: &[RangeView]) {
@@ -388,6 +420,11 @@ mod tests {
             matched: [(2, 12), (3, 9)].into_iter().collect(),
             quorum_acked_ago: None,
             quiesced: false,
+            read_index: ReadIndexCounts {
+                calls: 2,
+                reads: 9,
+                served: 0,
+            },
         };
         let ranges = [RangeView {
             status,
@@ -403,6 +440,8 @@ mod tests {
             "keel_range_leader_id{range_id=\"7\"} 2",
             "keel_range_replication_lag_entries{range_id=\"7\",node_id=\"2\"} 0",
             "keel_range_replication_lag_entries{range_id=\"7\",node_id=\"3\"} 3",
+            "keel_range_read_index_calls_total{range_id=\"7\"} 2",
+            "keel_range_read_index_reads_total{range_id=\"7\"} 9",
         ] {
             assert!(
                 body.lines().any(|l| l == line),

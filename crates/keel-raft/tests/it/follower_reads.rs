@@ -1,0 +1,123 @@
+//! Linearizable reads on followers (ReadIndex) over the loopback transport: a follower's
+//! read sees every write the leader acknowledged before it, concurrent reads share read
+//! index calls, and a follower that cannot reach the leader or apply its index refuses.
+
+use futures::future::join_all;
+use keel_types::{CommandOutcome, Consistency, KvError};
+
+use crate::loopback::TestNode;
+use crate::replication::{cluster, leader, put};
+
+/// Put-then-read pairs the ordering test makes.
+const PAIRS: u64 = 200;
+/// Reads the batching test sends at once.
+const CONCURRENT_READS: usize = 64;
+
+async fn value_on(node: &TestNode, key: &str) -> Option<(Vec<u8>, u64)> {
+    let (kv, _) = node
+        .group()
+        .state_machine()
+        .get(key.as_bytes(), 0)
+        .await
+        .unwrap();
+    kv.map(|kv| (kv.value, kv.mod_revision))
+}
+
+async fn write(node: &TestNode, key: &str, value: &str) -> u64 {
+    match node.group().write(put(key, value)).await.unwrap() {
+        CommandOutcome::Applied { revision, .. } => revision,
+        other => panic!("not applied: {other:?}"),
+    }
+}
+
+/// Every write the leader acknowledged is visible at once to a follower's linearizable read:
+/// the follower waits until it applied the leader's read index. Without that wait, the
+/// follower reads before the commit reaches it and this fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_reads_see_every_acknowledged_write() {
+    let (_network, nodes) = cluster(3).await;
+    let leader = leader(&nodes).await;
+    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
+    let followers: Vec<&TestNode> = nodes.iter().filter(|n| n.id != leader).collect();
+    for i in 0..PAIRS {
+        let value = i.to_string();
+        let revision = write(on_leader, "k", &value).await;
+        let follower = followers[i as usize % followers.len()];
+        let group = follower.group();
+        group.read_barrier(Consistency::Linearizable).await.unwrap();
+        let seen = value_on(follower, "k").await;
+        assert_eq!(
+            seen,
+            Some((value.into_bytes(), revision)),
+            "pair {i}: node {} read an older value",
+            follower.id
+        );
+    }
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// Reads arriving together on one follower share read index calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_follower_reads_share_read_index_calls() {
+    let (_network, nodes) = cluster(3).await;
+    let leader = leader(&nodes).await;
+    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    write(on_leader, "k", "1").await;
+    let group = follower.group();
+    let reads = (0..CONCURRENT_READS).map(|_| group.read_barrier(Consistency::Linearizable));
+    for read in join_all(reads).await {
+        read.unwrap();
+    }
+    let counts = group.read_index_counts();
+    assert_eq!(counts.reads, CONCURRENT_READS as u64);
+    assert!(
+        counts.calls >= 1 && counts.calls < counts.reads,
+        "{counts:?}: reads did not share calls"
+    );
+    assert_eq!(on_leader.group().read_index_counts().served, counts.calls);
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// A follower that cannot reach the leader, or that the leader's appends no longer reach,
+/// answers `NotLeader` instead of its own, older state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_off_followers_refuse_linearizable_reads() {
+    let (network, nodes) = cluster(3).await;
+    let leader = leader(&nodes).await;
+    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    write(on_leader, "k", "1").await;
+    let group = follower.group();
+    group.read_barrier(Consistency::Linearizable).await.unwrap();
+
+    // The leader cannot be reached: the call fails, the follower names the leader.
+    network.set_down(leader, true);
+    match group.read_barrier(Consistency::Linearizable).await {
+        Err(KvError::NotLeader {
+            leader: Some((id, _)),
+            ..
+        }) => assert_eq!(id, leader),
+        other => panic!("expected NotLeader naming node {leader}, got {other:?}"),
+    }
+    network.set_down(leader, false);
+
+    // The follower gets no more appends: it may get a read index but cannot apply it.
+    network.set_down(follower.id, true);
+    write(on_leader, "k", "2").await;
+    let refused = group.read_barrier(Consistency::Linearizable).await;
+    assert!(
+        matches!(refused, Err(KvError::NotLeader { .. })),
+        "expected NotLeader, got {refused:?}"
+    );
+    let local = value_on(follower, "k").await.map(|(value, _)| value);
+    assert_eq!(local, Some(b"1".to_vec()), "the follower's state was older");
+    network.set_down(follower.id, false);
+    for node in nodes {
+        node.stop().await;
+    }
+}
