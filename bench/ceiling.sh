@@ -78,8 +78,8 @@ runs, setups = sys.argv[1], sys.argv[2:]
 figures = {}
 for line in open(runs):
     case, setup, *columns = line.split()
-    # keel-bench's row: target op clients conns ops errors ops/s p50 p99 p99.9 max
-    figures.setdefault(case, {}).setdefault(setup, []).append((float(columns[6]), float(columns[7])))
+    # keel-bench's row: target route op clients conns ops errors ops/s p50 p99 p99.9 max codes
+    figures.setdefault(case, {}).setdefault(setup, []).append((float(columns[7]), float(columns[8])))
 print("\ncase      setup        ops/s (median)  vs etcd-disk   p50 µs (median)  vs etcd-disk")
 for case, by_setup in figures.items():
     base = by_setup["etcd-disk"]

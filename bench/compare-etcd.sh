@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
 # Keel and etcd side by side on this machine: a 3-node etcd and a 3-node Keel on loopback,
 # data in one temp dir (same disk, fsync on for both), the same keel-bench matrix on both,
-# alternating which system goes first and repeating, then per-case ratios (Keel/etcd, the
+# rotating which system goes first and repeating, then per-case ratios (Keel/etcd, the
 # median of the repeats with the min–max spread), peak RSS per system, docs/BENCHMARKS.md and
 # bench/results/ratios.svg. Every process it starts is stopped at the end, whatever happens.
+#
+# Keel runs every case in two modes, interleaved with etcd in the same repeat:
+#   keel         keel-bench --route leader: keel-client sends each request to its range's
+#                leader (and retries), as Keel's own client does;
+#   keel-spread  keel-bench --route spread: raw gRPC calls round robin over the three nodes,
+#                which forward to the leader; no retries, every non-OK answer is an error;
+#                as other clients (generated gRPC clients, load balancers) reach Keel.
+# etcd runs once: its own client already spreads requests over the endpoints.
+# Columns of the results (printed and in docs/BENCHMARKS.md): ops/s of Keel, Keel spread and
+# etcd; ops/s Keel/etcd and spread/etcd; p50 / p99 µs of each; p50 and p99 Keel/etcd;
+# errors K / Ks / e (Keel, Keel spread, etcd, summed over the repeats). A second table gives
+# the errors by code: upper case = the gRPC code of the answer (with Keel's error detail after
+# `/`), lower case = keel-client's error after its retries, bench_timeout = no answer in 10 s.
+# Run files: results/runs/<case>.<keel|keel-spread|etcd>.<repeat>.json.
 #
 #   bench/compare-etcd.sh            # full: 3 repeats, 10 s measured + 2 s warm-up per run
 #   bench/compare-etcd.sh --quick    # 1 repeat, 3 s + 1 s
@@ -27,7 +41,8 @@ STOP_TIMEOUT_S=10
 CONNECTIONS_MAX=8
 ETCD_CLIENT_PORT=23790 ETCD_PEER_PORT=23800 KEEL_PORT=27100
 
-# name|op|clients|systems (both, or the one system that has the operation)
+# name|op|clients|systems (both, or the one system that has the operation; keel runs in both
+# modes)
 CASES=(
   "put-1|put|1|both"
   "put-16|put|16|both"
@@ -47,7 +62,7 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=$2; shift ;;
     --no-docs) WRITE_DOCS=0 ;;
     --keep) KEEP=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "compare-etcd.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -106,7 +121,7 @@ start_clusters() {
   start_etcd_cluster etcd "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$WORK"
   start_keel_cluster keel "$KEEL" "$KEEL_PORT" "$WORK" "${BENCH_SERVE_ARGS[@]}"
   declare -gA ENDPOINTS=([etcd]=$(cluster_endpoints "$ETCD_CLIENT_PORT")
-    [keel]=$(cluster_endpoints "$KEEL_PORT"))
+    [keel]=$(cluster_endpoints "$KEEL_PORT") [keel-spread]=$(cluster_endpoints "$KEEL_PORT"))
 }
 
 # Waits until a one-key put succeeds on `system`.
@@ -131,11 +146,21 @@ sample_rss() {
   done
 }
 
+# The keel-bench flags of a system: its target, and for Keel its route.
+target_flags() { # system
+  case "$1" in
+    keel) echo "--target keel --route leader" ;;
+    keel-spread) echo "--target keel --route spread" ;;
+    etcd) echo "--target etcd" ;;
+  esac
+}
+
 run_case() { # system, case name, op, clients, repeat
-  local system=$1 name=$2 op=$3 clients=$4 repeat=$5 connections preload=()
+  local system=$1 name=$2 op=$3 clients=$4 repeat=$5 connections preload=() target
   connections=$((clients < CONNECTIONS_MAX ? clients : CONNECTIONS_MAX))
   case "$op" in lock*) preload=(--no-preload) ;; esac
-  local command=("$BENCH" --target "$system" --endpoints "${ENDPOINTS[$system]}" --op "$op"
+  read -r -a target <<<"$(target_flags "$system")"
+  local command=("$BENCH" "${target[@]}" --endpoints "${ENDPOINTS[$system]}" --op "$op"
     --clients "$clients" --connections "$connections" --duration "$DURATION" --warmup "$WARMUP"
     --value-bytes "$VALUE_BYTES" --keyspace "$KEYSPACE" --seed "$repeat" "${preload[@]}"
     --json "$OUT/runs/$name.$system.$repeat.json")
@@ -152,14 +177,22 @@ run_case() { # system, case name, op, clients, repeat
 
 run_matrix() {
   local repeat index entry name op clients systems order system
+  log "Keel runs every case twice: keel (--route leader, keel-client to the leader) and" \
+    "keel-spread (--route spread, round robin over the nodes, which forward); etcd runs once:" \
+    "its own client already spreads requests over the endpoints"
   for repeat in $(seq 1 "$REPEATS"); do
     index=0
     for entry in "${CASES[@]}"; do
       IFS='|' read -r name op clients systems <<<"$entry"
-      # A/B, then B/A: neither system always runs first, or right after the same case.
-      if [ $(((repeat + index) % 2)) = 0 ]; then order="keel etcd"; else order="etcd keel"; fi
+      # The order rotates: no system always runs first, or right after the same case.
+      case $(((repeat + index) % 3)) in
+        0) order="keel keel-spread etcd" ;;
+        1) order="keel-spread etcd keel" ;;
+        *) order="etcd keel keel-spread" ;;
+      esac
       for system in $order; do
-        [ "$systems" = both ] || [ "$systems" = "$system" ] || continue
+        # keel-spread runs wherever keel does.
+        [ "$systems" = both ] || [ "$systems" = "${system%-spread}" ] || continue
         run_case "$system" "$name" "$op" "$clients" "$repeat"
       done
       index=$((index + 1))
@@ -177,6 +210,7 @@ json.dump({
   "started_utc": "$STARTED",
   "mode": "$MODE", "repeats": $REPEATS, "duration": "$DURATION", "warmup": "$WARMUP",
   "value_bytes": $VALUE_BYTES, "keyspace": $KEYSPACE, "connections_max": $CONNECTIONS_MAX,
+  "systems": {"keel": "keel-bench --route leader", "keel-spread": "keel-bench --route spread", "etcd": "etcd-client (spreads over the endpoints by itself)"},
   "nproc": $(nproc),
   "memory": "$(awk '/^MemTotal:/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)",
   "cpu": "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)",

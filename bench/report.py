@@ -2,10 +2,14 @@
 """Turns the keel-bench JSON files of one compare-etcd.sh run into the ratio table (printed),
 a summary JSON, docs/BENCHMARKS.md and an SVG bar chart. Standard library only; no network.
 
-Runs are files RUNS/<case>.<system>.<repeat>.json. A case's ratio is computed per repeat
-(Keel and etcd ran back to back in the same repeat) and summarized as the median with the
-min-max spread. Throughput ratios are Keel/etcd ops/s (higher is better); latency ratios are
-Keel/etcd microseconds (lower is better).
+Runs are files RUNS/<case>.<system>.<repeat>.json; the systems are `keel` (keel-bench
+--route leader: keel-client sends each request to its range's leader), `keel-spread` (--route
+spread: raw gRPC round robin over the nodes, which forward to the leader; no retries) and
+`etcd` (whose client spreads by itself). A case's ratio is computed per repeat (the systems ran
+back to back in the same repeat) and summarized as the median with the min-max spread.
+Throughput ratios are Keel/etcd ops/s (higher is better); latency ratios are Keel/etcd
+microseconds (lower is better); `ratio` is Keel leader/etcd, `ratio_spread` Keel spread/etcd.
+Errors are summed over the repeats, in all and by code (keel-bench's `errors_by_code`).
 """
 
 import argparse
@@ -28,7 +32,9 @@ TARGETS = [
     ("lock-contended-16", "ops", ">=", 5.0, "contended lock hand-off ≥ 5× etcd (16 clients, one lock)"),
 ]
 METRIC_FIELD = {"ops": "ops_per_sec", "p50": "p50_us", "p99": "p99_us"}
-SYSTEMS = ("keel", "etcd")
+SYSTEMS = ("keel", "keel-spread", "etcd")
+# The Keel system each ratio is of (to etcd).
+RATIOS = {"ratio": "keel", "ratio_spread": "keel-spread"}
 
 
 def load_runs(runs_dir):
@@ -48,7 +54,8 @@ def spread(values):
 
 
 def summarize_case(by_system):
-    """Medians per system and per-repeat ratios Keel/etcd for ops/s, p50 and p99."""
+    """Medians per system, errors (in all and by code) and per-repeat ratios to etcd of each
+    Keel mode for ops/s, p50 and p99."""
     out = {}
     for system in SYSTEMS:
         repeats = by_system.get(system, {})
@@ -57,16 +64,27 @@ def summarize_case(by_system):
             for metric, field in METRIC_FIELD.items()
         }
         out[system]["errors"] = sum(run["errors"] for run in repeats.values())
+        by_code = {}
+        for run in repeats.values():
+            for code, count in run.get("errors_by_code", {}).items():
+                by_code[code] = by_code.get(code, 0) + count
+        out[system]["errors_by_code"] = by_code
         out[system]["repeats"] = len(repeats)
-    paired = sorted(set(by_system.get("keel", {})) & set(by_system.get("etcd", {})))
-    out["ratio"] = {}
+    for name, keel_system in RATIOS.items():
+        out[name] = ratios_to_etcd(by_system, keel_system)
+    return out
+
+
+def ratios_to_etcd(by_system, keel_system):
+    paired = sorted(set(by_system.get(keel_system, {})) & set(by_system.get("etcd", {})))
+    out = {}
     for metric, field in METRIC_FIELD.items():
         ratios = []
         for repeat in paired:
-            keel, etcd = by_system["keel"][repeat], by_system["etcd"][repeat]
+            keel, etcd = by_system[keel_system][repeat], by_system["etcd"][repeat]
             if keel["ops"] > 0 and etcd["ops"] > 0 and etcd[field] > 0:
                 ratios.append(keel[field] / etcd[field])
-        out["ratio"][metric] = spread(ratios)
+        out[metric] = spread(ratios)
     return out
 
 
@@ -115,28 +133,59 @@ def median_of(summary, system, metric):
     return None if entry is None else entry["median"]
 
 
+def system_done(summary, system):
+    return summary.get(system, {}).get("repeats", 0) > 0
+
+
+def latencies(summary, system):
+    if not system_done(summary, system):
+        return "–"
+    return f"{fmt_num(median_of(summary, system, 'p50'))} / {fmt_num(median_of(summary, system, 'p99'))}"
+
+
 def results_table(cases, order):
     lines = [
-        "| case | Keel ops/s | etcd ops/s | ops/s Keel/etcd | Keel p50 / p99 µs | etcd p50 / p99 µs | p50 Keel/etcd | p99 Keel/etcd | errors K / e |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| case | Keel ops/s | Keel spread ops/s | etcd ops/s | ops/s Keel/etcd | ops/s spread/etcd | Keel p50 / p99 µs | spread p50 / p99 µs | etcd p50 / p99 µs | p50 Keel/etcd | p99 Keel/etcd | errors K / Ks / e |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for case in order:
         summary = cases.get(case)
         if summary is None:
             continue
-        keel_done = summary["keel"]["repeats"] > 0
-        keel_ops = fmt_num(median_of(summary, "keel", "ops")) if keel_done else "not implemented yet"
-        keel_lat = (
-            f"{fmt_num(median_of(summary, 'keel', 'p50'))} / {fmt_num(median_of(summary, 'keel', 'p99'))}"
-            if keel_done else "–"
+        ops = {
+            system: fmt_num(median_of(summary, system, "ops")) if system_done(summary, system) else "–"
+            for system in SYSTEMS
+        }
+        if not system_done(summary, "keel"):
+            ops["keel"] = "not implemented yet"
+        errors = " / ".join(
+            str(summary[system]["errors"]) if system_done(summary, system) else "–" for system in SYSTEMS
         )
-        etcd_lat = f"{fmt_num(median_of(summary, 'etcd', 'p50'))} / {fmt_num(median_of(summary, 'etcd', 'p99'))}"
         lines.append(
-            f"| {case} | {keel_ops} | {fmt_num(median_of(summary, 'etcd', 'ops'))} | "
-            f"{fmt_ratio(summary['ratio']['ops'])} | {keel_lat} | {etcd_lat} | "
-            f"{fmt_ratio(summary['ratio']['p50'])} | {fmt_ratio(summary['ratio']['p99'])} | "
-            f"{summary['keel']['errors'] if keel_done else '–'} / {summary['etcd']['errors']} |"
+            f"| {case} | {ops['keel']} | {ops['keel-spread']} | {ops['etcd']} | "
+            f"{fmt_ratio(summary['ratio']['ops'])} | {fmt_ratio(summary.get('ratio_spread', {}).get('ops'))} | "
+            f"{latencies(summary, 'keel')} | {latencies(summary, 'keel-spread')} | {latencies(summary, 'etcd')} | "
+            f"{fmt_ratio(summary['ratio']['p50'])} | {fmt_ratio(summary['ratio']['p99'])} | {errors} |"
         )
+    return "\n".join(lines)
+
+
+def errors_table(cases, order):
+    """One row per case and system that had errors: the count by code, most frequent first."""
+    lines = ["| case | system | errors | by code |", "|---|---|---:|---|"]
+    for case in order:
+        summary = cases.get(case)
+        if summary is None:
+            continue
+        for system in SYSTEMS:
+            entry = summary.get(system, {})
+            if entry.get("errors", 0) == 0:
+                continue
+            by_code = sorted(entry.get("errors_by_code", {}).items(), key=lambda item: (-item[1], item[0]))
+            codes = ", ".join(f"`{code}` {count}" for code, count in by_code) or "(not recorded)"
+            lines.append(f"| {case} | {system} | {entry['errors']} | {codes} |")
+    if len(lines) == 2:
+        lines.append("| – | – | 0 | none |")
     return "\n".join(lines)
 
 
@@ -166,15 +215,28 @@ def markdown(machine, cases, order, rss, svg_name):
     return f"""# Benchmarks: Keel next to etcd
 
 Latest run: **{machine['date_utc']}** (started {machine['started_utc']}){quick}, written by
-`bench/compare-etcd.sh`. Ratios are Keel/etcd, computed per repeat (the two systems ran back
+`bench/compare-etcd.sh`. Ratios are Keel/etcd, computed per repeat (the systems ran back
 to back) and given as the median of {machine['repeats']} repeat(s) with the min–max spread.
 Throughput: higher is better. Latency: lower is better.
+
+Keel runs every case twice: **Keel** (`keel-bench --route leader`: keel-client sends each
+request to its range's leader and retries) and **Keel spread** (`--route spread`: raw gRPC
+calls round robin over the three nodes, which forward to the leader; no retries; every non-OK
+answer is an error), as most other clients reach Keel (a gRPC client generated from `proto/`,
+a load balancer, etcd's clients). etcd's own client already spreads requests over the
+endpoints, so etcd runs once. The targets and the chart are of Keel leader.
 
 ![Keel/etcd ratios](../bench/results/{svg_name})
 
 ## Results
 
 {results_table(cases, order)}
+
+Errors by code (summed over the repeats; upper case: the gRPC code of the answer, with Keel's
+error detail after `/`; lower case: keel-client's error after its retries; `bench_timeout`:
+no answer in 10 s):
+
+{errors_table(cases, order)}
 
 ## Targets of issue 7
 
@@ -301,8 +363,11 @@ goes first and repeats every case; read the spread, not only the median.
   in the runs before 2026-12-03 were taken that way (see *Load splits during a run* below).
 - Load: `keel-bench`, closed loop, each client one request in flight; the clients share
   min(clients, {machine['connections_max']}) client instances (connections). Keel is driven
-  through `keel-client` (leader cache, request ids); etcd through `etcd-client` (balanced over
-  the three members, so followers forward writes to the leader as with any etcd client).
+  twice per case: through `keel-client` (leader cache, request ids; `--route leader`), and as
+  raw gRPC calls round robin over the three nodes, which forward to the leader (`--route
+  spread`: one channel per node per connection, no retries, every non-OK answer counted as an
+  error by its code); etcd through `etcd-client` (balanced over the three members, so
+  followers forward writes to the leader as with any etcd client: it spreads already).
 - Every run first writes all {machine['keyspace']:,} keys ({machine['value_bytes']}-byte
   values; not for the lock cases), then loads for {machine['warmup']} of warm-up (not
   recorded) and {machine['duration']} measured, keys uniform. Latency is recorded in an
@@ -587,6 +652,8 @@ def main():
         with open(args.json, "w") as file:
             json.dump({"machine": machine, "cases": cases, "rss_mib": rss}, file, indent=1)
     print(results_table(cases, order))
+    print()
+    print(errors_table(cases, order))
     print()
     print(targets_table(cases, rss))
     print()

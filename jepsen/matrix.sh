@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The full matrix of the Jepsen-style harness (issues 6 and 17): every workload under every
-# fault alone and all faults together on one range, then every workload over 8 ranges under
+# fault alone and all faults together on one range, and register and follower-read again with
+# spread clients (`--clients spread`: raw calls round robin over the nodes, which forward to
+# the leader, no retries), then every workload over 8 ranges under
 # each range fault (split, move, membership, disk) and all ten faults together (each must be
 # valid), then every planted bug with the workload and faults that must catch it (each must be
 # invalid). Prints a table of verdicts and run times; exits non-zero if any row is not what it
@@ -30,6 +32,8 @@ cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/pl
 cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
 
 workloads=(register append counter follower-read fencing idempotency)
+# The workloads that also run with --clients spread, on one range under every fault above.
+spread_workloads=(register follower-read)
 faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
 # Over 8 ranges on 5 nodes (moves need a node without a replica).
 range_flags="--ranges 8 --nodes 5"
@@ -41,6 +45,7 @@ planted=(
     "double-apply|counter|partition|--response-loss-percent 5"
     "lock-no-expiry|fencing||"
     "idem-stale-complete|idempotency||"
+    "stale-read|register|partition|--clients spread"
 )
 range_planted=(
     "split-drops-inflight|register|split|$range_flags"
@@ -50,7 +55,7 @@ range_planted=(
 
 verdict() { case $1 in 0) echo valid ;; 1) echo invalid ;; 2) echo unknown ;; *) echo "error($1)" ;; esac; }
 failures=0
-table=$(printf '%-13s %-6s %-52s %-20s %-8s %-10s %6s %6s %6s\n' workload ranges faults planted-bug expected verdict ops faults seconds)
+table=$(printf '%-13s %-7s %-6s %-52s %-20s %-8s %-10s %6s %6s %6s\n' workload clients ranges faults planted-bug expected verdict ops faults seconds)
 
 # row WORKLOAD FAULTS BUG EXPECTED EXTRA...
 row() {
@@ -59,6 +64,8 @@ row() {
     local name="$workload-${nemesis:-none}"
     name="${name//,/+}${bug:+-$bug}"
     [[ " $* " == *" --ranges "* ]] && name="$name-ranges"
+    local clients=routed
+    [[ " $* " == *" --clients spread "* ]] && clients=spread name="$name-spread"
     local start=$SECONDS
     local limit=$time_limit
     local kinds
@@ -79,7 +86,7 @@ row() {
     local ops faults_seen
     ops=$(sed -n 's/^run: \([0-9]*\) ops, \([0-9]*\) faults.*/\1/p' "$out/$name.log")
     faults_seen=$(sed -n 's/^run: \([0-9]*\) ops, \([0-9]*\) faults.*/\2/p' "$out/$name.log")
-    line=$(printf '%-13s %-6s %-52s %-20s %-8s %-10s %6s %6s %6d' "$workload" "${ranges:-1}" "${nemesis:--}" "${bug:--}" "$expected" "$got" "${ops:--}" "${faults_seen:--}" $((SECONDS - start)))
+    line=$(printf '%-13s %-7s %-6s %-52s %-20s %-8s %-10s %6s %6s %6d' "$workload" "$clients" "${ranges:-1}" "${nemesis:--}" "${bug:--}" "$expected" "$got" "${ops:--}" "${faults_seen:--}" $((SECONDS - start)))
     echo "$line"
     table+=$'\n'"$line"
     [ "$got" = "$expected" ] || failures=$((failures + 1))
@@ -90,6 +97,11 @@ if [ "$rows" != ranges ]; then
     for workload in "${workloads[@]}"; do
         for nemesis in "${faults[@]}"; do
             row "$workload" "$nemesis" "" valid
+        done
+    done
+    for workload in "${spread_workloads[@]}"; do
+        for nemesis in "${faults[@]}"; do
+            row "$workload" "$nemesis" "" valid --clients spread
         done
     done
     for entry in "${planted[@]}"; do

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Smoke of the Jepsen-style harness (issues 6 and 17), as CI runs it (about 4 minutes): a
+# Smoke of the Jepsen-style harness (issues 6 and 17), as CI runs it (about 4.5 minutes): a
 # register run under partitions and kill -9 that must be valid, one over 4 ranges under splits
-# and kill -9 that must be valid, a counter run with the double-apply planted
-# bug and a fencing run with the lock-no-expiry planted bug (no faults needed: holds overlap
-# within seconds) that must be invalid. Builds the release binaries first. Needs root for a
+# and kill -9 that must be valid, a short register run with spread clients (raw calls round
+# robin over the nodes, no retries) under kill -9 that must be valid, a counter run with the
+# double-apply planted bug and a fencing run with the lock-no-expiry planted bug (no faults
+# needed: holds overlap within seconds) that must be invalid. Builds the release binaries first. Needs root for a
 # network namespace (falls back to the TCP proxy without). Prints each verdict and run time;
 # exits non-zero if any expectation fails.
 #
@@ -42,6 +43,7 @@ run() {
 
 run register valid --workload register --nemesis partition,kill --time-limit 60 --seed 1
 run register-ranges valid --workload register --ranges 4 --nemesis split,kill --time-limit 45 --seed 1
+run register-spread valid --workload register --clients spread --nemesis kill --time-limit 20 --seed 1
 run double-apply invalid --workload counter --nemesis partition --planted-bug double-apply \
     --response-loss-percent 5 \
     --time-limit 30 --seed 1

@@ -36,6 +36,10 @@ pub struct RunDir {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Results {
     pub valid: Verdict,
+    /// How the run's workload clients reached the cluster (`routed` or `spread`, from run.json;
+    /// runs from before `--clients` were routed); absent without run.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<String>,
     pub checkers: BTreeMap<String, CheckerResult>,
 }
 
@@ -154,8 +158,18 @@ pub fn run(run: &RunDir, checkers: &[CheckerName], budget: &Budget) -> Results {
     }
     Results {
         valid: Verdict::all(results.values().map(|r| r.result)),
+        clients: run.spec.as_ref().map(client_mode),
         checkers: results,
     }
+}
+
+/// The `clients` of run.json; `routed` when it has none (written before `--clients`).
+pub fn client_mode(spec: &RunSpec) -> String {
+    spec.extra
+        .get("clients")
+        .and_then(|mode| mode.as_str())
+        .unwrap_or("routed")
+        .to_string()
 }
 
 /// Writes results.json (pretty-printed, for people and tools alike).

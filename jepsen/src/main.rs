@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use keel_jepsen::check::{self, REPORT_FILE, RESULTS_FILE};
 use keel_jepsen::checker::{Budget, CheckerName};
 use keel_jepsen::run::plan::FaultKind;
+use keel_jepsen::run::spread::ClientMode;
 use keel_jepsen::run::workload::WorkloadKind;
 use keel_jepsen::run::{self, RunConfig};
 use keel_jepsen::{limits, report};
@@ -41,6 +42,11 @@ struct RunArgs {
     /// register, append, counter, follower-read, fencing or idempotency.
     #[arg(long)]
     workload: WorkloadKind,
+    /// routed: keel-client, to each range's leader, with retries. spread: each op to the next
+    /// node round robin as one raw gRPC call that the node forwards (no_forward false), no
+    /// retry, as generic clients send them (register and follower-read only).
+    #[arg(long, default_value = "routed")]
+    clients: ClientMode,
     /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock,
     /// split, move, membership, disk (move and membership need --nodes 4 or more).
     #[arg(long, value_delimiter = ',')]
@@ -129,6 +135,7 @@ fn main() -> ExitCode {
 fn run_and_check(args: RunArgs) -> anyhow::Result<u8> {
     let config = RunConfig {
         workload: args.workload,
+        clients: args.clients,
         nemesis: args.nemesis,
         nodes: args.nodes,
         ranges: args.ranges,

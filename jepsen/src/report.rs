@@ -11,7 +11,7 @@ mod timeline;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use crate::check::{Results, RunDir};
+use crate::check::{self, Results, RunDir};
 use crate::checker::Verdict;
 use crate::fault::FaultEvent;
 use crate::history::{Op, Status};
@@ -233,8 +233,9 @@ fn header(
     if let Some(spec) = &run.spec {
         let _ = write!(
             page,
-            "<p>workload <b>{}</b>, nemesis <b>{}</b>, {} nodes, seed {}, time limit {} s</p>",
+            "<p>workload <b>{}</b> ({} clients), nemesis <b>{}</b>, {} nodes, seed {}, time limit {} s</p>",
             escape(&spec.workload),
+            escape(&check::client_mode(spec)),
             escape(&spec.nemesis.join(", ")),
             spec.nodes,
             spec.seed,

@@ -37,7 +37,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "keel-backup",
         ],
     ),
-    // The harness treats the cluster as a black box: it may reach it through keel-client only.
+    // The harness treats the cluster as a black box: it reaches it through keel-client, or as
+    // raw keel-proto calls a generic client would send (`--clients spread`).
     ("keel-jepsen", &["keel-types", "keel-proto", "keel-client"]),
     // The load generator drives Keel as a client would (and etcd, behind a feature).
     ("keel-bench", &["keel-types", "keel-proto", "keel-client"]),

@@ -28,9 +28,15 @@ pub struct Args {
     /// Concurrent client tasks, each with one request in flight.
     #[arg(long, default_value_t = 1)]
     pub clients: usize,
-    /// Client instances (each with its own connections) the tasks share round-robin.
+    /// Client instances (each with its own connections) the tasks share round-robin. With
+    /// `--route spread`: sets of one channel per endpoint.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// Keel only. `leader`: through keel-client, which sends each request to its range's
+    /// leader and retries. `spread`: raw gRPC calls round robin over the endpoints, which
+    /// forward to the leader (`no_forward: false`), no retries, as generic clients do.
+    #[arg(long, value_enum)]
+    pub route: Option<Route>,
     /// Measured time: `10s`, `500ms`, `2m`, or plain seconds.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
@@ -65,6 +71,24 @@ pub struct Args {
 pub enum TargetKind {
     Keel,
     Etcd,
+}
+
+/// How Keel requests find their range's leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Route {
+    /// keel-client's routing and retries (the default).
+    Leader,
+    /// Round robin over the endpoints; the servers forward.
+    Spread,
+}
+
+impl Route {
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Leader => "leader",
+            Route::Spread => "spread",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -121,6 +145,8 @@ pub struct Config {
     pub op: Op,
     pub clients: usize,
     pub connections: usize,
+    /// Keel's route; `None` for etcd, whose client balances over the endpoints itself.
+    pub route: Option<Route>,
     pub duration: Duration,
     pub warmup: Duration,
     pub value_bytes: usize,
@@ -153,6 +179,8 @@ pub enum ConfigError {
     },
     #[error("--target etcd needs keel-bench built with `--features etcd`")]
     EtcdNotBuilt,
+    #[error("--route is for keel; etcd's client balances over the endpoints itself")]
+    RouteOnEtcd,
 }
 
 impl Config {
@@ -182,12 +210,18 @@ impl Config {
             return Err(out_of_range("read-ratio", args.read_ratio, 0, 1));
         }
         let endpoints = endpoints(args.target, args.endpoints.as_deref())?;
+        let route = match (args.target, args.route) {
+            (TargetKind::Keel, route) => Some(route.unwrap_or(Route::Leader)),
+            (TargetKind::Etcd, None) => None,
+            (TargetKind::Etcd, Some(_)) => return Err(ConfigError::RouteOnEtcd),
+        };
         Ok(Config {
             target: args.target,
             endpoints,
             op: args.op,
             clients: args.clients,
             connections: args.connections,
+            route,
             duration: args.duration,
             warmup: args.warmup,
             value_bytes: args.value_bytes,

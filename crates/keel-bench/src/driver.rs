@@ -5,12 +5,12 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use keel_types::Consistency;
 use tokio::time::Instant;
 
 use crate::config::{Config, Op};
+use crate::failure::Failure;
 use crate::keys::{KeyChooser, Rng};
 use crate::limits;
 use crate::report::Tally;
@@ -43,7 +43,7 @@ pub fn done<T>(_answer: T) -> Outcome {
 
 /// One task's handle on the target. Each task owns one; they share connections.
 pub trait Worker: Send + 'static {
-    fn run(&mut self, step: Step) -> impl Future<Output = Result<Outcome, String>> + Send;
+    fn run(&mut self, step: Step) -> impl Future<Output = Result<Outcome, Failure>> + Send;
 
     /// Releases what the worker holds (an etcd lease); bounded by the caller.
     fn close(self) -> impl Future<Output = ()> + Send;
@@ -99,7 +99,9 @@ pub async fn drive<W: Worker>(workers: Vec<W>, config: &Config) -> Tally {
     for task in tasks {
         match task.await {
             Ok(tally) => total.merge(tally),
-            Err(error) => total.record_error(format!("a client task failed: {error}")),
+            Err(error) => {
+                total.record_error(Failure::bench(format!("a client task failed: {error}")))
+            }
         }
     }
     total
@@ -151,16 +153,12 @@ async fn run_task<W: Worker>(
                 tally.record(done - sent);
                 tally.conflicts += u64::from(outcome == Outcome::Conflict);
             }
-            Ok(Err(message)) => tally.record_error(message),
-            Err(_) => tally.record_error(timed_out(limits::OP_TIMEOUT)),
+            Ok(Err(failure)) => tally.record_error(failure),
+            Err(_) => tally.record_error(Failure::timed_out(limits::OP_TIMEOUT.as_millis())),
         }
     }
     let _ = tokio::time::timeout(limits::SETUP_TIMEOUT, worker.close()).await;
     tally
-}
-
-fn timed_out(budget: Duration) -> String {
-    format!("no answer within {} ms", budget.as_millis())
 }
 
 #[cfg(test)]

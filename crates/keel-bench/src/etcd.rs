@@ -12,6 +12,7 @@ use keel_types::Consistency;
 
 use crate::config::{Config, Op};
 use crate::driver::{Outcome, Revisions, Step, Worker, done};
+use crate::failure::{Failure, code_name};
 use crate::keys;
 use crate::limits;
 use crate::preload;
@@ -112,26 +113,26 @@ async fn preload_keyspace(
 }
 
 impl Worker for EtcdWorker {
-    async fn run(&mut self, step: Step) -> Result<Outcome, String> {
+    async fn run(&mut self, step: Step) -> Result<Outcome, Failure> {
         match step {
             Step::Put(key) => {
                 let put = self
                     .client
                     .put(keys::data_key(key), self.value.to_vec(), None);
-                put.await.map(done).map_err(|error| error.to_string())
+                put.await.map(done).map_err(failure)
             }
             Step::Get(key, Consistency::Linearizable) => {
                 let get = self.client.get(keys::data_key(key), None);
-                get.await.map(done).map_err(|error| error.to_string())
+                get.await.map(done).map_err(failure)
             }
             Step::Get(key, Consistency::Follower) => {
                 let get = self.client.get(
                     keys::data_key(key),
                     Some(GetOptions::new().with_serializable()),
                 );
-                get.await.map(done).map_err(|error| error.to_string())
+                get.await.map(done).map_err(failure)
             }
-            Step::Get(_, Consistency::Lease) => Err("etcd has no leader-lease reads".to_string()),
+            Step::Get(_, Consistency::Lease) => Err("etcd has no leader-lease reads".into()),
             Step::Cas(key) => self.cas(key).await,
             Step::Increment(key) => self.increment(key).await,
             Step::Lock => self.lock_unlock(keys::lock_name(Some(self.task))).await,
@@ -149,7 +150,7 @@ impl Worker for EtcdWorker {
 impl EtcdWorker {
     /// A txn putting the value if the key's mod_revision is the last one seen, else reading
     /// the key to learn the current one.
-    async fn cas(&mut self, key: usize) -> Result<Outcome, String> {
+    async fn cas(&mut self, key: usize) -> Result<Outcome, Failure> {
         let name = keys::data_key(key);
         let expected = i64::try_from(self.revisions.get(key)).map_err(|error| error.to_string())?;
         let txn = Txn::new()
@@ -160,11 +161,7 @@ impl EtcdWorker {
             )])
             .and_then([TxnOp::put(name.clone(), self.value.to_vec(), None)])
             .or_else([TxnOp::get(name, None)]);
-        let response = self
-            .client
-            .txn(txn)
-            .await
-            .map_err(|error| error.to_string())?;
+        let response = self.client.txn(txn).await.map_err(failure)?;
         if response.succeeded() {
             self.revisions.observe(key, revision_of(&response)?);
             return Ok(Outcome::Done);
@@ -177,13 +174,9 @@ impl EtcdWorker {
 
     /// etcd has no increment: a linearizable get, then a txn writing value + 1 if the key's
     /// mod_revision is unchanged, else reading it again; repeated until it applies.
-    async fn increment(&mut self, key: usize) -> Result<Outcome, String> {
+    async fn increment(&mut self, key: usize) -> Result<Outcome, Failure> {
         let name = keys::counter_key(key);
-        let read = self
-            .client
-            .get(name.clone(), None)
-            .await
-            .map_err(|error| error.to_string())?;
+        let read = self.client.get(name.clone(), None).await.map_err(failure)?;
         let mut current = counter_of(read.kvs().first())?;
         for _ in 0..limits::INCREMENT_ATTEMPTS_MAX {
             let (value, revision) = current;
@@ -196,38 +189,46 @@ impl EtcdWorker {
                 )])
                 .and_then([TxnOp::put(name.clone(), next.to_string(), None)])
                 .or_else([TxnOp::get(name.clone(), None)]);
-            let response = self
-                .client
-                .txn(txn)
-                .await
-                .map_err(|error| error.to_string())?;
+            let response = self.client.txn(txn).await.map_err(failure)?;
             if response.succeeded() {
                 return Ok(Outcome::Done);
             }
             current = counter_of(read_in_txn(&response).as_ref())?;
         }
-        Err(format!(
+        Err(Failure::bench(format!(
             "increment conflicted {} times",
             limits::INCREMENT_ATTEMPTS_MAX
-        ))
+        )))
     }
 
     /// Lock (waits until granted) and Unlock, on the task's session lease. The lease is
     /// granted before the run with a TTL that outlasts it, which stands in for the keep-alive
     /// stream of etcd's concurrency session (one cheap message per TTL/3, off the hot path).
-    async fn lock_unlock(&mut self, name: Vec<u8>) -> Result<Outcome, String> {
+    async fn lock_unlock(&mut self, name: Vec<u8>) -> Result<Outcome, Failure> {
         let lease = self.lease.ok_or("a lock op without a session lease")?;
         let options = LockOptions::new().with_lease(lease);
         let locked = self
             .client
             .lock(name, Some(options))
             .await
-            .map_err(|error| error.to_string())?;
+            .map_err(failure)?;
         self.client
             .unlock(locked.key().to_vec())
             .await
-            .map_err(|error| error.to_string())?;
+            .map_err(failure)?;
         Ok(Outcome::Done)
+    }
+}
+
+/// An etcd client error, counted by the gRPC code of etcd's answer when it is one. The code
+/// is taken by number: etcd-client may build on another tonic than keel-bench's.
+fn failure(error: etcd_client::Error) -> Failure {
+    match &error {
+        etcd_client::Error::GRpcStatus(status) => {
+            let code = tonic::Code::from_i32(status.code() as i32);
+            Failure::new(code_name(code), error.to_string())
+        }
+        _ => Failure::new("etcd_client", error.to_string()),
     }
 }
 

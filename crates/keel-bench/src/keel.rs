@@ -11,6 +11,7 @@ use keel_types::{BatchOp, Condition, KvError};
 
 use crate::config::Config;
 use crate::driver::{Outcome, Revisions, Step, Worker, done};
+use crate::failure::Failure;
 use crate::preload;
 use crate::{keys, limits};
 
@@ -67,6 +68,14 @@ pub async fn prepare(
         .collect())
 }
 
+/// Preloads the keyspace through a keel-client of its own (`--route spread` measures raw
+/// calls, but writes the keyspace the same way as `--route leader`).
+pub async fn preload(config: &Config, revisions: &Arc<Revisions>) -> anyhow::Result<()> {
+    let client = Client::new(config.endpoints.clone(), ClientOptions::default())
+        .context("keel endpoints")?;
+    preload_keyspace(&client, config, revisions).await
+}
+
 async fn preload_keyspace(
     client: &Client,
     config: &Config,
@@ -105,7 +114,7 @@ async fn preload_keyspace(
 }
 
 impl Worker for KeelWorker {
-    async fn run(&mut self, step: Step) -> Result<Outcome, String> {
+    async fn run(&mut self, step: Step) -> Result<Outcome, Failure> {
         let result = match step {
             Step::Put(key) => {
                 let key = keys::data_key(key);
@@ -124,7 +133,7 @@ impl Worker for KeelWorker {
             Step::Lock => return self.lock_release(keys::lock_name(Some(self.task))).await,
             Step::LockShared => return self.lock_release(keys::lock_name(None)).await,
         };
-        result.map_err(|error| error.to_string())
+        result.map_err(|error| Failure::from_kv(&error))
     }
 
     async fn close(self) {}
@@ -132,25 +141,25 @@ impl Worker for KeelWorker {
 
 impl KeelWorker {
     /// Acquire (waiting, first come first served, for a held lock) and release.
-    async fn lock_release(&self, name: Vec<u8>) -> Result<Outcome, String> {
+    async fn lock_release(&self, name: Vec<u8>) -> Result<Outcome, Failure> {
         let acquired = self
             .client
             .acquire(&name, self.lock.clone())
             .await
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| Failure::from_kv(&error))?;
         let holder = match (acquired.acquired, acquired.holder) {
             (true, Some(holder)) => holder,
-            _ => return Err(format!("lock not granted within {:?}", self.lock.wait)),
+            _ => return Err(not_granted(self.lock.wait)),
         };
         self.client
             .release(&name, holder.token)
             .await
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| Failure::from_kv(&error))?;
         Ok(Outcome::Done)
     }
 
     /// A put conditioned on the key's last known revision (absent when none is known).
-    async fn cas(&self, key: usize) -> Result<Outcome, String> {
+    async fn cas(&self, key: usize) -> Result<Outcome, Failure> {
         let condition = match self.revisions.get(key) {
             0 => Condition::Absent,
             revision => Condition::Revision(revision),
@@ -173,7 +182,12 @@ impl KeelWorker {
                 self.revisions.observe(key, current);
                 Ok(Outcome::Conflict)
             }
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(Failure::from_kv(&error)),
         }
     }
+}
+
+/// A lock still held by another task after waiting `wait`.
+pub fn not_granted(wait: Duration) -> Failure {
+    Failure::bench(format!("lock not granted within {wait:?}"))
 }

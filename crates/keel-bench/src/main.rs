@@ -1,10 +1,12 @@
-//! `keel-bench`: a closed-loop load generator for Keel (through `keel-client`) and, with the
-//! `etcd` feature, for etcd (through `etcd-client`), so both can be measured the same way on
-//! the same machine. Never depends on Keel's server-side crates.
+//! `keel-bench`: a closed-loop load generator for Keel (through `keel-client`, or with
+//! `--route spread` as raw gRPC calls round robin over the nodes) and, with the `etcd`
+//! feature, for etcd (through `etcd-client`), so both can be measured the same way on the
+//! same machine. Never depends on Keel's server-side crates.
 //!
 //! Every task sends one request at a time, picks keys uniformly or by a zipfian law, and
 //! records the latency of what completes inside the measured window (after the warm-up) in an
-//! HdrHistogram. The result is printed as a table and, with `--json FILE`, written as JSON.
+//! HdrHistogram. The result is printed as a table and, with `--json FILE`, written as JSON;
+//! both name the route and count the errors by code (`failure`).
 //!
 //! Exit codes: 0 the run completed with at least one successful operation; 1 setup failed
 //! (connect, preload) or no operation succeeded; 2 usage error.
@@ -13,18 +15,20 @@ mod config;
 mod driver;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod failure;
 mod keel;
 mod keys;
 mod limits;
 mod preload;
 mod report;
+mod spread;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 
-use crate::config::{Args, Config, TargetKind};
+use crate::config::{Args, Config, Route, TargetKind};
 use crate::driver::Revisions;
 use crate::report::{Summary, Tally};
 
@@ -58,7 +62,11 @@ async fn run(config: &Config) -> anyhow::Result<Summary> {
     let summary = Summary::new(config, &tally);
     print!("{}", summary.to_table());
     if let Some(error) = &summary.first_error {
-        eprintln!("keel-bench: {} errors; the first: {error}", summary.errors);
+        eprintln!(
+            "keel-bench: {} errors ({}); the first: {error}",
+            summary.errors,
+            summary.errors_by_code_text()
+        );
     }
     if let Some(path) = &config.json {
         std::fs::write(path, summary.to_json() + "\n")
@@ -69,17 +77,21 @@ async fn run(config: &Config) -> anyhow::Result<Summary> {
 
 async fn drive(config: &Config) -> anyhow::Result<Tally> {
     let revisions = Revisions::new(config.keyspace);
-    match config.target {
-        TargetKind::Keel => {
+    match (config.target, config.route) {
+        (TargetKind::Keel, Some(Route::Spread)) => {
+            let workers = spread::prepare(config, &revisions).await?;
+            Ok(driver::drive(workers, config).await)
+        }
+        (TargetKind::Keel, _) => {
             let workers = keel::prepare(config, &revisions).await?;
             Ok(driver::drive(workers, config).await)
         }
         #[cfg(feature = "etcd")]
-        TargetKind::Etcd => {
+        (TargetKind::Etcd, _) => {
             let workers = etcd::prepare(config, &revisions).await?;
             Ok(driver::drive(workers, config).await)
         }
         #[cfg(not(feature = "etcd"))]
-        TargetKind::Etcd => anyhow::bail!("{}", config::ConfigError::EtcdNotBuilt),
+        (TargetKind::Etcd, _) => anyhow::bail!("{}", config::ConfigError::EtcdNotBuilt),
     }
 }

@@ -1,6 +1,7 @@
 //! The result of a run: latency histogram, counts, and their rendering as a human table and
 //! as JSON. Pure; knows nothing of targets or the network.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::config::{Config, Distribution, Op, TargetKind};
+use crate::failure::Failure;
 use crate::limits;
 
 /// What the tasks of a run counted, merged.
@@ -17,6 +19,8 @@ pub struct Tally {
     pub latencies_us: Histogram<u64>,
     /// Operations that failed (or timed out) in the measured window.
     pub errors: u64,
+    /// `errors` by class (`failure`'s module doc: the gRPC code, or keel-client's error).
+    pub errors_by_code: BTreeMap<String, u64>,
     /// Compare-and-set operations whose condition did not hold (they completed, and count as
     /// operations too).
     pub conflicts: u64,
@@ -32,6 +36,7 @@ impl Tally {
         Tally {
             latencies_us,
             errors: 0,
+            errors_by_code: BTreeMap::new(),
             conflicts: 0,
             first_error: None,
         }
@@ -43,9 +48,10 @@ impl Tally {
             .saturating_record(micros.clamp(1, limits::LATENCY_US_MAX));
     }
 
-    pub fn record_error(&mut self, message: String) {
+    pub fn record_error(&mut self, failure: Failure) {
         self.errors += 1;
-        self.first_error.get_or_insert(message);
+        *self.errors_by_code.entry(failure.code.clone()).or_default() += 1;
+        self.first_error.get_or_insert_with(|| failure.to_string());
     }
 
     pub fn merge(&mut self, other: Tally) {
@@ -53,6 +59,9 @@ impl Tally {
             .add(&other.latencies_us)
             .expect("histograms of one run have the same bounds");
         self.errors += other.errors;
+        for (code, count) in other.errors_by_code {
+            *self.errors_by_code.entry(code).or_default() += count;
+        }
         self.conflicts += other.conflicts;
         if self.first_error.is_none() {
             self.first_error = other.first_error;
@@ -64,6 +73,8 @@ impl Tally {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
     pub target: TargetKind,
+    /// Keel: `leader` or `spread`; etcd: `etcd-client` (its client balances by itself).
+    pub route: &'static str,
     pub op: Op,
     pub clients: usize,
     pub connections: usize,
@@ -74,6 +85,7 @@ pub struct Summary {
     pub duration_s: f64,
     pub ops: u64,
     pub errors: u64,
+    pub errors_by_code: BTreeMap<String, u64>,
     pub conflicts: u64,
     pub ops_per_sec: f64,
     pub mean_us: f64,
@@ -98,6 +110,7 @@ impl Summary {
         };
         Summary {
             target: config.target,
+            route: config.route.map_or("etcd-client", |route| route.name()),
             op: config.op,
             clients: config.clients,
             connections: config.connections,
@@ -110,6 +123,7 @@ impl Summary {
             duration_s,
             ops,
             errors: tally.errors,
+            errors_by_code: tally.errors_by_code.clone(),
             conflicts: tally.conflicts,
             ops_per_sec: ops as f64 / duration_s,
             mean_us: if ops == 0 { 0.0 } else { latencies.mean() },
@@ -125,7 +139,7 @@ impl Summary {
         serde_json::to_string_pretty(self).expect("a summary serializes")
     }
 
-    /// A header line and one row, columns aligned.
+    /// A header line and one row, columns aligned; the errors by code last (`-` for none).
     pub fn to_table(&self) -> String {
         let target = match self.target {
             TargetKind::Keel => "keel",
@@ -134,8 +148,9 @@ impl Summary {
         let mut table = String::new();
         let _ = writeln!(
             table,
-            "{:<6} {:<18} {:>7} {:>5} {:>9} {:>7} {:>10} {:>8} {:>8} {:>9} {:>9}",
+            "{:<6} {:<11} {:<18} {:>7} {:>5} {:>9} {:>7} {:>10} {:>8} {:>8} {:>9} {:>9}  errors by code",
             "target",
+            "route",
             "op",
             "clients",
             "conns",
@@ -145,12 +160,13 @@ impl Summary {
             "p50 µs",
             "p99 µs",
             "p99.9 µs",
-            "max µs"
+            "max µs",
         );
         let _ = writeln!(
             table,
-            "{:<6} {:<18} {:>7} {:>5} {:>9} {:>7} {:>10.1} {:>8} {:>8} {:>9} {:>9}",
+            "{:<6} {:<11} {:<18} {:>7} {:>5} {:>9} {:>7} {:>10.1} {:>8} {:>8} {:>9} {:>9}  {}",
             target,
+            self.route,
             self.op.name(),
             self.clients,
             self.connections,
@@ -160,9 +176,24 @@ impl Summary {
             self.p50_us,
             self.p99_us,
             self.p999_us,
-            self.max_us
+            self.max_us,
+            self.errors_by_code_text()
         );
         table
+    }
+
+    /// `CODE=count` pairs, most frequent first, comma-separated; `-` when there is none.
+    pub fn errors_by_code_text(&self) -> String {
+        let mut counts: Vec<(&String, &u64)> = self.errors_by_code.iter().collect();
+        counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let pairs: Vec<String> = counts
+            .iter()
+            .map(|(code, count)| format!("{code}={count}"))
+            .collect();
+        match pairs.is_empty() {
+            true => "-".to_string(),
+            false => pairs.join(","),
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 //! of its own when root, else behind the runner's proxies), runs a workload's clients and the
 //! nemesis side by side, heals, waits, reads every key, and leaves history.jsonl,
 //! faults.jsonl and run.json in the run directory for `check`. Talks to the cluster only
-//! through keel-client and the processes' command lines; knows nothing of how checkers work.
+//! through keel-client, the raw calls of `--clients spread` (`spread`) and the processes'
+//! command lines; knows nothing of how checkers work.
 
 pub mod clock;
 pub mod cluster;
@@ -16,6 +17,7 @@ pub mod plan;
 pub mod proxy;
 pub mod recorder;
 pub mod rng;
+pub mod spread;
 pub mod topology;
 pub mod workload;
 
@@ -37,6 +39,7 @@ use crate::run::net::Network;
 use crate::run::netns::Namespace;
 use crate::run::plan::{FaultKind, PlannedFault};
 use crate::run::recorder::Recorder;
+use crate::run::spread::ClientMode;
 use crate::run::topology::RangeLog;
 use crate::run::workload::{ClientPlan, Members, Workload, WorkloadKind};
 
@@ -72,6 +75,9 @@ pub enum Isolation {
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     pub workload: WorkloadKind,
+    /// How the workload clients reach the cluster; `Spread` for register and follower-read
+    /// only.
+    pub clients: ClientMode,
     pub nemesis: Vec<FaultKind>,
     pub nodes: usize,
     /// Ranges the keyspace is split into before the workload starts.
@@ -148,6 +154,13 @@ pub fn run_blocking(config: &RunConfig) -> anyhow::Result<RunSummary> {
 }
 
 fn validate(config: &RunConfig) -> anyhow::Result<()> {
+    if config.clients == ClientMode::Spread && !spreads(config.workload) {
+        bail!(
+            "--clients spread is for the register and follower-read workloads; {} runs its \
+             clients through keel-client only (--clients routed)",
+            config.workload.as_str()
+        );
+    }
     if !(1..=NODES_MAX).contains(&config.nodes) {
         bail!("--nodes is {}; it must be 1 to {NODES_MAX}", config.nodes);
     }
@@ -301,6 +314,7 @@ async fn drive(
     let end = Duration::from_secs(config.time_limit_s);
     let schedule = schedule(config);
     let client_plan = ClientPlan {
+        mode: config.clients,
         concurrency: config.concurrency,
         rate_hz: config.rate_hz,
         end,
@@ -376,6 +390,15 @@ fn serve_flags(config: &RunConfig) -> Vec<String> {
     flags
 }
 
+/// Whether `--clients spread` is implemented for `workload`: the workloads of single-key gets
+/// and puts, which a generic client sends as they are.
+pub fn spreads(workload: WorkloadKind) -> bool {
+    matches!(
+        workload,
+        WorkloadKind::Register | WorkloadKind::FollowerRead
+    )
+}
+
 /// Whether nodes are declared dead after `plan::DEAD_AFTER_MS` rather than the default 5
 /// minutes, so their replicas are re-created elsewhere within a fault's hold: runs with
 /// `membership` (outages) or `disk` (a damaged node refuses to start) faults.
@@ -428,6 +451,7 @@ async fn wait_ready(cluster: &mut Cluster, endpoints: &[String]) -> anyhow::Resu
 fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()> {
     let spec = json!({
         "workload": config.workload.as_str(),
+        "clients": config.clients.as_str(),
         "nemesis": config.nemesis.iter().map(|kind| kind.as_str()).collect::<Vec<_>>(),
         "nodes": config.nodes,
         "spare_nodes": slots(config) - config.nodes,
@@ -469,6 +493,7 @@ mod tests {
     fn config(nemesis: Vec<FaultKind>) -> RunConfig {
         RunConfig {
             workload: WorkloadKind::Register,
+            clients: ClientMode::Routed,
             nemesis,
             nodes: 3,
             ranges: 1,
@@ -502,6 +527,29 @@ mod tests {
                 config.nemesis
             );
             assert_eq!(serve_flags(&config).contains(&flag), expected);
+        }
+    }
+
+    #[test]
+    fn only_register_and_follower_read_spread() {
+        let all = [
+            WorkloadKind::Register,
+            WorkloadKind::Append,
+            WorkloadKind::Counter,
+            WorkloadKind::FollowerRead,
+            WorkloadKind::Fencing,
+            WorkloadKind::Idempotency,
+        ];
+        for workload in all {
+            let config = RunConfig {
+                workload,
+                clients: ClientMode::Spread,
+                ..config(vec![])
+            };
+            // The keel binary is checked last: a workload that spreads gets past the mode.
+            let error = validate(&config).unwrap_err().to_string();
+            let refused = error.contains("--clients spread is for the register");
+            assert_eq!(refused, !spreads(workload), "{workload:?}: {error}");
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The workloads' clients: each runs steps of its workload at its share of the rate until the
-//! time limit, through keel-client only, and records a step's ops in the history as soon as
+//! time limit, through keel-client (`--clients routed`) or, for register and follower-read,
+//! as raw calls round robin over the nodes (`--clients spread`, `run::spread`), and records a step's ops in the history as soon as
 //! the step completes (a step is one op, or for fencing one hold: acquire, fenced puts,
 //! release, and for idempotency one attempt: begin, then complete or abort); then the final
 //! reads of every key (idempotency: of every record id). Knows nothing of faults or of node
@@ -10,7 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use keel_client::{Client, ClientOptions};
+use keel_client::{Client, ClientOptions, GetResult, PutOptions};
+use keel_types::{Condition, Consistency, KvError};
 use serde_json::{Map, Value};
 
 use crate::history::{Op, OpKind, Status};
@@ -18,6 +20,7 @@ use crate::run::clock::RunClock;
 use crate::run::outcome;
 use crate::run::recorder::Recorder;
 use crate::run::rng::Rng;
+use crate::run::spread::{ClientMode, Read, Spread};
 
 mod append;
 mod counter;
@@ -84,16 +87,33 @@ impl Members {
 /// One workload client's connections: `main` knows the first nodes and follows the leader;
 /// `nodes[i]` knows node i only (spares included), so reads through it start there, as a
 /// client connected to one node would (a node that answers a linearizable read itself stays
-/// that client's choice).
+/// that client's choice). With `--clients spread`, `spread` sends the ops of the step (not the
+/// final reads) instead.
 pub struct Clients {
     pub main: Client,
     pub nodes: Vec<Client>,
     pub members: Arc<Members>,
+    pub spread: Option<Spread>,
 }
 
 impl Clients {
     /// `endpoints`: every node's, spares included; `main` knows the members' of now.
     pub fn new(endpoints: &[String], members: Arc<Members>) -> anyhow::Result<Clients> {
+        Clients::with_mode(endpoints, members, ClientMode::Routed, 0)
+    }
+
+    /// As `new`, with raw round-robin connections too when `mode` is spread, whose first turn
+    /// is `first` (the client's index, so clients start on different nodes).
+    pub fn with_mode(
+        endpoints: &[String],
+        members: Arc<Members>,
+        mode: ClientMode,
+        first: u64,
+    ) -> anyhow::Result<Clients> {
+        let spread = match mode {
+            ClientMode::Routed => None,
+            ClientMode::Spread => Some(Spread::new(endpoints, members.clone(), first)?),
+        };
         let nodes = endpoints
             .iter()
             .map(|endpoint| Client::new(vec![endpoint.clone()], client_options()))
@@ -107,7 +127,54 @@ impl Clients {
             main: Client::new(first, client_options())?,
             nodes,
             members,
+            spread,
         })
+    }
+
+    /// A put: through `main`, or raw to the next node. The revision written.
+    pub async fn put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        condition: Option<Condition>,
+    ) -> Result<u64, KvError> {
+        match &self.spread {
+            Some(spread) => spread.put(spread.next_node(), key, value, condition).await,
+            None => {
+                let options = PutOptions {
+                    condition,
+                    ..PutOptions::default()
+                };
+                let put = self.main.put(key, value, options).await;
+                put.map(|result| result.revision)
+            }
+        }
+    }
+
+    /// A linearizable get: through `reader`, or raw from the next node.
+    pub async fn linearizable_get(&self, rng: &mut Rng, key: &[u8]) -> Result<Read, KvError> {
+        let consistency = Consistency::Linearizable;
+        match &self.spread {
+            Some(spread) => spread.get(spread.next_node(), key, consistency).await,
+            None => self.reader(rng).get(key, consistency).await.map(read),
+        }
+    }
+
+    /// A follower get from one member: through the client that knows it only (at random), or
+    /// raw (the next node). The node asked, and the answer.
+    pub async fn follower_get(&self, rng: &mut Rng, key: &[u8]) -> (usize, Result<Read, KvError>) {
+        let consistency = Consistency::Follower;
+        match &self.spread {
+            Some(spread) => {
+                let index = spread.next_node();
+                (index, spread.get(index, key, consistency).await)
+            }
+            None => {
+                let index = self.member(rng);
+                let answer = self.nodes[index].get(key, consistency).await;
+                (index, answer.map(read))
+            }
+        }
     }
 
     /// A member's index, at random (the first node's when none is left).
@@ -132,6 +199,7 @@ impl Clients {
 /// How the clients run.
 #[derive(Debug, Clone)]
 pub struct ClientPlan {
+    pub mode: ClientMode,
     pub concurrency: usize,
     pub rate_hz: u32,
     /// Clients start no op after this (time since the run began).
@@ -234,6 +302,15 @@ impl Workload {
     }
 }
 
+/// A keel-client read as a `Read`.
+pub fn read(result: GetResult) -> Read {
+    Read {
+        value: result.kv.map(|kv| kv.value),
+        revision: result.revision,
+        served_by: result.served_by,
+    }
+}
+
 /// The options of every workload client.
 pub fn client_options() -> ClientOptions {
     ClientOptions {
@@ -265,7 +342,7 @@ pub async fn run_clients(
         Duration::from_secs_f64(plan.concurrency as f64 / f64::from(plan.rate_hz.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..plan.concurrency {
-        let clients = Clients::new(endpoints, members.clone())?;
+        let clients = Clients::with_mode(endpoints, members.clone(), plan.mode, index as u64)?;
         let first = interval.mul_f64(index as f64 / plan.concurrency as f64);
         let loop_ = ClientLoop {
             index: index as u64,

@@ -141,6 +141,7 @@ fn report_of_a_hundred_thousand_ops_stays_small_and_says_it_is_bucketed() {
     };
     let results = Results {
         valid: Verdict::Valid,
+        clients: None,
         checkers: Default::default(),
     };
     let html = report::render(&run, &results);
@@ -155,4 +156,31 @@ fn report_of_a_hundred_thousand_ops_stays_small_and_says_it_is_bucketed() {
         "the latency plot says it samples"
     );
     assert!(html.contains("100 clients share 64 lanes"));
+}
+
+#[test]
+fn the_client_mode_reaches_results_and_report() {
+    let good: &'static str = fixture("register/good-sequential.jsonl").leak();
+    let spread = RUN_SPEC.replace(r#""nodes""#, r#""clients":"spread","nodes""#);
+    let cases = [
+        (spread.as_str(), Some("spread")),
+        // Runs from before --clients were routed.
+        (RUN_SPEC, Some("routed")),
+    ];
+    for (spec, expected) in cases {
+        let dir = run_dir(&[
+            ("run.json", spec),
+            ("faults.jsonl", FAULTS),
+            ("history.jsonl", good),
+        ]);
+        let (code, results) = keel_jepsen(dir.path(), &[]);
+        assert_eq!(code, 0, "{spec}");
+        assert_eq!(results.unwrap().clients.as_deref(), expected, "{spec}");
+        let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        let words = format!("({} clients)", expected.unwrap());
+        assert!(html.contains(&words), "report.html lacks {words}");
+    }
+    let dir = run_dir(&[("history.jsonl", good)]);
+    let (_, results) = keel_jepsen(dir.path(), &["--checker", "register"]);
+    assert_eq!(results.unwrap().clients, None);
 }

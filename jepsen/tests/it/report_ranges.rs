@@ -93,6 +93,7 @@ fn idempotency_records_route_by_scope_and_id() {
     let run = check::load(dir.path()).unwrap();
     let results = Results {
         valid: Verdict::Valid,
+        clients: None,
         checkers: Default::default(),
     };
     let html = report::render(&run, &results);
@@ -125,6 +126,7 @@ fn a_run_without_ranges_gets_todays_report() {
     assert!(run.ranges.is_none());
     let results = Results {
         valid: Verdict::Valid,
+        clients: None,
         checkers: Default::default(),
     };
     let html = report::render(&run, &results);
@@ -211,6 +213,7 @@ fn report_of_a_hundred_thousand_ops_over_many_ranges_stays_small() {
     };
     let results = Results {
         valid: Verdict::Valid,
+        clients: None,
         checkers: Default::default(),
     };
     let html = report::render(&run, &results);

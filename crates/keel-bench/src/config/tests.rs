@@ -97,6 +97,20 @@ fn unsupported_pairs_are_refused() {
 }
 
 #[test]
+fn route_is_leader_unless_spread_is_asked() {
+    assert_eq!(parse("").unwrap().route, Some(Route::Leader));
+    assert_eq!(
+        parse("--route spread --connections 1").unwrap().route,
+        Some(Route::Spread)
+    );
+    check_refused("--route sideways", "invalid value 'sideways'");
+    if cfg!(feature = "etcd") {
+        assert_eq!(parse("--target etcd").unwrap().route, None);
+        check_refused("--target etcd --route leader", "--route is for keel");
+    }
+}
+
+#[test]
 fn etcd_endpoint_default() {
     if cfg!(feature = "etcd") {
         assert_eq!(

@@ -16,11 +16,11 @@ struct Fake {
 }
 
 impl Worker for Fake {
-    async fn run(&mut self, _step: Step) -> Result<Outcome, String> {
+    async fn run(&mut self, _step: Step) -> Result<Outcome, Failure> {
         tokio::time::sleep(self.delay).await;
         self.calls += 1;
         match (self.calls % self.fail_every, self.calls % 2) {
-            (0, _) => Err(format!("call {}", self.calls)),
+            (0, _) => Err(Failure::new("UNAVAILABLE", format!("call {}", self.calls))),
             (_, 0) => Ok(Outcome::Conflict),
             _ => Ok(Outcome::Done),
         }
@@ -55,6 +55,7 @@ async fn window_bounds_what_is_recorded() {
     let median = tally.latencies_us.value_at_quantile(0.5);
     assert!(tally.latencies_us.equivalent(median, 10_000), "{median}");
     assert!(tally.first_error.is_some());
+    assert_eq!(tally.errors_by_code["UNAVAILABLE"], tally.errors);
 }
 
 #[tokio::test(start_paused = true)]
@@ -70,6 +71,7 @@ async fn a_stuck_operation_times_out() {
     assert!(tally.errors >= expected, "{}", tally.errors);
     assert_eq!(tally.latencies_us.len(), 0);
     assert!(tally.first_error.unwrap().contains("no answer within"));
+    assert_eq!(tally.errors_by_code["bench_timeout"], tally.errors);
 }
 
 #[test]

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::{Args, Config};
+use crate::failure::Failure;
 use clap::Parser;
 
 fn config() -> Config {
@@ -26,10 +27,10 @@ fn tally() -> Tally {
     for micros in 1..=1_000 {
         tally.record(Duration::from_micros(micros));
     }
-    tally.record_error("first".to_string());
-    tally.record_error("second".to_string());
+    tally.record_error(Failure::new("UNAVAILABLE/not_leader", "first"));
+    tally.record_error(Failure::new("bench_timeout", "second"));
     let mut other = Tally::new();
-    other.record_error("third".to_string());
+    other.record_error(Failure::new("UNAVAILABLE/not_leader", "third"));
     other.conflicts = 2;
     tally.merge(other);
     tally
@@ -41,7 +42,19 @@ fn percentiles_and_rate() {
     assert_eq!(summary.ops, 1_000);
     assert_eq!(summary.ops_per_sec, 500.0);
     assert_eq!((summary.errors, summary.conflicts), (3, 2));
-    assert_eq!(summary.first_error.as_deref(), Some("first"));
+    assert_eq!(
+        summary.first_error.as_deref(),
+        Some("UNAVAILABLE/not_leader: first")
+    );
+    let by_code: Vec<(&str, u64)> = summary
+        .errors_by_code
+        .iter()
+        .map(|(code, count)| (code.as_str(), *count))
+        .collect();
+    assert_eq!(
+        by_code,
+        [("UNAVAILABLE/not_leader", 2), ("bench_timeout", 1)]
+    );
     // HdrHistogram with 3 significant digits: exact at this scale.
     assert_eq!(
         (summary.p50_us, summary.p99_us, summary.p999_us),
@@ -78,6 +91,8 @@ fn json_has_the_fields_scripts_read() {
     assert_eq!(json["distribution"], "zipf:0.99");
     assert_eq!(json["ops_per_sec"], 500.0);
     assert_eq!(json["errors"], 3);
+    assert_eq!(json["route"], "leader");
+    assert_eq!(json["errors_by_code"]["UNAVAILABLE/not_leader"], 2);
     for field in [
         "p50_us",
         "p99_us",
@@ -95,8 +110,35 @@ fn table_aligns_header_and_row() {
     let table = Summary::new(&config(), &tally()).to_table();
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2);
-    assert!(lines[0].starts_with("target op"));
-    assert!(lines[1].starts_with("keel   put"));
-    assert_eq!(lines[0].chars().count(), lines[1].chars().count());
+    assert!(lines[0].starts_with("target route       op"));
+    assert!(lines[1].starts_with("keel   leader      put"));
+    // Every column but the last (the errors by code) is aligned.
+    let start = |line: &str, column: &str| line.chars().count() - column.chars().count();
+    let codes = "UNAVAILABLE/not_leader=2,bench_timeout=1";
+    assert!(lines[1].ends_with(codes), "{}", lines[1]);
+    assert_eq!(
+        start(lines[0], "errors by code"),
+        start(lines[1], codes),
+        "{table}"
+    );
     assert!(lines[1].contains(" 500.0 "));
+}
+
+#[test]
+fn errors_by_code_most_frequent_first() {
+    let mut summary = Summary::new(&config(), &Tally::new());
+    assert_eq!(summary.errors_by_code_text(), "-");
+    summary.errors_by_code = [("b", 1), ("a", 1), ("c", 5)]
+        .into_iter()
+        .map(|(code, count)| (code.to_string(), count))
+        .collect();
+    assert_eq!(summary.errors_by_code_text(), "c=5,a=1,b=1");
+}
+
+#[test]
+fn route_is_named() {
+    let spread =
+        Config::from_args(Args::try_parse_from(["keel-bench", "--route", "spread"]).unwrap())
+            .unwrap();
+    assert_eq!(Summary::new(&spread, &Tally::new()).route, "spread");
 }

@@ -2,12 +2,14 @@
 //! `Consistency::Follower` through clients that know one node only, recorded as `get` with
 //! `"consistency":"follower"` and the serving `"node"`. After the heal, the final reads: per
 //! key a linearizable get, then a follower get on every node, in rounds until every node
-//! returns what the linearizable get did (all marked `"final":true`). Knows nothing of faults.
+//! returns what the linearizable get did (all marked `"final":true`). The puts and gets of the
+//! steps go through keel-client or raw round robin (`Clients`); the final reads always through
+//! keel-client. Knows nothing of faults.
 
 use std::time::Duration;
 
-use keel_client::{Client, PutOptions};
-use keel_types::Consistency;
+use keel_client::Client;
+use keel_types::{Consistency, KvError};
 use serde_json::Value;
 
 use crate::history::{Op, OpKind, Status};
@@ -15,8 +17,9 @@ use crate::run::clock::RunClock;
 use crate::run::outcome;
 use crate::run::recorder::Recorder;
 use crate::run::rng::Rng;
+use crate::run::spread::Read;
 use crate::run::workload::register::{decode, encode};
-use crate::run::workload::{Clients, Workload, called, returned};
+use crate::run::workload::{Clients, Workload, called, read, returned};
 
 /// Keys in use at once.
 pub const KEYS_ACTIVE: usize = 4;
@@ -37,8 +40,9 @@ pub(super) async fn step(
 ) -> Op {
     let pick = workload.keys.pick(rng);
     if rng.below(1000) < GET_PER_MILLE {
-        let index = clients.member(rng);
-        return follower_get(&clients.nodes[index], index, &pick.key, who, clock).await;
+        let op = called(who, OpKind::Get, &pick.key, Value::Null, Value::Null, clock);
+        let (index, answer) = clients.follower_get(rng, pick.key.as_bytes()).await;
+        return follower_got(op, index, answer, clock);
     }
     let value = Value::from(pick.value);
     let mut op = called(
@@ -50,13 +54,11 @@ pub(super) async fn step(
         clock,
     );
     let answer = clients
-        .main
-        .put(pick.key.as_bytes(), &encode(&value), PutOptions::default())
+        .put(pick.key.as_bytes(), &encode(&value), None)
         .await;
     let status = match &answer {
-        Ok(result) => {
-            op.extra
-                .insert("revision".into(), Value::from(result.revision));
+        Ok(revision) => {
+            op.extra.insert("revision".into(), Value::from(*revision));
             Status::Ok
         }
         Err(error) => outcome::write_status(error),
@@ -73,16 +75,21 @@ pub(super) async fn follower_get(
     who: u64,
     clock: &RunClock,
 ) -> Op {
-    let mut op = called(who, OpKind::Get, key, Value::Null, Value::Null, clock);
+    let op = called(who, OpKind::Get, key, Value::Null, Value::Null, clock);
+    let answer = client.get(key.as_bytes(), Consistency::Follower).await;
+    follower_got(op, index, answer.map(read), clock)
+}
+
+/// Completes a follower get of node `index` (asked) with its answer.
+fn follower_got(mut op: Op, index: usize, answer: Result<Read, KvError>, clock: &RunClock) -> Op {
     op.extra.insert("consistency".into(), "follower".into());
     let mut node = index as u64 + 1;
-    let answer = client.get(key.as_bytes(), Consistency::Follower).await;
     let op = match answer {
-        Ok(result) => {
-            node = result.served_by;
-            let output = result.kv.map_or(Value::Null, |kv| decode(&kv.value));
+        Ok(read) => {
+            node = read.served_by;
+            let output = read.value.map_or(Value::Null, |value| decode(&value));
             op.extra
-                .insert("revision".into(), Value::from(result.revision));
+                .insert("revision".into(), Value::from(read.revision));
             returned(op, Status::Ok, output, clock)
         }
         Err(error) => returned(op, outcome::read_status(&error), Value::Null, clock),

@@ -1,8 +1,9 @@
 //! The register workload: get (linearizable), put and cas on a few keys at a time, values
-//! unique per key (decimal integers, recorded as JSON numbers). Knows nothing of faults.
+//! unique per key (decimal integers, recorded as JSON numbers), through keel-client or raw
+//! round robin (`Clients`). Knows nothing of faults.
 
-use keel_client::{Client, PutOptions};
-use keel_types::{Condition, Consistency};
+use keel_client::Client;
+use keel_types::{Condition, Consistency, KvError};
 use serde_json::Value;
 
 use crate::history::{Op, OpKind, Status};
@@ -10,7 +11,8 @@ use crate::limits;
 use crate::run::clock::RunClock;
 use crate::run::outcome;
 use crate::run::rng::Rng;
-use crate::run::workload::{Clients, Workload, called, returned};
+use crate::run::spread::Read;
+use crate::run::workload::{Clients, Workload, called, read, returned};
 
 /// Keys in use at once.
 pub const KEYS_ACTIVE: usize = 4;
@@ -32,7 +34,9 @@ pub(super) async fn step(
     let pick = workload.keys.pick(rng);
     let roll = rng.below(1000);
     if roll < GET_PER_MILLE {
-        return get(workload, clients.reader(rng), &pick.key, who, clock).await;
+        let op = called(who, OpKind::Get, &pick.key, Value::Null, Value::Null, clock);
+        let answer = clients.linearizable_get(rng, pick.key.as_bytes()).await;
+        return got(workload, op, answer, clock);
     }
     let value = Value::from(pick.value);
     let (kind, expect, condition) = match roll < GET_PER_MILLE + PUT_PER_MILLE {
@@ -46,13 +50,8 @@ pub(super) async fn step(
         }
     };
     let op = called(who, kind, &pick.key, value.clone(), expect, clock);
-    let options = PutOptions {
-        condition,
-        ..PutOptions::default()
-    };
     let answer = clients
-        .main
-        .put(pick.key.as_bytes(), &encode(&value), options)
+        .put(pick.key.as_bytes(), &encode(&value), condition)
         .await;
     let status = match &answer {
         Ok(_) => {
@@ -73,10 +72,16 @@ pub(super) async fn get(
     clock: &RunClock,
 ) -> Op {
     let op = called(who, OpKind::Get, key, Value::Null, Value::Null, clock);
-    match client.get(key.as_bytes(), Consistency::Linearizable).await {
-        Ok(result) => {
-            let output = result.kv.map_or(Value::Null, |kv| decode(&kv.value));
-            workload.keys.learn(key, output.clone());
+    let answer = client.get(key.as_bytes(), Consistency::Linearizable).await;
+    got(workload, op, answer.map(read), clock)
+}
+
+/// Completes a get with its answer; the value read is what the client knows of the key now.
+fn got(workload: &Workload, op: Op, answer: Result<Read, KvError>, clock: &RunClock) -> Op {
+    match answer {
+        Ok(read) => {
+            let output = read.value.map_or(Value::Null, |value| decode(&value));
+            workload.keys.learn(&op.key, output.clone());
             returned(op, Status::Ok, output, clock)
         }
         Err(error) => returned(op, outcome::read_status(&error), Value::Null, clock),
