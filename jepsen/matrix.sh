@@ -11,6 +11,7 @@
 #   jepsen/matrix.sh                        # 60 s per run (about 2 h in all)
 #   ROWS=ranges jepsen/matrix.sh            # only the rows over 8 ranges and their planted bugs
 #   ROWS=one-range jepsen/matrix.sh         # only the rows on one range and their planted bugs
+#   ROWS=spread jepsen/matrix.sh            # only the spread-client rows and their planted bug
 #   TIME_LIMIT=30 SEED=7 jepsen/matrix.sh   # shorter runs, another seed
 #   KEEL_JEPSEN_OUT=DIR jepsen/matrix.sh    # keep the run directories there
 set -uo pipefail
@@ -92,13 +93,20 @@ row() {
     [ "$got" = "$expected" ] || failures=$((failures + 1))
 }
 
-if [ "$rows" != ranges ]; then
+case "$rows" in
+    all|one-range|ranges|spread) ;;
+    *) echo "matrix.sh: ROWS must be all, one-range, ranges or spread" >&2; exit 2 ;;
+esac
+if [ "$rows" = all ] || [ "$rows" = one-range ]; then
     ranges=1
     for workload in "${workloads[@]}"; do
         for nemesis in "${faults[@]}"; do
             row "$workload" "$nemesis" "" valid
         done
     done
+fi
+if [ "$rows" != ranges ]; then
+    ranges=1
     for workload in "${spread_workloads[@]}"; do
         for nemesis in "${faults[@]}"; do
             row "$workload" "$nemesis" "" valid --clients spread
@@ -106,11 +114,12 @@ if [ "$rows" != ranges ]; then
     done
     for entry in "${planted[@]}"; do
         IFS='|' read -r bug workload nemesis extra <<<"$entry"
+        [ "$rows" = spread ] && [[ " $extra " != *" --clients spread "* ]] && continue
         # shellcheck disable=SC2086 # extra flags are words
         row "$workload" "$nemesis" "$bug" invalid $extra
     done
 fi
-if [ "$rows" != one-range ]; then
+if [ "$rows" = all ] || [ "$rows" = ranges ]; then
     ranges=8
     for workload in "${workloads[@]}"; do
         for nemesis in "${range_faults[@]}"; do
