@@ -496,6 +496,17 @@ A write to a quiesced range whose leader's node was killed (`kill -9`) was answe
 Rerun: `bench/idle-ranges.sh` (`N`, `SAMPLE_S`, `IDLE_WAIT_S`; `KEEL=path BUILD=0` measures
 another build).
 
+## Spread clients over a long run, every default on
+
+`bench/spread-soak.sh` (not run by `compare-etcd.sh`; this section is not regenerated) starts
+a 3-node Keel with every default on (the rebalancer, load splits: none of the bench flags
+above) and runs keel-bench `--route spread --op mixed` (half linearizable gets, half puts,
+raw calls round robin over the nodes, no retries) with 64 clients over 8 connection sets for
+10 minutes. Run of 2026-12-04: 2,563,364 operations (4,272 ops/s, p50 14.4 ms, p99 31.6 ms,
+max 116 ms) and **0 errors**, while the first range split under load into two and the
+rebalancer moved one range's leadership (node 1 to node 2). Rerun: `bench/spread-soak.sh`
+(`DURATION`, `CLIENTS`, `CONNECTIONS`, `READ_RATIO`); it exits 1 if any call failed.
+
 ## Changes measured build against build
 
 `bench/ab-keel.sh OLD NEW` (not run by `compare-etcd.sh`; this section is not regenerated)
