@@ -58,6 +58,11 @@ pub struct Args {
     /// Seed of the key and op choices (task i uses seed + i).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Keel only. During the measured time, hand every data range's leadership to its next
+    /// voter this often (at least 2s), and report the operations that completed within 1 s
+    /// of a round of moves apart from the rest.
+    #[arg(long, value_parser = parse_duration)]
+    pub move_leader_every: Option<Duration>,
     /// Skip writing the keyspace before the run.
     #[arg(long)]
     pub no_preload: bool,
@@ -155,6 +160,7 @@ pub struct Config {
     pub read_ratio: f64,
     pub seed: u64,
     pub preload: bool,
+    pub move_leader_every: Option<Duration>,
     pub json: Option<PathBuf>,
 }
 
@@ -181,6 +187,8 @@ pub enum ConfigError {
     EtcdNotBuilt,
     #[error("--route is for keel; etcd's client balances over the endpoints itself")]
     RouteOnEtcd,
+    #[error("--move-leader-every is for keel: it moves leaderships through Keel's Cluster service")]
+    MovesOnEtcd,
 }
 
 impl Config {
@@ -215,6 +223,19 @@ impl Config {
             (TargetKind::Etcd, None) => None,
             (TargetKind::Etcd, Some(_)) => return Err(ConfigError::RouteOnEtcd),
         };
+        if let Some(every) = args.move_leader_every {
+            if args.target == TargetKind::Etcd {
+                return Err(ConfigError::MovesOnEtcd);
+            }
+            if every < limits::MOVE_LEADER_EVERY_MIN || every > limits::DURATION_MAX {
+                return Err(out_of_range(
+                    "move-leader-every",
+                    every,
+                    limits::MOVE_LEADER_EVERY_MIN,
+                    limits::DURATION_MAX,
+                ));
+            }
+        }
         Ok(Config {
             target: args.target,
             endpoints,
@@ -230,6 +251,7 @@ impl Config {
             read_ratio: args.read_ratio,
             seed: args.seed,
             preload: !args.no_preload,
+            move_leader_every: args.move_leader_every,
             json: args.json,
         })
     }

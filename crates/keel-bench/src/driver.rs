@@ -13,6 +13,7 @@ use crate::config::{Config, Op};
 use crate::failure::Failure;
 use crate::keys::{KeyChooser, Rng};
 use crate::limits;
+use crate::mover::Moves;
 use crate::report::Tally;
 
 /// One request (or request sequence) a worker sends, with the key index it applies to.
@@ -79,8 +80,42 @@ struct Window {
     end: Instant,
 }
 
-/// Runs one task per worker for warm-up plus duration and merges their tallies.
-pub async fn drive<W: Worker>(workers: Vec<W>, config: &Config) -> Tally {
+/// What the tasks counted, by whether each operation completed soon after a round of leader
+/// moves (`mover`) or not; without moves, everything is steady.
+#[derive(Debug, Clone)]
+pub struct Phased {
+    pub steady: Tally,
+    pub after_move: Tally,
+}
+
+impl Phased {
+    fn new() -> Phased {
+        Phased {
+            steady: Tally::new(),
+            after_move: Tally::new(),
+        }
+    }
+
+    fn merge(&mut self, other: Phased) {
+        self.steady.merge(other.steady);
+        self.after_move.merge(other.after_move);
+    }
+
+    /// Both phases together.
+    pub fn total(&self) -> Tally {
+        let mut total = self.steady.clone();
+        total.merge(self.after_move.clone());
+        total
+    }
+}
+
+/// Runs one task per worker for warm-up plus duration and merges their tallies, sorting each
+/// operation by `moves` when given.
+pub async fn drive<W: Worker>(
+    workers: Vec<W>,
+    config: &Config,
+    moves: Option<Arc<Moves>>,
+) -> Phased {
     let chooser = Arc::new(KeyChooser::new(config.distribution, config.keyspace));
     let start = Instant::now() + config.warmup;
     let window = Window {
@@ -91,17 +126,18 @@ pub async fn drive<W: Worker>(workers: Vec<W>, config: &Config) -> Tally {
     for (index, worker) in workers.into_iter().enumerate() {
         let rng = Rng::new(config.seed.wrapping_add(index as u64));
         let (chooser, op, read_ratio) = (chooser.clone(), config.op, config.read_ratio);
+        let moves = moves.clone();
         tasks.push(tokio::spawn(async move {
-            run_task(worker, rng, &chooser, op, read_ratio, window).await
+            run_task(worker, rng, &chooser, op, read_ratio, window, moves).await
         }));
     }
-    let mut total = Tally::new();
+    let mut total = Phased::new();
     for task in tasks {
         match task.await {
-            Ok(tally) => total.merge(tally),
-            Err(error) => {
-                total.record_error(Failure::bench(format!("a client task failed: {error}")))
-            }
+            Ok(phased) => total.merge(phased),
+            Err(error) => total
+                .steady
+                .record_error(Failure::bench(format!("a client task failed: {error}"))),
         }
     }
     total
@@ -135,8 +171,9 @@ async fn run_task<W: Worker>(
     op: Op,
     read_ratio: f64,
     window: Window,
-) -> Tally {
-    let mut tally = Tally::new();
+    moves: Option<Arc<Moves>>,
+) -> Phased {
+    let mut phased = Phased::new();
     for _ in 0..limits::OPS_PER_CLIENT_MAX {
         if Instant::now() >= window.end {
             break;
@@ -148,6 +185,10 @@ async fn run_task<W: Worker>(
         if done < window.start || done >= window.end {
             continue;
         }
+        let tally = match &moves {
+            Some(moves) if moves.soon_after_move(done) => &mut phased.after_move,
+            _ => &mut phased.steady,
+        };
         match outcome {
             Ok(Ok(outcome)) => {
                 tally.record(done - sent);
@@ -158,7 +199,7 @@ async fn run_task<W: Worker>(
         }
     }
     let _ = tokio::time::timeout(limits::SETUP_TIMEOUT, worker.close()).await;
-    tally
+    phased
 }
 
 #[cfg(test)]

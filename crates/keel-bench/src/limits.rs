@@ -40,3 +40,13 @@ pub const HISTOGRAM_DIGITS: u8 = 3;
 /// Extra life of a lock (Keel's TTL, etcd's session lease) beyond warm-up and duration, in
 /// seconds.
 pub const LOCK_LEASE_SLACK_S: u64 = 60;
+/// Shortest `--move-leader-every`: a round of moves and the `AFTER_MOVE` that follows it must
+/// leave steady time between rounds.
+pub const MOVE_LEADER_EVERY_MIN: Duration = Duration::from_secs(2);
+/// An operation completing this soon after a round of leader moves started counts as "after a
+/// move" in the report.
+pub const AFTER_MOVE: Duration = Duration::from_secs(1);
+/// Most rounds of leader moves in one run, whatever the duration.
+pub const MOVE_ROUNDS_MAX: u64 = 10_000;
+/// Most ranges whose leadership one round moves.
+pub const MOVE_RANGES_MAX: usize = 256;

@@ -19,18 +19,22 @@ mod failure;
 mod keel;
 mod keys;
 mod limits;
+mod mover;
 mod preload;
 mod report;
 mod spread;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use keel_client::{Client, ClientOptions};
 
 use crate::config::{Args, Config, Route, TargetKind};
-use crate::driver::Revisions;
-use crate::report::{Summary, Tally};
+use crate::driver::{Phased, Revisions, Worker};
+use crate::mover::Moves;
+use crate::report::{MoveReport, Summary};
 
 fn main() -> ExitCode {
     let config = match Config::from_args(Args::parse()) {
@@ -58,8 +62,17 @@ fn main() -> ExitCode {
 }
 
 async fn run(config: &Config) -> anyhow::Result<Summary> {
-    let tally = drive(config).await?;
-    let summary = Summary::new(config, &tally);
+    let moves = config.move_leader_every.map(|_| Moves::new());
+    let phased = drive(config, moves.clone()).await?;
+    let mut summary = Summary::new(config, &phased.total());
+    if let (Some(every), Some(moves)) = (config.move_leader_every, moves) {
+        summary.moves = Some(MoveReport::new(
+            every,
+            moves.counts(),
+            &phased.after_move,
+            &phased.steady,
+        ));
+    }
     print!("{}", summary.to_table());
     if let Some(error) = &summary.first_error {
         eprintln!(
@@ -75,23 +88,53 @@ async fn run(config: &Config) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
-async fn drive(config: &Config) -> anyhow::Result<Tally> {
+async fn drive(config: &Config, moves: Option<Arc<Moves>>) -> anyhow::Result<Phased> {
     let revisions = Revisions::new(config.keyspace);
     match (config.target, config.route) {
         (TargetKind::Keel, Some(Route::Spread)) => {
             let workers = spread::prepare(config, &revisions).await?;
-            Ok(driver::drive(workers, config).await)
+            drive_keel(workers, config, moves).await
         }
         (TargetKind::Keel, _) => {
             let workers = keel::prepare(config, &revisions).await?;
-            Ok(driver::drive(workers, config).await)
+            drive_keel(workers, config, moves).await
         }
         #[cfg(feature = "etcd")]
         (TargetKind::Etcd, _) => {
             let workers = etcd::prepare(config, &revisions).await?;
-            Ok(driver::drive(workers, config).await)
+            Ok(driver::drive(workers, config, None).await)
         }
         #[cfg(not(feature = "etcd"))]
         (TargetKind::Etcd, _) => anyhow::bail!("{}", config::ConfigError::EtcdNotBuilt),
     }
+}
+
+/// Drives Keel's workers, with a mover handing leaderships round during the measured time
+/// when `moves` is given.
+async fn drive_keel<W: Worker>(
+    workers: Vec<W>,
+    config: &Config,
+    moves: Option<Arc<Moves>>,
+) -> anyhow::Result<Phased> {
+    let mover = match (config.move_leader_every, &moves) {
+        (Some(every), Some(moves)) => {
+            let client = Client::new(config.endpoints.clone(), ClientOptions::default())
+                .context("keel endpoints")?;
+            let start = tokio::time::Instant::now() + config.warmup;
+            let end = start + config.duration;
+            Some(tokio::spawn(mover::run(
+                client,
+                every,
+                start,
+                end,
+                moves.clone(),
+            )))
+        }
+        _ => None,
+    };
+    let phased = driver::drive(workers, config, moves).await;
+    if let Some(mover) = mover {
+        mover.abort();
+    }
+    Ok(phased)
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::config::{Config, Distribution, Op, TargetKind};
 use crate::failure::Failure;
 use crate::limits;
+use crate::mover::MoveCounts;
 
 /// What the tasks of a run counted, merged.
 #[derive(Debug, Clone)]
@@ -94,6 +95,75 @@ pub struct Summary {
     pub p999_us: u64,
     pub max_us: u64,
     pub first_error: Option<String>,
+    /// With `--move-leader-every`: the moves, and the operations split by whether they
+    /// completed soon after a round of them.
+    pub moves: Option<MoveReport>,
+}
+
+/// Leader moves during a run and what the operations around them saw.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoveReport {
+    pub every_s: f64,
+    /// An operation completing this long after a round started counts as after a move.
+    pub after_move_s: f64,
+    /// Hand-overs the leaders accepted, and those refused.
+    pub done: u64,
+    pub refused: u64,
+    pub first_refusal: Option<String>,
+    pub after_move: Phase,
+    pub steady: Phase,
+}
+
+/// The operations of one phase of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Phase {
+    pub ops: u64,
+    pub errors: u64,
+    pub errors_by_code: BTreeMap<String, u64>,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+}
+
+impl Phase {
+    pub fn new(tally: &Tally) -> Phase {
+        Phase {
+            ops: tally.latencies_us.len(),
+            errors: tally.errors,
+            errors_by_code: tally.errors_by_code.clone(),
+            p50_us: quantile(&tally.latencies_us, 0.50),
+            p99_us: quantile(&tally.latencies_us, 0.99),
+            max_us: quantile(&tally.latencies_us, 1.0),
+        }
+    }
+}
+
+/// The latency at `q` (the maximum at 1.0); 0 without operations.
+fn quantile(latencies: &Histogram<u64>, q: f64) -> u64 {
+    match latencies.is_empty() {
+        true => 0,
+        false if q >= 1.0 => latencies.max(),
+        false => latencies.value_at_quantile(q),
+    }
+}
+
+impl MoveReport {
+    pub fn new(
+        every: Duration,
+        counts: MoveCounts,
+        after_move: &Tally,
+        steady: &Tally,
+    ) -> MoveReport {
+        MoveReport {
+            every_s: every.as_secs_f64(),
+            after_move_s: limits::AFTER_MOVE.as_secs_f64(),
+            done: counts.done,
+            refused: counts.refused,
+            first_refusal: counts.first_refusal,
+            after_move: Phase::new(after_move),
+            steady: Phase::new(steady),
+        }
+    }
 }
 
 impl Summary {
@@ -101,13 +171,6 @@ impl Summary {
         let latencies = &tally.latencies_us;
         let ops = latencies.len();
         let duration_s = config.duration.as_secs_f64();
-        let quantile = |q: f64| {
-            if ops == 0 {
-                0
-            } else {
-                latencies.value_at_quantile(q)
-            }
-        };
         Summary {
             target: config.target,
             route: config.route.map_or("etcd-client", |route| route.name()),
@@ -127,11 +190,12 @@ impl Summary {
             conflicts: tally.conflicts,
             ops_per_sec: ops as f64 / duration_s,
             mean_us: if ops == 0 { 0.0 } else { latencies.mean() },
-            p50_us: quantile(0.50),
-            p99_us: quantile(0.99),
-            p999_us: quantile(0.999),
-            max_us: if ops == 0 { 0 } else { latencies.max() },
+            p50_us: quantile(latencies, 0.50),
+            p99_us: quantile(latencies, 0.99),
+            p999_us: quantile(latencies, 0.999),
+            max_us: quantile(latencies, 1.0),
             first_error: tally.first_error.clone(),
+            moves: None,
         }
     }
 
@@ -179,21 +243,52 @@ impl Summary {
             self.max_us,
             self.errors_by_code_text()
         );
+        if let Some(moves) = &self.moves {
+            let _ = writeln!(
+                table,
+                "leader moves every {}s: {} done, {} refused; operations completing within {}s \
+                 of a round of moves, and the rest:",
+                moves.every_s, moves.done, moves.refused, moves.after_move_s
+            );
+            let _ = writeln!(
+                table,
+                "  {:<12} {:>9} {:>7} {:>8} {:>8} {:>9}  errors by code",
+                "phase", "ops", "errors", "p50 µs", "p99 µs", "max µs"
+            );
+            for (name, phase) in [("after move", &moves.after_move), ("steady", &moves.steady)] {
+                let _ = writeln!(
+                    table,
+                    "  {:<12} {:>9} {:>7} {:>8} {:>8} {:>9}  {}",
+                    name,
+                    phase.ops,
+                    phase.errors,
+                    phase.p50_us,
+                    phase.p99_us,
+                    phase.max_us,
+                    codes_text(&phase.errors_by_code)
+                );
+            }
+        }
         table
     }
 
-    /// `CODE=count` pairs, most frequent first, comma-separated; `-` when there is none.
+    /// The run's errors as `codes_text` writes them.
     pub fn errors_by_code_text(&self) -> String {
-        let mut counts: Vec<(&String, &u64)> = self.errors_by_code.iter().collect();
-        counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let pairs: Vec<String> = counts
-            .iter()
-            .map(|(code, count)| format!("{code}={count}"))
-            .collect();
-        match pairs.is_empty() {
-            true => "-".to_string(),
-            false => pairs.join(","),
-        }
+        codes_text(&self.errors_by_code)
+    }
+}
+
+/// `CODE=count` pairs, most frequent first, comma-separated; `-` when there is none.
+fn codes_text(errors_by_code: &BTreeMap<String, u64>) -> String {
+    let mut counts: Vec<(&String, &u64)> = errors_by_code.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let pairs: Vec<String> = counts
+        .iter()
+        .map(|(code, count)| format!("{code}={count}"))
+        .collect();
+    match pairs.is_empty() {
+        true => "-".to_string(),
+        false => pairs.join(","),
     }
 }
 

@@ -111,6 +111,25 @@ fn route_is_leader_unless_spread_is_asked() {
 }
 
 #[test]
+fn leader_moves_are_keels_and_not_too_frequent() {
+    assert_eq!(parse("").unwrap().move_leader_every, None);
+    assert_eq!(
+        parse("--move-leader-every 3s").unwrap().move_leader_every,
+        Some(Duration::from_secs(3))
+    );
+    check_refused(
+        "--move-leader-every 1500ms",
+        "--move-leader-every is 1.5s; it must be 2s to",
+    );
+    if cfg!(feature = "etcd") {
+        check_refused(
+            "--target etcd --move-leader-every 5s",
+            "--move-leader-every is for keel",
+        );
+    }
+}
+
+#[test]
 fn etcd_endpoint_default() {
     if cfg!(feature = "etcd") {
         assert_eq!(

@@ -45,7 +45,7 @@ async fn window_bounds_what_is_recorded() {
             fail_every: 5,
         })
         .collect();
-    let tally = drive(workers, &config).await;
+    let tally = drive(workers, &config, None).await.total();
     // Each task completes one op per 10 ms of paused time: 100 per task in the 1 s window,
     // of which every 5th fails.
     let completed = tally.latencies_us.len() + tally.errors;
@@ -59,6 +59,30 @@ async fn window_bounds_what_is_recorded() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn operations_completing_soon_after_a_round_of_moves_are_counted_apart() {
+    let config = config("--duration 3s --warmup 0s");
+    let workers = vec![Fake {
+        delay: Duration::from_millis(10),
+        calls: 0,
+        fail_every: 1_000,
+    }];
+    let moves = Moves::new();
+    let mover = moves.clone();
+    let round = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        mover.start_round(Instant::now());
+    });
+    let phased = drive(workers, &config, Some(moves)).await;
+    round.await.unwrap();
+    // One op per 10 ms: those done in the second after the round (1 s to 2 s) are after it.
+    let after = phased.after_move.latencies_us.len();
+    let steady = phased.steady.latencies_us.len();
+    assert!((98..=102).contains(&after), "{after}");
+    assert!((196..=204).contains(&steady), "{steady}");
+    assert_eq!(phased.total().latencies_us.len(), after + steady);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stuck_operation_times_out() {
     let config = config("--duration 30s --warmup 0s");
     let workers = vec![Fake {
@@ -66,7 +90,7 @@ async fn a_stuck_operation_times_out() {
         calls: 0,
         fail_every: 1_000,
     }];
-    let tally = drive(workers, &config).await;
+    let tally = drive(workers, &config, None).await.total();
     let expected = (30 / limits::OP_TIMEOUT.as_secs()) - 1;
     assert!(tally.errors >= expected, "{}", tally.errors);
     assert_eq!(tally.latencies_us.len(), 0);

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::{Args, Config};
 use crate::failure::Failure;
+use crate::mover::MoveCounts;
 use clap::Parser;
 
 fn config() -> Config {
@@ -141,4 +142,48 @@ fn route_is_named() {
         Config::from_args(Args::try_parse_from(["keel-bench", "--route", "spread"]).unwrap())
             .unwrap();
     assert_eq!(Summary::new(&spread, &Tally::new()).route, "spread");
+}
+
+#[test]
+fn moves_get_a_table_of_their_own_and_a_json_object() {
+    let mut summary = Summary::new(&config(), &tally());
+    assert!(summary.to_json().contains("\"moves\": null"));
+    let mut after = Tally::new();
+    after.record(Duration::from_millis(300));
+    after.record_error(Failure::new("UNAVAILABLE/not_leader", "moved"));
+    let counts = MoveCounts {
+        done: 7,
+        refused: 1,
+        first_refusal: Some("range 2 to node 3: timed out".to_string()),
+    };
+    summary.moves = Some(MoveReport::new(
+        Duration::from_secs(3),
+        counts,
+        &after,
+        &tally(),
+    ));
+    let table = summary.to_table();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 6, "{table}");
+    assert!(lines[2].starts_with("leader moves every 3s: 7 done, 1 refused"));
+    assert!(
+        lines[4].starts_with("  after move           1       1"),
+        "{}",
+        lines[4]
+    );
+    assert!(
+        lines[4].ends_with("UNAVAILABLE/not_leader=1"),
+        "{}",
+        lines[4]
+    );
+    assert!(
+        lines[5].starts_with("  steady            1000       3"),
+        "{}",
+        lines[5]
+    );
+    let json: serde_json::Value = serde_json::from_str(&summary.to_json()).unwrap();
+    assert_eq!(json["moves"]["done"], 7);
+    assert_eq!(json["moves"]["after_move"]["errors"], 1);
+    assert!(json["moves"]["after_move"]["max_us"].as_u64().unwrap() >= 299_000);
+    assert_eq!(json["moves"]["steady"]["ops"], 1000);
 }
