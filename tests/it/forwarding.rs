@@ -4,15 +4,18 @@
 //! `NotLeader` or `Unavailable` that only says where the leader went.
 
 use keel_client::Client;
+use keel_client::attempt::{self, AttemptError};
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{self, GetRequest, PutRequest};
-use keel_types::{NodeId, RangeId};
+use keel_types::{KvError, NodeId, RangeId};
 use tonic::transport::Channel;
 
 use crate::harness::{Cluster, eventually};
 
 /// Puts and linearizable gets sent round robin over the nodes.
 const ROUNDS: usize = 60;
+/// Requests sent to a follower, one after the other, while its range replaces a dead leader.
+const ELECTION_POLLS_MAX: usize = 50_000;
 
 async fn put(kv: &mut KvClient<Channel>, key: &[u8], value: &[u8]) -> Result<(), tonic::Status> {
     let request = PutRequest {
@@ -92,5 +95,56 @@ async fn a_follower_waits_out_the_election_after_its_leader_dies() {
     put(&mut kv, b"after", b"2").await.unwrap();
     assert_eq!(get(&mut kv, b"after").await.unwrap(), Some(b"2".to_vec()));
     assert_eq!(get(&mut kv, b"before").await.unwrap(), Some(b"1".to_vec()));
+    cluster.shutdown().await;
+}
+
+/// A request its caller routes itself (`no_forward`, as keel-client sends them), sent to a
+/// follower again and again while its leader is replaced: the follower names the dead leader
+/// until it notices, then waits out the election and serves the request (it won) or names the
+/// winner. It never answers `Unavailable` for the election, which would leave the caller
+/// backing off without knowing where to go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_may_not_go_on_waits_out_an_election_for_its_answer() {
+    let mut cluster = Cluster::start(3).await;
+    let dead = cluster.leader().await;
+    let follower = cluster.ids().into_iter().find(|id| *id != dead).unwrap();
+    let mut kv = cluster.kv(follower).await;
+    put(&mut kv, b"before", b"1").await.unwrap();
+    cluster.stop_node(dead).await;
+    let request = PutRequest {
+        key: b"after".to_vec(),
+        value: b"2".to_vec(),
+        no_forward: true,
+        ..PutRequest::default()
+    };
+    let mut winner = None;
+    for _ in 0..ELECTION_POLLS_MAX {
+        let status = match kv.put(request.clone()).await {
+            Ok(_) => {
+                winner = Some(follower);
+                break;
+            }
+            Err(status) => status,
+        };
+        match attempt::from_status(&status) {
+            AttemptError::Server(KvError::NotLeader {
+                leader: Some((id, _)),
+                ..
+            }) if id == dead => continue,
+            AttemptError::Server(KvError::NotLeader {
+                leader: Some((id, _)),
+                ..
+            }) => {
+                winner = Some(id);
+                break;
+            }
+            other => panic!("the follower answered {other:?} while its range elected a leader"),
+        }
+    }
+    let winner = winner.expect("the follower kept naming the dead leader");
+    assert_ne!(winner, dead);
+    let mut kv = cluster.kv(winner).await;
+    kv.put(request).await.unwrap();
+    assert_eq!(get(&mut kv, b"after").await.unwrap(), Some(b"2".to_vec()));
     cluster.shutdown().await;
 }

@@ -25,6 +25,12 @@ use crate::endpoints;
 const WRITE_BACKOFF_MS_MIN: u64 = 50;
 /// Longest pause between write attempts (before jitter).
 const WRITE_BACKOFF_MS_MAX: u64 = 1_000;
+/// Pause before following a leader hint that is not the request's first (it doubles per
+/// attempt): during a leader transfer the old leader names the new one before that one has
+/// won, and the two can send a request back and forth until it has.
+const HINT_BACKOFF_MS_MIN: u64 = 10;
+/// Longest pause before following a leader hint.
+const HINT_BACKOFF_MS_MAX: u64 = 200;
 
 /// Where the next attempt goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,8 +238,8 @@ pub fn write_gave_up(error: &AttemptError, progress: &WriteProgress, spent: &str
 /// Pause before attempt `attempt + 1` of a read, given the error of attempt `attempt`, where
 /// the next attempt goes, and the time left before the deadline:
 ///
-/// - none when following a hint to a leader, or to a refreshed range table (the refresh
-///   itself is rate-limited);
+/// - none when following the request's first hint to a leader, or to a refreshed range
+///   table (the refresh itself is rate-limited); `hint_backoff` for a later hint;
 /// - while the range has no leader (`NotLeader` without a usable hint, `Unavailable`), the
 ///   time left spread evenly over the attempts left, within 100 ms..1 s: elections take
 ///   seconds, and attempts spent early would be missing when the new leader is up;
@@ -245,8 +251,10 @@ pub fn read_backoff(
     attempt: u32,
     remaining: Duration,
 ) -> Duration {
-    if let Target::Hinted(_) | Target::Refresh = target {
-        return Duration::ZERO;
+    match target {
+        Target::Hinted(_) => return hint_backoff(attempt),
+        Target::Refresh => return Duration::ZERO,
+        Target::Next | Target::Same => {}
     }
     match error {
         AttemptError::Server(KvError::NotLeader { .. } | KvError::Unavailable { .. }) => {
@@ -258,13 +266,16 @@ pub fn read_backoff(
     }
 }
 
-/// Pause before attempt `attempt + 1` of a write: none when following a hint to a leader or
-/// a refreshed range table (whose refresh is rate-limited), else exponential from `WRITE_BACKOFF_MS_MIN` to `WRITE_BACKOFF_MS_MAX`, of which a
-/// random part (`jitter`, 0..=1) is kept in the second half, so that many clients retrying
-/// after one failure spread out.
+/// Pause before attempt `attempt + 1` of a write: `hint_backoff` when following a hint to a
+/// leader, none for a refreshed range table (whose refresh is rate-limited), else exponential
+/// from `WRITE_BACKOFF_MS_MIN` to `WRITE_BACKOFF_MS_MAX`, of which a random part (`jitter`,
+/// 0..=1) is kept in the second half, so that many clients retrying after one failure
+/// spread out.
 pub fn write_backoff(target: &Target, attempt: u32, jitter: f64) -> Duration {
-    if let Target::Hinted(_) | Target::Refresh = target {
-        return Duration::ZERO;
+    match target {
+        Target::Hinted(_) => return hint_backoff(attempt),
+        Target::Refresh => return Duration::ZERO,
+        Target::Next | Target::Same => {}
     }
     let exponent = attempt.saturating_sub(1).min(16);
     let base_ms = (WRITE_BACKOFF_MS_MIN << exponent).min(WRITE_BACKOFF_MS_MAX);
@@ -272,6 +283,18 @@ pub fn write_backoff(target: &Target, attempt: u32, jitter: f64) -> Duration {
     // `as` saturates; the product is within 0..=half_us.
     let jitter_us = (half_us as f64 * jitter.clamp(0.0, 1.0)) as u64;
     Duration::from_micros(half_us + jitter_us)
+}
+
+/// Pause before following a leader hint after attempt `attempt`: none after the first
+/// attempt (a leader moved; the hint is news), then doubling from `HINT_BACKOFF_MS_MIN` to
+/// `HINT_BACKOFF_MS_MAX`, so that two replicas naming each other while a transfer completes
+/// do not use up the request's attempts in a few milliseconds.
+pub fn hint_backoff(attempt: u32) -> Duration {
+    if attempt <= 1 {
+        return Duration::ZERO;
+    }
+    let exponent = (attempt - 2).min(16);
+    Duration::from_millis((HINT_BACKOFF_MS_MIN << exponent).min(HINT_BACKOFF_MS_MAX))
 }
 
 /// A hint naming an endpoint that could not be reached during this request is stale (replicas

@@ -98,6 +98,13 @@ pub const FORWARD_TRIES_MAX: u32 = 32;
 pub const FORWARD_BACKOFF_MIN_MS: u64 = 10;
 /// Longest pause between a forwarding node's tries of one request.
 pub const FORWARD_BACKOFF_MAX_MS: u64 = 200;
+/// Longest a node holds a request it may not send on (the caller routes it, or another node
+/// forwarded it) when the range is electing a leader, so that the answer names the new
+/// leader (or is served, when that is this node) instead of a bare `Unavailable`. Elections
+/// after a leader transfer take milliseconds; one after a leader is lost takes an election
+/// timeout, and the caller's own retry covers that. Well below the client's per-attempt
+/// timeout.
+pub const ELECTION_WAIT_MAX_MS: u64 = 300;
 /// Attempts the client makes for one read before it gives up.
 pub const CLIENT_READ_ATTEMPTS_MAX: u32 = 8;
 /// Attempts the client makes for one write before it gives up, whatever its deadline: at the

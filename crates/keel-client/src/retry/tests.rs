@@ -370,14 +370,15 @@ fn read_deadline_says_timeout_or_unavailable() {
 }
 
 #[test]
-fn read_backoff_is_bounded_and_skipped_for_hints() {
+fn read_backoff_is_bounded_and_skipped_for_a_first_hint() {
     let hint = Target::Hinted(NodeAddr::new("a:1"));
     let refused = refused();
     let leaderless = not_leader(None);
     let second = Duration::from_secs(1);
     let ms = Duration::from_millis;
     let cases = [
-        (&leaderless, &hint, 3, 5 * second, Duration::ZERO),
+        (&leaderless, &hint, 1, 5 * second, Duration::ZERO),
+        (&leaderless, &hint, 3, 5 * second, ms(20)),
         (&leaderless, &Target::Refresh, 3, 5 * second, Duration::ZERO),
         (&refused, &Target::Next, 1, 5 * second, ms(50)),
         (&refused, &Target::Next, 2, 5 * second, ms(100)),
@@ -401,7 +402,8 @@ fn write_backoff_doubles_to_a_cap_with_jitter_in_the_upper_half() {
     let hint = Target::Hinted(NodeAddr::new("a:1"));
     let ms = Duration::from_millis;
     let cases = [
-        (&hint, 3, 0.5, Duration::ZERO),
+        (&hint, 1, 0.5, Duration::ZERO),
+        (&hint, 3, 0.5, ms(20)),
         (&Target::Refresh, 3, 0.5, Duration::ZERO),
         (&Target::Next, 1, 0.0, ms(25)),
         (&Target::Next, 1, 1.0, ms(50)),
@@ -422,6 +424,18 @@ fn write_backoff_doubles_to_a_cap_with_jitter_in_the_upper_half() {
             "{target:?} {attempt} {jitter}"
         );
     }
+}
+
+#[test]
+fn a_first_hint_is_followed_at_once_and_later_ones_after_a_growing_pause() {
+    let ms = Duration::from_millis;
+    let pauses: Vec<Duration> = (1..=8).map(hint_backoff).collect();
+    assert_eq!(
+        pauses,
+        [0, 10, 20, 40, 80, 160, 200, 200].map(ms).to_vec(),
+        "two replicas naming each other get about half a second to settle within 8 attempts"
+    );
+    assert_eq!(hint_backoff(u32::MAX), ms(200));
 }
 
 #[test]

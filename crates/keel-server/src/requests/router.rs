@@ -127,7 +127,8 @@ impl Router {
 
     /// The answer to a request: what this node serves with `serve`, or else the outcome of
     /// sending the request on to the range's leader with `call`. A request the caller marked
-    /// `no_forward` (or that reached this node forwarded) gets the error instead.
+    /// `no_forward` (or that reached this node forwarded) gets the error instead, once an
+    /// election in progress here has ended (`after_election`).
     ///
     /// Sending on rides out leadership moves: a leader that moved is followed to the one it
     /// names (served here when that is this node), an election in progress is waited out, a
@@ -156,7 +157,10 @@ impl Router {
         };
         let mut forwarded = request.clone();
         if forwarded.mark_forwarded() {
-            return Err(self.refusal(&error));
+            return match self.after_election(error, &serve).await {
+                Ok(response) => Ok(Response::new(response)),
+                Err(error) => Err(self.refusal(&error)),
+            };
         }
         let deadline = Instant::now() + self.shared.forward_deadline(hop.write) + hop.wait;
         let mut pause = Duration::from_millis(limits::FORWARD_BACKOFF_MIN_MS);
@@ -181,6 +185,44 @@ impl Router {
             };
         }
         Err(self.refusal(&error))
+    }
+
+    /// A request that may not go on found no leader here: when the local replica knows of
+    /// none (an election is in progress, as after every leader transfer), waits up to
+    /// `ELECTION_WAIT_MAX_MS` for one. Then serves the request when this node leads, or
+    /// answers `NotLeader` naming the leader, so the caller goes there at once rather than
+    /// backing off blind. Any other error, or no leader by then, is returned as it was.
+    async fn after_election<T, S, SFut>(&self, error: KvError, serve: &S) -> Result<T, KvError>
+    where
+        S: Fn() -> SFut,
+        SFut: Future<Output = Result<T, KvError>>,
+    {
+        let KvError::NotLeader {
+            range_id,
+            leader: None,
+        } = error
+        else {
+            return Err(error);
+        };
+        let Some(group) = self.shared.groups.get(range_id) else {
+            return Err(error);
+        };
+        let leader = match group.leader() {
+            // Known since the request failed: an election that ended meanwhile.
+            Some(leader) => Some(leader),
+            None => {
+                let wait = Duration::from_millis(limits::ELECTION_WAIT_MAX_MS);
+                group.await_leader(wait).await
+            }
+        };
+        match leader {
+            Some((leader, _)) if leader == self.shared.node_id => serve().await,
+            Some(leader) => Err(KvError::NotLeader {
+                range_id,
+                leader: Some(leader),
+            }),
+            None => Err(error),
+        }
     }
 
     /// Serves a request routed by `key` with `serve`, on the group of the local range holding
