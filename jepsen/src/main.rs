@@ -188,6 +188,9 @@ fn check_dir(args: &CheckArgs) -> anyhow::Result<u8> {
             result.elapsed_ms
         );
     }
+    if let Some(availability) = &results.availability {
+        println!("{}", availability.summary());
+    }
     println!(
         "{}: {} (see {})",
         args.dir.display(),
