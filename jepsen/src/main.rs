@@ -86,6 +86,10 @@ struct RunArgs {
     /// Use the TCP proxy even when a network namespace is possible.
     #[arg(long)]
     no_netns: bool,
+    /// Aim every kill and partition at the leader (kill it; isolate it from the rest), as
+    /// pause always is: for measuring fail-over (bench/failover.sh).
+    #[arg(long)]
+    leader_faults: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -148,6 +152,7 @@ fn run_and_check(args: RunArgs) -> anyhow::Result<u8> {
         planted_bug: args.planted_bug,
         response_loss_percent: args.response_loss_percent,
         no_netns: args.no_netns,
+        leader_faults: args.leader_faults,
     };
     let summary = run::run_blocking(&config)?;
     println!(

@@ -94,6 +94,8 @@ pub struct RunConfig {
     pub response_loss_percent: u32,
     /// Never use a namespace, even as root.
     pub no_netns: bool,
+    /// Aim every `kill` and `partition` at the leader (`plan::at_leader`).
+    pub leader_faults: bool,
 }
 
 /// What the runner says about a finished run.
@@ -263,12 +265,16 @@ async fn run(config: &RunConfig, isolation: Isolation) -> anyhow::Result<(u64, u
 
 /// The nemesis plan of a run: a pure function of its settings.
 fn schedule(config: &RunConfig) -> Vec<PlannedFault> {
-    plan::plan(
+    let faults = plan::plan(
         config.seed,
         &config.nemesis,
         config.nodes,
         config.time_limit_s * 1000,
-    )
+    );
+    match config.leader_faults {
+        true => plan::at_leader(faults),
+        false => faults,
+    }
 }
 
 /// Nodes of the run, spares for the nodes the plan adds or replaces included.
@@ -462,6 +468,7 @@ fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()
         "concurrency": config.concurrency,
         "planted_bug": config.planted_bug,
         "response_loss_percent": config.response_loss_percent,
+        "leader_faults": config.leader_faults,
         "lose_unsynced_writes": lose_unsynced_writes(config),
         "node_dead_after_ms": replaces_dead_nodes(config).then_some(plan::DEAD_AFTER_MS),
         "keel": config.keel.display().to_string(),
@@ -506,6 +513,7 @@ mod tests {
             planted_bug: None,
             response_loss_percent: 0,
             no_netns: true,
+            leader_faults: false,
         }
     }
 

@@ -173,6 +173,23 @@ pub fn plan(seed: u64, kinds: &[FaultKind], nodes: usize, time_limit_ms: u64) ->
     faults
 }
 
+/// The plan with every `kill` and `partition` aimed at the leader (kill the leader; isolate
+/// the leader from the rest), as `pause` always is; other faults as they were. For
+/// measuring fail-over (`--leader-faults`, bench/failover.sh): each such fault then costs the
+/// cluster its leader.
+pub fn at_leader(mut faults: Vec<PlannedFault>) -> Vec<PlannedFault> {
+    for fault in &mut faults {
+        match fault.action {
+            FaultAction::Kill(_) => fault.action = FaultAction::Kill(Who::Leader),
+            FaultAction::Partition(_) => {
+                fault.action = FaultAction::Partition(PartitionShape::IsolateLeader)
+            }
+            _ => {}
+        }
+    }
+    faults
+}
+
 /// Partition shapes, membership changes and damages each rotate, from a seeded first one.
 struct Turns {
     shape: u64,

@@ -271,3 +271,31 @@ fn fault_names_round_trip() {
         "{error}"
     );
 }
+
+#[test]
+fn leader_faults_aim_kills_and_partitions_at_the_leader() {
+    use FaultKind::{Clock, Kill, KillAll, Partition, Pause};
+    let faults = plan::plan(1, &[Kill, Partition, Pause, KillAll, Clock], 3, 300_000);
+    let aimed = plan::at_leader(faults.clone());
+    let elsewhere = |action: &FaultAction| {
+        matches!(
+            action,
+            FaultAction::Kill(Who::Node(_))
+                | FaultAction::Partition(PartitionShape::Halves(_) | PartitionShape::OneNode(_))
+        )
+    };
+    // Without the option some kills and partitions miss the leader, so this can fail.
+    assert!(faults.iter().any(|fault| elsewhere(&fault.action)));
+    assert!(!aimed.iter().any(|fault| elsewhere(&fault.action)));
+    assert_eq!(aimed.len(), faults.len());
+    for (before, after) in faults.iter().zip(&aimed) {
+        assert_eq!(
+            (before.start_ms, before.hold_ms),
+            (after.start_ms, after.hold_ms)
+        );
+        assert_eq!(before.action.kind(), after.action.kind());
+        if !matches!(before.action.kind(), Kill | Partition) {
+            assert_eq!(before.action, after.action);
+        }
+    }
+}
