@@ -3,7 +3,9 @@
 # (register workload, 16 clients, 500 ops/s by default) with faults that cost it its leader:
 # kill -9 of the leader, SIGSTOP of the leader, a partition isolating the leader
 # (`--leader-faults` aims every kill and partition at the leader; pause always is), and kill -9
-# of every node. Each fault holds 2-5 s with 1-3 s between (the nemesis plan of the seed).
+# of every node. Each fault holds 2-5 s (the nemesis plan of the seed), with at least 6 s of
+# quiet after it (`--fault-gap-ms-min`), so that no fault's window (until 5 s after its stop)
+# is cut short by the next fault.
 # Then it gathers every fault event's windows from the runs' results.json (the availability
 # measure of `keel-jepsen check`, jepsen/README.md, *Availability*) and prints, per fault
 # kind, p50 / p99 / max of:
@@ -16,10 +18,11 @@
 # whose window ended before their stop (the last fault of a run, cut by its time limit) are
 # left out and counted. The table also goes to $RESULTS.md and every event to $RESULTS.json.
 #
-#   bench/failover.sh                          # 5 runs of 60 s (about 8 minutes)
-#   REPEATS=2 TIME_LIMIT=40 bench/failover.sh  # shorter
-#   env: REPEATS (5), TIME_LIMIT (60, s per run), RATE (500, ops/s), CONCURRENCY (16),
+#   bench/failover.sh                          # 5 runs of 90 s (about 9 minutes)
+#   REPEATS=2 TIME_LIMIT=60 bench/failover.sh  # shorter
+#   env: REPEATS (5), TIME_LIMIT (90, s per run), RATE (500, ops/s), CONCURRENCY (16),
 #        SEED (1, of the first run; run i has SEED + i - 1), FAULTS (kill,pause,partition,kill-all),
+#        FAULT_GAP_MS (6000, quiet ms after each fault at least),
 #        KEEL_JEPSEN_OUT (keep the run directories there), RESULTS (bench/results/failover),
 #        KEEL_SKIP_BUILD (use the release binaries as they are)
 #
@@ -31,8 +34,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 bin=${CARGO_TARGET_DIR:-$ROOT/target}/release
-REPEATS=${REPEATS:-5} TIME_LIMIT=${TIME_LIMIT:-60} RATE=${RATE:-500} CONCURRENCY=${CONCURRENCY:-16}
-SEED=${SEED:-1} FAULTS=${FAULTS:-kill,pause,partition,kill-all}
+REPEATS=${REPEATS:-5} TIME_LIMIT=${TIME_LIMIT:-90} RATE=${RATE:-500} CONCURRENCY=${CONCURRENCY:-16}
+SEED=${SEED:-1} FAULTS=${FAULTS:-kill,pause,partition,kill-all} FAULT_GAP_MS=${FAULT_GAP_MS:-6000}
 RESULTS=${RESULTS:-$ROOT/bench/results/failover}
 # A run that has not ended this long after its time limit is stopped (the cluster start,
 # heal, final reads and check take well under a minute).
@@ -46,7 +49,7 @@ if [ -z "${KEEL_SKIP_BUILD:-}" ]; then
 fi
 
 echo "failover: $REPEATS runs of $TIME_LIMIT s, register, $CONCURRENCY clients, $RATE ops/s," \
-  "faults $FAULTS at the leader; runs in $out"
+  "faults $FAULTS at the leader, $FAULT_GAP_MS ms apart at least; runs in $out"
 failures=0
 for i in $(seq 1 "$REPEATS"); do
   seed=$((SEED + i - 1))
@@ -55,6 +58,7 @@ for i in $(seq 1 "$REPEATS"); do
   timeout --signal=TERM $((TIME_LIMIT + RUN_SLACK_S)) \
     "$bin/keel-jepsen" run --keel "$bin/keel" --workload register --nodes 3 \
     --concurrency "$CONCURRENCY" --rate "$RATE" --nemesis "$FAULTS" --leader-faults \
+    --fault-gap-ms-min "$FAULT_GAP_MS" \
     --time-limit "$TIME_LIMIT" --seed "$seed" --out "$run" >"$run.log" 2>&1
   code=$?
   case $code in 0) verdict=valid ;; 1) verdict=invalid ;; 2) verdict=unknown ;; *) verdict="error($code)" ;; esac
@@ -63,7 +67,7 @@ for i in $(seq 1 "$REPEATS"); do
     "$(grep -h '^availability:' "$run.log" || echo 'no availability line')"
 done
 
-python3 - "$out" "$RESULTS" "$REPEATS x ${TIME_LIMIT} s, register, $CONCURRENCY clients, $RATE ops/s, faults $FAULTS (--leader-faults), seeds $SEED..$((SEED + REPEATS - 1))" <<'EOF'
+python3 - "$out" "$RESULTS" "$REPEATS x ${TIME_LIMIT} s, register, $CONCURRENCY clients, $RATE ops/s, faults $FAULTS (--leader-faults, --fault-gap-ms-min $FAULT_GAP_MS), seeds $SEED..$((SEED + REPEATS - 1))" <<'EOF'
 import glob, json, math, os, sys
 
 out, results, config = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -90,6 +90,10 @@ struct RunArgs {
     /// pause always is: for measuring fail-over (bench/failover.sh).
     #[arg(long)]
     leader_faults: bool,
+    /// At least this much quiet between two faults (later faults move later; those that no
+    /// longer fit in the time limit are dropped); 0 = the plan's 1-3 s.
+    #[arg(long, default_value_t = 0)]
+    fault_gap_ms_min: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -153,6 +157,7 @@ fn run_and_check(args: RunArgs) -> anyhow::Result<u8> {
         response_loss_percent: args.response_loss_percent,
         no_netns: args.no_netns,
         leader_faults: args.leader_faults,
+        fault_gap_ms_min: args.fault_gap_ms_min,
     };
     let summary = run::run_blocking(&config)?;
     println!(

@@ -96,6 +96,8 @@ pub struct RunConfig {
     pub no_netns: bool,
     /// Aim every `kill` and `partition` at the leader (`plan::at_leader`).
     pub leader_faults: bool,
+    /// Quiet time between two faults at least this long (`plan::spaced`); 0 = as planned.
+    pub fault_gap_ms_min: u64,
 }
 
 /// What the runner says about a finished run.
@@ -271,9 +273,13 @@ fn schedule(config: &RunConfig) -> Vec<PlannedFault> {
         config.nodes,
         config.time_limit_s * 1000,
     );
-    match config.leader_faults {
+    let faults = match config.leader_faults {
         true => plan::at_leader(faults),
         false => faults,
+    };
+    match config.fault_gap_ms_min {
+        0 => faults,
+        gap_ms_min => plan::spaced(faults, gap_ms_min, config.time_limit_s * 1000),
     }
 }
 
@@ -469,6 +475,7 @@ fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()
         "planted_bug": config.planted_bug,
         "response_loss_percent": config.response_loss_percent,
         "leader_faults": config.leader_faults,
+        "fault_gap_ms_min": config.fault_gap_ms_min,
         "lose_unsynced_writes": lose_unsynced_writes(config),
         "node_dead_after_ms": replaces_dead_nodes(config).then_some(plan::DEAD_AFTER_MS),
         "keel": config.keel.display().to_string(),
@@ -514,6 +521,7 @@ mod tests {
             response_loss_percent: 0,
             no_netns: true,
             leader_faults: false,
+            fault_gap_ms_min: 0,
         }
     }
 

@@ -190,6 +190,26 @@ pub fn at_leader(mut faults: Vec<PlannedFault>) -> Vec<PlannedFault> {
     faults
 }
 
+/// The plan with at least `gap_ms_min` of quiet between the end of one fault and the start of
+/// the next: later faults move later, and those that no longer end by `time_limit_ms` are
+/// dropped. For measuring fail-over (`--fault-gap-ms-min`, bench/failover.sh): a window that
+/// runs from a fault's start until some seconds after its heal is then never cut short by the
+/// next fault.
+pub fn spaced(faults: Vec<PlannedFault>, gap_ms_min: u64, time_limit_ms: u64) -> Vec<PlannedFault> {
+    let mut spaced: Vec<PlannedFault> = Vec::new();
+    for mut fault in faults {
+        if let Some(previous) = spaced.last() {
+            let earliest_ms = previous.start_ms + previous.hold_ms + gap_ms_min;
+            fault.start_ms = fault.start_ms.max(earliest_ms);
+        }
+        if fault.start_ms + fault.hold_ms > time_limit_ms {
+            break;
+        }
+        spaced.push(fault);
+    }
+    spaced
+}
+
 /// Partition shapes, membership changes and damages each rotate, from a seeded first one.
 struct Turns {
     shape: u64,
