@@ -5,8 +5,9 @@
 # the leader, no retries), then every workload over 8 ranges under
 # each range fault (split, move, membership, disk) and all ten faults together (each must be
 # valid), then every planted bug with the workload and faults that must catch it (each must be
-# invalid). Prints a table of verdicts and run times; exits non-zero if any row is not what it
-# should be.
+# invalid). Prints a table of verdicts, ops, faults, the longest gap without a successful op
+# around any fault of the run (gap-s, seconds) and run times; exits non-zero if any row is not
+# what it should be.
 #
 #   jepsen/matrix.sh                        # 60 s per run (about 2 h in all)
 #   ROWS=ranges jepsen/matrix.sh            # only the rows over 8 ranges and their planted bugs
@@ -56,7 +57,7 @@ range_planted=(
 
 verdict() { case $1 in 0) echo valid ;; 1) echo invalid ;; 2) echo unknown ;; *) echo "error($1)" ;; esac; }
 failures=0
-table=$(printf '%-13s %-7s %-6s %-52s %-20s %-8s %-10s %6s %6s %6s\n' workload clients ranges faults planted-bug expected verdict ops faults seconds)
+table=$(printf '%-13s %-7s %-6s %-52s %-20s %-8s %-10s %6s %6s %6s %6s\n' workload clients ranges faults planted-bug expected verdict ops faults gap-s seconds)
 
 # row WORKLOAD FAULTS BUG EXPECTED EXTRA...
 row() {
@@ -84,10 +85,13 @@ row() {
     local got
     got=$(verdict "$code")
     local line
-    local ops faults_seen
+    local ops faults_seen gap
     ops=$(sed -n 's/^run: \([0-9]*\) ops, \([0-9]*\) faults.*/\1/p' "$out/$name.log")
     faults_seen=$(sed -n 's/^run: \([0-9]*\) ops, \([0-9]*\) faults.*/\2/p' "$out/$name.log")
-    line=$(printf '%-13s %-7s %-6s %-52s %-20s %-8s %-10s %6s %6s %6d' "$workload" "$clients" "${ranges:-1}" "${nemesis:--}" "${bug:--}" "$expected" "$got" "${ops:--}" "${faults_seen:--}" $((SECONDS - start)))
+    # The longest gap without a successful op around any fault of the run (check's
+    # `availability:` line; jepsen/README.md, Availability).
+    gap=$(sed -n 's/^availability: longest gap \([0-9.]*\) s.*/\1/p' "$out/$name.log")
+    line=$(printf '%-13s %-7s %-6s %-52s %-20s %-8s %-10s %6s %6s %6s %6d' "$workload" "$clients" "${ranges:-1}" "${nemesis:--}" "${bug:--}" "$expected" "$got" "${ops:--}" "${faults_seen:--}" "${gap:--}" $((SECONDS - start)))
     echo "$line"
     table+=$'\n'"$line"
     [ "$got" = "$expected" ] || failures=$((failures + 1))

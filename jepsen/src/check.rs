@@ -1,5 +1,6 @@
-//! `keel-jepsen check DIR`: loads a run directory, picks and runs the checkers, and writes
-//! `results.json`. Knows nothing about how the run was made or how the report looks.
+//! `keel-jepsen check DIR`: loads a run directory, picks and runs the checkers, measures
+//! availability around the faults, and writes `results.json`. Knows nothing about how the
+//! run was made or how the report looks.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,6 +9,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::checker::availability::{self, Availability};
 use crate::checker::{self, Budget, CheckerName, Input, Verdict};
 use crate::fault::{self, FaultEvent};
 use crate::history::{self, JsonLinesError, Op};
@@ -41,6 +43,10 @@ pub struct Results {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clients: Option<String>,
     pub checkers: BTreeMap<String, CheckerResult>,
+    /// The availability measure of every fault event (never a verdict); absent without a
+    /// history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability: Option<Availability>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,7 +166,19 @@ pub fn run(run: &RunDir, checkers: &[CheckerName], budget: &Budget) -> Results {
         valid: Verdict::all(results.values().map(|r| r.result)),
         clients: run.spec.as_ref().map(client_mode),
         checkers: results,
+        availability: measure_availability(run),
     }
+}
+
+/// The availability measure of the run's fault events, with the workload's end from run.json
+/// (its time limit on the history's clock); None without a history.
+pub fn measure_availability(run: &RunDir) -> Option<Availability> {
+    let history = run.history.as_deref()?;
+    let workload_end_ns = run
+        .spec
+        .as_ref()
+        .map(|spec| spec.time_limit_s.saturating_mul(1_000_000_000));
+    Some(availability::measure(history, &run.faults, workload_end_ns))
 }
 
 /// The `clients` of run.json; `routed` when it has none (written before `--clients`).

@@ -86,6 +86,14 @@ struct RunArgs {
     /// Use the TCP proxy even when a network namespace is possible.
     #[arg(long)]
     no_netns: bool,
+    /// Aim every kill and partition at the leader (kill it; isolate it from the rest), as
+    /// pause always is: for measuring fail-over (bench/failover.sh).
+    #[arg(long)]
+    leader_faults: bool,
+    /// At least this much quiet between two faults (later faults move later; those that no
+    /// longer fit in the time limit are dropped); 0 = the plan's 1-3 s.
+    #[arg(long, default_value_t = 0)]
+    fault_gap_ms_min: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -148,6 +156,8 @@ fn run_and_check(args: RunArgs) -> anyhow::Result<u8> {
         planted_bug: args.planted_bug,
         response_loss_percent: args.response_loss_percent,
         no_netns: args.no_netns,
+        leader_faults: args.leader_faults,
+        fault_gap_ms_min: args.fault_gap_ms_min,
     };
     let summary = run::run_blocking(&config)?;
     println!(
@@ -187,6 +197,9 @@ fn check_dir(args: &CheckArgs) -> anyhow::Result<u8> {
             result.result.as_str(),
             result.elapsed_ms
         );
+    }
+    if let Some(availability) = &results.availability {
+        println!("{}", availability.summary());
     }
     println!(
         "{}: {} (see {})",

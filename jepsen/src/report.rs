@@ -1,9 +1,10 @@
 //! report.html: one self-contained page (inline CSS and SVG, no scripts, no fonts, nothing
-//! fetched) with the verdicts, a timeline of ops per client with fault bands, and latency
-//! over time; for runs with a ranges.jsonl also the range table's changes and the range of
+//! fetched) with the verdicts, a timeline of ops per client with fault bands, latency over
+//! time and the availability around each fault; for runs with a ranges.jsonl also the range table's changes and the range of
 //! each op. Large histories are bucketed or sampled, and the page says so. Knows nothing
 //! about how verdicts are reached.
 
+mod availability;
 mod latency;
 mod ranges;
 mod timeline;
@@ -61,11 +62,15 @@ pub fn render(run: &RunDir, results: &Results) -> String {
         frame: &frame,
         quoted: &quoted,
         ranges: view.as_ref(),
+        availability: results.availability.as_ref(),
     };
     timeline::render(&mut page, &chart);
     page.push_str("<h2>Latency over time</h2>");
     latency::render(&mut page, history, &run.faults, &frame);
     fault_table(&mut page, &run.faults, &frame);
+    if let Some(measure) = &results.availability {
+        availability::section(&mut page, measure, &run.faults, &frame);
+    }
     if let Some(view) = &view {
         ranges::section(&mut page, history, view, &frame);
     }

@@ -1,8 +1,10 @@
 //! The checkers: what each one is called, what it gets, what it answers, and which ones a
-//! workload needs. Each checker is pure: a history (and fault log) in, a verdict out. Knows
-//! nothing about files, servers or reports.
+//! workload needs. Each checker is pure: a history (and fault log) in, a verdict out. Beside
+//! them the availability measure (`availability`), which gives no verdict. Knows nothing
+//! about files, servers or reports.
 
 pub mod append;
+pub mod availability;
 pub mod counter;
 pub mod coverage;
 pub mod fencing;

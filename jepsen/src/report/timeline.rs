@@ -6,8 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+use super::availability;
 use super::ranges::{self, RangeView};
 use super::{Frame, MARGIN_LEFT_PX, PLOT_WIDTH_PX, escape, fault_bands, status_colour, time_axis};
+use crate::checker::availability::Availability;
 use crate::fault::FaultEvent;
 use crate::history::{Op, Status};
 use crate::limits;
@@ -31,6 +33,9 @@ pub(super) struct Chart<'a> {
     /// The range table, when the run has one: a lane of its changes, and each op's range in
     /// its tooltip.
     pub(super) ranges: Option<&'a RangeView<'a>>,
+    /// The availability measure, when the run has one: each fault's longest gap without a
+    /// success is marked along the top.
+    pub(super) availability: Option<&'a Availability>,
 }
 
 /// Appends the chart and its note to the page.
@@ -62,6 +67,9 @@ pub(super) fn render(page: &mut String, chart: &Chart) {
     }
     // Over the bars, translucent, so that dense lanes do not hide them.
     fault_bands(page, faults, frame, 0.0, plot_px);
+    if let Some(measure) = chart.availability {
+        availability::gap_marks(page, measure, frame, 0.0);
+    }
     if let Some(view) = view {
         ranges::lane(page, view, frame, lanes_px, RANGE_LANE_PX);
     }
@@ -226,6 +234,12 @@ fn note(page: &mut String, chart: &Chart, lanes: &Lanes, bucketed: bool) {
     let mut colours = "green = ok, red = fail (definitely not applied), amber = indeterminate \
                        (drawn as a short bar: it has no return); shaded bands = faults"
         .to_string();
+    if chart
+        .availability
+        .is_some_and(|measure| !measure.events.is_empty())
+    {
+        colours.push_str("; black bars along the top = each fault's longest gap without a success");
+    }
     if chart.ranges.is_some() {
         colours.push_str(
             "; diamonds in the ranges lane = the range table as first seen (hollow) and each \

@@ -94,6 +94,10 @@ pub struct RunConfig {
     pub response_loss_percent: u32,
     /// Never use a namespace, even as root.
     pub no_netns: bool,
+    /// Aim every `kill` and `partition` at the leader (`plan::at_leader`).
+    pub leader_faults: bool,
+    /// Quiet time between two faults at least this long (`plan::spaced`); 0 = as planned.
+    pub fault_gap_ms_min: u64,
 }
 
 /// What the runner says about a finished run.
@@ -263,12 +267,20 @@ async fn run(config: &RunConfig, isolation: Isolation) -> anyhow::Result<(u64, u
 
 /// The nemesis plan of a run: a pure function of its settings.
 fn schedule(config: &RunConfig) -> Vec<PlannedFault> {
-    plan::plan(
+    let faults = plan::plan(
         config.seed,
         &config.nemesis,
         config.nodes,
         config.time_limit_s * 1000,
-    )
+    );
+    let faults = match config.leader_faults {
+        true => plan::at_leader(faults),
+        false => faults,
+    };
+    match config.fault_gap_ms_min {
+        0 => faults,
+        gap_ms_min => plan::spaced(faults, gap_ms_min, config.time_limit_s * 1000),
+    }
 }
 
 /// Nodes of the run, spares for the nodes the plan adds or replaces included.
@@ -462,6 +474,8 @@ fn write_run_spec(config: &RunConfig, isolation: Isolation) -> anyhow::Result<()
         "concurrency": config.concurrency,
         "planted_bug": config.planted_bug,
         "response_loss_percent": config.response_loss_percent,
+        "leader_faults": config.leader_faults,
+        "fault_gap_ms_min": config.fault_gap_ms_min,
         "lose_unsynced_writes": lose_unsynced_writes(config),
         "node_dead_after_ms": replaces_dead_nodes(config).then_some(plan::DEAD_AFTER_MS),
         "keel": config.keel.display().to_string(),
@@ -506,6 +520,8 @@ mod tests {
             planted_bug: None,
             response_loss_percent: 0,
             no_netns: true,
+            leader_faults: false,
+            fault_gap_ms_min: 0,
         }
     }
 

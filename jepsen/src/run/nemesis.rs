@@ -189,7 +189,11 @@ impl Nemesis {
                     .map(|side| side.iter().map(|i| self.members[*i]).collect())
                     .collect();
                 self.network.partition(&sides).await?;
-                (sides_text(&sides), Undo::Heal)
+                let mut target = sides_text(&sides);
+                if *shape == plan::PartitionShape::IsolateLeader {
+                    target = target.replacen('|', " (leader)|", 1);
+                }
+                (target, Undo::Heal)
             }
             FaultAction::Kill(who) => {
                 let node = self.resolve(*who).await;

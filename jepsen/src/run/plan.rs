@@ -173,6 +173,43 @@ pub fn plan(seed: u64, kinds: &[FaultKind], nodes: usize, time_limit_ms: u64) ->
     faults
 }
 
+/// The plan with every `kill` and `partition` aimed at the leader (kill the leader; isolate
+/// the leader from the rest), as `pause` always is; other faults as they were. For
+/// measuring fail-over (`--leader-faults`, bench/failover.sh): each such fault then costs the
+/// cluster its leader.
+pub fn at_leader(mut faults: Vec<PlannedFault>) -> Vec<PlannedFault> {
+    for fault in &mut faults {
+        match fault.action {
+            FaultAction::Kill(_) => fault.action = FaultAction::Kill(Who::Leader),
+            FaultAction::Partition(_) => {
+                fault.action = FaultAction::Partition(PartitionShape::IsolateLeader)
+            }
+            _ => {}
+        }
+    }
+    faults
+}
+
+/// The plan with at least `gap_ms_min` of quiet between the end of one fault and the start of
+/// the next: later faults move later, and those that no longer end by `time_limit_ms` are
+/// dropped. For measuring fail-over (`--fault-gap-ms-min`, bench/failover.sh): a window that
+/// runs from a fault's start until some seconds after its heal is then never cut short by the
+/// next fault.
+pub fn spaced(faults: Vec<PlannedFault>, gap_ms_min: u64, time_limit_ms: u64) -> Vec<PlannedFault> {
+    let mut spaced: Vec<PlannedFault> = Vec::new();
+    for mut fault in faults {
+        if let Some(previous) = spaced.last() {
+            let earliest_ms = previous.start_ms + previous.hold_ms + gap_ms_min;
+            fault.start_ms = fault.start_ms.max(earliest_ms);
+        }
+        if fault.start_ms + fault.hold_ms > time_limit_ms {
+            break;
+        }
+        spaced.push(fault);
+    }
+    spaced
+}
+
 /// Partition shapes, membership changes and damages each rotate, from a seeded first one.
 struct Turns {
     shape: u64,

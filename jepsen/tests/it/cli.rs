@@ -143,6 +143,7 @@ fn report_of_a_hundred_thousand_ops_stays_small_and_says_it_is_bucketed() {
         valid: Verdict::Valid,
         clients: None,
         checkers: Default::default(),
+        availability: None,
     };
     let html = report::render(&run, &results);
     assert_self_contained(&html);
@@ -183,4 +184,47 @@ fn the_client_mode_reaches_results_and_report() {
     let dir = run_dir(&[("history.jsonl", good)]);
     let (_, results) = keel_jepsen(dir.path(), &["--checker", "register"]);
     assert_eq!(results.unwrap().clients, None);
+}
+
+#[test]
+fn the_availability_measure_reaches_results_report_and_stdout() {
+    // The partition runs from 1 ms to 4 ms; the first read returns at 3 ms, the first
+    // write (called after the start) at 3.5 ms. Without run.json the workload ends with the
+    // history (at 3.5 ms), and so does the window.
+    let history = [
+        r#"{"client":1,"op":"put","key":"r1","value":1,"ok":true,"call":0,"return":1500000}"#,
+        r#"{"client":1,"op":"get","key":"r1","ok":true,"output":1,"call":2000000,"return":3000000}"#,
+        r#"{"client":2,"op":"put","key":"r1","value":2,"ok":true,"call":2500000,"return":3500000}"#,
+    ]
+    .join("\n");
+    let dir = run_dir(&[("faults.jsonl", FAULTS), ("history.jsonl", &history)]);
+    let output = Command::new(env!("CARGO_BIN_EXE_keel-jepsen"))
+        .arg("check")
+        .arg(dir.path())
+        .args(["--checker", "register"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("availability: longest gap 0.002 s (partition n1|n2,n3 at 0.001 s)"),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(dir.path().join("results.json")).unwrap();
+    let results: Results = serde_json::from_str(&text).unwrap();
+    let measure = results.availability.unwrap();
+    let event = &measure.events[0];
+    assert_eq!(
+        (event.first_read_ms, event.first_write_ms),
+        (Some(2.0), Some(2.5))
+    );
+    assert_eq!(measure.worst["partition"].gap_ms, 2.0);
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert_self_contained(&html);
+    for words in [
+        "<h2>Availability</h2>",
+        "longest gap without a success 0.002 s",
+    ] {
+        assert!(html.contains(words), "report.html lacks {words}");
+    }
 }

@@ -95,6 +95,7 @@ fn idempotency_records_route_by_scope_and_id() {
         valid: Verdict::Valid,
         clients: None,
         checkers: Default::default(),
+        availability: None,
     };
     let html = report::render(&run, &results);
     assert_self_contained(&html);
@@ -128,6 +129,7 @@ fn a_run_without_ranges_gets_todays_report() {
         valid: Verdict::Valid,
         clients: None,
         checkers: Default::default(),
+        availability: None,
     };
     let html = report::render(&run, &results);
     for absent in [
@@ -215,6 +217,7 @@ fn report_of_a_hundred_thousand_ops_over_many_ranges_stays_small() {
         valid: Verdict::Valid,
         clients: None,
         checkers: Default::default(),
+        availability: None,
     };
     let html = report::render(&run, &results);
     assert_self_contained(&html);

@@ -271,3 +271,59 @@ fn fault_names_round_trip() {
         "{error}"
     );
 }
+
+#[test]
+fn leader_faults_aim_kills_and_partitions_at_the_leader() {
+    use FaultKind::{Clock, Kill, KillAll, Partition, Pause};
+    let faults = plan::plan(1, &[Kill, Partition, Pause, KillAll, Clock], 3, 300_000);
+    let aimed = plan::at_leader(faults.clone());
+    let elsewhere = |action: &FaultAction| {
+        matches!(
+            action,
+            FaultAction::Kill(Who::Node(_))
+                | FaultAction::Partition(PartitionShape::Halves(_) | PartitionShape::OneNode(_))
+        )
+    };
+    // Without the option some kills and partitions miss the leader, so this can fail.
+    assert!(faults.iter().any(|fault| elsewhere(&fault.action)));
+    assert!(!aimed.iter().any(|fault| elsewhere(&fault.action)));
+    assert_eq!(aimed.len(), faults.len());
+    for (before, after) in faults.iter().zip(&aimed) {
+        assert_eq!(
+            (before.start_ms, before.hold_ms),
+            (after.start_ms, after.hold_ms)
+        );
+        assert_eq!(before.action.kind(), after.action.kind());
+        if !matches!(before.action.kind(), Kill | Partition) {
+            assert_eq!(before.action, after.action);
+        }
+    }
+}
+
+#[test]
+fn spaced_plans_keep_the_gap_and_the_time_limit() {
+    use FaultKind::{Kill, KillAll, Partition, Pause};
+    let faults = plan::plan(1, &[Kill, Partition, Pause, KillAll], 3, 120_000);
+    let gap_ms = |pair: &[PlannedFault]| pair[1].start_ms - pair[0].start_ms - pair[0].hold_ms;
+    // The plan's own gaps are 1-3 s, so this can fail.
+    assert!(faults.windows(2).any(|pair| gap_ms(pair) < 6_000));
+    let spaced = plan::spaced(faults.clone(), 6_000, 120_000);
+    assert!(spaced.windows(2).all(|pair| gap_ms(pair) >= 6_000));
+    assert!(
+        spaced
+            .iter()
+            .all(|fault| fault.start_ms + fault.hold_ms <= 120_000)
+    );
+    assert!(
+        spaced.len() < faults.len() && spaced.len() >= 8,
+        "{}",
+        spaced.len()
+    );
+    for (before, after) in faults.iter().zip(&spaced) {
+        assert_eq!(
+            (&before.action, before.hold_ms),
+            (&after.action, after.hold_ms)
+        );
+    }
+    assert_eq!(plan::spaced(faults.clone(), 0, 120_000), faults);
+}
