@@ -2,7 +2,9 @@
 //! every metric name in the PromQL of `deploy/grafana/keel.json` (panel queries and template
 //! variables), of `deploy/prometheus/alerts.yml` and of the series its promtool tests feed
 //! is one a running cluster serves at `/metrics`, once it has served puts, a failed call, a
-//! lock and an idempotency record (some series appear only then). Names come out of PromQL
+//! lock and an idempotency record (some series appear only then). The cluster serves TLS and
+//! checks tokens, with a tenant that has keys and bytes quotas and has written: the
+//! certificate and tenant series appear only with those. Names come out of PromQL
 //! through a small tokenizer; planted bad names show the check failing. Knows nothing of
 //! Grafana or Prometheus beyond their file formats and PromQL's words.
 
@@ -10,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use keel_client::{AcquireOptions, PutOptions};
+use keel_client::{AcquireOptions, Client, ClientOptions, PutOptions};
+use keel_server::Access;
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
 
@@ -68,8 +71,26 @@ const LABEL_LISTS: &[&str] = &[
     "group_right",
 ];
 
-/// How long the series that appear late (heartbeat ages, quorum acknowledgements) may take.
+/// How long the series that appear late (heartbeat ages, quorum acknowledgements, a
+/// tenant's usage once its namespace is split off and counted) may take.
 const SERIES_WAIT: Duration = Duration::from_secs(30);
+
+const ADMIN: &str = "dashboards-admin-0123456789";
+const METERED: &str = "dashboards-metered-0123456789";
+
+/// An admin for the harness's clients, and a tenant with keys and bytes quotas (only such
+/// a tenant has `keel_tenant_*` series).
+const TOKENS: &str = r#"
+[[admin]]
+name = "ops"
+tokens = ["dashboards-admin-0123456789"]
+
+[[tenant]]
+name = "metered"
+tokens = ["dashboards-metered-0123456789"]
+max_keys = 1000
+max_bytes = 1048576
+"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_and_alerts_name_only_exported_metrics() {
@@ -80,7 +101,8 @@ async fn the_dashboard_and_alerts_name_only_exported_metrics() {
     ] {
         assert!(referenced.contains_key(expected), "{referenced:?}");
     }
-    let cluster = Cluster::start(3).await;
+    let access = Access::parse(TOKENS).unwrap();
+    let cluster = Cluster::start_authenticated(3, access, ADMIN).await;
     make_lazy_series(&cluster).await;
     let deadline = tokio::time::Instant::now() + SERIES_WAIT;
     let (exported, found) = loop {
@@ -377,7 +399,8 @@ fn is_name_char(c: char) -> bool {
 }
 
 /// Requests after which every family has samples: puts (three in four to one key, which the
-/// 1-in-4 sample then reports hot), a failed call, a lock and an idempotency record.
+/// 1-in-4 sample then reports hot), a failed call, a lock, an idempotency record and a
+/// tenant's put.
 async fn make_lazy_series(cluster: &Cluster) {
     let client = cluster.client();
     for i in 0..80 {
@@ -403,6 +426,14 @@ async fn make_lazy_series(cluster: &Cluster) {
         .idempotent(b"dashboards", b"record-1", ttl, work)
         .await;
     assert_eq!(result.unwrap(), b"done");
+    let options = ClientOptions {
+        token: Some(METERED.to_string()),
+        ..cluster.client_options()
+    };
+    let endpoints = cluster.ids().into_iter().map(|id| cluster.endpoint(id));
+    let tenant = Client::new(endpoints.collect(), options).unwrap();
+    let put = tenant.put(b"cart", b"1 item", PutOptions::default());
+    put.await.unwrap();
 }
 
 /// What every node of `cluster` serves now.

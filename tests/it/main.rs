@@ -24,6 +24,7 @@ mod prometheus;
 mod quiescence;
 mod ranges;
 mod splits;
+mod tenant_metrics;
 mod tenant_quotas;
 mod tenant_replay;
 mod tenants;

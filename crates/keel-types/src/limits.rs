@@ -149,6 +149,9 @@ pub const CONSOLE_PEER_TIMEOUT_MS: u64 = 1_000;
 
 /// Bytes of a tenant's name (`--auth-tokens`); see `tenant`.
 pub const TENANT_NAME_BYTES_MAX: usize = 64;
+/// Tenants in the tokens file (`--auth-tokens`). Also bounds the per-tenant metrics
+/// (`keel_tenant_*`: a few series per tenant with a keys or bytes quota).
+pub const TENANTS_MAX: usize = 1_000;
 /// Bytes of the tokens file (`--auth-tokens`).
 pub const AUTH_FILE_BYTES_MAX: usize = 1024 * 1024;
 /// Bytes of one bearer token: at least 16 (a guessable token is refused), at most 256.

@@ -192,6 +192,13 @@ impl Access {
                 Caller::Admin,
             )?;
         }
+        if file.tenant.len() > limits::TENANTS_MAX {
+            return Err(format!(
+                "it lists {} tenants; limit is {}",
+                file.tenant.len(),
+                limits::TENANTS_MAX
+            ));
+        }
         for entry in file.tenant {
             let name = TenantName::new(&entry.name)?;
             if !names.insert(format!("tenant {name}")) {
@@ -314,6 +321,17 @@ impl Tenant {
     /// Records the namespace's ranges and their counts as the range table lists them now.
     pub fn set_table(&self, ranges: Vec<(RangeId, Amount)>) {
         *self.table.lock().expect("tenant table lock poisoned") = ranges;
+    }
+
+    /// The tenant's keys and bytes as the node's range table last listed them (the counts
+    /// its ranges' leaders reported, summed); `None` while the table lists no range of the
+    /// namespace: before the first refresh, and while the namespace is still part of a
+    /// range that holds others' keys too.
+    pub fn usage(&self) -> Option<Amount> {
+        let table = self.table.lock().expect("tenant table lock poisoned");
+        let mut ranges = table.iter().map(|(_, counts)| *counts).peekable();
+        ranges.peek()?;
+        Some(ranges.fold(Amount::default(), Amount::plus))
     }
 
     /// The keys and bytes quotas.

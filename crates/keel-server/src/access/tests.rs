@@ -122,6 +122,40 @@ fn bad_files_are_refused_with_the_reason() {
 }
 
 #[test]
+fn a_file_of_more_tenants_than_the_limit_is_refused() {
+    let file = |tenants: usize| {
+        let entry = |i| format!("[[tenant]]\nname = \"t{i}\"\ntokens = [\"token-{i:0>16}\"]\n");
+        (0..tenants).map(entry).collect::<String>()
+    };
+    let most = Access::parse(&file(limits::TENANTS_MAX)).unwrap();
+    assert_eq!(most.tenants().len(), limits::TENANTS_MAX);
+    let error = Access::parse(&file(limits::TENANTS_MAX + 1)).unwrap_err();
+    let expected = format!(
+        "it lists {} tenants; limit is {}",
+        limits::TENANTS_MAX + 1,
+        limits::TENANTS_MAX
+    );
+    assert_eq!(error, expected);
+}
+
+#[test]
+fn usage_is_the_tables_ranges_summed_once_it_lists_one() {
+    let access = Access::parse(FILE).unwrap();
+    let acme = tenant(&access, "acme-token-0123456789");
+    assert_eq!(acme.usage(), None, "no table yet");
+    let amount = |keys, bytes| Amount { keys, bytes };
+    acme.set_table(vec![
+        (RangeId(4), amount(2, 20)),
+        (RangeId(5), amount(4, 7)),
+    ]);
+    assert_eq!(acme.usage(), Some(amount(6, 27)));
+    acme.set_table(vec![(RangeId(4), Amount::default())]);
+    assert_eq!(acme.usage(), Some(Amount::default()), "an empty namespace");
+    acme.set_table(Vec::new());
+    assert_eq!(acme.usage(), None, "no range of its own");
+}
+
+#[test]
 fn tenants_may_not_administer() {
     let access = Access::parse(FILE).unwrap();
     let acme = access

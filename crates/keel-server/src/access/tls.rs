@@ -1,8 +1,9 @@
 //! TLS of a node: its certificate chain, private key and the cluster CA as PEM, checked
-//! when they are read; the server side (TLS only; client certificates verified against the
-//! CA but not required), the peer side (https to every peer, the CA as the only trust root,
-//! the node's certificate as its client identity), and who a caller is (`is_peer`, from
-//! `caller`). Knows nothing of what the services do.
+//! when they are read, with the date each file's first certificate to expire does (for the
+//! metrics); the server side (TLS only; client certificates verified against the CA but not
+//! required), the peer side (https to every peer, the CA as the only trust root, the node's
+//! certificate as its client identity), and who a caller is (`is_peer`, from `caller`).
+//! Knows nothing of what the services do.
 //!
 //! One CA signs every node's certificate. A certificate it signed is a node's, whoever
 //! presents it: do not sign application certificates with the cluster CA.
@@ -30,6 +31,17 @@ pub struct TlsSettings {
     cert_pem: Vec<u8>,
     key_pem: Vec<u8>,
     ca_pem: Vec<u8>,
+    expiry: Expiry,
+}
+
+/// When the certificates a node serves with stop being valid: the earliest notAfter of each
+/// file's certificates, in seconds since the Unix epoch. Read with the files, at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expiry {
+    /// The certificate chain's (the node's certificate and any intermediates).
+    pub chain_secs: i64,
+    /// The CA file's.
+    pub ca_secs: i64,
 }
 
 /// One of the three PEM files of a node.
@@ -75,13 +87,17 @@ impl TlsSettings {
         key_pem: Vec<u8>,
         ca_pem: Vec<u8>,
     ) -> Result<TlsSettings, TlsError> {
-        check_certificates(TlsPart::Cert, &cert_pem)?;
+        let chain_secs = check_certificates(TlsPart::Cert, &cert_pem)?;
         check_key(&key_pem)?;
-        check_certificates(TlsPart::Ca, &ca_pem)?;
+        let ca_secs = check_certificates(TlsPart::Ca, &ca_pem)?;
         let settings = TlsSettings {
             cert_pem,
             key_pem,
             ca_pem,
+            expiry: Expiry {
+                chain_secs,
+                ca_secs,
+            },
         };
         Server::builder()
             .tls_config(settings.server_config())
@@ -97,6 +113,11 @@ impl TlsSettings {
             .client_ca_root(Certificate::from_pem(&self.ca_pem))
             .client_auth_optional(true)
             .timeout(Duration::from_millis(limits::TLS_HANDSHAKE_TIMEOUT_MS))
+    }
+
+    /// When the certificate chain and the CA expire.
+    pub(crate) fn expiry(&self) -> Expiry {
+        self.expiry
     }
 
     /// The side of calls to peers: the CA as the only trust root, the node's certificate as
@@ -116,22 +137,24 @@ impl std::fmt::Debug for TlsSettings {
             .field("cert_pem_bytes", &self.cert_pem.len())
             .field("key_pem", &"<redacted>")
             .field("ca_pem_bytes", &self.ca_pem.len())
+            .field("expiry", &self.expiry)
             .finish()
     }
 }
 
-/// At least one certificate, every PEM section of them well formed.
-fn check_certificates(part: TlsPart, pem: &[u8]) -> Result<(), TlsError> {
+/// At least one certificate, every PEM section of them a well-formed X.509 certificate;
+/// the earliest of their notAfter dates, in seconds since the Unix epoch.
+fn check_certificates(part: TlsPart, pem: &[u8]) -> Result<i64, TlsError> {
     let invalid = |message: String| TlsError::Pem { part, message };
-    let mut count = 0;
+    let mut earliest: Option<i64> = None;
     for certificate in CertificateDer::pem_slice_iter(pem) {
-        certificate.map_err(|error| invalid(error.to_string()))?;
-        count += 1;
+        let der = certificate.map_err(|error| invalid(error.to_string()))?;
+        let (_, parsed) = x509_parser::parse_x509_certificate(&der)
+            .map_err(|error| invalid(format!("not an X.509 certificate: {error}")))?;
+        let not_after = parsed.validity().not_after.timestamp();
+        earliest = Some(earliest.map_or(not_after, |secs| secs.min(not_after)));
     }
-    if count == 0 {
-        return Err(invalid("no PEM certificate in it".to_string()));
-    }
-    Ok(())
+    earliest.ok_or_else(|| invalid("no PEM certificate in it".to_string()))
 }
 
 fn check_key(pem: &[u8]) -> Result<(), TlsError> {

@@ -38,6 +38,7 @@ use crate::api::{console, health};
 use crate::metrics::text::CONTENT_TYPE;
 use crate::shared::Shared;
 
+mod access;
 mod scrape;
 
 /// The console's page and data.

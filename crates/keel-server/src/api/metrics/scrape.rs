@@ -1,14 +1,16 @@
 //! One scrape: reads what the node knows now (its groups' Raft state, each led range's
-//! counts, the store's counters, the request, storage and hot-key metrics) and writes it in
-//! the text format. Per-range series are one set per range this node hosts (at most
+//! counts, the store's counters, the request, storage and hot-key metrics, the tenants'
+//! usage and the certificates' expiry, `access.rs`) and writes it in the text format. Per-range series are one set per range this node hosts (at most
 //! `keel_meta::limits::LOAD_RANGES_MAX`); what a range holds (keys, bytes, load, locks,
 //! idempotency records) is reported by its leader only, so a sum over the cluster counts each
 //! range once. Knows nothing of HTTP.
 
 use keel_raft::{GroupStatus, ReadIndexCounts, Role};
 use keel_storage::RangeCounts;
-use keel_types::CoordinationCounts;
+use keel_types::{CoordinationCounts, RangeId};
 
+use super::access;
+use crate::access::Access;
 use crate::api::health;
 use crate::metrics::text::{Kind, Text};
 use crate::shared::Shared;
@@ -37,7 +39,17 @@ pub(crate) async fn render(shared: &Shared) -> String {
     write_ranges(&mut text, &ranges);
     write_storage(&mut text, shared);
     write_hot_keys(&mut text, shared);
+    let tenants = shared.access.as_deref().map_or(&[][..], Access::tenants);
+    access::write_tenants(&mut text, tenants, leads_meta(&ranges));
+    access::write_certificates(&mut text, shared.tls.as_ref());
     text.finish()
+}
+
+/// Whether this node leads the meta range.
+fn leads_meta(ranges: &[RangeView]) -> bool {
+    ranges
+        .iter()
+        .any(|range| range.status.range == RangeId::META && range.status.role == Role::Leader)
 }
 
 async fn range_views(shared: &Shared) -> Vec<RangeView> {
@@ -398,8 +410,6 @@ fn write_hot_keys(text: &mut Text, shared: &Shared) {
 
 #[cfg(test)]
 mod tests {
-    use keel_types::RangeId;
-
     use super::*;
 
     /// `RangeId` is what the series are keyed by; one set per hosted range.
