@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use keel_client::{Client, DeleteOptions, PutOptions};
+use keel_proto::v1::LeaderRequest;
 use keel_types::{BatchOp, Condition, Consistency, KvError, RangeId, Revision, limits};
 
 use crate::harness::{Cluster, eventually};
@@ -428,5 +429,27 @@ async fn leadership_moves_to_the_named_voter_through_any_node() {
         matches!(refused, Err(KvError::InvalidArgument { .. })),
         "{refused:?}"
     );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_names_the_leader_of_a_keys_range() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.leader_of(RangeId::FIRST).await;
+    for id in cluster.ids() {
+        let mut service = cluster.cluster_client(id).await;
+        let request = LeaderRequest { key: b"k".to_vec() };
+        let answer = service.leader(request).await.unwrap().into_inner();
+        assert_eq!(answer.range_id, RangeId::FIRST.0, "asked node {id}");
+        assert_eq!(answer.leader_id, Some(leader), "asked node {id}");
+        assert_eq!(answer.leader_addr, cluster.endpoint(leader));
+        assert!(answer.term > 0);
+    }
+    let mut service = cluster.cluster_client(leader).await;
+    let too_long = LeaderRequest {
+        key: vec![b'k'; limits::KEY_BYTES_MAX + 1],
+    };
+    let refused = service.leader(too_long).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     cluster.shutdown().await;
 }

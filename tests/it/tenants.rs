@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use keel_client::{AcquireOptions, BeginResult, Client, ClientOptions, PutOptions};
+use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{self, GetRequest, PutRequest};
 use keel_server::Access;
@@ -288,5 +289,43 @@ async fn quotas_refuse_with_a_typed_error() {
     );
     assert!(written >= 5, "refused after {written} keys");
     small.delete(b"key-0", Default::default()).await.unwrap();
+    cluster.shutdown().await;
+}
+
+/// `Cluster.Leader` answers a tenant for its own names only: a key crafted as another
+/// tenant's stored key is looked up inside the caller's namespace, and a call without a
+/// known token is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_asking_who_leads_learns_only_of_its_own_ranges() {
+    let cluster = start().await;
+    let admin = client_as(&cluster, Some(ADMIN));
+    // acme's names sort before globex's: split between them.
+    admin.split(&stored("globex", b"")).await.unwrap();
+    let mut service = ClusterClient::new(cluster.tls_channel(1).await);
+    let ask = |token: &str, key: Vec<u8>| with_bearer(token, v1::LeaderRequest { key });
+    let crafted = stored("globex", b"k");
+
+    let theirs = service.leader(ask(ADMIN, crafted.clone())).await.unwrap();
+    let own = service
+        .leader(ask(ADMIN, stored("acme", &crafted)))
+        .await
+        .unwrap();
+    let seen = service.leader(ask(ACME, crafted.clone())).await.unwrap();
+    let (theirs, own, seen) = (theirs.into_inner(), own.into_inner(), seen.into_inner());
+    assert_ne!(theirs.range_id, own.range_id, "the split put them apart");
+    assert_eq!(
+        seen.range_id, own.range_id,
+        "acme's crafted key is looked up in acme's namespace"
+    );
+
+    let anonymous = service
+        .leader(v1::LeaderRequest { key: b"k".to_vec() })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        anonymous.code(),
+        tonic::Code::Unauthenticated,
+        "{anonymous:?}"
+    );
     cluster.shutdown().await;
 }

@@ -51,7 +51,9 @@ impl Failure {
             AttemptError::Server(error) => (format!("{code}/{}", error.kind()), error.to_string()),
             AttemptError::NotSent(message) => (format!("{code}/not_sent"), message),
             AttemptError::Lost(message) => (format!("{code}/lost"), message),
-            AttemptError::TimedOut(message) => (format!("{code}/timed_out"), message),
+            AttemptError::TimedOut(message) | AttemptError::Superseded { message, .. } => {
+                (format!("{code}/timed_out"), message)
+            }
         };
         Failure::new(class, message)
     }

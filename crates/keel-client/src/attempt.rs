@@ -3,7 +3,7 @@
 //! nothing of endpoints, leaders or retries.
 
 use keel_proto::v1;
-use keel_types::KvError;
+use keel_types::{KvError, NodeAddr};
 use prost::Message;
 use tonic::{Code, ConnectError, Status};
 
@@ -20,6 +20,10 @@ pub enum AttemptError {
     Lost(String),
     /// The request may have reached a server, but no answer came before the deadline.
     TimedOut(String),
+    /// The request may have reached a server, but while no answer came another replica of
+    /// its range named `leader` as the range's leader, so the attempt was given up to go
+    /// there.
+    Superseded { message: String, leader: NodeAddr },
 }
 
 impl std::fmt::Display for AttemptError {
@@ -29,6 +33,7 @@ impl std::fmt::Display for AttemptError {
             AttemptError::NotSent(message) => write!(f, "could not connect: {message}"),
             AttemptError::Lost(message) => write!(f, "connection lost: {message}"),
             AttemptError::TimedOut(message) => write!(f, "no answer: {message}"),
+            AttemptError::Superseded { message, .. } => write!(f, "no answer: {message}"),
         }
     }
 }
@@ -136,7 +141,7 @@ mod tests {
                 AttemptError::Server(_) => "other server error",
                 AttemptError::NotSent(_) => "not sent",
                 AttemptError::Lost(_) => "lost",
-                AttemptError::TimedOut(_) => "timed out",
+                AttemptError::TimedOut(_) | AttemptError::Superseded { .. } => "timed out",
             }
         }
         let cases = [

@@ -30,6 +30,7 @@ mod cluster;
 mod guard;
 mod idempotency;
 mod idempotent;
+mod leader_probe;
 mod lock;
 mod route;
 mod scan;
@@ -37,7 +38,7 @@ mod write;
 
 pub use backup::{RangeBackup, RangeSnapshot};
 pub use guard::LockGuard;
-use route::RouteBy;
+use route::{Route, RouteBy};
 
 /// A handle on a Keel cluster. Cheap to clone; clones share connections, the range table and
 /// the leader caches.
@@ -305,7 +306,7 @@ impl Client {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let error = match self.attempt(&route.uri, kind, deadline, &mut send).await {
+            let error = match self.attempt(&route, &by, kind, deadline, &mut send).await {
                 Ok(response) => {
                     self.served(&route, response.range_id(), kind.needs_leader);
                     return Ok(response);
@@ -330,11 +331,13 @@ impl Client {
         }
     }
 
-    /// One attempt at `uri`, bounded by the deadline and by the attempt budget (plus the
-    /// time the server may hold the call).
+    /// One attempt at `route`, bounded by the deadline and by the attempt budget (plus the
+    /// time the server may hold the call), and given up early if another replica names a
+    /// new leader meanwhile (`leader_probe`).
     async fn attempt<S, T, F, Fut>(
         &self,
-        uri: &str,
+        route: &Route,
+        by: &RouteBy<'_>,
         kind: Kind,
         deadline: Instant,
         send: &mut F,
@@ -344,6 +347,7 @@ impl Client {
         F: FnMut(S) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let uri = route.uri.as_str();
         let channel = self.inner.pool.channel(uri).map_err(AttemptError::Server)?;
         let options = &self.inner.options;
         let attempt_timeout = match kind.is_write {
@@ -353,12 +357,24 @@ impl Client {
         let budget = deadline
             .saturating_duration_since(Instant::now())
             .min(attempt_timeout.saturating_add(kind.held));
-        match tokio::time::timeout(budget, send(S::on(channel, self.inner.credentials.clone())))
-            .await
-        {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
-            Err(_) => Err(timed_out(uri, budget)),
+        let started = Instant::now();
+        let call =
+            tokio::time::timeout(budget, send(S::on(channel, self.inner.credentials.clone())));
+        tokio::select! {
+            biased;
+            answer = call => match answer {
+                Ok(Ok(response)) => Ok(response.into_inner()),
+                Ok(Err(status)) => Err(locate(uri, attempt::from_status(&status))),
+                Err(_) => Err(timed_out(uri, budget)),
+            },
+            leader = self.leader_moved(route, by) => Err(AttemptError::Superseded {
+                message: format!(
+                    "{uri} did not answer within {} ms, and another replica names {} the leader",
+                    started.elapsed().as_millis(),
+                    leader.addr
+                ),
+                leader,
+            }),
         }
     }
 }
@@ -374,6 +390,7 @@ fn checked_fence(fence: Option<Fence>) -> Result<Option<v1::Fence>, KvError> {
 fn locate(uri: &str, error: AttemptError) -> AttemptError {
     match error {
         AttemptError::Server(error) => AttemptError::Server(error),
+        superseded @ AttemptError::Superseded { .. } => superseded,
         AttemptError::NotSent(message) => AttemptError::NotSent(format!("{uri}: {message}")),
         AttemptError::Lost(message) => AttemptError::Lost(format!("{uri}: {message}")),
         AttemptError::TimedOut(message) => AttemptError::TimedOut(format!("{uri}: {message}")),

@@ -52,7 +52,10 @@
 //!   opening a connection, before any byte of the request is written);
 //! - failures that leave the outcome unknown: any other transport failure, no answer within
 //!   the attempt's budget, server answers `Timeout`, `OutcomeUnknown` or `Fatal`, and statuses
-//!   without a Keel `ErrorDetail` that do not say "not applied".
+//!   without a Keel `ErrorDetail` that do not say "not applied";
+//! - an attempt given up because, while it waited, another replica of its range named
+//!   another node as the leader (asked every 250 ms of waiting, `Cluster.Leader`): to that
+//!   leader at once, as an unknown outcome.
 //!
 //! Between attempts it pauses, exponentially with jitter (none to follow a hint). When the
 //! deadline or the attempt limit is reached it returns `OutcomeUnknown` if any attempt may

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use keel_types::RangeId;
 use tokio::time::Instant;
 
 use crate::range_table::{Picked, RangeTable, Spans};
@@ -162,6 +163,14 @@ impl RangeCache {
             }
         };
         (picked, uri, generation)
+    }
+
+    /// The URIs of `range`'s replicas the table knows (none without a table).
+    pub fn replica_uris(&self, range: RangeId) -> Vec<String> {
+        match &self.lock().mode {
+            Mode::Known(table) => table.replica_uris(range),
+            Mode::Unknown | Mode::Unsupported => Vec::new(),
+        }
     }
 
     /// The two first ranges `keys` fall in, if more than one.

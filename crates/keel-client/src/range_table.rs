@@ -150,6 +150,23 @@ impl RangeTable {
         Some((entry.descriptor.id, uri))
     }
 
+    /// The URIs of the replicas of `range` whose address the table knows.
+    pub fn replica_uris(&self, range: RangeId) -> Vec<String> {
+        let Some(entry) = self
+            .ranges
+            .iter()
+            .find(|entry| entry.descriptor.id == range)
+        else {
+            return Vec::new();
+        };
+        entry
+            .descriptor
+            .replicas
+            .iter()
+            .filter_map(|node| self.nodes.get(node).cloned())
+            .collect()
+    }
+
     /// Records `uri` as the leader of `range` (a hint, or a node that served it).
     pub fn set_leader(&mut self, range: RangeId, uri: String) {
         if let Some(entry) = self.entry_mut(range) {

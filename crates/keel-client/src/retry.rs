@@ -79,8 +79,9 @@ pub enum WriteDecision {
 enum Effect {
     /// Certainly not applied; may go again, there.
     NotApplied(Target),
-    /// May have been applied: sent, and no answer came (or one saying it is unknown).
-    MaybeApplied,
+    /// May have been applied: sent, and no answer came (or one saying it is unknown); the
+    /// next attempt goes to the target.
+    MaybeApplied(Target),
     /// The server refused the request id as expired; nothing was applied now.
     IdExpired,
     /// An answer that sending again cannot change.
@@ -106,7 +107,10 @@ fn effect(error: &AttemptError) -> Effect {
             KvError::Timeout { .. } | KvError::Fatal { .. } | KvError::OutcomeUnknown { .. },
         )
         | AttemptError::Lost(_)
-        | AttemptError::TimedOut(_) => Effect::MaybeApplied,
+        | AttemptError::TimedOut(_) => Effect::MaybeApplied(Target::Next),
+        AttemptError::Superseded { leader, .. } => {
+            Effect::MaybeApplied(Target::Hinted(leader.clone()))
+        }
         AttemptError::Server(KvError::RequestIdExpired { .. }) => Effect::IdExpired,
         AttemptError::Server(
             KvError::InvalidArgument { .. }
@@ -128,8 +132,7 @@ fn effect(error: &AttemptError) -> Effect {
 /// Decides after attempt number `attempt` (1 for the first) of a read failed with `error`.
 pub fn decide_read(error: &AttemptError, attempt: u32) -> Decision {
     let target = match effect(error) {
-        Effect::NotApplied(target) => target,
-        Effect::MaybeApplied => Target::Next,
+        Effect::NotApplied(target) | Effect::MaybeApplied(target) => target,
         Effect::IdExpired | Effect::Final | Effect::Refused => {
             return Decision::GiveUp(final_error(error));
         }
@@ -156,9 +159,9 @@ pub fn decide_write(error: &AttemptError, progress: &mut WriteProgress) -> Write
         }
         Effect::IdExpired => return WriteDecision::GiveUp(final_error(error)),
         Effect::NotApplied(target) => target,
-        Effect::MaybeApplied => {
+        Effect::MaybeApplied(target) => {
             progress.maybe_applied = true;
-            Target::Next
+            target
         }
     };
     if progress.attempts >= limits::CLIENT_WRITE_ATTEMPTS_MAX {
@@ -178,7 +181,7 @@ pub fn decide_split(error: &AttemptError, attempt: u32) -> Decision {
     }
     let target = match effect(error) {
         Effect::NotApplied(target) => target,
-        Effect::MaybeApplied => {
+        Effect::MaybeApplied(_) => {
             return Decision::GiveUp(KvError::OutcomeUnknown {
                 message: format!(
                     "{error}; the split may or may not have happened (`keel cluster ranges` shows the table)"
@@ -316,7 +319,7 @@ pub fn final_error(error: &AttemptError) -> KvError {
     match error {
         AttemptError::Server(error) => error.clone(),
         AttemptError::NotSent(_) | AttemptError::Lost(_) => KvError::unavailable(error.to_string()),
-        AttemptError::TimedOut(_) => KvError::Timeout {
+        AttemptError::TimedOut(_) | AttemptError::Superseded { .. } => KvError::Timeout {
             message: error.to_string(),
         },
     }
@@ -326,9 +329,9 @@ pub fn final_error(error: &AttemptError) -> KvError {
 fn read_exhausted(error: &AttemptError, spent: &str) -> KvError {
     let message = format!("gave up after {spent}; last error: {error}");
     match error {
-        AttemptError::TimedOut(_) | AttemptError::Server(KvError::Timeout { .. }) => {
-            KvError::Timeout { message }
-        }
+        AttemptError::TimedOut(_)
+        | AttemptError::Superseded { .. }
+        | AttemptError::Server(KvError::Timeout { .. }) => KvError::Timeout { message },
         AttemptError::Server(KvError::Overloaded { .. }) => KvError::Overloaded { message },
         _ => KvError::Unavailable { message },
     }

@@ -18,7 +18,9 @@ pub const QUIESCE_AFTER_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 pub struct RaftTimings {
     /// Interval between leader heartbeats.
     pub heartbeat_ms: u64,
-    /// A follower that hears no leader for a random time in `[min, max)` starts an election.
+    /// A follower that hears no leader for `election_timeout_ms_max` (the leader's lease: it
+    /// refuses other candidates meanwhile) plus a random time in `[min, max)` starts an
+    /// election; with the defaults 0.9-1.2 s after the leader's last heartbeat.
     pub election_timeout_ms_min: u64,
     pub election_timeout_ms_max: u64,
     /// Deadline for sending one whole snapshot to a follower.
@@ -42,9 +44,9 @@ pub struct RaftTimings {
 impl Default for RaftTimings {
     fn default() -> Self {
         RaftTimings {
-            heartbeat_ms: 150,
-            election_timeout_ms_min: 1_000,
-            election_timeout_ms_max: 2_000,
+            heartbeat_ms: 100,
+            election_timeout_ms_min: 300,
+            election_timeout_ms_max: 600,
             snapshot_timeout_ms: 60_000,
             snapshot_logs_since_last: 10_000,
             logs_kept_after_snapshot: 1_000,
@@ -109,7 +111,7 @@ mod tests {
     #[test]
     fn defaults_validate_and_bad_timings_are_rejected() {
         let config = RaftTimings::default().openraft_config().unwrap();
-        assert_eq!(config.heartbeat_interval, 150);
+        assert_eq!(config.heartbeat_interval, 100);
         assert_eq!(
             config.enable_leader_restore,
             Some(false),

@@ -139,7 +139,9 @@ pub fn attempt_error(error: AttemptError) -> KvError {
         AttemptError::Lost(message) => KvError::OutcomeUnknown {
             message: format!("connection lost after sending: {message}"),
         },
-        AttemptError::TimedOut(message) => KvError::Timeout { message },
+        AttemptError::TimedOut(message) | AttemptError::Superseded { message, .. } => {
+            KvError::Timeout { message }
+        }
     }
 }
 

@@ -54,7 +54,7 @@ impl RouteBy<'_> {
 #[derive(Debug, Clone)]
 pub(super) struct Route {
     pub uri: String,
-    picked: Picked,
+    pub picked: Picked,
     /// The range table's generation when the route was chosen.
     generation: u64,
 }
@@ -127,7 +127,8 @@ impl Client {
     /// to the failed node first unless it is to be asked again, and remembers it if it could
     /// not be reached or did not answer. A lost answer does not make a node unreachable: it
     /// may be the leader, and a follower's hint must lead back to it (a crashed node shows
-    /// as unreachable at the next connection attempt).
+    /// as unreachable at the next connection attempt). A node given up on for a leader
+    /// another replica named is passed over too: a hint naming it is older news.
     pub(super) fn note_failure(
         &self,
         route: &Route,
@@ -146,7 +147,10 @@ impl Client {
         if target != Target::Same {
             self.forget_leader(route);
         }
-        if matches!(error, AttemptError::NotSent(_) | AttemptError::TimedOut(_)) {
+        if matches!(
+            error,
+            AttemptError::NotSent(_) | AttemptError::TimedOut(_) | AttemptError::Superseded { .. }
+        ) {
             unreachable.push(route.uri.clone());
         }
         retry::skip_stale_hint(target, unreachable)

@@ -120,7 +120,7 @@ impl Client {
             attempts.progress.attempts += 1;
             let id = pending.id();
             let outcome = self
-                .attempt(&route.uri, kind, deadline, &mut |stub| send(stub, id))
+                .attempt(&route, &by, kind, deadline, &mut |stub| send(stub, id))
                 .await;
             let error = match outcome {
                 Ok(response) => {

@@ -69,6 +69,14 @@ fn timed_out() -> AttemptError {
     AttemptError::TimedOut("5 s".into())
 }
 
+/// Given up after another replica named a new leader.
+fn superseded() -> AttemptError {
+    AttemptError::Superseded {
+        message: "node 1 quiet; node 3 names node 2".into(),
+        leader: NodeAddr::new("127.0.0.1:7002"),
+    }
+}
+
 fn refused() -> AttemptError {
     AttemptError::NotSent("refused".into())
 }
@@ -182,6 +190,7 @@ fn reads_retry_everything_but_final_answers_within_their_attempts() {
         (refused(), 1, Next),
         (lost(), 1, Next),
         (timed_out(), 1, Next),
+        (superseded(), 1, Hinted),
         (timeout(), 1, Next),
         (server(KvError::fatal("disk")), 1, Next),
         (overloaded(), 1, Same),
@@ -200,6 +209,7 @@ fn reads_retry_everything_but_final_answers_within_their_attempts() {
         (hinted(), max, Gives("unavailable")),
         (refused(), max, Gives("unavailable")),
         (timed_out(), max, Gives("timeout")),
+        (superseded(), max, Gives("timeout")),
         (lost(), max, Gives("unavailable")),
         (overloaded(), max, Gives("overloaded")),
     ];
@@ -243,6 +253,8 @@ fn writes_retry_with_the_same_id_unless_the_answer_is_final() {
         // Maybe applied: retry elsewhere, and remember it may have been applied.
         (lost(), Next, true),
         (timed_out(), Next, true),
+        // To the leader another replica named, as a write that may have been applied.
+        (superseded(), Hinted, true),
         (timeout(), Next, true),
         (unknown(), Next, true),
         (server(KvError::fatal("disk")), Next, true),
@@ -470,6 +482,7 @@ fn splits_retry_only_what_was_not_applied_and_epoch_mismatch_is_final() {
         // No request id: a split that may have happened is not sent again.
         (lost(), 1, Gives("outcome unknown")),
         (timed_out(), 1, Gives("outcome unknown")),
+        (superseded(), 1, Gives("outcome unknown")),
         (unknown(), 1, Gives("outcome unknown")),
         (refused(), max, Gives("unavailable")),
     ];

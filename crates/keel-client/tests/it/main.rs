@@ -2,6 +2,7 @@
 
 mod coordination;
 mod fake;
+mod leader_probe;
 mod ranges;
 mod routing;
 mod spans;

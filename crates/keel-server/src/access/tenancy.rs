@@ -9,9 +9,10 @@ use keel_proto::v1::{
     AbortRequest, AbortResponse, AcquireRequest, AcquireResponse, BatchRequest, BatchResponse,
     BeginRequest, BeginResponse, CompleteRequest, CompleteResponse, DeleteRequest, DeleteResponse,
     Fence, GetRequest, GetResponse, IdempotencyGetRequest, IdempotencyGetResponse,
-    IncrementRequest, IncrementResponse, InspectRequest, InspectResponse, KeyValue,
-    MembersResponse, OpenSessionResponse, PutRequest, PutResponse, RangesResponse, ReleaseRequest,
-    ReleaseResponse, RenewRequest, RenewResponse, ScanRequest, ScanResponse, batch_op,
+    IncrementRequest, IncrementResponse, InspectRequest, InspectResponse, KeyValue, LeaderRequest,
+    LeaderResponse, MembersResponse, OpenSessionResponse, PutRequest, PutResponse, RangesResponse,
+    ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse, ScanRequest, ScanResponse,
+    batch_op,
 };
 use keel_types::tenant::Namespace;
 use keel_types::{ConditionFailed, KvError, RangeDescriptor};
@@ -175,6 +176,7 @@ macro_rules! confine_field {
 
 confine_field!(
     GetRequest => key,
+    LeaderRequest => key,
     IncrementRequest => key,
     AcquireRequest => name,
     RenewRequest => name,
@@ -246,6 +248,7 @@ nothing_to_reveal!(
     IdempotencyGetResponse,
     OpenSessionResponse,
     MembersResponse,
+    LeaderResponse,
 );
 
 impl Reveal for GetResponse {

@@ -11,14 +11,14 @@ use keel_meta::RangeTable;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::cluster_server::Cluster;
 use keel_proto::v1::{
-    AddNodeRequest, AddNodeResponse, BackupRequest, Member, MembersRequest, MembersResponse,
-    RangeInfo, RangeStatus, RangesRequest, RangesResponse, RemoveNodeRequest, RemoveNodeResponse,
-    SplitRequest, SplitResponse, StatusRequest, StatusResponse, TransferLeaderRequest,
-    TransferLeaderResponse,
+    AddNodeRequest, AddNodeResponse, BackupRequest, LeaderRequest, LeaderResponse, Member,
+    MembersRequest, MembersResponse, RangeInfo, RangeStatus, RangesRequest, RangesResponse,
+    RemoveNodeRequest, RemoveNodeResponse, SplitRequest, SplitResponse, StatusRequest,
+    StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 };
 use keel_raft::{GroupStatus, RaftGroup};
 use keel_storage::{RangeCounts, StorageError};
-use keel_types::validate::check_split_key;
+use keel_types::validate::{check_key, check_split_key};
 use keel_types::{
     Consistency, CoordinationCounts, KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor,
     RangeId,
@@ -217,6 +217,23 @@ impl ClusterService {
                 voter: true,
             })
             .collect()
+    }
+
+    /// The leader of the local range holding `key`, as its replica here knows it.
+    async fn serve_leader(&self, key: &[u8]) -> Result<LeaderResponse, KvError> {
+        check_key(key)?;
+        let group = lookup::route(&self.shared, key).await?;
+        let leader = group.leader();
+        let leader_addr = leader
+            .as_ref()
+            .map(|(id, addr)| self.dialled(*id, &addr.addr, "").0)
+            .unwrap_or_default();
+        Ok(LeaderResponse {
+            range_id: group.range().0,
+            leader_id: leader.map(|(id, _)| id),
+            leader_addr,
+            term: group.term(),
+        })
     }
 
     /// Names `members` by the addresses this service's audience dials (`Router::audience`).
@@ -421,6 +438,20 @@ impl Cluster for ClusterService {
         });
         caller.reveal(
             served
+                .map(Response::new)
+                .map_err(|e| self.router.status(&e)),
+        )
+    }
+
+    async fn leader(
+        &self,
+        request: Request<LeaderRequest>,
+    ) -> Result<Response<LeaderResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Listing)?;
+        let request = caller.confine(request.into_inner());
+        let answer = self.serve_leader(&request.key).await;
+        caller.reveal(
+            answer
                 .map(Response::new)
                 .map_err(|e| self.router.status(&e)),
         )

@@ -5,7 +5,7 @@
 //! that does not lead it answers `NotLeader{range, hint}`; a range that does not hold every
 //! key of the request answers `KeyOutOfRange` with its descriptor. A node's view lags a split
 //! made with `split_lagging` until it has refused one request that way, as a node whose
-//! table is refreshed by that refusal. Serves `Cluster.Ranges` (counted) and `Cluster.Split`.
+//! table is refreshed by that refusal. Serves `Cluster.Ranges` (counted), `Cluster.Leader` (the truth) and `Cluster.Split`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -407,6 +407,23 @@ impl Cluster for Service {
             ranges: ranges.into_iter().map(info).collect(),
             nodes: nodes.collect(),
             meta_leader_id: 1,
+        }))
+    }
+
+    /// Every node knows the true leader of every range.
+    async fn leader(
+        &self,
+        request: Request<v1::LeaderRequest>,
+    ) -> Result<Response<v1::LeaderResponse>, Status> {
+        self.0.record("leader", &request);
+        let ranged = self.0.ranged.lock().unwrap();
+        let ranged = ranged.as_ref().unwrap();
+        let range = lookup(&ranged.ranges, &request.get_ref().key);
+        Ok(Response::new(v1::LeaderResponse {
+            range_id: range.descriptor.id.0,
+            leader_id: Some(range.leader),
+            leader_addr: ranged.nodes[&range.leader].clone(),
+            term: 1,
         }))
     }
 

@@ -51,7 +51,7 @@ fn seen(args: &ServeArgs) -> Seen {
 #[test]
 fn flags_win_over_the_file_and_the_file_over_defaults() {
     let settings = file(
-        "replication_factor = 5\nheartbeat_ms = 100\ndata_dir = \"/var/lib/keel-file\"\n\
+        "replication_factor = 5\nheartbeat_ms = 120\ndata_dir = \"/var/lib/keel-file\"\n\
          log_format = \"json\"\nlog_level = \"debug\"",
     );
     let defaults = ServeArgs {
@@ -62,7 +62,7 @@ fn flags_win_over_the_file_and_the_file_over_defaults() {
         seen(&defaults),
         Seen {
             replication_factor: 3,
-            heartbeat_ms: 150,
+            heartbeat_ms: 100,
             data_dir: PathBuf::from("/var/lib/keel-flag"),
             log_format: LogFormat::Text,
             log_level: "info".to_string(),
@@ -74,7 +74,7 @@ fn flags_win_over_the_file_and_the_file_over_defaults() {
     };
     let file_over_defaults = Seen {
         replication_factor: 5,
-        heartbeat_ms: 100,
+        heartbeat_ms: 120,
         data_dir: PathBuf::from("/var/lib/keel-file"),
         log_format: LogFormat::Json,
         log_level: "debug".to_string(),
