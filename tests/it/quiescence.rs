@@ -158,6 +158,40 @@ async fn a_dead_leaders_quiesced_ranges_elect_a_new_leader() {
     cluster.shutdown().await;
 }
 
+/// A restarted follower holds its groups until it learns their leader lists them as quiet,
+/// and does not campaign: the ranges led by other nodes keep their leader and term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_follower_of_quiesced_ranges_starts_no_election() {
+    let mut cluster = Cluster::start_with(3, timings()).await;
+    two_ranges(&cluster.client()).await;
+    let before = all_quiesced(&cluster, 2).await;
+    let leaders: Vec<NodeId> = before
+        .values()
+        .filter_map(|range| range.leader_id)
+        .collect();
+    let restarted = cluster
+        .ids()
+        .into_iter()
+        .min_by_key(|id| leaders.iter().filter(|leader| *leader == id).count())
+        .unwrap();
+
+    cluster.stop_node(restarted).await;
+    cluster.start_node(restarted).await;
+    let after = all_quiesced(&cluster, 2).await;
+    for (range_id, range) in &before {
+        if range.leader_id == Some(restarted) {
+            continue;
+        }
+        let again = &after[range_id];
+        assert_eq!(
+            (again.leader_id, again.term),
+            (range.leader_id, range.term),
+            "range {range_id}: node {restarted} restarted"
+        );
+    }
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_quiesced_range_splits_and_its_halves_quiesce() {
     let cluster = Cluster::start_with(3, timings()).await;
