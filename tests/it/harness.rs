@@ -74,7 +74,16 @@ impl Cluster {
     /// Starts `size` nodes placing ranges by `placement` and waits until they agree on a
     /// leader.
     pub async fn start_placed(size: u64, placement: PlacementSettings) -> Cluster {
-        let mut cluster = Cluster::new(size, RaftTimings::default(), KvSettings::default());
+        Cluster::start_placed_with(size, RaftTimings::default(), placement).await
+    }
+
+    /// `start_placed` with `timings`.
+    pub async fn start_placed_with(
+        size: u64,
+        timings: RaftTimings,
+        placement: PlacementSettings,
+    ) -> Cluster {
+        let mut cluster = Cluster::new(size, timings, KvSettings::default());
         cluster.placement = placement;
         cluster.start_all(size).await;
         cluster

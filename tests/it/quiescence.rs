@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use keel_client::{Client, PutOptions};
 use keel_proto::v1::RangeStatus;
-use keel_server::RaftTimings;
+use keel_server::{PlacementSettings, RaftTimings};
 use keel_types::{Consistency, NodeId, RangeId};
 
 use crate::harness::{Cluster, eventually};
@@ -159,10 +159,16 @@ async fn a_dead_leaders_quiesced_ranges_elect_a_new_leader() {
 }
 
 /// A restarted follower holds its groups until it learns their leader lists them as quiet,
-/// and does not campaign: the ranges led by other nodes keep their leader and term.
+/// and does not campaign: the ranges led by other nodes keep their leader and term. (The
+/// rebalancer, which would hand the restarted node a leadership, waits a minute between
+/// looks here.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_follower_of_quiesced_ranges_starts_no_election() {
-    let mut cluster = Cluster::start_with(3, timings()).await;
+    let placement = PlacementSettings {
+        rebalance_interval_ms: 60_000,
+        ..PlacementSettings::default()
+    };
+    let mut cluster = Cluster::start_placed_with(3, timings(), placement).await;
     two_ranges(&cluster.client()).await;
     let before = all_quiesced(&cluster, 2).await;
     let leaders: Vec<NodeId> = before

@@ -112,10 +112,19 @@ impl RaftGroup {
             }
             return true;
         }
-        if matches!(state.parked, Some(Parked::Follower { .. })) {
-            state.parked = None;
-            self.raft().runtime_config().tick(true);
-            debug!(range_id = self.range().0, leader = from, quiet = ?listed, "woke: no longer agrees");
+        match state.parked {
+            Some(Parked::Follower { .. }) => {
+                state.parked = None;
+                self.raft().runtime_config().tick(true);
+                debug!(range_id = self.range().0, leader = from, quiet = ?listed, "woke: no longer agrees");
+            }
+            Some(Parked::Held { until, .. }) => {
+                state.parked = Some(Parked::Held {
+                    until,
+                    listed: true,
+                });
+            }
+            _ => {}
         }
         false
     }
@@ -126,7 +135,10 @@ impl RaftGroup {
     pub fn hold(&self) {
         let mut state = self.quiet.lock();
         if state.parked.is_none() {
-            state.parked = Some(Parked::Held { until: None });
+            state.parked = Some(Parked::Held {
+                until: None,
+                listed: false,
+            });
             self.raft().runtime_config().tick(false);
         }
     }
@@ -134,8 +146,15 @@ impl RaftGroup {
     /// A held group's hold ends at `until` (the node serves now, so leaders can reach it).
     pub fn start_hold_clock(&self, until: Instant) {
         let mut state = self.quiet.lock();
-        if state.parked == Some(Parked::Held { until: None }) {
-            state.parked = Some(Parked::Held { until: Some(until) });
+        if let Some(Parked::Held {
+            until: None,
+            listed,
+        }) = state.parked
+        {
+            state.parked = Some(Parked::Held {
+                until: Some(until),
+                listed,
+            });
         }
     }
 

@@ -20,8 +20,13 @@ pub enum Parked {
     Follower { leader: NodeId, quiet: QuietRange },
     /// The node has just started: the ticker waits, until `until` at most (`None`: the node
     /// is not serving yet), to learn whether the group's leader lists it as quiet, so that a
-    /// restarted follower does not campaign in a quiesced group.
-    Held { until: Option<Instant> },
+    /// restarted follower does not campaign in a quiesced group. `listed`: a leader listed it
+    /// and this replica did not agree (yet): it has a quiet leader, so only agreeing or the
+    /// end of the hold ends it.
+    Held {
+        until: Option<Instant>,
+        listed: bool,
+    },
 }
 
 /// A leader's proposal, with the count of uses of the group when it was made: the leader

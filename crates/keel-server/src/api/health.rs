@@ -18,6 +18,7 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tracing::{info, warn};
 
+use crate::cluster::quiescence::LEADER_SILENT_MS;
 use crate::shared::Shared;
 
 /// How often the statuses are judged again.
@@ -56,8 +57,10 @@ pub(crate) fn verdict(shared: &Shared) -> Result<(), String> {
 
 /// Whether `group`'s replica here knows a leader it can count on (`RaftGroup::leader_known`),
 /// or leads it quiesced while a quorum of its voters, this node included, sent node
-/// heartbeats within `quorum_ack_max`: a quiet group has no Raft traffic to count on, and its
-/// followers would wake and elect another once this node's heartbeats stopped reaching them.
+/// heartbeats within `LEADER_SILENT_MS`: a quiet group has no Raft traffic to count on, and
+/// its followers wake and elect another once this node's heartbeats have been missing that
+/// long (node heartbeats come every second, less often than a quorum must acknowledge an
+/// awake leader).
 pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: Duration) -> bool {
     if group.leader_known(quorum_ack_max) {
         return true;
@@ -78,7 +81,7 @@ pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: D
             **id == shared.node_id
                 || seen
                     .get(id)
-                    .is_some_and(|at| at.elapsed() <= quorum_ack_max)
+                    .is_some_and(|at| at.elapsed() <= Duration::from_millis(LEADER_SILENT_MS))
         })
         .count();
     heard > voters.len() / 2

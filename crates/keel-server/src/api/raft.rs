@@ -200,8 +200,9 @@ impl Raft for RaftService {
             Vec::new()
         });
         let client_addr = message.client_addr;
-        self.shared.heartbeats.record(from, report, client_addr);
+        // Answered before it is recorded as heard: see `quiescence::answer`.
         let agreed = quiescence::answer(&self.shared, from, &listed);
+        self.shared.heartbeats.record(from, report, client_addr);
         let members = self.shared.meta_members();
         let internal = |e: wire::WireError| Status::internal(e.to_string());
         Ok(Response::new(HeartbeatReply {

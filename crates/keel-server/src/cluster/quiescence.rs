@@ -145,9 +145,11 @@ impl Round {
 
 /// A leader's heartbeat from `from` listed `listed`: parks every listed group whose replica
 /// here agrees, and returns those. A group kept quiet under `from` that it no longer lists
-/// wakes: the leader woke it. A held group it does not list wakes once every other voter of
-/// it has been heard since the hold began: none of them leads it quietly (a quiet leader
-/// lists it in every heartbeat), so there is nothing to wait for.
+/// wakes: the leader woke it. A held group no leader has listed wakes once every other voter
+/// of it has been heard since the hold began: none of them leads it quietly (a quiet leader
+/// lists it in every heartbeat), so there is nothing to wait for. The caller records a
+/// heartbeat as heard only after this answered it, so a voter counts as heard only once its
+/// list has been looked at.
 pub(crate) fn answer(shared: &Shared, from: NodeId, listed: &[QuietRange]) -> Vec<QuietRange> {
     let mut agreed = Vec::new();
     let mut named = BTreeSet::new();
@@ -170,14 +172,17 @@ pub(crate) fn answer(shared: &Shared, from: NodeId, listed: &[QuietRange]) -> Ve
             group
                 .members()
                 .iter()
-                .filter(|member| member.voter && member.id != shared.node_id)
+                .filter(|member| member.voter && member.id != shared.node_id && member.id != from)
                 .all(|voter| seen.get(&voter.id).is_some_and(|at| *at >= start))
         };
         group.unpark_if(
             "its leader no longer lists it, or every voter was heard without listing it",
             |parked| match parked {
                 Parked::Follower { leader, .. } => *leader == from,
-                Parked::Held { until: Some(until) } => heard_since(*until - hold),
+                Parked::Held {
+                    until: Some(until),
+                    listed: false,
+                } => heard_since(*until - hold),
                 _ => false,
             },
         );
@@ -244,7 +249,9 @@ fn wake_overdue(shared: &Shared, now: Instant) {
                     under = Some(*leader);
                     true
                 }
-                Parked::Held { until: Some(until) } => now >= *until,
+                Parked::Held {
+                    until: Some(until), ..
+                } => now >= *until,
                 _ => false,
             },
         );
