@@ -20,7 +20,9 @@
 #
 #   bench/failover.sh                          # 5 runs of 90 s (about 9 minutes)
 #   REPEATS=2 TIME_LIMIT=60 bench/failover.sh  # shorter
+#   CLIENTS=spread bench/failover.sh           # raw calls round robin over the nodes
 #   env: REPEATS (5), TIME_LIMIT (90, s per run), RATE (500, ops/s), CONCURRENCY (16),
+#        CLIENTS (routed: keel-client; spread: keel-jepsen's --clients spread),
 #        SEED (1, of the first run; run i has SEED + i - 1), FAULTS (kill,pause,partition,kill-all),
 #        FAULT_GAP_MS (6000, quiet ms after each fault at least),
 #        KEEL_JEPSEN_OUT (keep the run directories there), RESULTS (bench/results/failover),
@@ -36,6 +38,7 @@ cd "$ROOT"
 bin=${CARGO_TARGET_DIR:-$ROOT/target}/release
 REPEATS=${REPEATS:-5} TIME_LIMIT=${TIME_LIMIT:-90} RATE=${RATE:-500} CONCURRENCY=${CONCURRENCY:-16}
 SEED=${SEED:-1} FAULTS=${FAULTS:-kill,pause,partition,kill-all} FAULT_GAP_MS=${FAULT_GAP_MS:-6000}
+CLIENTS=${CLIENTS:-routed}
 RESULTS=${RESULTS:-$ROOT/bench/results/failover}
 # A run that has not ended this long after its time limit is stopped (the cluster start,
 # heal, final reads and check take well under a minute).
@@ -48,7 +51,7 @@ if [ -z "${KEEL_SKIP_BUILD:-}" ]; then
   cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
 fi
 
-echo "failover: $REPEATS runs of $TIME_LIMIT s, register, $CONCURRENCY clients, $RATE ops/s," \
+echo "failover: $REPEATS runs of $TIME_LIMIT s, register, $CONCURRENCY $CLIENTS clients, $RATE ops/s," \
   "faults $FAULTS at the leader, $FAULT_GAP_MS ms apart at least; runs in $out"
 failures=0
 for i in $(seq 1 "$REPEATS"); do
@@ -57,7 +60,7 @@ for i in $(seq 1 "$REPEATS"); do
   start=$SECONDS
   timeout --signal=TERM $((TIME_LIMIT + RUN_SLACK_S)) \
     "$bin/keel-jepsen" run --keel "$bin/keel" --workload register --nodes 3 \
-    --concurrency "$CONCURRENCY" --rate "$RATE" --nemesis "$FAULTS" --leader-faults \
+    --clients "$CLIENTS" --concurrency "$CONCURRENCY" --rate "$RATE" --nemesis "$FAULTS" --leader-faults \
     --fault-gap-ms-min "$FAULT_GAP_MS" \
     --time-limit "$TIME_LIMIT" --seed "$seed" --out "$run" >"$run.log" 2>&1
   code=$?
@@ -67,7 +70,7 @@ for i in $(seq 1 "$REPEATS"); do
     "$(grep -h '^availability:' "$run.log" || echo 'no availability line')"
 done
 
-python3 - "$out" "$RESULTS" "$REPEATS x ${TIME_LIMIT} s, register, $CONCURRENCY clients, $RATE ops/s, faults $FAULTS (--leader-faults, --fault-gap-ms-min $FAULT_GAP_MS), seeds $SEED..$((SEED + REPEATS - 1))" <<'EOF'
+python3 - "$out" "$RESULTS" "$REPEATS x ${TIME_LIMIT} s, register, $CONCURRENCY $CLIENTS clients, $RATE ops/s, faults $FAULTS (--leader-faults, --fault-gap-ms-min $FAULT_GAP_MS), seeds $SEED..$((SEED + REPEATS - 1))" <<'EOF'
 import glob, json, math, os, sys
 
 out, results, config = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -25,7 +25,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::error::GroupError;
 use crate::network::NetworkFactory;
 use crate::quiet_state::{Quiet, Wake};
-use crate::read_calls::{ReadIndex, ReadIndexCounts};
+use crate::read_calls::{self, ReadIndex, ReadIndexCounts};
 use crate::role::Role;
 use crate::timings::RaftTimings;
 use crate::transport::Transport;
@@ -212,6 +212,20 @@ impl RaftGroup {
         let wait = self.raft.wait(Some(timeout));
         wait.metrics(known, "a leader is known").await.ok()?;
         self.leader()
+    }
+
+    /// The leader once this replica knows one other than `node` in a term after `term`
+    /// (`read_calls::elected_since`); `None` when none is by `timeout` or Raft stopped.
+    pub async fn await_new_leader(
+        &self,
+        term: u64,
+        node: NodeId,
+        timeout: Duration,
+    ) -> Option<(NodeId, NodeAddr)> {
+        if !read_calls::elected_since(&self.raft, term, node, timeout).await {
+            return None;
+        }
+        self.leader().filter(|(leader, _)| *leader != node)
     }
 
     /// The members of the group's membership as this replica knows it (none before it has

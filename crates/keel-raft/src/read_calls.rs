@@ -232,26 +232,36 @@ impl Calls {
         Some(batch.started)
     }
 
-    /// Asks the leader this replica knows of for a read index.
+    /// Asks the leader this replica knows of for a read index. If this replica learns of a
+    /// newer leader while the call is out (the one asked was paused or cut off, and the
+    /// others elected another), it asks that one instead: every read waiting for this call
+    /// arrived before either was asked, so the new leader's index serves them as well.
     async fn ask_leader(&self, raft: &KeelRaft) -> Result<LogId, ReadIndexError> {
-        let leader = other_leader(raft, self.from).ok_or(ReadIndexError::NoLeader)?;
-        let failed = |message: String| ReadIndexError::Call {
-            leader: leader.id,
-            message,
-        };
-        let payload = wire::encode(&ReadIndexRequest).map_err(|e| failed(e.to_string()))?;
-        let message = RaftMessage {
-            range: self.range,
-            from: self.from,
-            payload,
-        };
-        let sent = self.sender.send(leader.clone(), message, self.call_timeout);
-        let reply = sent.await.map_err(|e| failed(e.to_string()))?;
-        let reply: ReadIndexReply = wire::decode(&reply).map_err(|e| failed(e.to_string()))?;
-        reply.map_err(|refusal| ReadIndexError::Refused {
-            leader: leader.id,
-            refusal,
-        })
+        loop {
+            let leader = other_leader(raft, self.from).ok_or(ReadIndexError::NoLeader)?;
+            let term = raft.metrics().borrow_watched().current_term;
+            let failed = |message: String| ReadIndexError::Call {
+                leader: leader.id,
+                message,
+            };
+            let payload = wire::encode(&ReadIndexRequest).map_err(|e| failed(e.to_string()))?;
+            let message = RaftMessage {
+                range: self.range,
+                from: self.from,
+                payload,
+            };
+            let sent = self.sender.send(leader.clone(), message, self.call_timeout);
+            let reply = tokio::select! {
+                biased;
+                reply = sent => reply.map_err(|e| failed(e.to_string()))?,
+                true = elected_since(raft, term, leader.id, self.call_timeout) => continue,
+            };
+            let reply: ReadIndexReply = wire::decode(&reply).map_err(|e| failed(e.to_string()))?;
+            return reply.map_err(|refusal| ReadIndexError::Refused {
+                leader: leader.id,
+                refusal,
+            });
+        }
     }
 }
 
@@ -264,6 +274,26 @@ async fn drive(calls: Arc<Calls>, raft: KeelRaft) {
         let index = calls.ask_leader(&raft).await;
         calls.answers.send_replace(Some(Answer { call, index }));
     }
+}
+
+/// Whether `raft`'s replica learns within `timeout` of a leader other than `node` in a term
+/// after `term` (an election or a transfer since); only a later term counts, so a replica
+/// that has not yet heard of a leader another node named does not turn back to the old one.
+pub(crate) async fn elected_since(
+    raft: &KeelRaft,
+    term: u64,
+    node: NodeId,
+    timeout: Duration,
+) -> bool {
+    let moved = |metrics: &openraft::RaftMetrics<TypeConfig>| {
+        let membership = metrics.membership_config.membership();
+        metrics.current_term > term
+            && metrics
+                .current_leader
+                .is_some_and(|leader| leader != node && membership.get_node(&leader).is_some())
+    };
+    let wait = raft.wait(Some(timeout));
+    wait.metrics(moved, "a new leader is known").await.is_ok()
 }
 
 /// The leader `raft` knows of, with its address, unless it is `own` or unknown.

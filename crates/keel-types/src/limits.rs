@@ -105,6 +105,11 @@ pub const FORWARD_BACKOFF_MAX_MS: u64 = 200;
 /// timeout, and the caller's own retry covers that. Well below the client's per-attempt
 /// timeout.
 pub const ELECTION_WAIT_MAX_MS: u64 = 300;
+/// How long a node that forwarded a write to a leader still waits for its answer once it
+/// knows another leader was elected since: a deposed leader that is up answers its pending
+/// writes at once (a leader transfer), one that is paused or cut off never does, and the
+/// write is then answered `OutcomeUnknown` rather than at the forwarding deadline.
+pub const FORWARDED_WRITE_GRACE_MS: u64 = 300;
 /// Attempts the client makes for one read before it gives up.
 pub const CLIENT_READ_ATTEMPTS_MAX: u32 = 8;
 /// Attempts the client makes for one write before it gives up, whatever its deadline: at the

@@ -175,7 +175,11 @@ impl Router {
                 Some(Try::Here) => serve().await.map(Response::new),
                 Some(Try::Leader(leader)) => {
                     let send = |client| call(client, forwarded.clone());
-                    self.forward(leader, hop, deadline, send).await
+                    let range = match &error {
+                        KvError::NotLeader { range_id, .. } => Some(*range_id),
+                        _ => None,
+                    };
+                    self.forward(range, leader, hop, deadline, send).await
                 }
             };
             error = match tried {
@@ -376,9 +380,15 @@ impl Router {
     /// Sends the request to the leader's service (marked `no_forward`), within what is left
     /// of `deadline`, and returns its answer: the leader's response, or its own error, or what
     /// a failure of the hop means (`PeerError::into_kv`: `Unavailable` when nothing was sent,
-    /// `OutcomeUnknown` for a write that may have reached the leader).
+    /// `OutcomeUnknown` for a write that may have reached the leader). While it waits, this
+    /// node's replica of `range` may learn of a new leader (the one asked was paused or cut
+    /// off, and the others elected another): a read then goes there (`NotLeader` naming it),
+    /// and a write, which may have reached the old leader and carries no request id to make
+    /// a second sending safe, is answered `OutcomeUnknown` if the old leader has not answered
+    /// `FORWARDED_WRITE_GRACE_MS` later, instead of at the deadline.
     async fn forward<C, T, F, Fut>(
         &self,
+        range: Option<RangeId>,
         leader: (NodeId, NodeAddr),
         hop: Hop,
         deadline: Instant,
@@ -393,8 +403,42 @@ impl Router {
         debug!(leader_id, %leader_addr, "forwarding to leader");
         let to = To::Node(leader_id, &leader_addr);
         let left = deadline.saturating_duration_since(Instant::now());
-        let answer = peer::call(&self.shared.peers, to, left, call).await;
-        answer.map_err(|error| error.into_kv(hop.write))
+        let group = range.and_then(|range| self.shared.groups.get(range));
+        let term = group.as_ref().map(|group| group.term());
+        let moved = async {
+            if let (Some(group), Some(term)) = (&group, term)
+                && let Some(new) = group.await_new_leader(term, leader_id, left).await
+            {
+                if hop.write {
+                    let grace = limits::FORWARDED_WRITE_GRACE_MS;
+                    tokio::time::sleep(Duration::from_millis(grace)).await;
+                }
+                return (group.range(), new);
+            }
+            std::future::pending().await
+        };
+        tokio::select! {
+            biased;
+            answer = peer::call(&self.shared.peers, to, left, call) => {
+                answer.map_err(|error| error.into_kv(hop.write))
+            }
+            (range_id, new) = moved => {
+                debug!(leader_id, new_leader = new.0, "leader changed while forwarding");
+                match hop.write {
+                    false => Err(KvError::NotLeader {
+                        range_id,
+                        leader: Some(new),
+                    }),
+                    true => Err(KvError::OutcomeUnknown {
+                        message: format!(
+                            "range {range_id} elected node {} while the write waited on node \
+                             {leader_id}; it may or may not have been applied",
+                            new.0
+                        ),
+                    }),
+                }
+            }
+        }
     }
 }
 
