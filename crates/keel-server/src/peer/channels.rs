@@ -19,8 +19,14 @@ use crate::access::port::PEER_MARKER;
 
 /// How long opening a TCP connection to a peer may take.
 const CONNECT_TIMEOUT_MS: u64 = 1_000;
-/// HTTP/2 pings keep idle peer connections alive and detect dead ones.
-const KEEPALIVE_INTERVAL_MS: u64 = 10_000;
+/// HTTP/2 pings keep idle peer connections alive and detect dead ones: a connection whose
+/// ping is not answered within `KEEPALIVE_TIMEOUT_MS` is closed, and the next call opens a
+/// new one. Without it, a connection that lost packets for a few seconds (a partition) stays
+/// open with TCP's retransmission timer backed off to seconds, so after the partition heals
+/// calls on it still time out for seconds: a deposed leader did not hear of its successor,
+/// and the elections it held up waited with it.
+const KEEPALIVE_INTERVAL_MS: u64 = 1_000;
+const KEEPALIVE_TIMEOUT_MS: u64 = 2_000;
 
 /// A channel to a peer whose every call carries the peer marker.
 pub(crate) type PeerChannel = InterceptedService<Channel, Marker>;
@@ -101,6 +107,7 @@ impl Peers {
             .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_millis(KEEPALIVE_INTERVAL_MS))
+            .keep_alive_timeout(Duration::from_millis(KEEPALIVE_TIMEOUT_MS))
             .keep_alive_while_idle(true)
             .local_address(self.source);
         match &self.tls {
