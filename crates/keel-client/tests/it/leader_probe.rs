@@ -28,8 +28,7 @@ fn patient() -> ClientOptions {
 async fn called(fake: &Fake, method: &str, count: usize) {
     let taken = async {
         loop {
-            let calls = fake.node_calls();
-            if calls.iter().filter(|(m, _)| *m == method).count() >= count {
+            if nodes_called(fake, method).len() >= count {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -38,6 +37,15 @@ async fn called(fake: &Fake, method: &str, count: usize) {
     tokio::time::timeout(Duration::from_secs(30), taken)
         .await
         .unwrap_or_else(|_| panic!("no {count} {method} calls within 30 s"));
+}
+
+/// The nodes that took the calls of `method`, in order.
+fn nodes_called(fake: &Fake, method: &str) -> Vec<u64> {
+    fake.node_calls()
+        .into_iter()
+        .filter(|(m, _)| *m == method)
+        .map(|(_, node)| node)
+        .collect()
 }
 
 /// A one-range cluster of 3 fake nodes led by node 1, and a client that has its table.
@@ -67,12 +75,7 @@ async fn a_write_hung_at_a_deposed_leader_goes_to_the_new_one_with_the_same_id()
         .unwrap()
         .expect("the write goes to the new leader");
     assert!(!put.replayed, "the hung attempt applied nothing");
-    let puts: Vec<u64> = fake
-        .node_calls()
-        .into_iter()
-        .filter(|(method, _)| *method == "put")
-        .map(|(_, node)| node)
-        .collect();
+    let puts = nodes_called(&fake, "put");
     assert_eq!(puts, [1, 1, 2], "the hung attempt, then the new leader");
     let ids = fake.request_ids();
     assert_eq!(ids[1], ids[2], "sent again under the same request id");
@@ -98,13 +101,7 @@ async fn a_read_hung_at_a_deposed_leader_goes_to_the_new_one() {
 
     let get = get.await.unwrap().expect("the read goes to the new leader");
     assert_eq!(get.served_by, 3);
-    let gets: Vec<u64> = fake
-        .node_calls()
-        .into_iter()
-        .filter(|(method, _)| *method == "get")
-        .map(|(_, node)| node)
-        .collect();
-    assert_eq!(gets, [1, 3]);
+    assert_eq!(nodes_called(&fake, "get"), [1, 3]);
 }
 
 #[tokio::test]
@@ -121,10 +118,6 @@ async fn an_attempt_at_a_slow_leader_that_still_leads_is_waited_for() {
     gate.notify_one();
 
     put.await.unwrap().unwrap();
-    let puts = fake
-        .node_calls()
-        .into_iter()
-        .filter(|(method, _)| *method == "put")
-        .count();
+    let puts = nodes_called(&fake, "put").len();
     assert_eq!(puts, 2, "the slow attempt was not given up");
 }
