@@ -38,13 +38,14 @@ impl Client {
         let Some(key) = key else {
             return pending().await;
         };
+        // Nothing more before the first interval: most attempts are answered by then.
+        tokio::time::sleep(PROBE_INTERVAL).await;
         let others = self.probe_candidates(route);
         if others.is_empty() {
             return pending().await;
         }
         let mut asked = self.inner.cursor.load(Ordering::Relaxed);
         loop {
-            tokio::time::sleep(PROBE_INTERVAL).await;
             let uri = &others[asked % others.len()];
             asked = asked.wrapping_add(1);
             if let Some(leader) = self.ask_leader(uri, key).await
@@ -54,6 +55,7 @@ impl Client {
                     "keel attempt given up: another replica names a new leader");
                 return leader;
             }
+            tokio::time::sleep(PROBE_INTERVAL).await;
         }
     }
 

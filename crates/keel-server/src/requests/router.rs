@@ -406,6 +406,9 @@ impl Router {
         let group = range.and_then(|range| self.shared.groups.get(range));
         let term = group.as_ref().map(|group| group.term());
         let moved = async {
+            // Watching the replica's metrics wakes on every apply: only a call still out
+            // after an election could have begun is watched (elections take most of a second).
+            tokio::time::sleep(Duration::from_millis(FORWARD_WATCH_AFTER_MS)).await;
             if let (Some(group), Some(term)) = (&group, term)
                 && let Some(new) = group.await_new_leader(term, leader_id, left).await
             {
@@ -441,6 +444,9 @@ impl Router {
         }
     }
 }
+
+/// How long a forwarded request waits on its leader before the node watches for a new one.
+const FORWARD_WATCH_AFTER_MS: u64 = 100;
 
 /// Where a forwarding node tries a request next.
 enum Try {
