@@ -1,7 +1,7 @@
 //! Quiescence of idle ranges on a real 3-node cluster: once idle, every replica of every
 //! data range parks its ticker (`Cluster.Status` says `quiesced`); reads and writes to a
 //! quiesced range are served and wake it; when the node leading quiesced ranges dies, the
-//! followers notice its node heartbeats are missing, elect a new leader and serve writes
+//! followers notice its pings are missing, elect a new leader and serve writes
 //! again; a restarted node's replicas quiesce again; a quiesced range splits, and keys that
 //! expire in a quiesced range are still cleaned up. No timing assertions: every wait is on a
 //! condition, with `harness::eventually`'s deadline.
@@ -15,7 +15,7 @@ use keel_server::{PlacementSettings, RaftTimings};
 use keel_types::{Consistency, NodeId, RangeId};
 
 use crate::harness::{Cluster, eventually};
-use crate::observability::health_of;
+use crate::observability::{health_of, scrape};
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// Short, so that the tests do not wait long for ranges to go idle.
@@ -126,7 +126,7 @@ async fn a_dead_leaders_quiesced_ranges_elect_a_new_leader() {
     let before = all_quiesced(&cluster, 2).await;
     let old_leader = before[&RangeId::FIRST.0].leader_id.unwrap();
 
-    // Nothing but the missing node heartbeats tells the followers: the dead leader sends no
+    // Nothing but the missing pings tells the followers: the dead leader sends no
     // Raft message, and the other followers are parked too.
     cluster.stop_node(old_leader).await;
     let new_leaders = eventually("the quiesced ranges elect new leaders", || async {
@@ -245,19 +245,41 @@ async fn keys_that_expire_in_a_quiesced_range_are_cleaned_up() {
 }
 
 /// A quiet leader gets no Raft acknowledgements; it still counts as the leader while its
-/// followers' node heartbeats arrive, so an idle cluster stays SERVING.
+/// followers' pings arrive, so an idle cluster stays SERVING; and the pings keep every
+/// follower from waking: no range changes leader or term while the cluster sits idle for
+/// longer than the silence a follower waits out, by pings or by heartbeats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_of_quiesced_ranges_stays_serving() {
-    let cluster = Cluster::start_with(3, timings()).await;
+    // The rebalancer, which may move a leadership once, waits a minute between looks here.
+    let placement = PlacementSettings {
+        rebalance_interval_ms: 60_000,
+        ..PlacementSettings::default()
+    };
+    let cluster = Cluster::start_placed_with(3, timings(), placement).await;
     two_ranges(&cluster.client()).await;
-    all_quiesced(&cluster, 2).await;
-    // Past the window in which a leader's last quorum acknowledgement counts.
-    let window = Duration::from_millis(2 * timings().election_timeout_ms_max);
+    let before = all_quiesced(&cluster, 2).await;
+    // Past the window in which a leader's last quorum acknowledgement counts, and past the
+    // 2.5 s a node that never pinged may stay silent.
+    let window = Duration::from_millis(3_000.max(2 * timings().election_timeout_ms_max));
     tokio::time::sleep(window).await;
-    all_quiesced(&cluster, 2).await;
+    let after = all_quiesced(&cluster, 2).await;
+    for (range_id, range) in &before {
+        let again = &after[range_id];
+        assert_eq!(
+            (again.leader_id, again.term),
+            (range.leader_id, range.term),
+            "range {range_id} changed leader or term while idle"
+        );
+    }
     for id in cluster.ids() {
         let status = health_of(&cluster, id, "").await;
         assert_eq!(status, Some(ServingStatus::Serving), "node {id}");
+        let metrics = scrape(&cluster, id).await;
+        for peer in cluster.ids().into_iter().filter(|peer| *peer != id) {
+            let peer_label = peer.to_string();
+            let age = metrics.value("keel_peer_ping_age_seconds", &[("node_id", &peer_label)]);
+            assert!(age.is_some(), "node {id} has no ping from node {peer}");
+        }
     }
     cluster.shutdown().await;
 }

@@ -7,7 +7,7 @@
 //! the verdict changes.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use keel_proto::raft::raft_server;
 use keel_proto::v1::{cluster_server, idempotency_server, kv_server, lock_server};
@@ -18,7 +18,6 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tracing::{info, warn};
 
-use crate::cluster::quiescence::LEADER_SILENT_MS;
 use crate::shared::Shared;
 
 /// How often the statuses are judged again.
@@ -56,11 +55,9 @@ pub(crate) fn verdict(shared: &Shared) -> Result<(), String> {
 }
 
 /// Whether `group`'s replica here knows a leader it can count on (`RaftGroup::leader_known`),
-/// or leads it quiesced while a quorum of its voters, this node included, sent node
-/// heartbeats within `LEADER_SILENT_MS`: a quiet group has no Raft traffic to count on, and
-/// its followers wake and elect another once this node's heartbeats have been missing that
-/// long (node heartbeats come every second, less often than a quorum must acknowledge an
-/// awake leader).
+/// or leads it quiesced while a quorum of its voters, this node included, are not silent
+/// (`LastHeard::silent`: their pings arrive): a quiet group has no Raft traffic to count on,
+/// and its followers wake and elect another once this node has been silent that long.
 pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: Duration) -> bool {
     if group.leader_known(quorum_ack_max) {
         return true;
@@ -68,7 +65,8 @@ pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: D
     if !(group.is_quiesced() && group.is_leader()) {
         return false;
     }
-    let seen = shared.heartbeats.last_seen();
+    let heard = shared.heartbeats.last_heard();
+    let now = Instant::now();
     let voters: Vec<NodeId> = group
         .members()
         .into_iter()
@@ -77,12 +75,7 @@ pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: D
         .collect();
     let heard = voters
         .iter()
-        .filter(|id| {
-            **id == shared.node_id
-                || seen
-                    .get(id)
-                    .is_some_and(|at| at.elapsed() <= Duration::from_millis(LEADER_SILENT_MS))
-        })
+        .filter(|id| **id == shared.node_id || !heard.silent(**id, now, Duration::ZERO))
         .count();
     heard > voters.len() / 2
 }

@@ -211,6 +211,11 @@ impl Raft for RaftService {
         }))
     }
 
+    async fn ping(&self, request: Request<NodeMessage>) -> Result<Response<RaftReply>, Status> {
+        self.shared.heartbeats.record_ping(request.get_ref().from);
+        Ok(Response::new(RaftReply::default()))
+    }
+
     async fn prepare_replica(
         &self,
         request: Request<NodeMessage>,

@@ -7,15 +7,17 @@
 //! also carry quiescence (`quiescence.rs`): to each peer, the idle ranges this node leads
 //! that the peer follows; back, the ones the peer agreed to keep quiet. And each names the
 //! sender's client address, which its peers tell clients in its place (`Shared::client_addr`).
-//! Knows nothing of what the rebalancer decides.
+//! Between heartbeats, every `PING_INTERVAL_MS` each node pings every peer (`Raft.Ping`, no
+//! payload): the followers of the ranges it keeps quiet judge by the pings whether it fell
+//! silent (`quiescence::watch`). Knows nothing of what the rebalancer decides.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use keel_proto::raft::HeartbeatRequest;
 use keel_proto::raft::raft_client::RaftClient;
+use keel_proto::raft::{HeartbeatRequest, NodeMessage};
 use keel_raft::wire;
 use keel_storage::RangeCounts;
 use keel_types::{
@@ -28,7 +30,7 @@ use crate::cluster::quiescence;
 use crate::peer::call::{To, call};
 use crate::shared::Shared;
 use crate::shared::applied_cache::ByApplied;
-use crate::shared::heartbeats::HEARTBEAT_INTERVAL_MS;
+use crate::shared::heartbeats::{HEARTBEAT_INTERVAL_MS, PING_INTERVAL_MS};
 
 /// Runs until the node shuts down (the task is aborted then).
 pub(crate) async fn run(shared: Arc<Shared>) {
@@ -70,6 +72,35 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         }
         round.settle(&agreed);
+    }
+}
+
+/// Pings every peer each `PING_INTERVAL_MS` until the node shuts down (the task is aborted
+/// then); a node that is not healthy stays silent, as with heartbeats.
+pub(crate) async fn ping(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(PING_INTERVAL_MS));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let deadline = Duration::from_millis(PING_INTERVAL_MS);
+    loop {
+        tick.tick().await;
+        if shared.health.check().is_err() {
+            continue;
+        }
+        let pings = peers(&shared).into_iter().map(|(node, addr)| {
+            let shared = &shared;
+            async move {
+                let message = NodeMessage {
+                    from: shared.node_id,
+                    ..NodeMessage::default()
+                };
+                let ping = |mut client: RaftClient<_>| async move { client.ping(message).await };
+                let answer = call(&shared.peers, To::Node(node, &addr), deadline, ping).await;
+                if let Err(error) = answer.map_err(|error| error.into_kv(false)) {
+                    debug!(node, %error, "ping not answered");
+                }
+            }
+        });
+        join_all(pings).await;
     }
 }
 

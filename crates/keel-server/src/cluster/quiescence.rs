@@ -21,14 +21,18 @@
 //! - **Waking.** Any use of a group on its leader wakes it first (`RaftGroup::begin_use`),
 //!   and a woken leader sends a heartbeat round at once. A follower wakes on any Raft message
 //!   for the group from a peer but the quiet leader's empty heartbeats (`keel_raft::Groups`),
-//!   when the leader's heartbeat stops listing the group, and when the leader node's
-//!   heartbeats have been missing for `LEADER_SILENT_MS` (2.5 heartbeat intervals): then every
-//!   group quiet under that leader wakes and elects as usual (`watch`).
-//! - **Failover cost.** A quiesced range whose leader dies elects a new leader after about
-//!   `LEADER_SILENT_MS` plus one election timeout (2.5 s + 1–2 s by default, against one
-//!   election timeout for an awake range): the followers' leader leases ran out long ago, so
-//!   the first follower to wake campaigns at its first tick, and two that wake together may
-//!   split the vote once.
+//!   when the leader's heartbeat stops listing the group, and when the leader node fell
+//!   silent: its pings (`heartbeat::ping`, every 200 ms) have been missing for
+//!   `PING_SILENT_MS` (800 ms), or, from a release before pings, its heartbeats for 2.5 s.
+//!   Then every group quiet under that leader wakes and elects as usual (`watch`), each
+//!   after its own extra wait (`wake_delay`: up to one shortest election timeout, different
+//!   on each follower) so that two followers of a range do not campaign together and split
+//!   the vote. A node that was itself stalled (a pause, a long scheduling delay) judges no
+//!   silence until pings had time to arrive again: what went missing was its own hearing.
+//! - **Failover cost.** A quiesced range whose leader dies starts an election 0.8–1.1 s after
+//!   the leader's last ping with the default timings, about when an awake range's follower
+//!   would (0.9–1.2 s after the last Raft heartbeat): the followers' leader leases ran out
+//!   long ago, so a woken follower campaigns at its first tick.
 //! - **Safety.** Quiescence only parks timers. Writes still go through Raft. A quiesced
 //!   leader's lease has lapsed, so a lease read falls back to ReadIndex (a quorum round) and a
 //!   write renews the lease with one first; a stale leader therefore cannot serve.
@@ -53,17 +57,17 @@ use tokio::time::MissedTickBehavior;
 use tracing::{debug, info};
 
 use crate::shared::Shared;
-use crate::shared::heartbeats::HEARTBEAT_INTERVAL_MS;
+use crate::shared::heartbeats::{HEARTBEAT_INTERVAL_MS, PING_INTERVAL_MS, PING_SILENT_MS};
 
-/// A follower wakes the groups it keeps quiet under a leader whose node's heartbeats have
-/// been missing this long.
-pub(crate) const LEADER_SILENT_MS: u64 = HEARTBEAT_INTERVAL_MS * 5 / 2;
-// One late or lost heartbeat is no death: the bound spans more than two intervals.
-const _: () = assert!(LEADER_SILENT_MS > 2 * HEARTBEAT_INTERVAL_MS);
 /// Longest a group started from the store stays held after the node serves.
 pub(crate) const RESTART_HOLD_MS: u64 = 2 * HEARTBEAT_INTERVAL_MS;
 /// How often the watcher looks for silent leaders and ended holds.
-const WATCH_INTERVAL_MS: u64 = HEARTBEAT_INTERVAL_MS / 4;
+const WATCH_INTERVAL_MS: u64 = PING_INTERVAL_MS / 2;
+/// A watcher round this late behind the previous one means the node itself was stalled.
+const STALLED_AFTER_MS: u64 = 2 * PING_INTERVAL_MS;
+/// After a stall, silence is judged again only once this much time passed: a ping from
+/// each live peer has arrived by then.
+const HEAR_AGAIN_MS: u64 = 2 * PING_INTERVAL_MS;
 
 /// One heartbeat round's quiescence: the proposals of the groups this node leads, and what
 /// each peer's heartbeat lists.
@@ -212,11 +216,51 @@ pub(crate) fn start_hold_clock(shared: &Shared) {
 pub(crate) async fn watch(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut hearing = Hearing::new(Instant::now());
     loop {
         tick.tick().await;
-        wake_overdue(&shared, Instant::now());
+        let now = Instant::now();
+        wake_overdue(&shared, now, hearing.judges(now));
         observe_leaders(&shared);
     }
+}
+
+/// Whether this node may judge its peers silent: not right after it was stalled itself.
+struct Hearing {
+    last_round: Instant,
+    judge_from: Instant,
+}
+
+impl Hearing {
+    fn new(now: Instant) -> Hearing {
+        Hearing {
+            last_round: now,
+            judge_from: now,
+        }
+    }
+
+    /// Called each watcher round: whether silence may be judged at `now`.
+    fn judges(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.last_round) >= Duration::from_millis(STALLED_AFTER_MS)
+        {
+            self.judge_from = now + Duration::from_millis(HEAR_AGAIN_MS);
+        }
+        self.last_round = now;
+        now >= self.judge_from
+    }
+}
+
+/// How much longer than `PING_SILENT_MS` this node's replica of `range` waits before it wakes
+/// under a silent leader: spread over `[0, spread)` by node and range, so that the followers
+/// of a range wake apart (each range's order differs, so no node always campaigns first).
+fn wake_delay(node: NodeId, range: RangeId, spread: Duration) -> Duration {
+    let spread_ms = spread.as_millis().max(1) as u64;
+    // splitmix64's finalizer: nearby ids land far apart.
+    let mut mixed = node.rotate_left(32) ^ range.0;
+    mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    mixed ^= mixed >> 31;
+    Duration::from_millis(mixed % spread_ms)
 }
 
 /// Records the leaders of the local groups that know one in the node's recent events.
@@ -232,20 +276,21 @@ fn observe_leaders(shared: &Shared) {
         .observe_leaders(shared.clock.now_ms(), &leaders);
 }
 
-fn wake_overdue(shared: &Shared, now: Instant) {
-    let seen = shared.heartbeats.last_seen();
-    let silent_after = Duration::from_millis(LEADER_SILENT_MS);
-    let silent = |leader: &NodeId| {
-        seen.get(leader)
-            .is_none_or(|at| now.saturating_duration_since(*at) >= silent_after)
-    };
+/// Wakes the held groups whose hold ended and, when `judge_silence`, the groups quiet under
+/// a leader whose node fell silent.
+fn wake_overdue(shared: &Shared, now: Instant, judge_silence: bool) {
+    let heard = shared.heartbeats.last_heard();
+    let spread = Duration::from_millis(shared.timings.election_timeout_ms_min);
     let mut woken: BTreeMap<NodeId, usize> = BTreeMap::new();
     for group in shared.groups.all() {
+        let delay = wake_delay(shared.node_id, group.range(), spread);
         let mut under = None;
         group.unpark_if(
             "its leader's node fell silent or its hold ended",
             |parked| match parked {
-                Parked::Follower { leader, .. } if silent(leader) => {
+                Parked::Follower { leader, .. }
+                    if judge_silence && heard.silent(*leader, now, delay) =>
+                {
                     under = Some(*leader);
                     true
                 }
@@ -263,7 +308,7 @@ fn wake_overdue(shared: &Shared, now: Instant) {
         info!(
             leader,
             groups,
-            silent_ms = LEADER_SILENT_MS,
+            silent_ms = PING_SILENT_MS,
             "leader node silent; waking the groups quiesced under it"
         );
     }
@@ -300,6 +345,53 @@ mod tests {
     use keel_types::RangeId;
 
     use super::*;
+
+    #[test]
+    fn a_node_judges_no_silence_right_after_its_own_stall() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut hearing = Hearing::new(start);
+        assert!(hearing.judges(at(WATCH_INTERVAL_MS)));
+        assert!(hearing.judges(at(2 * WATCH_INTERVAL_MS)));
+        // A round late by a stall: nothing is judged until pings had time to arrive.
+        let resumed = 2 * WATCH_INTERVAL_MS + 5_000;
+        assert!(!hearing.judges(at(resumed)));
+        assert!(!hearing.judges(at(resumed + HEAR_AGAIN_MS - 1)));
+        assert!(hearing.judges(at(resumed + HEAR_AGAIN_MS)));
+        // A round somewhat late is no stall.
+        let late = resumed + HEAR_AGAIN_MS + STALLED_AFTER_MS - 1;
+        assert!(hearing.judges(at(late)));
+    }
+
+    #[test]
+    fn followers_of_a_range_wake_apart_within_the_spread() {
+        let spread = Duration::from_millis(300);
+        let mut apart = 0;
+        for range in 0..200 {
+            let delays: Vec<Duration> = (1..=3)
+                .map(|node| wake_delay(node, RangeId(range), spread))
+                .collect();
+            assert!(delays.iter().all(|delay| *delay < spread), "{delays:?}");
+            let min_gap = (0..3)
+                .flat_map(|i| (i + 1..3).map(move |j| (i, j)))
+                .map(|(i, j)| delays[i].abs_diff(delays[j]))
+                .min()
+                .unwrap();
+            if min_gap >= Duration::from_millis(10) {
+                apart += 1;
+            }
+        }
+        // Uniform draws: three followers are 10 ms apart about 81% of the time.
+        assert!(
+            apart > 140,
+            "{apart} of 200 ranges had followers 10 ms apart"
+        );
+        // The same node and range always wait the same.
+        assert_eq!(
+            wake_delay(2, RangeId(7), spread),
+            wake_delay(2, RangeId(7), spread)
+        );
+    }
 
     #[test]
     fn quiet_lists_round_trip_and_none_is_no_bytes() {

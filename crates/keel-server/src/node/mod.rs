@@ -326,6 +326,7 @@ fn spawn_tasks(
         tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(heartbeat::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(heartbeat::ping(shared.clone()).instrument(span.clone())),
         tokio::spawn(rebalancer::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(quiescence::watch(shared.clone()).instrument(span.clone())),
         tokio::spawn(health::run(shared.clone(), reporter).instrument(span.clone())),

@@ -1,6 +1,7 @@
 //! The last heartbeat of every node as this node received it (`Heartbeats`), with the client
-//! address the node gave in it (with `--peer-listen`, the address clients are told), how often
-//! heartbeats go out, and how a node stands by them (`judge`). The heartbeat task itself is
+//! address the node gave in it (with `--peer-listen`, the address clients are told), and its
+//! last ping; how often heartbeats and pings go out, how a node stands by its heartbeats
+//! (`judge`), and whether it fell silent (`LastHeard`). The heartbeat and ping tasks are
 //! `cluster/heartbeat.rs`. Knows nothing of the network.
 
 use std::collections::BTreeMap;
@@ -11,6 +12,17 @@ use keel_types::{NodeId, NodeReport};
 
 /// How often a node sends its heartbeats.
 pub(crate) const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
+/// How often a node pings its peers: the ping carries nothing, so it can come often enough
+/// for the followers of quiesced ranges to notice a lost leader as soon as awake ranges do.
+pub(crate) const PING_INTERVAL_MS: u64 = 200;
+/// A node that pinged is silent once its pings have been missing this long. One late or
+/// lost ping is no death: the bound spans several intervals.
+pub(crate) const PING_SILENT_MS: u64 = 4 * PING_INTERVAL_MS;
+/// A node that never pinged (a release before pings) is silent once its heartbeats have
+/// been missing this long: more than two heartbeat intervals.
+pub(crate) const HEARTBEAT_SILENT_MS: u64 = HEARTBEAT_INTERVAL_MS * 5 / 2;
+const _: () = assert!(PING_SILENT_MS > 2 * PING_INTERVAL_MS);
+const _: () = assert!(HEARTBEAT_SILENT_MS > 2 * HEARTBEAT_INTERVAL_MS);
 /// A node whose last heartbeat is older than this is suspect: it takes no new replicas, but
 /// its own are left alone until it is dead.
 pub(crate) const SUSPECT_AFTER_MS: u64 = 3 * HEARTBEAT_INTERVAL_MS;
@@ -19,6 +31,8 @@ pub(crate) const SUSPECT_AFTER_MS: u64 = 3 * HEARTBEAT_INTERVAL_MS;
 #[derive(Default)]
 pub(crate) struct Heartbeats {
     seen: Mutex<BTreeMap<NodeId, Seen>>,
+    /// When each node's last ping arrived; only nodes that sent a heartbeat are kept.
+    pinged: Mutex<BTreeMap<NodeId, Instant>>,
 }
 
 /// One node's last heartbeat.
@@ -32,14 +46,41 @@ pub(crate) struct Seen {
 }
 
 impl Heartbeats {
-    /// Records `node`'s heartbeat; an empty `client_addr` is none.
+    /// Records `node`'s heartbeat; an empty `client_addr` is none. A node whose heartbeats
+    /// arrive while its pings stopped (it went back to a release before pings) is judged by
+    /// its heartbeats again.
     pub fn record(&self, node: NodeId, report: NodeReport, client_addr: String) {
+        let now = Instant::now();
         let seen = Seen {
-            at: Instant::now(),
+            at: now,
             report,
             client_addr: Some(client_addr).filter(|addr| !addr.is_empty()),
         };
         self.lock().insert(node, seen);
+        let stopped = Duration::from_millis(2 * HEARTBEAT_INTERVAL_MS);
+        lock(&self.pinged)
+            .retain(|id, at| *id != node || now.saturating_duration_since(*at) < stopped);
+    }
+
+    /// Records a ping from `node`, unless it never sent a heartbeat: a node is known by its
+    /// heartbeats, and pings from unknown ids must not grow the map.
+    pub fn record_ping(&self, node: NodeId) {
+        if self.lock().contains_key(&node) {
+            lock(&self.pinged).insert(node, Instant::now());
+        }
+    }
+
+    /// When each node's last ping arrived (nodes that do not ping are absent).
+    pub fn pinged(&self) -> BTreeMap<NodeId, Instant> {
+        lock(&self.pinged).clone()
+    }
+
+    /// When each node last gave a sign of life, to judge silence by.
+    pub fn last_heard(&self) -> LastHeard {
+        LastHeard {
+            beat: self.last_seen(),
+            pinged: self.pinged(),
+        }
     }
 
     /// The client address `node` gave in its last heartbeat.
@@ -61,9 +102,34 @@ impl Heartbeats {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Seen>> {
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.seen)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// When each node last gave a sign of life: its last heartbeat and its last ping.
+pub(crate) struct LastHeard {
+    beat: BTreeMap<NodeId, Instant>,
+    pinged: BTreeMap<NodeId, Instant>,
+}
+
+impl LastHeard {
+    /// Whether `node` has been silent at `now` for `PING_SILENT_MS` plus `grace`: by its pings
+    /// once it pinged, else (a release before pings) by its heartbeats and
+    /// `HEARTBEAT_SILENT_MS`. A node never heard from is silent.
+    pub fn silent(&self, node: NodeId, now: Instant, grace: Duration) -> bool {
+        let (last, bound) = match self.pinged.get(&node) {
+            Some(at) => (Some(at), PING_SILENT_MS),
+            None => (self.beat.get(&node), HEARTBEAT_SILENT_MS),
+        };
+        last.is_none_or(|at| {
+            now.saturating_duration_since(*at) >= Duration::from_millis(bound) + grace
+        })
     }
 }
 
@@ -91,6 +157,60 @@ pub(crate) fn judge(
 mod tests {
     use super::*;
     use keel_meta::Liveness;
+
+    #[test]
+    fn pings_are_kept_from_nodes_that_send_heartbeats_while_they_ping() {
+        let heartbeats = Heartbeats::default();
+        heartbeats.record_ping(2);
+        assert!(heartbeats.last_heard().pinged.is_empty());
+        let report = NodeReport {
+            addr: keel_types::NodeAddr::new("127.0.0.1:1"),
+            replicas: 0,
+            leads: None,
+        };
+        heartbeats.record(2, report.clone(), String::new());
+        heartbeats.record_ping(2);
+        let heard = heartbeats.last_heard();
+        assert_eq!(heard.pinged.keys().collect::<Vec<_>>(), [&2]);
+        assert_eq!(heard.beat.keys().collect::<Vec<_>>(), [&2]);
+        // Heartbeats go on while the pings stopped long ago: the pings are forgotten.
+        let long_ago = Instant::now().checked_sub(Duration::from_millis(2 * HEARTBEAT_INTERVAL_MS));
+        lock(&heartbeats.pinged).insert(2, long_ago.unwrap());
+        heartbeats.record(2, report, String::new());
+        assert!(heartbeats.last_heard().pinged.is_empty());
+    }
+
+    #[test]
+    fn a_node_is_silent_by_its_pings_or_else_by_its_heartbeats() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let (none, grace) = (Duration::ZERO, Duration::from_millis(100));
+        // Node 2 pings; node 3 (a release before pings) only sends heartbeats.
+        let heard = LastHeard {
+            beat: BTreeMap::from([(2, at(0)), (3, at(0))]),
+            pinged: BTreeMap::from([(2, at(0))]),
+        };
+        let cases = [
+            // (node, now, grace, silent)
+            (2, at(PING_SILENT_MS - 1), none, false),
+            (2, at(PING_SILENT_MS), none, true),
+            (2, at(PING_SILENT_MS), grace, false),
+            (2, at(PING_SILENT_MS + 100), grace, true),
+            (3, at(PING_SILENT_MS), none, false),
+            (3, at(HEARTBEAT_SILENT_MS - 1), none, false),
+            (3, at(HEARTBEAT_SILENT_MS), none, true),
+            // Never heard from.
+            (4, at(0), none, true),
+        ];
+        for (node, now, grace, silent) in cases {
+            assert_eq!(
+                heard.silent(node, now, grace),
+                silent,
+                "node {node} at {:?} with grace {grace:?}",
+                now - start
+            );
+        }
+    }
 
     #[test]
     fn nodes_are_live_then_suspect_then_dead() {

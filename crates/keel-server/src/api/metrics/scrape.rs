@@ -118,6 +118,16 @@ fn write_node(text: &mut Text, shared: &Shared, ranges: usize) {
         let node = node.to_string();
         text.sample(&[("node_id", &node)], seen.at.elapsed().as_secs_f64());
     }
+    text.family(
+        "keel_peer_ping_age_seconds",
+        Kind::Gauge,
+        "Time since this node last received a ping from the node (sent five times a second); \
+         absent for a node that does not ping (a release before pings).",
+    );
+    for (node, at) in shared.heartbeats.pinged() {
+        let node = node.to_string();
+        text.sample(&[("node_id", &node)], at.elapsed().as_secs_f64());
+    }
 }
 
 fn write_requests(text: &mut Text, shared: &Shared) {
