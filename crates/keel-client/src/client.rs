@@ -28,6 +28,7 @@ mod backup;
 mod batch;
 mod cluster;
 mod guard;
+mod hedge;
 mod idempotency;
 mod idempotent;
 mod leader_probe;

@@ -17,7 +17,7 @@ use keel_types::KvError;
 use tokio::time::Instant;
 use tonic::Code;
 
-use super::{Client, locate, timed_out};
+use super::{Client, hedge, locate, timed_out};
 use crate::attempt::{self, AttemptError};
 use crate::endpoints;
 use crate::range_cache::{Fetched, Urgency};
@@ -221,36 +221,42 @@ impl Client {
         }
     }
 
-    /// Asks the nodes for the range table in turn (the cached leader first, then the
-    /// endpoints from the rotation, those in `unreachable` last), one attempt each, until
-    /// one answers or `deadline`. Any node answers: it forwards to the meta range's leader.
+    /// Asks the nodes for the range table (the cached leader first, then the endpoints from
+    /// the rotation, those in `unreachable` last), hedged (`hedge`): the next node is asked
+    /// too when one fails or has not answered within `HEDGE_AFTER`, each within the read
+    /// attempt timeout and `deadline`. Any node answers: it forwards to the meta range's
+    /// leader.
     pub(super) async fn ranges_answer(
         &self,
         deadline: Instant,
         unreachable: &[String],
     ) -> RangesAnswer {
-        let mut last = KvError::unavailable("no endpoint was asked for the range table");
-        let mut unimplemented = false;
-        let mut candidates = self.ranges_candidates();
+        let mut candidates = self.candidates_in_turn();
         // Stable: the order stays otherwise.
         candidates.sort_by_key(|uri| unreachable.contains(uri));
-        for uri in candidates {
+        let ask = |uri: String| async move {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                break;
-            }
             let budget = remaining.min(self.inner.options.read_attempt_timeout);
-            match self.ask_ranges(&uri, budget).await {
-                Ok(response) => return RangesAnswer::Table(response),
-                Err(None) => {
-                    unimplemented = true;
-                    last = KvError::fatal(format!(
-                        "{uri} does not serve Cluster.Ranges (a server from before ranges)"
-                    ));
-                }
-                Err(Some(error)) => last = error,
+            let answer = self.ask_ranges(&uri, budget).await;
+            if let Err(Some(error)) = &answer {
+                tracing::debug!(%uri, %error, "keel range table: node did not answer");
             }
-        }
+            answer.map_err(|error| (uri, error))
+        };
+        let failures = match hedge::first_answer(candidates, hedge::HEDGE_AFTER, ask).await {
+            Ok(response) => return RangesAnswer::Table(response),
+            Err(failures) => failures,
+        };
+        let unimplemented = failures.iter().any(|(_, error)| error.is_none());
+        let last = failures.into_iter().last().map(|(uri, error)| {
+            error.unwrap_or_else(|| {
+                KvError::fatal(format!(
+                    "{uri} does not serve Cluster.Ranges (a server from before ranges)"
+                ))
+            })
+        });
+        let last = last
+            .unwrap_or_else(|| KvError::unavailable("no endpoint was asked for the range table"));
         match unimplemented {
             true => RangesAnswer::Unimplemented(last),
             false => RangesAnswer::Failed(last),
@@ -278,8 +284,9 @@ impl Client {
         }
     }
 
-    /// The cached leader, then every endpoint from the rotation on.
-    fn ranges_candidates(&self) -> Vec<String> {
+    /// The cached leader, then every endpoint from the rotation on: the nodes to ask in turn
+    /// for what any node answers.
+    pub(super) fn candidates_in_turn(&self) -> Vec<String> {
         let endpoints = &self.inner.endpoints;
         let start = self.inner.cursor.load(Ordering::Relaxed);
         let mut candidates: Vec<String> = self.leader().into_iter().collect();

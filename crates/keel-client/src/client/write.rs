@@ -15,8 +15,8 @@ use keel_types::{KvError, RequestId};
 use tokio::time::Instant;
 
 use super::route::{Route, RouteBy};
-use super::{Client, Kind};
-use crate::attempt::AttemptError;
+use super::{Client, Kind, hedge, locate, timed_out};
+use crate::attempt::{self, AttemptError};
 use crate::range_table::Spans;
 use crate::results::{self, Served};
 use crate::retry::{self, Target, WriteDecision, WriteProgress};
@@ -185,28 +185,58 @@ impl Client {
             .await
     }
 
-    /// Asks any node for a new session, within `request_timeout` and the write's deadline.
-    /// Failing here, the write was not sent.
+    /// Asks any node for a new session, within `request_timeout` and the write's deadline:
+    /// first the nodes in turn, hedged (`hedge`: a paused node does not hold the write up),
+    /// then, if none answered, with the read retry policy for the time left. Failing here,
+    /// the write was not sent.
     async fn open_session(&self, deadline: Instant) -> Result<(u64, u64), KvError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let timeout = self.inner.options.request_timeout.min(remaining);
-        let opened = self
-            .call(
-                SESSION,
-                RouteBy::AnyNode,
-                timeout,
-                |mut kv: KvClient<Transport>| async move {
-                    kv.open_session(v1::OpenSessionRequest {}).await
-                },
+        let session_deadline = Instant::now() + timeout;
+        let ask = |uri: String| async move {
+            let budget = session_deadline.saturating_duration_since(Instant::now());
+            let channel = self.inner.pool.channel(&uri)?;
+            let mut kv: KvClient<Transport> = Stub::on(channel, self.inner.credentials.clone());
+            let answer = tokio::time::timeout(budget, kv.open_session(v1::OpenSessionRequest {}));
+            match answer.await {
+                Ok(Ok(response)) => results::session(response.into_inner()),
+                Ok(Err(status)) => Err(retry::final_error(&locate(
+                    &uri,
+                    attempt::from_status(&status),
+                ))),
+                Err(_) => Err(retry::final_error(&timed_out(&uri, budget))),
+            }
+        };
+        let hedged = hedge::first_answer(self.candidates_in_turn(), hedge::HEDGE_AFTER, ask).await;
+        let refused = |error: &KvError| {
+            matches!(
+                error,
+                KvError::Unauthenticated { .. }
+                    | KvError::PermissionDenied { .. }
+                    | KvError::QuotaExceeded { .. }
             )
-            .await
-            .and_then(results::session);
-        opened.map_err(|error| match error {
+        };
+        let opened = match hedged.map_err(|failures| failures.into_iter().find(refused)) {
+            Ok(session) => Ok(session),
+            Err(Some(refusal)) => Err(refusal),
+            Err(None) => {
+                let left = session_deadline.saturating_duration_since(Instant::now());
+                self.call(
+                    SESSION,
+                    RouteBy::AnyNode,
+                    left,
+                    |mut kv: KvClient<Transport>| async move {
+                        kv.open_session(v1::OpenSessionRequest {}).await
+                    },
+                )
+                .await
+                .and_then(results::session)
+            }
+        };
+        opened.map_err(|error| match refused(&error) {
             // Refused at the door: the write would be refused alike.
-            KvError::Unauthenticated { .. }
-            | KvError::PermissionDenied { .. }
-            | KvError::QuotaExceeded { .. } => error,
-            error => KvError::Unavailable {
+            true => error,
+            false => KvError::Unavailable {
                 message: format!(
                     "could not open a client session, so the write was not sent: {error}"
                 ),

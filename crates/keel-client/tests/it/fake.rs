@@ -64,6 +64,10 @@ pub struct Fake {
     store: Mutex<Store>,
     /// The ranges, when the fake plays a cluster of ranges (`Fake::cluster`).
     ranged: Mutex<Option<ranged::Ranged>>,
+    /// Nodes that take calls and never answer them (as a paused process would).
+    paused: Mutex<Vec<u64>>,
+    /// (method, node) of every call a paused node took, in arrival order.
+    held: Mutex<Vec<(&'static str, u64)>>,
 }
 
 /// What the fake has applied.
@@ -149,7 +153,29 @@ impl Fake {
             sessions_opened: Mutex::new(0),
             store: Mutex::new(Store::default()),
             ranged: Mutex::new(None),
+            paused: Mutex::new(Vec::new()),
+            held: Mutex::new(Vec::new()),
         })
+    }
+
+    /// From now on node `node` takes calls (recorded as usual) and never answers them.
+    pub fn pause(&self, node: u64) {
+        self.paused.lock().unwrap().push(node);
+    }
+
+    /// (method, node) of every call a paused node took, in arrival order.
+    pub fn held(&self) -> Vec<(&'static str, u64)> {
+        self.held.lock().unwrap().clone()
+    }
+
+    /// Never returns when the node that took `request` is paused (the call is kept in
+    /// `held`).
+    async fn hold_if_paused<R>(&self, method: &'static str, request: &Request<R>) {
+        let node = self.node_of(request);
+        if self.paused.lock().unwrap().contains(&node) {
+            self.held.lock().unwrap().push((method, node));
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Adds a reply to the end of the script.
@@ -236,6 +262,7 @@ impl Fake {
         mut ok: T,
     ) -> Result<Response<T>, Status> {
         self.record(method, request);
+        self.hold_if_paused(method, request).await;
         let range = self
             .route(request, &[key])
             .map_err(|error| status(&error))?;
@@ -269,6 +296,7 @@ impl Fake {
         ops: Vec<Op>,
     ) -> Result<(Applied, bool, u64), Status> {
         self.record(write.method, request);
+        self.hold_if_paused(write.method, request).await;
         let id = write
             .request_id
             .as_ref()
@@ -519,8 +547,9 @@ impl Kv for Service {
 
     async fn open_session(
         &self,
-        _request: Request<v1::OpenSessionRequest>,
+        request: Request<v1::OpenSessionRequest>,
     ) -> Result<Response<v1::OpenSessionResponse>, Status> {
+        self.0.hold_if_paused("open_session", &request).await;
         let mut opened = self.0.sessions_opened.lock().unwrap();
         *opened += 1;
         Ok(Response::new(v1::OpenSessionResponse {

@@ -1,6 +1,8 @@
 //! An attempt at a leader that went quiet is given up for the leader another replica names
 //! (`Cluster.Leader`), reads and writes alike, long before the attempt's own timeout; an
-//! attempt at a leader that is slow but still leads is waited for.
+//! attempt at a leader that is slow but still leads is waited for. What any node can answer
+//! (the range table, a new client session) is asked of the next node too when the first one
+//! asked is quiet.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,4 +122,18 @@ async fn an_attempt_at_a_slow_leader_that_still_leads_is_waited_for() {
     put.await.unwrap().unwrap();
     let puts = nodes_called(&fake, "put").len();
     assert_eq!(puts, 2, "the slow attempt was not given up");
+}
+
+/// A client whose first endpoint is paused: without asking the next node, its range table
+/// and its session would wait for the whole request on node 1, and the write would fail.
+#[tokio::test]
+async fn a_quiet_first_endpoint_holds_up_neither_the_range_table_nor_the_session() {
+    // Range 1 ([.., m)) led by node 1, range 2 ([m, ..)) led by node 2.
+    let (fake, addrs) = Fake::cluster(3, &[b"m"]).await;
+    fake.pause(1);
+    let client = client(&addrs, patient());
+    client.put(b"n", b"v", PutOptions::default()).await.unwrap();
+    // Node 1 was asked first for both, and held them.
+    assert_eq!(fake.held(), [("ranges", 1), ("open_session", 1)]);
+    assert_eq!(nodes_called(&fake, "put"), [2]);
 }

@@ -372,8 +372,9 @@ impl Cluster for Service {
 
     async fn ranges(
         &self,
-        _request: Request<v1::RangesRequest>,
+        request: Request<v1::RangesRequest>,
     ) -> Result<Response<v1::RangesResponse>, Status> {
+        self.0.hold_if_paused("ranges", &request).await;
         let (ranges, nodes) = {
             let mut ranged = self.0.ranged.lock().unwrap();
             let ranged = ranged.as_mut().unwrap();
