@@ -83,7 +83,7 @@ impl ClusterService {
                 cluster.ranges(RangesRequest { no_forward: true }).await
             })
         };
-        nodes::on_meta_leader(shared, request.no_forward, here, remote).await
+        nodes::on_meta_leader(shared, request.no_forward, false, here, remote).await
     }
 
     /// The range table on the meta range's leader: its descriptors read linearizably (with
@@ -162,7 +162,7 @@ impl ClusterService {
                 cluster.add_node(forwarded).await
             })
         };
-        nodes::on_meta_leader(shared, no_forward, here, remote).await
+        nodes::on_meta_leader(shared, no_forward, true, here, remote).await
     }
 
     async fn serve_remove_node(
@@ -181,7 +181,7 @@ impl ClusterService {
                 cluster.remove_node(forwarded).await
             })
         };
-        nodes::on_meta_leader(shared, request.no_forward, here, remote).await
+        nodes::on_meta_leader(shared, request.no_forward, true, here, remote).await
     }
 
     pub(crate) async fn serve_members(
@@ -196,7 +196,7 @@ impl ClusterService {
                 cluster.members(MembersRequest { no_forward: true }).await
             })
         };
-        nodes::on_meta_leader(shared, request.no_forward, here, remote).await
+        nodes::on_meta_leader(shared, request.no_forward, false, here, remote).await
     }
 
     /// The registered nodes, and the initial cluster's nodes not registered yet, by id.

@@ -23,11 +23,14 @@ use crate::peer::channels::PeerChannel;
 use crate::ranges::meta;
 use crate::shared::Shared;
 
-/// Serves a call on the meta range's leader: `here` on this node if it leads the meta range,
-/// else (unless `no_forward`) `remote` on the leader, found as every meta call finds it.
+/// Serves a call on the meta range's leader: `here` on this node if it leads the meta range
+/// (also when it won the meta range's election while the call waited on the old leader),
+/// else (unless `no_forward`) `remote` on the leader, found as every meta call finds it
+/// (`meta::on_leader`; `write`: the call changes the meta range).
 pub(crate) async fn on_meta_leader<T, H, HFut, R, RFut>(
     shared: &Shared,
     no_forward: bool,
+    write: bool,
     here: H,
     remote: R,
 ) -> Result<T, KvError>
@@ -38,9 +41,13 @@ where
     RFut: Future<Output = Result<T, KvError>>,
 {
     shared.health.check()?;
-    if let Some(meta) = shared.groups.get(RangeId::META)
-        && meta.is_leader()
-    {
+    let leading = || {
+        shared
+            .groups
+            .get(RangeId::META)
+            .filter(|meta| meta.is_leader())
+    };
+    if let Some(meta) = leading() {
         return here(meta).await;
     }
     if no_forward {
@@ -49,7 +56,17 @@ where
             leader: shared.replica_hint(RangeId::META),
         });
     }
-    meta::on_leader(shared, remote).await
+    match meta::on_leader(shared, write, remote).await {
+        Err(KvError::NotLeader {
+            leader: Some((leader, _)),
+            ..
+        }) if leader == shared.node_id
+            && let Some(meta) = leading() =>
+        {
+            here(meta).await
+        }
+        answer => answer,
+    }
 }
 
 /// One Cluster call to `node`, within the forwarding deadline (`write`: an unknown outcome

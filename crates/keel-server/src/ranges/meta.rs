@@ -21,6 +21,7 @@ use keel_types::{
 };
 
 use crate::peer::call::{To, call};
+use crate::peer::replaced;
 use crate::shared::Shared;
 
 /// How many of the initial cluster's nodes (by id) bootstrap makes replicas of the meta range.
@@ -38,7 +39,7 @@ pub(crate) async fn propose_meta(
         return group.propose_meta(command).await;
     }
     let payload = wire::encode(&command).map_err(|e| KvError::invalid(e.to_string()))?;
-    on_leader(shared, |node, addr| {
+    on_leader(shared, true, |node, addr| {
         remote_propose(shared, node, addr, payload.clone())
     })
     .await
@@ -88,13 +89,22 @@ pub(crate) async fn read_meta(
 pub(crate) async fn ranges_from_leader(
     shared: &Shared,
 ) -> Result<keel_proto::v1::RangesResponse, KvError> {
-    on_leader(shared, |node, addr| remote_ranges(shared, node, addr)).await
+    on_leader(shared, false, |node, addr| {
+        remote_ranges(shared, node, addr)
+    })
+    .await
 }
 
 /// Runs `call` against the meta range's leader: the one this node knows of, else each voter
 /// it knows in turn; a `NotLeader` naming another node is followed once. Moves on to the next
-/// node only when the call was certainly not carried out there.
-pub(crate) async fn on_leader<T, F, Fut>(shared: &Shared, call: F) -> Result<T, KvError>
+/// node only when the call was certainly not carried out there. A leader that this node's
+/// meta replica learns was replaced meanwhile is given up (`peer::replaced`): a read
+/// follows the new leader, a `write` is answered `OutcomeUnknown`.
+pub(crate) async fn on_leader<T, F, Fut>(
+    shared: &Shared,
+    write: bool,
+    call: F,
+) -> Result<T, KvError>
 where
     F: Fn(NodeId, NodeAddr) -> Fut,
     Fut: Future<Output = Result<T, KvError>>,
@@ -103,8 +113,12 @@ where
         "node {} knows no node of the meta range",
         shared.node_id
     ));
+    let meta = shared.groups.get(RangeId::META);
+    let left = shared.forward_deadline(write);
     for (node, addr) in targets(shared) {
-        match call(node, addr).await {
+        let answer =
+            replaced::unless_replaced(meta.as_deref(), node, write, left, call(node, addr)).await;
+        match answer {
             Err(KvError::NotLeader {
                 leader: Some((leader, addr)),
                 ..

@@ -24,6 +24,7 @@ use tonic::{Response, Status};
 use tracing::{debug, info};
 
 use crate::peer::call::{self as peer, PeerClient, To};
+use crate::peer::replaced;
 use crate::ranges::lookup;
 use crate::shared::Shared;
 use crate::status::to_status;
@@ -380,12 +381,10 @@ impl Router {
     /// Sends the request to the leader's service (marked `no_forward`), within what is left
     /// of `deadline`, and returns its answer: the leader's response, or its own error, or what
     /// a failure of the hop means (`PeerError::into_kv`: `Unavailable` when nothing was sent,
-    /// `OutcomeUnknown` for a write that may have reached the leader). While it waits, this
-    /// node's replica of `range` may learn of a new leader (the one asked was paused or cut
-    /// off, and the others elected another): a read then goes there (`NotLeader` naming it),
-    /// and a write, which may have reached the old leader and carries no request id to make
-    /// a second sending safe, is answered `OutcomeUnknown` if the old leader has not answered
-    /// `FORWARDED_WRITE_GRACE_MS` later, instead of at the deadline.
+    /// `OutcomeUnknown` for a write that may have reached the leader). A leader that this
+    /// node's replica of `range` learns was replaced meanwhile is given up
+    /// (`peer::replaced`): a read then goes to the new leader, and a write, which carries no
+    /// request id to make a second sending safe, is answered `OutcomeUnknown`.
     async fn forward<C, T, F, Fut>(
         &self,
         range: Option<RangeId>,
@@ -404,49 +403,13 @@ impl Router {
         let to = To::Node(leader_id, &leader_addr);
         let left = deadline.saturating_duration_since(Instant::now());
         let group = range.and_then(|range| self.shared.groups.get(range));
-        let term = group.as_ref().map(|group| group.term());
-        let moved = async {
-            // Watching the replica's metrics wakes on every apply: only a call still out
-            // after an election could have begun is watched (elections take most of a second).
-            tokio::time::sleep(Duration::from_millis(FORWARD_WATCH_AFTER_MS)).await;
-            if let (Some(group), Some(term)) = (&group, term)
-                && let Some(new) = group.await_new_leader(term, leader_id, left).await
-            {
-                if hop.write {
-                    let grace = limits::FORWARDED_WRITE_GRACE_MS;
-                    tokio::time::sleep(Duration::from_millis(grace)).await;
-                }
-                return (group.range(), new);
-            }
-            std::future::pending().await
+        let call = async {
+            let answer = peer::call(&self.shared.peers, to, left, call).await;
+            answer.map_err(|error| error.into_kv(hop.write))
         };
-        tokio::select! {
-            biased;
-            answer = peer::call(&self.shared.peers, to, left, call) => {
-                answer.map_err(|error| error.into_kv(hop.write))
-            }
-            (range_id, new) = moved => {
-                debug!(leader_id, new_leader = new.0, "leader changed while forwarding");
-                match hop.write {
-                    false => Err(KvError::NotLeader {
-                        range_id,
-                        leader: Some(new),
-                    }),
-                    true => Err(KvError::OutcomeUnknown {
-                        message: format!(
-                            "range {range_id} elected node {} while the write waited on node \
-                             {leader_id}; it may or may not have been applied",
-                            new.0
-                        ),
-                    }),
-                }
-            }
-        }
+        replaced::unless_replaced(group.as_deref(), leader_id, hop.write, left, call).await
     }
 }
-
-/// How long a forwarded request waits on its leader before the node watches for a new one.
-const FORWARD_WATCH_AFTER_MS: u64 = 100;
 
 /// Where a forwarding node tries a request next.
 enum Try {
