@@ -63,6 +63,8 @@ use crate::shared::heartbeats::{HEARTBEAT_INTERVAL_MS, PING_INTERVAL_MS, PING_SI
 pub(crate) const RESTART_HOLD_MS: u64 = 2 * HEARTBEAT_INTERVAL_MS;
 /// How often the watcher looks for silent leaders and ended holds.
 const WATCH_INTERVAL_MS: u64 = PING_INTERVAL_MS / 2;
+/// The watcher records who leads the local groups every this many rounds (300 ms).
+const OBSERVE_EVERY_ROUNDS: u64 = 3;
 /// A watcher round this late behind the previous one means the node itself was stalled.
 const STALLED_AFTER_MS: u64 = 2 * PING_INTERVAL_MS;
 /// After a stall, silence is judged again only once this much time passed: a ping from
@@ -211,17 +213,20 @@ pub(crate) fn start_hold_clock(shared: &Shared) {
 }
 
 /// Runs until the node shuts down (the task is aborted then): wakes the groups quiet under a
-/// leader whose node fell silent, and the held groups whose hold ended. Each round also tells
-/// the node's recent events who leads its groups now (this task looks at every group anyway).
+/// leader whose node fell silent, and the held groups whose hold ended. Every few rounds it
+/// also tells the node's recent events who leads its groups now (reading every group's
+/// leader costs more than the wake check, and the console needs it less often).
 pub(crate) async fn watch(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(WATCH_INTERVAL_MS));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut hearing = Hearing::new(Instant::now());
-    loop {
+    for round in 0u64.. {
         tick.tick().await;
         let now = Instant::now();
         wake_overdue(&shared, now, hearing.judges(now));
-        observe_leaders(&shared);
+        if round % OBSERVE_EVERY_ROUNDS == 0 {
+            observe_leaders(&shared);
+        }
     }
 }
 
