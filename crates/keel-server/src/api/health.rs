@@ -73,11 +73,11 @@ pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: D
         .filter(|member| member.voter)
         .map(|member| member.id)
         .collect();
-    let heard = voters
+    let live = voters
         .iter()
         .filter(|id| **id == shared.node_id || !heard.silent(**id, now, Duration::ZERO))
         .count();
-    heard > voters.len() / 2
+    live > voters.len() / 2
 }
 
 /// How long a leader may go without a quorum's acknowledgement and still count as the
