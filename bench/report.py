@@ -492,7 +492,13 @@ tasks read a range's storage only after something is applied to it (the range wa
 reads the store's descriptors every 2 s, one read for all). Node 1 leads the meta range and
 runs the rebalancer.
 A write to a quiesced range whose leader's node was killed (`kill -9`) was answered after 3.7 s
-(client retries included): the followers wake 2.5 s after the last node heartbeat, then elect.
+(client retries included) in that run: the followers woke 2.5 s after the last node heartbeat,
+then elected. Since issue 25 they wake 0.8–1.1 s after the leader's last ping (*Failover*, *An
+idle (quiesced) range*). The pings (five per peer per second, no payload) and the watcher that
+judges them cost each node about 0.4 % of a core: N=200, the builds before and after
+(`78bd339`, `3f75d0d`) alternately on 2026-12-04 while a Jepsen run used the machine (after,
+before, after, before), % of one core for nodes 1, 2, 3: before 1.1, 0.9, 0.9 and 1.2, 1.1,
+1.0; after 1.5, 1.4, 1.4 and 1.6, 1.3, 1.4.
 Rerun: `bench/idle-ranges.sh` (`N`, `SAMPLE_S`, `IDLE_WAIT_S`; `KEEL=path BUILD=0` measures
 another build).
 
@@ -571,9 +577,46 @@ restart) are met with keel-client. Spread clients (one raw call, 2 s timeout, no
 meet them for kills; a call sent to the paused or isolated leader itself waits out its 2 s,
 and a write forwarded to it is answered `OutcomeUnknown` 300 ms after the new leader is
 known, so their first write after a pause or partition takes 2.0 s p50 and up to 3.1 s.
+A traced run (pause, 16 spread clients, the calls' nodes logged) shows why: the reads
+waiting at followers were answered as the election ended (1.05–1.18 s after the pause), the
+forwarded writes `OutcomeUnknown` at 1.35–1.48 s, and round robin then sent each client's
+next call, or the one after, to the paused node, where it waited its 2 s. By about 1.5 s
+every client waited there, so no write was even called on a live node before 2.0 s. No
+server can answer for a stopped process: a client that spreads its calls needs its own way
+to leave a silent node sooner (a shorter attempt timeout, or checking
+`grpc.health.v1.Health`, which a paused node does not answer).
 Rerun: `bench/failover.sh` and `CLIENTS=spread bench/failover.sh` (`REPEATS`, `TIME_LIMIT`,
 `RATE`, `CONCURRENCY`, `SEED`, `FAULTS`, `FAULT_GAP_MS`; about 5 minutes each with
 `REPEATS=3`).
+
+### An idle (quiesced) range
+
+`bench/failover.sh` keeps its range busy, so it never quiesces. `bench/quiet-failover.sh`
+(3 nodes, every default on, one data range nobody uses) waits in each round until every
+replica of the range reports itself quiesced, then kills (`kill -9`) or pauses (SIGSTOP)
+the node leading it and times one `keel put` to the range (a new keel-client process,
+retries included) from the fault until it is answered; the node then comes back and the
+next round waits for quiet again. Runs of 2026-12-04, `78bd339` (before) and `d5e5807`
+alternately (before, after, before, after; 10 rounds each, 5 kills and 5 pauses; 0 errors), seconds,
+first run then second:
+
+| fault | build | p50 | max | every round |
+|---|---|---:|---:|---|
+| kill of the leader | before | 2.75, 2.90 | 2.90, 3.13 | 2.51 2.54 2.75 2.76 2.90; 2.72 2.84 2.90 3.02 3.13 |
+| | after | 1.33, 1.39 | 1.59, 1.45 | 1.03 1.30 1.33 1.53 1.59; 1.03 1.26 1.39 1.39 1.45 |
+| pause of the leader | before | 2.53, 2.53 | 4.02, 4.76 | 2.27 2.28 2.53 4.01 4.02; 2.52 2.53 2.53 4.32 4.76 |
+| | after | 1.00, 1.23 | 1.30, 1.38 | 0.77 0.77 1.00 1.02 1.30; 1.02 1.02 1.23 1.31 1.38 |
+
+Before, the followers of a quiesced range woke only when the leader's node heartbeats had
+been missing for 2.5 s, and a new client whose first endpoint or meta range leader was the
+paused node waited out a 2 s attempt for its range table and another for its session. Now
+every node pings its peers five times a second and the followers wake 0.8–1.1 s after the
+last ping (each replica waits its own share of an election timeout more, so that two do not
+split the vote); keel-client asks for the range table and a session of the next node too
+when one has not answered within 250 ms; and a node forwarding a call to the meta range's
+leader follows the new one once its meta replica learns of it. The pings cost a little CPU
+on an idle cluster (*Idle ranges*). Rerun: `bench/quiet-failover.sh` (`ROUNDS`; `KEEL=path
+KEEL_SKIP_BUILD=1` for another build).
 
 Spurious elections under load: `bench/elections.sh` (every default on, 3 nodes, keel-bench
 puts from 64 keel-client clients for 10 minutes) counts elections a follower started because
