@@ -134,19 +134,21 @@ impl LastHeard {
 }
 
 /// How a node stands by its heartbeats, judged at `now` by a meta leader that has been
-/// listening since `since` (a node is never dead sooner than `dead_after` after that, so a new
-/// meta leader does not declare dead the nodes it has not heard from yet).
+/// listening since `since`: live while its last heartbeat is recent; otherwise suspect, and
+/// dead once it has been silent for `dead_after`, counted from `since` at the earliest (so a
+/// new meta leader does not declare dead the nodes it has not heard from yet, nor call live
+/// one whose last heartbeat it got long ago).
 pub(crate) fn judge(
     last: Option<Instant>,
     since: Instant,
     now: Instant,
     dead_after: Duration,
 ) -> keel_meta::Liveness {
+    let suspect_after = Duration::from_millis(SUSPECT_AFTER_MS);
     let heard = last.map_or(since, |last| last.max(since));
-    let silent = now.saturating_duration_since(heard);
-    if last.is_some() && silent < Duration::from_millis(SUSPECT_AFTER_MS) {
+    if last.is_some_and(|last| now.saturating_duration_since(last) < suspect_after) {
         keel_meta::Liveness::Live
-    } else if silent < dead_after {
+    } else if now.saturating_duration_since(heard) < dead_after {
         keel_meta::Liveness::Suspect
     } else {
         keel_meta::Liveness::Dead
@@ -237,10 +239,16 @@ mod tests {
                 "{last:?} {now:?}"
             );
         }
-        // A heartbeat from before a new meta leader started listening counts from its start.
+        // A heartbeat from before a new meta leader started listening counts from its start
+        // for death, but an old one is no sign of life: suspect, not live.
         let before = since.checked_sub(Duration::from_secs(600)).unwrap_or(since);
         assert_eq!(
             judge(Some(before), since, at(59_999), dead_after),
+            Liveness::Suspect
+        );
+        let lately = since.checked_sub(Duration::from_secs(17)).unwrap_or(since);
+        assert_eq!(
+            judge(Some(lately), since, at(1), dead_after),
             Liveness::Suspect
         );
     }
