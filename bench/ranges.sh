@@ -96,7 +96,7 @@ EOF
 
 log "building release keel and keel-bench"
 (cd "$ROOT" && cargo build --release -q -p keel-cli -p keel-bench)
-KEEL=${CARGO_TARGET_DIR:-$ROOT/target}/release/keel
+KEEL=${KEEL:-${CARGO_TARGET_DIR:-$ROOT/target}/release/keel}
 BENCH=${CARGO_TARGET_DIR:-$ROOT/target}/release/keel-bench
 start_cluster one
 start_cluster many

@@ -22,6 +22,7 @@ mod pki;
 mod placement;
 mod prometheus;
 mod quiescence;
+mod raft_stream;
 mod ranges;
 mod splits;
 mod tenant_metrics;

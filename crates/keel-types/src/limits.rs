@@ -81,6 +81,18 @@ pub const RAFT_APPEND_ENTRIES_MAX: u64 = 512;
 /// message limit, leaving room for framing. A request with more is sent in parts; one entry
 /// (at most one batch, `BATCH_BYTES_MAX`) always fits.
 pub const RAFT_APPEND_BYTES_MAX: usize = GRPC_MESSAGE_BYTES_MAX / 2;
+/// Largest encoded Raft message that travels on the node pair's batch stream
+/// (`Raft.Batch`); a larger one (a catch-up append) takes a call of its own, so that it
+/// never holds up the heartbeats and votes of other ranges behind it on the stream.
+pub const RAFT_BATCHED_MESSAGE_BYTES_MAX: usize = 256 * 1024;
+/// Most bytes of messages the sender gathers into one batch on the stream.
+pub const RAFT_BATCH_BYTES_MAX: usize = 4 * RAFT_BATCHED_MESSAGE_BYTES_MAX;
+/// Messages queued for one peer's stream, not yet sent; a sender waits (within its
+/// deadline) while the queue is full, so a slow peer holds up only its own messages.
+pub const RAFT_BATCH_QUEUE_MAX: usize = 4_096;
+/// Batched requests from one peer a node serves at once; it reads no more of that peer's
+/// stream until some have been answered.
+pub const RAFT_BATCH_IN_FLIGHT_MAX: usize = 4_096;
 /// Times a leader whose lease lapsed (just elected, or out of touch with a quorum) renews it
 /// with a heartbeat round and proposes a write again before answering `Unavailable`.
 pub const WRITE_LEASE_RENEWALS_MAX: u32 = 2;

@@ -3,7 +3,8 @@
 //! and returns their encoded replies; decodes a meta command and proposes it on the meta
 //! range's leader (here, or forwarded once); records heartbeats; serves replica calls here
 //! (`replicas`) or forwards them once to the range's leader; tells the console this node's
-//! facts (`console::facts`). Serves peers only
+//! facts (`console::facts`); serves the batch stream of a peer's Raft messages (`batch`).
+//! Serves peers only
 //! (`peers_only`, in front of every method). Knows nothing of openraft types.
 
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use keel_proto::raft::raft_client::RaftClient;
 use keel_proto::raft::raft_server::Raft;
 use keel_proto::raft::{
-    HeartbeatReply, HeartbeatRequest, MetaProposal, NodeMessage, RaftReply, RaftRequest,
+    HeartbeatReply, HeartbeatRequest, MetaProposal, NodeMessage, RaftBatch, RaftReply, RaftRequest,
     SnapshotChunk,
 };
 use keel_raft::{Groups, InboundError, RpcKind, wire};
@@ -31,6 +32,8 @@ use crate::ranges::meta;
 use crate::ranges::replicas;
 use crate::shared::Shared;
 use crate::status::to_status;
+
+mod batch;
 
 /// Refuses, before any method runs, a call that is not from a node of the cluster
 /// (`tls::is_peer`): with TLS on, nobody without a node certificate reaches Raft.
@@ -164,6 +167,18 @@ impl Raft for RaftService {
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
         self.handle(RpcKind::ReadIndex, request).await
+    }
+
+    type BatchStream = batch::Replies;
+
+    async fn batch(
+        &self,
+        request: Request<Streaming<RaftBatch>>,
+    ) -> Result<Response<batch::Replies>, Status> {
+        let shared = self.shared.clone();
+        let closing = async move { shared.health.closing().await };
+        let replies = batch::serve(self.groups.clone(), request.into_inner(), closing);
+        Ok(Response::new(replies))
     }
 
     async fn install_snapshot(

@@ -135,7 +135,7 @@ impl Node {
         let source = Some(dialling_from.ip()).filter(|ip| !ip.is_unspecified());
         let peer_tls = config.tls.as_ref().map(TlsSettings::peer_config);
         let peers = Arc::new(Peers::new(node_id, source, peer_tls));
-        let transport = Arc::new(GrpcTransport::new(peers.clone()));
+        let transport = Arc::new(GrpcTransport::new(peers.clone(), node_id));
         let groups = Groups::on_store(node_id, store.clone(), config.raft.clone(), transport);
         let shared = Arc::new(Shared {
             node_id,

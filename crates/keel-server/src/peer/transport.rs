@@ -1,5 +1,7 @@
 //! The gRPC `Transport`: carries Raft messages to a peer's `keel.raft.v1.Raft` service over
-//! the shared per-peer channel, with a deadline per call. Knows nothing of openraft's types.
+//! the shared per-peer channel, with a deadline per message: on the node pair's batch stream
+//! (`batch`), or as a call of its own when the message is large or the peer has no stream.
+//! Snapshots stream on calls of their own. Knows nothing of openraft's types.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,25 +11,31 @@ use keel_proto::raft::raft_client::RaftClient;
 use keel_proto::raft::{RaftRequest, SnapshotChunk};
 use keel_raft::{Peer, RaftMessage, RpcKind, SnapshotReader, Transport, TransportError};
 use keel_storage::SnapshotFile;
+use keel_types::NodeId;
 use tracing::warn;
 
-use crate::peer::call::{Failure, PeerError, To, call};
+use crate::peer::batch::Links;
+use crate::peer::call::{Failure, To, call};
 use crate::peer::channels::Peers;
 use crate::status::never_sent;
 
 /// Raft traffic over gRPC; one per node, shared by all its groups.
 pub(crate) struct GrpcTransport {
     peers: Arc<Peers>,
+    links: Links,
 }
 
 impl GrpcTransport {
-    pub fn new(peers: Arc<Peers>) -> GrpcTransport {
-        GrpcTransport { peers }
+    /// The transport of node `from`.
+    pub fn new(peers: Arc<Peers>, from: NodeId) -> GrpcTransport {
+        GrpcTransport {
+            links: Links::new(peers.clone(), from),
+            peers,
+        }
     }
-}
 
-impl Transport for GrpcTransport {
-    async fn call(
+    /// `message` as a call of its own.
+    async fn call_alone(
         &self,
         target: &Peer,
         kind: RpcKind,
@@ -57,8 +65,24 @@ impl Transport for GrpcTransport {
         );
         let reply = reply
             .await
-            .map_err(|error| transport_error(target.id, error))?;
+            .map_err(|error| transport_error(target.id, error.failure))?;
         Ok(reply.into_inner().payload)
+    }
+}
+
+impl Transport for GrpcTransport {
+    async fn call(
+        &self,
+        target: &Peer,
+        kind: RpcKind,
+        message: RaftMessage,
+        deadline: Duration,
+    ) -> Result<Vec<u8>, TransportError> {
+        if !self.links.streams_to(target, message.payload.len()) {
+            return self.call_alone(target, kind, message, deadline).await;
+        }
+        let reply = self.links.call(target, kind, message, deadline).await;
+        reply.map_err(|failure| transport_error(target.id, failure))
     }
 
     async fn send_snapshot(
@@ -80,7 +104,7 @@ impl Transport for GrpcTransport {
         let install =
             |mut client: RaftClient<_>| async move { client.install_snapshot(request).await };
         let reply = call(&self.peers, to, deadline, install).await;
-        let reply = reply.map_err(|error| transport_error(target.id, error))?;
+        let reply = reply.map_err(|error| transport_error(target.id, error.failure))?;
         Ok(reply.into_inner().payload)
     }
 }
@@ -120,8 +144,8 @@ fn snapshot_chunks(
 }
 
 /// A failed call as openraft's transport sees it.
-fn transport_error(target: u64, error: PeerError) -> TransportError {
-    match error.failure {
+fn transport_error(target: u64, failure: Failure) -> TransportError {
+    match failure {
         Failure::NoChannel(message) => TransportError::Unreachable { target, message },
         Failure::Timeout(deadline) => TransportError::Timeout { target, deadline },
         Failure::Status(status) if never_sent(&status) => TransportError::Unreachable {

@@ -1,8 +1,6 @@
 //! Whether this node still serves: it stops for good when its store is poisoned by an I/O
 //! failure or a Raft group stops, and it says so while shutting down. Knows nothing of gRPC.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use keel_storage::Store;
 use keel_types::KvError;
 use tokio::sync::watch;
@@ -12,7 +10,8 @@ pub(crate) struct Health {
     store: Store,
     /// `Some(reason)` once the node has stopped serving.
     stopped: watch::Sender<Option<String>>,
-    closing: AtomicBool,
+    /// Whether the node is shutting down.
+    closing: watch::Sender<bool>,
 }
 
 impl Health {
@@ -20,7 +19,7 @@ impl Health {
         Health {
             store,
             stopped: watch::Sender::new(None),
-            closing: AtomicBool::new(false),
+            closing: watch::Sender::new(false),
         }
     }
 
@@ -48,12 +47,19 @@ impl Health {
     }
 
     pub fn set_closing(&self) {
-        self.closing.store(true, Ordering::Relaxed);
+        self.closing.send_replace(true);
     }
 
     /// Whether the node is shutting down.
     pub fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Relaxed)
+        *self.closing.borrow()
+    }
+
+    /// Resolves once the node is shutting down.
+    pub async fn closing(&self) {
+        let mut watch = self.closing.subscribe();
+        // The sender lives in `self`, so the watch cannot close while this waits.
+        let _ = watch.wait_for(|closing| *closing).await;
     }
 
     /// (healthy, message) for Cluster.Status.
