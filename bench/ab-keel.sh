@@ -37,7 +37,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 start_cluster() { # name, binary
-  start_keel_cluster "$1" "$2" "${PORTS[$1]}" "$WORK" "${BENCH_SERVE_ARGS[@]}"
+  start_keel_cluster "$1" "$2" "${PORTS[$1]}" "$WORK"
   wait_for_put "$BENCH" keel "$(cluster_endpoints "${PORTS[$1]}")" "$READY_TIMEOUT_S" ||
     { echo "cluster $1 did not become ready" >&2; return 1; }
 }

@@ -44,7 +44,7 @@ for setup in "${SETUPS[@]}"; do
   [ "${setup#*-}" = tmpfs ] && dir=$TMPFS
   case $system in
     etcd) start_etcd_cluster "$setup" "$port" $((port + PEER_PORT_OFFSET)) "$dir" ;;
-    keel) start_keel_cluster "$setup" "$KEEL" "$port" "$dir" "${BENCH_SERVE_ARGS[@]}" ;;
+    keel) start_keel_cluster "$setup" "$KEEL" "$port" "$dir" ;;
   esac
 done
 for setup in "${SETUPS[@]}"; do

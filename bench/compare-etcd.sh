@@ -119,7 +119,7 @@ build() {
 
 start_clusters() {
   start_etcd_cluster etcd "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$WORK"
-  start_keel_cluster keel "$KEEL" "$KEEL_PORT" "$WORK" "${BENCH_SERVE_ARGS[@]}"
+  start_keel_cluster keel "$KEEL" "$KEEL_PORT" "$WORK"
   declare -gA ENDPOINTS=([etcd]=$(cluster_endpoints "$ETCD_CLIENT_PORT")
     [keel]=$(cluster_endpoints "$KEEL_PORT") [keel-spread]=$(cluster_endpoints "$KEEL_PORT"))
 }

@@ -34,7 +34,6 @@ trap 'exit 130' INT TERM
 if [ -z "${KEEL_SKIP_BUILD:-}" ]; then
   (cd "$ROOT" && cargo build --release -p keel-cli -p keel-bench)
 fi
-# Every default on: no BENCH_SERVE_ARGS here.
 start_keel_cluster elections "$KEEL" "$BASE" "$WORK"
 EP=$(cluster_endpoints "$BASE")
 wait_for_put "$BENCH" keel "$EP" "$READY_TIMEOUT_S" || { echo "the cluster did not become ready" >&2; exit 1; }

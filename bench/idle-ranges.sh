@@ -43,7 +43,7 @@ trap 'exit 130' INT TERM
 ENDPOINTS=$(cluster_endpoints "$PORT_BASE")
 
 start_cluster() {
-  start_keel_cluster n "$KEEL" "$PORT_BASE" "$WORK" "${BENCH_SERVE_ARGS[@]}"
+  start_keel_cluster n "$KEEL" "$PORT_BASE" "$WORK"
 }
 
 wait_ready() {

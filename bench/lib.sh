@@ -1,14 +1,6 @@
-# Shared by the bench scripts (source it; it defines functions and BENCH_SERVE_ARGS; the
-# callers declare the SERVER_PIDS array and the SERVER_NAME associative array the start_*
-# functions fill).
-
-# `keel serve` flags of every cluster the bench scripts start: no load splits, so a cluster
-# has the ranges the script made (one unless it splits by command), and compare-etcd.sh meets
-# one range, as etcd is one Raft group. By default a range serving over 2,500 requests/s for
-# 10 s splits, and on one machine the parts only add Raft groups on the same two cores and
-# disk: on one cluster, put at 64 clients fell from about 7,500 to 4,500 ops/s within a
-# minute of load as one range became three (docs/BENCHMARKS.md).
-BENCH_SERVE_ARGS=(--range-split-requests-per-sec 0)
+# Shared by the bench scripts (source it; it defines functions; the callers declare the
+# SERVER_PIDS array and the SERVER_NAME associative array the start_* functions fill). Every
+# cluster they start runs Keel's default settings.
 
 # stop_servers TIMEOUT_S PID...: SIGTERM to every pid, then waits up to TIMEOUT_S for each to
 # exit before SIGKILL, and reaps it (when it is a child of this shell).

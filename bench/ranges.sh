@@ -37,7 +37,7 @@ endpoints() { # cluster
 
 # Splits happen by command only: the "many" cluster is split into $RANGES by split_many.
 start_cluster() { # cluster
-  start_keel_cluster "$1" "$KEEL" "${PORT_BASE[$1]}" "$WORK" "${BENCH_SERVE_ARGS[@]}"
+  start_keel_cluster "$1" "$KEEL" "${PORT_BASE[$1]}" "$WORK"
   CLUSTER_PIDS[$1]="${SERVER_PIDS[*]: -3}"
 }
 

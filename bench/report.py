@@ -292,7 +292,8 @@ with the follower's and is off the path.
 
 For scale: a follower get at 1 client (one gRPC round trip and one redb read) took 170 µs at
 p50 in the same cluster, and etcd's whole put on tmpfs takes about 600 µs. The two gRPC hops
-between the nodes (one unary call per AppendEntries: about 240–330 µs together), the hand-offs
+between the nodes (one unary call per AppendEntries then: about 240–330 µs together; since
+2026-12-04 they ride one stream per node pair, below), the hand-offs
 between threads and tasks (writer threads, Raft loops, the state-machine task; each step of
 20–110 µs above has at least one wake-up on two busy cores) and two redb transactions on the
 path (135–180 µs each even without fsync: copy-on-write pages) are where Keel spends what
@@ -300,7 +301,19 @@ etcd does not.
 
 ## Load splits during a run
 
-Not regenerated; figures of 2026-12-03 at `fa55fc6`. One fresh 3-node Keel cluster (data on
+Not regenerated. **Since 2026-12-04 (`keel_meta::load_split_has_room`) a range splits for load
+only when a live node holds no replica of it yet**, so that a half can move there; on a cluster
+with as many nodes as the replication factor every load split is declined (and counted in
+`keel_load_splits_declined_total`). `bench/ab-keel.sh` with both builds at their defaults,
+`CASES=put:64 REPEATS=6 DURATION=8s`, one interleaved run on 2026-12-04 (before: `ded418b`,
+after: the commit with the rule), put ops/s per repeat, 0 errors:
+
+| repeat | 1 | 2 | 3 | 4 | 5 | 6 |
+|---|---:|---:|---:|---:|---:|---:|
+| before (load splits as before) | 8,006 | 7,625 | 5,888 | 5,833 | 5,204 | 4,902 |
+| after (declined: every node holds the range) | 7,992 | 7,826 | 7,748 | 7,492 | 7,738 | 7,673 |
+
+The run that found it, figures of 2026-12-03 at `fa55fc6`. One fresh 3-node Keel cluster (data on
 disk, fsync on), then six runs of put at 64 clients (8 s after 1 s of warm-up, each after
 keel-bench's preload of the 10,000 keys) back to back; bytes written (`/proc/PID/io`) and CPU
 time (`/proc/PID/stat`) of the three servers per put, preload included:
@@ -318,9 +331,9 @@ With the default the range splits while the load lasts (a repeat of the first th
 snapshots of ranges 1, 2 and 3 on node 1), all on the same three nodes, two cores and one disk: each part is its own Raft group
 with its own appends, replication messages and fsync-paced pipeline, so the same puts cost
 more writes and more CPU (*Put throughput with 1 range and with 8 ranges* below measures the
-same effect with the leaders spread). A load split pays when it can spread a range's leadership over
-machines with cores to spare; these benchmarks have none, so they turn it off, and
-`compare-etcd.sh`'s Keel figures before 2026-12-03 (put at 16 and 64 clients about half of a
+same effect with the leaders spread). A load split pays when it can move part of a range's
+work to machines that do not already do it; here every node holds every range, and so the
+rule above declines it. `compare-etcd.sh`'s Keel figures before 2026-12-03 (put at 16 and 64 clients about half of a
 fresh cluster's) measured a cluster that had split itself during the run. A full run with the
 default the same morning (08:34 UTC, at `79e384a`) gave put at 16 and 64 clients 0.43× and
 0.47× etcd, against 0.91× and 0.94× in the run above.
@@ -355,12 +368,12 @@ goes first and repeats every case; read the spread, not only the median.
 
 - Both clusters: 3 members on 127.0.0.1, data dirs in one temp dir on the same disk, started by
   the script and stopped at the end. etcd runs with its defaults (fsync on every commit);
-  Keel runs `keel serve` ×3 with its defaults (a write is acknowledged once a majority fsynced
-  it) except one: `--range-split-requests-per-sec 0`, no load splits, so Keel serves every run
-  from one range as etcd serves it from one Raft group. With the default (a range serving over
-  2,500 requests/s for 10 s splits) the put cases split the range during the first repeat, and
-  on one machine the parts only add Raft groups on the same cores and disk: Keel's put figures
-  in the runs before 2026-12-03 were taken that way (see *Load splits during a run* below).
+  Keel runs `keel serve` ×3 with all its defaults (a write is acknowledged once a majority
+  fsynced it). Since 2026-12-04 that includes load splits, which a 3-node cluster declines
+  (every node holds every range; see *Load splits during a run* below), so Keel serves every
+  run from one range as etcd serves it from one Raft group. Runs from 2026-12-03 to that date
+  turned load splits off (`--range-split-requests-per-sec 0`); runs before 2026-12-03 split the
+  range during the first repeat.
 - Load: `keel-bench`, closed loop, each client one request in flight; the clients share
   min(clients, {machine['connections_max']}) client instances (connections). Keel is driven
   twice per case: through `keel-client` (leader cache, request ids; `--route leader`), and as
@@ -631,8 +644,21 @@ by timeout (the load split the range in three and the rebalancer moved two leade
 `bench/ab-keel.sh OLD NEW` (not run by `compare-etcd.sh`; this section is not regenerated)
 runs a 3-node cluster of each of two Keel binaries side by side (data in one temp dir, fsync
 on), the same keel-bench cases on both, alternating which goes first, 3 repeats of 8 s
-(256-byte values, 10k keys, at most 8 connections). Runs of 2026-12-02, ops/s per repeat, old
-→ new:
+(256-byte values, 10k keys, at most 8 connections).
+
+Run of 2026-12-04 against `ded418b` (3 repeats of 8 s, ops/s old → new, 0 errors):
+
+| change | case | repeat 1 | repeat 2 | repeat 3 |
+|---|---|---|---|---|
+| Raft messages of every range ride one stream per node pair (`Raft.Batch`, `9f7190a`) | put, 1 client | 592 → 642 | 582 → 652 | 586 → 652 |
+| | put, 16 clients | 3317 → 3516 | 3361 → 3550 | 3344 → 3435 |
+| | put, 64 clients | 7486 → 7580 | 7602 → 7379 | 7334 → 7420 |
+
+A lone put's p50 went from 1,644–1,685 µs to 1,500–1,524 µs: one unary gRPC call less per
+AppendEntries and per reply. At 64 clients each append already carries many entries, so the
+calls were few and the change is within the noise.
+
+Runs of 2026-12-02, ops/s per repeat, old → new:
 
 | change | case | repeat 1 | repeat 2 | repeat 3 |
 |---|---|---|---|---|

@@ -484,3 +484,32 @@ async fn a_lock_and_its_waiter_follow_the_lock_across_a_split() {
         .shutdown()
         .await;
 }
+
+/// Three nodes that each hold the range: sustained load past the threshold does not split
+/// it, since both halves would stay on the same three nodes as two Raft groups. The leader's
+/// split driver declines and counts it (`keel_load_splits_declined_total`).
+#[tokio::test]
+async fn load_does_not_split_a_range_that_every_node_holds() {
+    let mut kv = keel_server::KvSettings::default();
+    kv.split.check_interval_ms = 50;
+    kv.split.requests_per_sec_max = 1;
+    kv.split.load_secs = 2;
+    let faults = keel_server::Faults::default();
+    let cluster = Cluster::start_configured(3, RaftTimings::default(), kv, faults).await;
+    let client = cluster.client();
+    let leader = cluster.leader().await;
+    eventually("the leader declines a load split", || async {
+        // A second of load on 20 keys, then the nodes' clocks move on by a second.
+        for i in 0..20 {
+            let options = keel_client::PutOptions::default();
+            client.put(&key(i), b"v", options).await.ok()?;
+        }
+        cluster.advance_clocks_ms(1_000);
+        let scrape = crate::observability::scrape(&cluster, leader).await;
+        let declined = scrape.value("keel_load_splits_declined_total", &[])?;
+        (declined > 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(client.ranges().await.unwrap().len(), 1);
+    cluster.shutdown().await;
+}

@@ -1,9 +1,9 @@
 //! Split decisions: whether a range should split (`plan_split`) and, when it is for load,
-//! where (`load_split_key`); where a range must split so that none spans two tenants'
+//! whether a split can pay (`load_split_has_room`) and where (`load_split_key`); where a range must split so that none spans two tenants'
 //! namespaces (`boundary_split_key`). A split for size is cut where the range's bytes are halved, which
 //! only the storage can tell (`StateMachine::split_key`).
 
-use keel_types::RangeDescriptor;
+use keel_types::{NodeId, RangeDescriptor};
 
 use crate::limits::{LOAD_SPLIT_SAMPLES_MIN, LOAD_SPLIT_SIDE_PERCENT_MIN};
 
@@ -25,8 +25,10 @@ impl Default for SplitPolicy {
     /// split threshold (`kv.range_split.load_qps_threshold`): a burst never splits, a split
     /// is metadata only, and a key that draws most of the load is never split away from
     /// itself (`load_split_key`), so the cost of a load split that does not help is one
-    /// more Raft group. Until replicas and leaders are rebalanced, the halves of a load
-    /// split stay led by the same node and gain only a Raft pipeline each.
+    /// more Raft group. A load split is taken only when a half can move to a node that holds
+    /// no replica of the range (`load_split_has_room`): on nodes that already hold it, the
+    /// halves would do the same work as two Raft groups instead of one, which costs
+    /// throughput (docs/BENCHMARKS.md, "Load splits during a run").
     fn default() -> Self {
         SplitPolicy {
             range_bytes_max: 64 * 1024 * 1024,
@@ -94,6 +96,16 @@ pub fn plan_split(load: &RangeLoad, policy: &SplitPolicy) -> Option<SplitReason>
         return Some(SplitReason::Load);
     }
     None
+}
+
+/// Whether a split of a range for load can pay: a live node holds no replica of it
+/// (`replicas`), so the rebalancer can move one half's replicas and leadership there. On a
+/// cluster where every live node already holds the range, the halves would stay on the
+/// same nodes, cutting the same work into two Raft groups with their own appends,
+/// replication messages and applies: measured on one machine, that cost up to half the
+/// throughput and gave nothing back.
+pub fn load_split_has_room(replicas: &[NodeId], live: impl IntoIterator<Item = NodeId>) -> bool {
+    live.into_iter().any(|node| !replicas.contains(&node))
 }
 
 /// Where to split a range of span `span` for load, from keys sampled from its requests: the

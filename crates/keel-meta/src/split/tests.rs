@@ -235,3 +235,33 @@ fn a_range_splits_at_the_first_namespace_bound_inside_it() {
         );
     }
 }
+
+#[test]
+fn a_load_split_needs_a_live_node_without_a_replica() {
+    let cases: &[(&str, &[u64], &[u64], bool)] = &[
+        (
+            "three nodes, each holds the range",
+            &[1, 2, 3],
+            &[1, 2, 3],
+            false,
+        ),
+        (
+            "a fourth node holds none of it",
+            &[1, 2, 3],
+            &[1, 2, 3, 4],
+            true,
+        ),
+        (
+            "the only other node is not live",
+            &[1, 2, 3],
+            &[1, 2],
+            false,
+        ),
+        ("one replica, three live nodes", &[1], &[1, 2, 3], true),
+        ("no live node heard of", &[1, 2, 3], &[], false),
+    ];
+    for (name, replicas, live, room) in cases {
+        let found = load_split_has_room(replicas, live.iter().copied());
+        assert_eq!(found, *room, "{name}");
+    }
+}

@@ -12,6 +12,7 @@ mod storage;
 pub(crate) mod text;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 pub(crate) use hot_keys::HotKeys;
 pub(crate) use requests::{MeteredLayer, RequestMetrics};
@@ -24,6 +25,8 @@ pub(crate) struct Metrics {
     pub hot_keys: HotKeys,
     /// When the node started, by its clock.
     pub started_at_ms: u64,
+    /// Load splits the split driver declined: every live node held the range already.
+    pub load_splits_declined: AtomicU64,
 }
 
 impl Metrics {
@@ -37,6 +40,7 @@ impl Metrics {
             storage: Arc::new(StorageMetrics::new()),
             started_at_ms: clock.now_ms(),
             hot_keys: HotKeys::new(clock),
+            load_splits_declined: AtomicU64::new(0),
         }
     }
 }

@@ -3,7 +3,10 @@
 //! key count from its state machine, its load from `shared.load`. When the plan says split,
 //! the key comes from the storage for size (the key halving the range's bytes) and from the
 //! sampled request keys for load (`keel_meta::load_split_key`), and `split::split_range`
-//! carries the split out, the same path as `Cluster.Split`. Before any of that, a range a
+//! carries the split out, the same path as `Cluster.Split`. A split for load is declined
+//! (and counted, `keel_load_splits_declined_total`) while every live node (heard from within
+//! `SUSPECT_AFTER_MS`) already holds a replica of the range (`keel_meta::load_split_has_room`).
+//! Before any of that, a range a
 //! bound of a tenant's namespace lies inside splits there (`keel_meta::boundary_split_key`),
 //! so that each namespace is a whole number of ranges. The driver awaits each split
 //! before the next check, so at most one of its splits is in flight on a node. Failures are
@@ -15,9 +18,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use keel_meta::{RangeLoad, SplitPolicy, SplitReason, boundary_split_key, plan_split};
+use keel_meta::{
+    RangeLoad, SplitPolicy, SplitReason, boundary_split_key, load_split_has_room, plan_split,
+};
 use keel_raft::RaftGroup;
 use keel_storage::RangeCounts;
 use keel_types::validate::show_key;
@@ -27,6 +33,7 @@ use tracing::{debug, info, warn};
 use crate::config::SplitSettings;
 use crate::shared::Shared;
 use crate::shared::applied_cache::ByApplied;
+use crate::shared::heartbeats::SUSPECT_AFTER_MS;
 
 /// Runs until the node shuts down (the task is aborted then).
 pub(crate) async fn run(shared: Arc<Shared>) {
@@ -164,6 +171,17 @@ async fn plan(
         SplitReason::Size => state_machine.split_key().await.map_err(storage)?,
         SplitReason::Load => {
             let span = state_machine.descriptor().await.map_err(storage)?;
+            if !load_split_has_room(&span.replicas, live_nodes(shared)) {
+                shared
+                    .metrics
+                    .load_splits_declined
+                    .fetch_add(1, Ordering::Relaxed);
+                debug!(
+                    %range, replicas = ?span.replicas,
+                    "every live node holds the range; not splitting it for load"
+                );
+                return Ok(None);
+            }
             shared.load.split_key(&span)
         }
         // `boundary_splits` finds these, before the plan is asked.
@@ -176,6 +194,17 @@ async fn plan(
         );
     }
     Ok(at.map(|at| (reason, at)))
+}
+
+/// This node and every peer it heard from within `SUSPECT_AFTER_MS`.
+fn live_nodes(shared: &Shared) -> Vec<keel_types::NodeId> {
+    let now = Instant::now();
+    let recent = Duration::from_millis(SUSPECT_AFTER_MS);
+    let heard = shared.heartbeats.last_seen().into_iter();
+    let peers = heard.filter(|(_, at)| now.saturating_duration_since(*at) < recent);
+    std::iter::once(shared.node_id)
+        .chain(peers.map(|(node, _)| node))
+        .collect()
 }
 
 fn storage(error: keel_storage::StorageError) -> KvError {

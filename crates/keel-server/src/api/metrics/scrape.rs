@@ -5,6 +5,8 @@
 //! idempotency records) is reported by its leader only, so a sum over the cluster counts each
 //! range once. Knows nothing of HTTP.
 
+use std::sync::atomic::Ordering;
+
 use keel_raft::{GroupStatus, ReadIndexCounts, Role};
 use keel_storage::RangeCounts;
 use keel_types::{CoordinationCounts, RangeId};
@@ -109,6 +111,13 @@ fn write_node(text: &mut Text, shared: &Shared, ranges: usize) {
         text.family(name, Kind::Gauge, help);
         text.sample(&[], value);
     }
+    text.family(
+        "keel_load_splits_declined_total",
+        Kind::Counter,
+        "Splits for load this node's split driver declined because every live node already held the range.",
+    );
+    let declined = shared.metrics.load_splits_declined.load(Ordering::Relaxed);
+    text.sample(&[], declined as f64);
     text.family(
         "keel_peer_heartbeat_age_seconds",
         Kind::Gauge,
