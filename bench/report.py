@@ -306,7 +306,7 @@ only when a live node holds no replica of it yet**, so that a half can move ther
 with as many nodes as the replication factor every load split is declined (and counted in
 `keel_load_splits_declined_total`). `bench/ab-keel.sh` with both builds at their defaults,
 `CASES=put:64 REPEATS=6 DURATION=8s`, one interleaved run on 2026-12-04 (before: `ded418b`,
-after: the commit with the rule), put ops/s per repeat, 0 errors:
+after: `a89c0ff`), put ops/s per repeat, 0 errors:
 
 | repeat | 1 | 2 | 3 | 4 | 5 | 6 |
 |---|---:|---:|---:|---:|---:|---:|
@@ -458,26 +458,34 @@ minutes.
 ## Put throughput with 1 range and with 8 ranges
 
 `bench/ranges.sh` (not run by `compare-etcd.sh`; this section is not regenerated) starts two
-3-node Keel clusters side by side (data in one temp dir, fsync on), splits the second into 8
-ranges of equal shares of the bench keys, waits until the rebalancer has spread their leaders
-over the nodes (here 4, 2 and 3 leaders, the meta range included), and runs the same keel-bench
-put cases on both, alternating which goes first, 3 repeats of 10 s (256-byte values, 10k keys).
-It also reads the three servers' CPU time (user + system, `/proc/PID/stat`) around each run and
-divides it by the puts made. Run of 2026-12-01 at `8cc6e9a`:
+3-node Keel clusters side by side (data in one temp dir, fsync on, every default), splits the
+second into 8 ranges of equal shares of the bench keys, waits until the rebalancer has spread
+their leaders over the nodes (4, 3 and 2 leaders, the meta range included), and runs the same
+keel-bench put cases on both, alternating which goes first, 3 repeats (256-byte values, 10k
+keys). It also reads the three servers' CPU time (user + system, `/proc/PID/stat`) around each
+run and divides it by the puts made. Runs of 2026-12-04, 8 s each, one after the other with
+`KEEL=` naming the build (each ratio is within one interleaved run):
 
-| case | 1 range (ops/s, runs) | 8 ranges (ops/s, runs) | ratio of medians | server CPU per put, 1 / 8 ranges |
-|---|---|---|---|---|
-| put, 16 clients | 2546 (2294, 2560, 2546) | 1128 (945, 1137, 1128) | 0.44× | 569 / 1535 µs |
-| put, 64 clients | 5496 (4552, 6000, 5496) | 2360 (2259, 2558, 2360) | 0.43× | 252 / 661 µs |
+| build | case | 1 range (ops/s, runs) | 8 ranges (ops/s, runs) | ratio of medians | server CPU per put, 1 / 8 ranges |
+|---|---|---|---|---|---|
+| `ded418b` (a unary call per Raft message) | put, 16 clients | 3406 (3519, 3406, 3205) | 1591 (1624, 1582, 1591) | 0.47× | 421 / 1088 µs |
+| | put, 64 clients | 7240 (7432, 7240, 7112) | 3688 (3773, 3688, 3572) | 0.51× | 195 / 469 µs |
+| `9f7190a` (one stream per node pair) | put, 16 clients | 3554 (3652, 3554, 3249) | 1793 (1840, 1793, 1699) | 0.50× | 394 / 905 µs |
+| | put, 64 clients | 7223 (7406, 6918, 7223) | 3838 (3891, 3838, 3704) | 0.53× | 188 / 422 µs |
+| `a89c0ff` (same, load splits declined) | put, 16 clients | 3252 (3448, 3205, 3252) | 1677 (1732, 1606, 1677) | 0.52× | 431 / 982 µs |
+| | put, 64 clients | 6912 (6912, 6946, 6905) | 3596 (3807, 3552, 3596) | 0.52× | 203 / 454 µs |
 
 More ranges do not add throughput on one 2-core machine: the three servers share the two
-cores, and with 8 ranges each put costs about 2.7 times the CPU (2546 puts/s × 569 µs is 1.4
-cores, 1128 × 1535 µs is 1.7). Each range is its own openraft group, so the same load is cut
-into 8 smaller streams: each sends its own AppendEntries RPCs, responses and commit
-notifications for fewer entries, and the per-message cost is paid about 8 times as often.
-Batching Raft messages of all groups per node pair would close most of that gap; ranges pay off
-when they put more disks and cores to work, which this machine cannot show. Rerun:
-`bench/ranges.sh` (`REPEATS`, `DURATION`, `RANGES`, `CLIENTS` override the defaults).
+cores, and with 8 ranges each put costs about 2.2 times the CPU. Each range is its own openraft
+group, so the same load is cut into 8 smaller streams, each with its own appends, replication
+rounds, commit notifications and applies for fewer entries. Carrying the Raft messages of all
+groups on one stream per node pair (`Raft.Batch`, 2026-12-04) took 8–17 % off the CPU per put
+with 8 ranges but left the ratio at about half: the gRPC call per message was not most of the
+per-group cost. A flat profile (`perf record` of the three servers, put at 16 clients) shows
+the same spread of costs with 1 and with 8 ranges (redb page handling, allocation, task
+switches on the writer thread and the runtime): what grows is how often each is paid, once
+per group per batch. Rerun: `bench/ranges.sh` (`KEEL`, `REPEATS`, `DURATION`, `RANGES`,
+`CLIENTS` override the defaults).
 
 ## Idle ranges
 
