@@ -167,7 +167,8 @@ async fn run(
     queued: mpsc::Receiver<BatchedRequest>,
     waiting: Arc<Waiting>,
 ) {
-    let ended = match client.batch(batches(from, queued)).await {
+    let outbound = batches(from, queued, waiting.clone());
+    let ended = match client.batch(outbound).await {
         Err(status) if status.code() == Code::Unimplemented => {
             info!(
                 to,
@@ -197,20 +198,32 @@ async fn run(
 
 /// The queue as a stream of batches: each takes the first waiting message and every other
 /// one already queued, within `limits::RAFT_BATCH_BYTES_MAX` (a message that does not fit
-/// opens the next batch). Ends when every sender is gone.
+/// opens the next batch). A message nobody waits for any more (its sender timed out while
+/// the peer was slow, paused or cut off) is dropped unsent, so a peer that comes back gets
+/// no backlog of stale messages ahead of the current ones. Ends when every sender is gone.
 fn batches(
     from: NodeId,
     queued: mpsc::Receiver<BatchedRequest>,
+    waiting: Arc<Waiting>,
 ) -> impl Stream<Item = RaftBatch> + Send + 'static {
-    futures::stream::unfold((queued, None), move |(mut queued, carried)| async move {
+    let state = (queued, None, waiting);
+    futures::stream::unfold(state, move |(mut queued, carried, waiting)| async move {
         let first = match carried {
             Some(request) => request,
-            None => queued.recv().await?,
+            None => loop {
+                let request = queued.recv().await?;
+                if waiting.awaits(request.id) {
+                    break request;
+                }
+            },
         };
         let mut bytes = first.payload.len();
         let mut requests = vec![first];
         let mut carried = None;
         while let Ok(next) = queued.try_recv() {
+            if !waiting.awaits(next.id) {
+                continue;
+            }
             if bytes + next.payload.len() > limits::RAFT_BATCH_BYTES_MAX {
                 carried = Some(next);
                 break;
@@ -218,7 +231,7 @@ fn batches(
             bytes += next.payload.len();
             requests.push(next);
         }
-        Some((RaftBatch { from, requests }, (queued, carried)))
+        Some((RaftBatch { from, requests }, (queued, carried, waiting)))
     })
 }
 
@@ -237,6 +250,11 @@ impl Waiting {
         let id = state.next_id;
         state.replies.insert(id, reply);
         Ok(Awaiting { waiting: self, id })
+    }
+
+    /// Whether a message still waits for its reply.
+    fn awaits(&self, id: u64) -> bool {
+        self.state().replies.contains_key(&id)
     }
 
     fn answer(&self, replies: Vec<BatchedReply>) {
@@ -338,21 +356,31 @@ mod tests {
         batch.requests.iter().map(|r| r.id).collect()
     }
 
-    /// What is queued goes out together; a message past the byte budget opens the next batch.
+    /// What is queued goes out together; a message past the byte budget opens the next batch;
+    /// a message whose sender gave up is not sent.
     #[tokio::test]
     async fn batches_take_everything_queued_within_the_byte_budget() {
+        let waiting = Arc::new(Waiting::default());
         let (queue, queued) = mpsc::channel(16);
+        let mut awaiting = Vec::new();
         let third = limits::RAFT_BATCH_BYTES_MAX / 3;
-        for (id, bytes) in [(1, 10), (2, 20), (3, third), (4, third), (5, third), (6, 1)] {
-            queue.send(request(id, bytes)).await.unwrap();
+        for bytes in [10, 20, third, third, third, 1, 1, 1, 1] {
+            let (reply, _) = oneshot::channel();
+            let waiter = waiting.wait(reply).unwrap();
+            queue.send(request(waiter.id, bytes)).await.unwrap();
+            awaiting.push(waiter);
         }
-        let mut batches = Box::pin(batches(7, queued));
+        // The senders of messages 8 and 9 gave up.
+        awaiting.truncate(7);
+        let mut batches = Box::pin(batches(7, queued, waiting.clone()));
         let first = batches.next().await.unwrap();
         assert_eq!((first.from, ids(&first)), (7, vec![1, 2, 3, 4]));
         let second = batches.next().await.unwrap();
-        assert_eq!(ids(&second), vec![5, 6]);
-        queue.send(request(8, 1)).await.unwrap();
-        assert_eq!(ids(&batches.next().await.unwrap()), vec![8]);
+        assert_eq!(ids(&second), vec![5, 6, 7]);
+        let (reply, _) = oneshot::channel();
+        let waiter = waiting.wait(reply).unwrap();
+        queue.send(request(waiter.id, 1)).await.unwrap();
+        assert_eq!(ids(&batches.next().await.unwrap()), vec![10]);
         drop(queue);
         assert!(batches.next().await.is_none());
     }
