@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What N idle ranges cost: starts a 3-node release cluster on loopback (data in a temp dir,
-# load splits off), splits the keyspace into N ranges, waits until nothing happens any more,
+# every default), splits the keyspace into N ranges, waits until nothing happens any more,
 # then samples each server's CPU time (utime + stime from /proc/PID/stat) over a window and
 # its memory (VmRSS, VmHWM from /proc/PID/status). Prints one line per node: % of one core,
 # MiB resident, MiB peak, and how many of its replicas report themselves quiesced.
