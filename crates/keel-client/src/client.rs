@@ -305,6 +305,9 @@ impl Client {
         let mut unreachable: Vec<String> = Vec::new();
         let mut route = self.route(&by, &unreachable);
         let mut attempt = 0;
+        // Whether an attempt of a write may have been applied: a call given up afterwards
+        // cannot say it was not.
+        let mut maybe_applied = false;
         loop {
             attempt += 1;
             let error = match self.attempt(&route, &by, kind, deadline, &mut send).await {
@@ -315,15 +318,17 @@ impl Client {
                 Err(error) => error,
             };
             tracing::debug!(uri = %route.uri, attempt, %error, "keel request attempt failed");
+            maybe_applied |= kind.is_write && retry::may_have_applied(&error);
             let target = match decide(&error, attempt) {
-                Decision::GiveUp(error) => return Err(error),
+                Decision::GiveUp(error) => return Err(retry::settled(error, maybe_applied)),
                 Decision::Retry { target } => target,
             };
             let target = self.note_failure(&route, &error, target, &mut unreachable);
             let remaining = deadline.saturating_duration_since(Instant::now());
             let pause = retry::read_backoff(&error, &target, attempt, remaining);
             if pause >= remaining {
-                return Err(retry::read_deadline_passed(&error, timeout));
+                let given_up = retry::read_deadline_passed(&error, timeout);
+                return Err(retry::settled(given_up, maybe_applied));
             }
             tokio::time::sleep(pause).await;
             route = self

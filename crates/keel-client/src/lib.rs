@@ -69,7 +69,10 @@
 //!
 //! `KeyOutOfRange` (and `EpochMismatch` on a data request) also means not applied: the server
 //! refuses before it stores a request record, so the write is sent again, same id, through
-//! the refreshed table. On `Client::split` (no request id) `EpochMismatch` is final.
+//! the refreshed table. `Client::split` has no request id, but a split already made at its
+//! key is answered with its halves, so it is sent again after any answer but `EpochMismatch`
+//! (final) and ends `OutcomeUnknown` only if given up after an attempt that may have been
+//! applied.
 //!
 //! A hint naming an endpoint that could not be reached during the request is stale (replicas
 //! name a crashed leader until they elect a new one) and is ignored, and rotation passes over

@@ -172,30 +172,39 @@ pub fn decide_write(error: &AttemptError, progress: &mut WriteProgress) -> Write
 }
 
 /// Decides after attempt number `attempt` of a split failed with `error`. A split carries no
-/// request id: it is sent again only after answers that say it was not applied, and an
-/// attempt that may have been applied ends the call with `OutcomeUnknown`. `EpochMismatch`
-/// is final: the range changed since the split was asked for, or `at` already starts one.
+/// request id, but the server answers a split already made at its key with the two halves
+/// it made, so an attempt that may have been applied is sent again like any other.
+/// `EpochMismatch` is final: the range changed since the split was asked for. The call
+/// answers `OutcomeUnknown` when it is given up after an attempt that may have been applied
+/// (`settled`).
 pub fn decide_split(error: &AttemptError, attempt: u32) -> Decision {
     if let AttemptError::Server(KvError::EpochMismatch { .. }) = error {
         return Decision::GiveUp(final_error(error));
     }
-    let target = match effect(error) {
-        Effect::NotApplied(target) => target,
-        Effect::MaybeApplied(_) => {
-            return Decision::GiveUp(KvError::OutcomeUnknown {
-                message: format!(
-                    "{error}; the split may or may not have happened (`keel cluster ranges` shows the table)"
-                ),
-            });
+    decide_read(error, attempt)
+}
+
+/// Whether the failed attempt of a write may have been applied.
+pub fn may_have_applied(error: &AttemptError) -> bool {
+    matches!(effect(error), Effect::MaybeApplied(_))
+}
+
+/// What a call without a request id (a split) answers when it is given up with `error`:
+/// `error` itself, unless an earlier attempt may have been applied and `error` would say
+/// nothing was (`Unavailable`, `Timeout`, `Overloaded`); then `OutcomeUnknown`.
+pub fn settled(error: KvError, maybe_applied: bool) -> KvError {
+    match error {
+        KvError::Unavailable { message }
+        | KvError::Timeout { message }
+        | KvError::Overloaded { message }
+            if maybe_applied =>
+        {
+            KvError::OutcomeUnknown {
+                message: format!("{message}; an earlier attempt may or may not have been applied"),
+            }
         }
-        Effect::IdExpired | Effect::Final | Effect::Refused => {
-            return Decision::GiveUp(final_error(error));
-        }
-    };
-    if attempt >= limits::CLIENT_READ_ATTEMPTS_MAX {
-        return Decision::GiveUp(read_exhausted(error, &format!("{attempt} attempts")));
+        error => error,
     }
-    Decision::Retry { target }
 }
 
 /// Whether a write whose keys the range table now places in more than one range was

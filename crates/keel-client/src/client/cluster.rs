@@ -59,9 +59,10 @@ impl Client {
     /// halves: the parent, now ending at `at`, and the new range. Sent to the range's leader
     /// when known, else to any node (which forwards it), within `write_deadline`.
     ///
-    /// A split carries no request id: it is sent again only after answers that say it was
-    /// not applied. A split at a key that already starts a range answers the two halves it
-    /// separates and changes nothing. `EpochMismatch` is final: the range changed meanwhile. An attempt whose answer was lost ends with `OutcomeUnknown`
+    /// A split at a key where a split was already made answers the two halves it made and
+    /// changes nothing, so an attempt whose answer was lost (a leader moved, a node did not
+    /// answer) is sent again. `EpochMismatch` is final: the range changed meanwhile. A call
+    /// given up after an attempt that may have been applied ends with `OutcomeUnknown`
     /// (`ranges` shows whether it happened).
     pub async fn split(&self, at: &[u8]) -> Result<(RangeDescriptor, RangeDescriptor), KvError> {
         validate::check_split_key(at)?;

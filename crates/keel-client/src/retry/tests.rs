@@ -463,7 +463,7 @@ fn hints_naming_unreachable_endpoints_are_skipped() {
 }
 
 #[test]
-fn splits_retry_only_what_was_not_applied_and_epoch_mismatch_is_final() {
+fn splits_retry_what_may_have_been_applied_and_epoch_mismatch_is_final() {
     let max = limits::CLIENT_READ_ATTEMPTS_MAX;
     use Want::*;
     let cases: Vec<(AttemptError, u32, Want)> = vec![
@@ -479,12 +479,14 @@ fn splits_retry_only_what_was_not_applied_and_epoch_mismatch_is_final() {
             1,
             Gives("invalid"),
         ),
-        // No request id: a split that may have happened is not sent again.
-        (lost(), 1, Gives("outcome unknown")),
-        (timed_out(), 1, Gives("outcome unknown")),
-        (superseded(), 1, Gives("outcome unknown")),
-        (unknown(), 1, Gives("outcome unknown")),
+        // A split already made is answered with its halves: one that may have happened is
+        // sent again.
+        (lost(), 1, Next),
+        (timed_out(), 1, Next),
+        (superseded(), 1, Hinted),
+        (unknown(), 1, Next),
         (refused(), max, Gives("unavailable")),
+        (lost(), max, Gives("unavailable")),
     ];
     for (error, attempt, want) in cases {
         let got = match decide_split(&error, attempt) {
@@ -493,6 +495,31 @@ fn splits_retry_only_what_was_not_applied_and_epoch_mismatch_is_final() {
         };
         assert_eq!(got, want, "{error:?} attempt={attempt}");
     }
+}
+
+#[test]
+fn a_split_given_up_after_an_attempt_that_may_have_been_applied_is_outcome_unknown() {
+    assert!(may_have_applied(&lost()));
+    assert!(may_have_applied(&superseded()));
+    assert!(!may_have_applied(&refused()));
+    assert!(!may_have_applied(&not_leader(None)));
+    let given_up = [
+        KvError::unavailable("gave up"),
+        KvError::Timeout {
+            message: "gave up".to_string(),
+        },
+        KvError::Overloaded {
+            message: "gave up".to_string(),
+        },
+    ];
+    for error in given_up {
+        let clean = kind(&error);
+        assert_eq!(kind(&settled(error.clone(), false)), clean);
+        assert_eq!(kind(&settled(error, true)), "outcome unknown");
+    }
+    // An answer that says what happened stays what it is.
+    let invalid = KvError::invalid("key already starts a range");
+    assert_eq!(kind(&settled(invalid, true)), "invalid");
 }
 
 #[test]
