@@ -5,8 +5,8 @@
 # (fsync speed swings about tenfold over minutes here). Every server is stopped at the end.
 #
 #   bench/ab-keel.sh OLD_KEEL NEW_KEEL
-#   env: CASES="put:1 put:16 put:64 lock-contended:16" (op:clients), REPEATS=3, DURATION=8s,
-#        BENCH=target/release/keel-bench
+#   env: CASES="put:1 put:16 put:64 lock-contended:16" (op:clients[:route], route leader
+#        (the default) or spread), REPEATS=3, DURATION=8s, BENCH=target/release/keel-bench
 #
 # Build the two binaries first, e.g. `cargo build --release -p keel-cli -p keel-bench` at each
 # commit and copy target/release/keel aside.
@@ -47,15 +47,16 @@ start_cluster b "$B"
 echo "a = $A; b = $B"
 for repeat in $(seq 1 "$REPEATS"); do
   for entry in $CASES; do
-    op=${entry%%:*} clients=${entry##*:}
+    IFS=: read -r op clients route <<<"$entry"
+    route=${route:-leader}
     order="a b"; [ $((repeat % 2)) -eq 0 ] && order="b a"
     for side in $order; do
       extra=(); case $op in lock*) extra=(--no-preload) ;; esac
       line=$("$BENCH" --target keel --endpoints "$(cluster_endpoints "${PORTS[$side]}")" --op "$op" \
-        --clients "$clients" --connections $((clients < CONNECTIONS_MAX ? clients : CONNECTIONS_MAX)) \
+        --route "$route" --clients "$clients" --connections $((clients < CONNECTIONS_MAX ? clients : CONNECTIONS_MAX)) \
         --duration "$DURATION" --warmup 1s --value-bytes 256 --keyspace 10000 --seed "$repeat" \
         "${extra[@]}" | tail -n 1)
-      echo "repeat $repeat $side $op-$clients: $line"
+      echo "repeat $repeat $side $op-$clients-$route: $line"
     done
   done
 done

@@ -390,8 +390,16 @@ impl RaftGroup {
     /// `NotLeader` and `Unavailable` mean the command was definitely not proposed;
     /// `OutcomeUnknown` means it may have been (timeout, leadership lost after proposing, Raft
     /// stopped mid-way). A leader whose lease lapsed renews it with a heartbeat round first.
+    /// A replica that knows another node leads answers `NotLeader` at once: the Raft core
+    /// (another task) would only give the same answer a round trip later.
     pub async fn write(&self, command: Command) -> Result<CommandOutcome, KvError> {
         let _use = self.begin_use(Wake::Leader).await;
+        if let Some(leader) = self.leader().filter(|(id, _)| *id != self.node_id) {
+            return Err(KvError::NotLeader {
+                range_id: self.range,
+                leader: Some(leader),
+            });
+        }
         let deadline = Instant::now() + self.write_timeout;
         for _ in 0..limits::WRITE_LEASE_RENEWALS_MAX {
             match self.propose(command.clone(), deadline).await {
