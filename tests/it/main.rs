@@ -10,6 +10,7 @@ mod deps;
 mod exactly_once;
 mod faults;
 mod follower_reads;
+mod forward_stream;
 mod forwarding;
 mod harness;
 mod idempotency;

@@ -10,9 +10,7 @@
 
 mod caller;
 
-#[cfg(test)]
-pub(crate) use caller::Caller;
-pub(crate) use caller::{CallerLayer, is_peer, peer_connection};
+pub(crate) use caller::{Caller, CallerLayer, is_peer, peer_connection};
 
 use std::time::Duration;
 

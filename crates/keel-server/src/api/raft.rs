@@ -34,6 +34,7 @@ use crate::shared::Shared;
 use crate::status::to_status;
 
 mod batch;
+mod forwarded;
 
 /// Refuses, before any method runs, a call that is not from a node of the cluster
 /// (`tls::is_peer`): with TLS on, nobody without a node certificate reaches Raft.
@@ -49,14 +50,23 @@ pub(crate) fn peers_only(request: Request<()>) -> Result<Request<()>, Status> {
 pub(crate) struct RaftService {
     shared: Arc<Shared>,
     groups: Groups,
+    /// The services the requests of `Raft.Forward` reach.
+    forwarded: Arc<forwarded::Services>,
 }
 
 impl RaftService {
     pub fn new(shared: Arc<Shared>) -> RaftService {
         RaftService {
             groups: shared.groups.clone(),
+            forwarded: Arc::new(forwarded::Services::new(shared.clone())),
             shared,
         }
+    }
+
+    /// What resolves when the node starts shutting down: served streams end then.
+    fn closing(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let shared = self.shared.clone();
+        async move { shared.health.closing().await }
     }
 
     /// Proposes a peer's meta command: on this node's meta replica if it leads, else (unless
@@ -175,9 +185,25 @@ impl Raft for RaftService {
         &self,
         request: Request<Streaming<RaftBatch>>,
     ) -> Result<Response<batch::Replies>, Status> {
-        let shared = self.shared.clone();
-        let closing = async move { shared.health.closing().await };
-        let replies = batch::serve(self.groups.clone(), request.into_inner(), closing);
+        let groups = self.groups.clone();
+        let serve_one = move |request| batch::serve_raft(&groups, request);
+        let replies = batch::serve(serve_one, request.into_inner(), self.closing());
+        Ok(Response::new(replies))
+    }
+
+    type ForwardStream = batch::Replies;
+
+    async fn forward(
+        &self,
+        request: Request<Streaming<RaftBatch>>,
+    ) -> Result<Response<batch::Replies>, Status> {
+        let caller = request.extensions().get::<tls::Caller>().copied();
+        let services = self.forwarded.clone();
+        let serve_one = move |request| {
+            let services = services.clone();
+            async move { services.serve(caller, request).await }
+        };
+        let replies = batch::serve(serve_one, request.into_inner(), self.closing());
         Ok(Response::new(replies))
     }
 

@@ -27,6 +27,10 @@ pub(crate) struct Metrics {
     pub started_at_ms: u64,
     /// Load splits the split driver declined: every live node held the range already.
     pub load_splits_declined: AtomicU64,
+    /// Requests this node sent on to a leader on the `Raft.Forward` stream.
+    pub forwarded_on_stream: AtomicU64,
+    /// Requests this node sent on to a leader as calls of their own.
+    pub forwarded_as_calls: AtomicU64,
 }
 
 impl Metrics {
@@ -41,6 +45,8 @@ impl Metrics {
             started_at_ms: clock.now_ms(),
             hot_keys: HotKeys::new(clock),
             load_splits_declined: AtomicU64::new(0),
+            forwarded_on_stream: AtomicU64::new(0),
+            forwarded_as_calls: AtomicU64::new(0),
         }
     }
 }

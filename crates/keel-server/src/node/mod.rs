@@ -54,6 +54,7 @@ use crate::cluster::quiescence;
 use crate::cluster::rebalancer;
 use crate::config::NodeConfig;
 use crate::metrics::{MeteredLayer, Metrics};
+use crate::peer::batch::{Lane, Links};
 use crate::peer::channels::Peers;
 use crate::peer::transport::GrpcTransport;
 use crate::ranges::cleanup;
@@ -150,6 +151,7 @@ impl Node {
             ranges: RangeTables::default(),
             load: LoadTracker::new(config.clock.clone()),
             published: Published::default(),
+            forwards: Links::new(peers.clone(), node_id, Lane::Forward),
             peers,
             health: NodeHealth::new(store),
             heartbeats: Heartbeats::default(),

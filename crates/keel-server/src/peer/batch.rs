@@ -1,14 +1,17 @@
-//! The sending end of `Raft.Batch`: the Raft messages of every group of this node to one
-//! peer travel on one long-lived stream (a `Link`), instead of one gRPC call each. Messages
-//! that arrive while the stream is busy go out together in one batch, up to
-//! `limits::RAFT_BATCH_BYTES_MAX`; replies come back by id, in any order. Each peer has its
-//! own stream and queue (`limits::RAFT_BATCH_QUEUE_MAX`), so a slow peer holds up only its
-//! own messages; a message waits for its reply within its own deadline.
+//! The sending end of the node-pair streams `Raft.Batch` and `Raft.Forward`. The Raft
+//! messages of every group of this node to one peer travel on one long-lived stream (a
+//! `Link` of the `Lane::Raft` links), instead of one gRPC call each; the client requests
+//! this node forwards to a leader on that peer travel on another (`Lane::Forward`), so
+//! that Raft messages never queue behind client traffic. Messages that arrive while a
+//! stream is busy go out together in one batch, up to `limits::RAFT_BATCH_BYTES_MAX`;
+//! replies come back by id, in any order. Each peer has its own stream and queue
+//! (`limits::RAFT_BATCH_QUEUE_MAX`) per lane, so a slow peer holds up only its own
+//! messages; a message waits for its reply within its own deadline.
 //!
 //! A stream that breaks fails the messages waiting on it, and the next message opens a new
-//! one. A peer of a release without `Raft.Batch` answers `UNIMPLEMENTED`: the message that
-//! found out fails (openraft sends it again), and for `UNSUPPORTED_RETRY_MS` the peer's
-//! messages go as calls of their own (`streams_to`). Knows nothing of openraft's types.
+//! one. A peer of a release without the stream answers `UNIMPLEMENTED`: the message that
+//! found out fails, and for `UNSUPPORTED_RETRY_MS` the peer's messages go as calls of their
+//! own (`streams_to`). Knows nothing of openraft's types or of what the requests mean.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,10 +33,30 @@ use crate::peer::channels::{PeerChannel, Peers};
 /// stream is tried again (it may have been upgraded meanwhile).
 const UNSUPPORTED_RETRY_MS: u64 = 60_000;
 
-/// The streams of this node to its peers; one per node, shared by all its groups.
+/// Which stream of a node pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// `Raft.Batch`: Raft messages.
+    Raft,
+    /// `Raft.Forward`: client requests sent on to a leader.
+    Forward,
+}
+
+impl Lane {
+    fn method(self) -> &'static str {
+        match self {
+            Lane::Raft => "Raft.Batch",
+            Lane::Forward => "Raft.Forward",
+        }
+    }
+}
+
+/// The streams of one lane from this node to its peers; one per peer, shared by all its
+/// groups (or requests).
 pub(crate) struct Links {
     peers: Arc<Peers>,
     from: NodeId,
+    lane: Lane,
     links: Mutex<HashMap<NodeId, Link>>,
 }
 
@@ -60,23 +83,24 @@ struct WaitState {
 
 #[derive(Debug, Clone)]
 enum Ended {
-    /// The peer does not serve `Raft.Batch`.
-    Unsupported,
+    /// The peer does not serve the lane's method.
+    Unsupported(Lane),
     /// The stream failed or the peer ended it.
     Broken(Status),
 }
 
 impl Links {
-    pub fn new(peers: Arc<Peers>, from: NodeId) -> Links {
+    pub fn new(peers: Arc<Peers>, from: NodeId, lane: Lane) -> Links {
         Links {
             peers,
             from,
+            lane,
             links: Mutex::default(),
         }
     }
 
     /// Whether a message of `bytes` to `target` goes on its stream: it is small enough, and
-    /// the peer did not lately answer that it has no `Raft.Batch`.
+    /// the peer did not lately answer that it has no such stream.
     pub fn streams_to(&self, target: &Peer, bytes: usize) -> bool {
         if bytes > limits::RAFT_BATCHED_MESSAGE_BYTES_MAX {
             return false;
@@ -87,11 +111,12 @@ impl Links {
         };
         let retry = Duration::from_millis(UNSUPPORTED_RETRY_MS);
         !(link.addr == target.addr.addr
-            && matches!(link.waiting.ended(), Some(Ended::Unsupported))
+            && matches!(link.waiting.ended(), Some(Ended::Unsupported(_)))
             && link.opened.elapsed() < retry)
     }
 
-    /// Sends `message` on the stream to `target` and waits for its reply within `deadline`.
+    /// Sends the Raft `message` on the stream to `target` and waits for its reply within
+    /// `deadline`.
     pub async fn call(
         &self,
         target: &Peer,
@@ -99,15 +124,29 @@ impl Links {
         message: RaftMessage,
         deadline: Duration,
     ) -> Result<Vec<u8>, Failure> {
-        let link = self.link(target)?;
-        let (reply, replied) = oneshot::channel();
-        let awaiting = link.waiting.wait(reply).map_err(|ended| ended.failure())?;
         let request = BatchedRequest {
-            id: awaiting.id,
+            id: 0,
             range_id: message.range.0,
             kind: kind_of(kind) as i32,
             payload: message.payload,
+            method: String::new(),
         };
+        self.exchange(target, request, deadline).await
+    }
+
+    /// Sends `request` (its id is chosen here) on the stream to `target` and waits for its
+    /// reply's payload within `deadline`; a refusal comes back as the status it would have
+    /// been as a call of its own, details included.
+    pub async fn exchange(
+        &self,
+        target: &Peer,
+        mut request: BatchedRequest,
+        deadline: Duration,
+    ) -> Result<Vec<u8>, Failure> {
+        let link = self.link(target)?;
+        let (reply, replied) = oneshot::channel();
+        let awaiting = link.waiting.wait(reply).map_err(|ended| ended.failure())?;
+        request.id = awaiting.id;
         let exchange = async {
             if link.queue.send(request).await.is_err() {
                 return Err(link.waiting.ended_failure());
@@ -122,9 +161,10 @@ impl Links {
         if reply.code == Code::Ok as i32 {
             return Ok(reply.payload);
         }
-        Err(Failure::Status(Status::new(
+        Err(Failure::Status(Status::with_details(
             Code::from(reply.code),
             reply.message,
+            reply.details.into(),
         )))
     }
 
@@ -151,7 +191,13 @@ impl Links {
             waiting: Arc::default(),
         };
         let client = RaftClient::on(channel);
-        let stream = run(client, self.from, target.id, queued, link.waiting.clone());
+        let stream = run(
+            client,
+            self.lane,
+            (self.from, target.id),
+            queued,
+            link.waiting.clone(),
+        );
         tokio::spawn(stream);
         links.insert(target.id, link.clone());
         Ok(link)
@@ -162,19 +208,24 @@ impl Links {
 /// message that waits for it, and fails the rest at the end.
 async fn run(
     mut client: RaftClient<PeerChannel>,
-    from: NodeId,
-    to: NodeId,
+    lane: Lane,
+    (from, to): (NodeId, NodeId),
     queued: mpsc::Receiver<BatchedRequest>,
     waiting: Arc<Waiting>,
 ) {
     let outbound = batches(from, queued, waiting.clone());
-    let ended = match client.batch(outbound).await {
+    let opened = match lane {
+        Lane::Raft => client.batch(outbound).await,
+        Lane::Forward => client.forward(outbound).await,
+    };
+    let method = lane.method();
+    let ended = match opened {
         Err(status) if status.code() == Code::Unimplemented => {
             info!(
                 to,
-                "peer has no Raft.Batch; its Raft messages go as calls of their own"
+                "peer has no {method}; its messages go as calls of their own"
             );
-            Ended::Unsupported
+            Ended::Unsupported(lane)
         }
         Err(status) => Ended::Broken(status),
         Ok(response) => {
@@ -183,8 +234,7 @@ async fn run(
                 match replies.message().await {
                     Ok(Some(batch)) => waiting.answer(batch.replies),
                     Ok(None) => {
-                        let status =
-                            Status::unavailable(format!("node {to} ended the Raft batch stream"));
+                        let status = Status::unavailable(format!("node {to} ended {method}"));
                         break Ended::Broken(status);
                     }
                     Err(status) => break Ended::Broken(status),
@@ -192,7 +242,7 @@ async fn run(
             }
         }
     };
-    debug!(to, ?ended, "Raft batch stream ended");
+    debug!(to, method, ?ended, "node-pair stream ended");
     waiting.end(ended);
 }
 
@@ -282,7 +332,7 @@ impl Waiting {
     fn ended_failure(&self) -> Failure {
         let ended = self
             .ended()
-            .unwrap_or_else(|| Ended::Broken(Status::unavailable("the Raft batch stream closed")));
+            .unwrap_or_else(|| Ended::Broken(Status::unavailable("the node-pair stream closed")));
         ended.failure()
     }
 }
@@ -290,9 +340,10 @@ impl Waiting {
 impl Ended {
     fn failure(self) -> Failure {
         match self {
-            Ended::Unsupported => Failure::Status(Status::unimplemented(
-                "the peer has no Raft.Batch; its messages go as calls of their own from now on",
-            )),
+            Ended::Unsupported(lane) => Failure::Status(Status::unimplemented(format!(
+                "the peer has no {}; its messages go as calls of their own from now on",
+                lane.method()
+            ))),
             Ended::Broken(status) => Failure::Status(status),
         }
     }
@@ -349,6 +400,7 @@ mod tests {
             range_id: 1,
             kind: RaftKind::AppendEntries as i32,
             payload: vec![0; bytes],
+            method: String::new(),
         }
     }
 
@@ -393,9 +445,10 @@ mod tests {
         }
     }
 
-    /// A peer without `Raft.Batch` (here a server of only the health service, which answers
-    /// `UNIMPLEMENTED` like a release before the stream): the message fails and the peer's
-    /// next messages go as calls of their own. A peer that is down is tried again at once.
+    /// A peer without the lane's stream (here a server of only the health service, which
+    /// answers `UNIMPLEMENTED` like a release before the stream): the message fails and the
+    /// peer's next messages go as calls of their own. A peer that is down is tried again at
+    /// once. The same for both lanes.
     #[tokio::test]
     async fn a_peer_without_the_stream_gets_calls_of_their_own() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -405,31 +458,34 @@ mod tests {
             .add_service(health)
             .serve_with_incoming(TcpIncoming::from(listener));
         let server = tokio::spawn(server);
-        let links = Links::new(Arc::new(Peers::new(1, None, None)), 1);
-        let old = Peer {
-            id: 2,
-            addr: NodeAddr::new(addr.to_string()),
-        };
-        assert!(links.streams_to(&old, 100));
-        let deadline = Duration::from_secs(10);
-        let sent = links.call(&old, RpcKind::AppendEntries, message(), deadline);
-        let Err(Failure::Status(status)) = sent.await else {
-            panic!("a peer without the stream must refuse it");
-        };
-        assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
-        assert!(!links.streams_to(&old, 100));
+        for lane in [Lane::Raft, Lane::Forward] {
+            let links = Links::new(Arc::new(Peers::new(1, None, None)), 1, lane);
+            let old = Peer {
+                id: 2,
+                addr: NodeAddr::new(addr.to_string()),
+            };
+            assert!(links.streams_to(&old, 100));
+            let deadline = Duration::from_secs(10);
+            let sent = links.call(&old, RpcKind::AppendEntries, message(), deadline);
+            let Err(Failure::Status(status)) = sent.await else {
+                panic!("a peer without the stream must refuse it");
+            };
+            assert_eq!(status.code(), Code::Unimplemented, "{lane:?}: {status:?}");
+            assert!(status.message().contains(lane.method()), "{status:?}");
+            assert!(!links.streams_to(&old, 100));
 
-        let down = Peer {
-            id: 3,
-            addr: NodeAddr::new("127.0.0.1:1"),
-        };
-        let sent = links.call(&down, RpcKind::Vote, message(), deadline);
-        let Err(Failure::Status(status)) = sent.await else {
-            panic!("a peer that is down cannot answer");
-        };
-        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-        assert!(links.streams_to(&down, 100));
-        assert!(!links.streams_to(&down, limits::RAFT_BATCHED_MESSAGE_BYTES_MAX + 1));
+            let down = Peer {
+                id: 3,
+                addr: NodeAddr::new("127.0.0.1:1"),
+            };
+            let sent = links.call(&down, RpcKind::Vote, message(), deadline);
+            let Err(Failure::Status(status)) = sent.await else {
+                panic!("a peer that is down cannot answer");
+            };
+            assert_eq!(status.code(), Code::Unavailable, "{lane:?}: {status:?}");
+            assert!(links.streams_to(&down, 100));
+            assert!(!links.streams_to(&down, limits::RAFT_BATCHED_MESSAGE_BYTES_MAX + 1));
+        }
         server.abort();
     }
 

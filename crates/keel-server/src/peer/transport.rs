@@ -14,7 +14,7 @@ use keel_storage::SnapshotFile;
 use keel_types::NodeId;
 use tracing::warn;
 
-use crate::peer::batch::Links;
+use crate::peer::batch::{Lane, Links};
 use crate::peer::call::{Failure, To, call};
 use crate::peer::channels::Peers;
 use crate::status::never_sent;
@@ -29,7 +29,7 @@ impl GrpcTransport {
     /// The transport of node `from`.
     pub fn new(peers: Arc<Peers>, from: NodeId) -> GrpcTransport {
         GrpcTransport {
-            links: Links::new(peers.clone(), from),
+            links: Links::new(peers.clone(), from, Lane::Raft),
             peers,
         }
     }

@@ -9,35 +9,43 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use keel_proto::raft::{BatchedRequest, RaftKind};
 use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
     GetRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest, PutRequest,
     ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest, SplitRequest,
 };
-use keel_raft::RaftGroup;
+use keel_raft::{Peer, RaftGroup};
 use keel_storage::StorageError;
 use keel_types::{KvError, NodeAddr, NodeId, RangeId, Revision, limits};
+use prost::Message;
 use tokio::time::Instant;
-use tonic::{Response, Status};
+use tonic::{Code, Response, Status};
 use tracing::{debug, info};
 
-use crate::peer::call::{self as peer, PeerClient, To};
+use crate::peer::call::{self as peer, Failure, PeerClient, PeerError, To};
 use crate::peer::replaced;
 use crate::ranges::lookup;
 use crate::shared::Shared;
-use crate::status::to_status;
+use crate::status::{kv_error, to_status};
 
 /// A request that can be sent on to a range's leader (which does not send it further).
-pub(crate) trait Forwardable: Clone {
+pub(crate) trait Forwardable: Clone + Message + Default {
+    /// The call's gRPC path (`/keel.v1.Kv/Put`): how `Raft.Forward` names it.
+    const METHOD: &'static str;
+
     /// Marks the request as forwarded and returns whether it was already marked.
     fn mark_forwarded(&mut self) -> bool;
 }
 
 macro_rules! forwardable {
-    ($($request:ty),*) => {$(
+    ($($request:ty => $method:literal),* $(,)?) => {$(
         impl Forwardable for $request {
+            const METHOD: &'static str = $method;
+
             fn mark_forwarded(&mut self) -> bool {
                 std::mem::replace(&mut self.no_forward, true)
             }
@@ -46,21 +54,21 @@ macro_rules! forwardable {
 }
 
 forwardable!(
-    GetRequest,
-    ScanRequest,
-    PutRequest,
-    DeleteRequest,
-    BatchRequest,
-    IncrementRequest,
-    AcquireRequest,
-    RenewRequest,
-    ReleaseRequest,
-    InspectRequest,
-    BeginRequest,
-    CompleteRequest,
-    AbortRequest,
-    IdempotencyGetRequest,
-    SplitRequest
+    GetRequest => "/keel.v1.Kv/Get",
+    ScanRequest => "/keel.v1.Kv/Scan",
+    PutRequest => "/keel.v1.Kv/Put",
+    DeleteRequest => "/keel.v1.Kv/Delete",
+    BatchRequest => "/keel.v1.Kv/Batch",
+    IncrementRequest => "/keel.v1.Kv/Increment",
+    AcquireRequest => "/keel.v1.Lock/Acquire",
+    RenewRequest => "/keel.v1.Lock/Renew",
+    ReleaseRequest => "/keel.v1.Lock/Release",
+    InspectRequest => "/keel.v1.Lock/Inspect",
+    BeginRequest => "/keel.v1.Idempotency/Begin",
+    CompleteRequest => "/keel.v1.Idempotency/Complete",
+    AbortRequest => "/keel.v1.Idempotency/Abort",
+    IdempotencyGetRequest => "/keel.v1.Idempotency/Get",
+    SplitRequest => "/keel.v1.Cluster/Split",
 );
 
 /// What a forwarded request is: a read or a write (a write that fails after it was sent has
@@ -147,6 +155,7 @@ impl Router {
     where
         C: PeerClient,
         R: Forwardable,
+        T: Message + Default,
         S: Fn() -> SFut,
         SFut: Future<Output = Result<T, KvError>>,
         F: Fn(C, R) -> Fut,
@@ -175,12 +184,16 @@ impl Router {
                 None => break,
                 Some(Try::Here) => serve().await.map(Response::new),
                 Some(Try::Leader(leader)) => {
-                    let send = |client| call(client, forwarded.clone());
                     let range = match &error {
                         KvError::NotLeader { range_id, .. } => Some(*range_id),
                         _ => None,
                     };
-                    self.forward(range, leader, hop, deadline, send).await
+                    let to = Peer {
+                        id: leader.0,
+                        addr: leader.1,
+                    };
+                    self.forward(range, to, hop, deadline, &forwarded, &call)
+                        .await
                 }
             };
             error = match tried {
@@ -384,30 +397,97 @@ impl Router {
     /// `OutcomeUnknown` for a write that may have reached the leader). A leader that this
     /// node's replica of `range` learns was replaced meanwhile is given up
     /// (`peer::replaced`): a read then goes to the new leader, and a write, which carries no
-    /// request id to make a second sending safe, is answered `OutcomeUnknown`.
-    async fn forward<C, T, F, Fut>(
+    /// request id to make a second sending safe, is answered `OutcomeUnknown`. The request
+    /// rides the `Raft.Forward` stream to the leader (`on_stream`), else goes as a call of
+    /// its own with `call`.
+    async fn forward<C, R, T, F, Fut>(
         &self,
         range: Option<RangeId>,
-        leader: (NodeId, NodeAddr),
+        leader: Peer,
         hop: Hop,
         deadline: Instant,
+        request: &R,
         call: F,
     ) -> Result<Response<T>, KvError>
     where
         C: PeerClient,
-        F: FnOnce(C) -> Fut,
+        R: Forwardable,
+        T: Message + Default,
+        F: FnOnce(C, R) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let (leader_id, leader_addr) = leader;
-        debug!(leader_id, %leader_addr, "forwarding to leader");
-        let to = To::Node(leader_id, &leader_addr);
-        let left = deadline.saturating_duration_since(Instant::now());
+        debug!(leader_id = leader.id, leader_addr = %leader.addr, "forwarding to leader");
+        let left = || deadline.saturating_duration_since(Instant::now());
         let group = range.and_then(|range| self.shared.groups.get(range));
-        let call = async {
-            let answer = peer::call(&self.shared.peers, to, left, call).await;
+        let answer = async {
+            let streamed = self.on_stream(range, &leader, hop, request, left()).await;
+            let metrics = &self.shared.metrics;
+            let answer = match streamed {
+                Some(answer) => {
+                    metrics.forwarded_on_stream.fetch_add(1, Ordering::Relaxed);
+                    answer
+                }
+                None => {
+                    metrics.forwarded_as_calls.fetch_add(1, Ordering::Relaxed);
+                    let to = To::Node(leader.id, &leader.addr);
+                    let send = |client| call(client, request.clone());
+                    peer::call(&self.shared.peers, to, left(), send).await
+                }
+            };
             answer.map_err(|error| error.into_kv(hop.write))
         };
-        replaced::unless_replaced(group.as_deref(), leader_id, hop.write, left, call).await
+        replaced::unless_replaced(group.as_deref(), leader.id, hop.write, left(), answer).await
+    }
+
+    /// The leader's answer to `request` over the `Raft.Forward` stream to it; `None` when the
+    /// request goes as a call of its own instead: a lock acquire that may wait (a stream does
+    /// not cancel on the leader what its sender gave up, and the lock would be taken for
+    /// nobody), a request too large to batch, or a leader without the stream (it answered
+    /// `UNIMPLEMENTED`: nothing was done).
+    async fn on_stream<R, T>(
+        &self,
+        range: Option<RangeId>,
+        leader: &Peer,
+        hop: Hop,
+        request: &R,
+        left: Duration,
+    ) -> Option<Result<Response<T>, PeerError>>
+    where
+        R: Forwardable,
+        T: Message + Default,
+    {
+        let forwards = &self.shared.forwards;
+        if !hop.wait.is_zero() || !forwards.streams_to(leader, request.encoded_len()) {
+            return None;
+        }
+        let batched = BatchedRequest {
+            id: 0,
+            range_id: range.map_or(0, |range| range.0),
+            kind: RaftKind::Unspecified as i32,
+            payload: request.encode_to_vec(),
+            method: R::METHOD.to_string(),
+        };
+        let failed = |failure| PeerError {
+            to: To::Node(leader.id, &leader.addr).to_string(),
+            failure,
+        };
+        match forwards.exchange(leader, batched, left).await {
+            Err(Failure::Status(status))
+                if status.code() == Code::Unimplemented && kv_error(&status).is_none() =>
+            {
+                None
+            }
+            Err(failure) => Some(Err(failed(failure))),
+            Ok(payload) => Some(
+                T::decode(payload.as_slice())
+                    .map(Response::new)
+                    .map_err(|e| {
+                        let status =
+                            Status::internal(format!("an answer that does not decode: {e}"));
+                        failed(Failure::Status(status))
+                    }),
+            ),
+        }
     }
 }
 

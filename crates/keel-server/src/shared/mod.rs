@@ -31,6 +31,7 @@ use crate::access::{Access, Call, Caller};
 use crate::config::faults::Faults;
 use crate::config::{KvSettings, PlacementSettings};
 use crate::metrics::Metrics;
+use crate::peer::batch::Links;
 use crate::peer::channels::Peers;
 use crate::shared::events::Events;
 use crate::shared::health::Health;
@@ -70,6 +71,8 @@ pub(crate) struct Shared {
     /// The descriptors this node last published to the meta range.
     pub published: Published,
     pub peers: Arc<Peers>,
+    /// The `Raft.Forward` streams that carry requests this node sends on to leaders.
+    pub forwards: Links,
     pub health: Health,
     /// The last heartbeat of every node.
     pub heartbeats: Heartbeats,

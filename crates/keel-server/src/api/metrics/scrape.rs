@@ -119,6 +119,18 @@ fn write_node(text: &mut Text, shared: &Shared, ranges: usize) {
     let declined = shared.metrics.load_splits_declined.load(Ordering::Relaxed);
     text.sample(&[], declined as f64);
     text.family(
+        "keel_forwarded_requests_total",
+        Kind::Counter,
+        "Client requests this node sent on to a range's leader, by how: on the node pair's Raft.Forward stream, or as a call of their own (large requests, lock acquires that may wait, leaders without the stream).",
+    );
+    let forwarded = [
+        ("stream", &shared.metrics.forwarded_on_stream),
+        ("call", &shared.metrics.forwarded_as_calls),
+    ];
+    for (via, count) in forwarded {
+        text.sample(&[("via", via)], count.load(Ordering::Relaxed) as f64);
+    }
+    text.family(
         "keel_peer_heartbeat_age_seconds",
         Kind::Gauge,
         "Time since this node last received a heartbeat from the node (itself included).",

@@ -1,9 +1,10 @@
-//! The receiving end of `Raft.Batch`: the Raft messages of every range from one peer on one
-//! stream. Each request is served as a call of its own would be (`Groups::handle`), many at
-//! once, up to `limits::RAFT_BATCH_IN_FLIGHT_MAX` (no more of the stream is read until some
-//! are answered); replies go back as they are ready, those ready together in one batch. The
-//! stream ends when the peer ends its side, breaks it, or this node shuts down (the requests
-//! already taken are answered first).
+//! The receiving end of the node-pair streams `Raft.Batch` (the Raft messages of every range
+//! from one peer) and `Raft.Forward` (the client requests a peer sends on to a leader here).
+//! Each request is served as a call of its own would be (`Groups::handle`, or
+//! `forwarded::serve`), many at once, up to `limits::RAFT_BATCH_IN_FLIGHT_MAX` (no more of
+//! the stream is read until some are answered); replies go back as they are ready, those
+//! ready together in one batch. The stream ends when the peer ends its side, breaks it, or
+//! this node shuts down (the requests already taken are answered first).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,26 +27,33 @@ const REPLY_BATCHES_QUEUED: usize = 64;
 /// The replies of a batch stream.
 pub(crate) type Replies = Pin<Box<dyn Stream<Item = Result<RaftBatchReply, Status>> + Send>>;
 
-/// Serves the requests of `incoming` until it ends or `closing` resolves.
-pub(crate) fn serve(
-    groups: Groups,
+/// Serves the requests of `incoming` with `serve_one` until it ends or `closing` resolves.
+pub(crate) fn serve<S, Fut>(
+    serve_one: S,
     incoming: Streaming<RaftBatch>,
     closing: impl Future<Output = ()> + Send + 'static,
-) -> Replies {
+) -> Replies
+where
+    S: Fn(BatchedRequest) -> Fut + Send + 'static,
+    Fut: Future<Output = BatchedReply> + Send + 'static,
+{
     let (ready, replies) = mpsc::channel(REPLY_BATCHES_QUEUED);
-    tokio::spawn(answer(groups, incoming, closing, ready));
+    tokio::spawn(answer(serve_one, incoming, closing, ready));
     Box::pin(futures::stream::unfold(replies, |mut replies| async move {
         let batch = replies.recv().await?;
         Some((Ok(batch), replies))
     }))
 }
 
-async fn answer(
-    groups: Groups,
+async fn answer<S, Fut>(
+    serve_one: S,
     mut incoming: Streaming<RaftBatch>,
     closing: impl Future<Output = ()> + Send,
     ready: mpsc::Sender<RaftBatchReply>,
-) {
+) where
+    S: Fn(BatchedRequest) -> Fut,
+    Fut: Future<Output = BatchedReply>,
+{
     let mut running = FuturesUnordered::new();
     let mut reading = true;
     let mut from = None;
@@ -57,7 +65,7 @@ async fn answer(
             next = incoming.message(), if reading && room => match next {
                 Ok(Some(batch)) => {
                     from = Some(batch.from);
-                    running.extend(batch.requests.into_iter().map(|r| serve_one(&groups, r)));
+                    running.extend(batch.requests.into_iter().map(&serve_one));
                 }
                 Ok(None) => reading = false,
                 Err(status) => {
@@ -79,8 +87,11 @@ async fn answer(
     }
 }
 
-/// One request, served as `Raft.<kind>` would serve it.
-fn serve_one(groups: &Groups, request: BatchedRequest) -> impl Future<Output = BatchedReply> {
+/// One Raft message, served as `Raft.<kind>` would serve it.
+pub(crate) fn serve_raft(
+    groups: &Groups,
+    request: BatchedRequest,
+) -> impl Future<Output = BatchedReply> + use<> {
     let groups = groups.clone();
     async move {
         let id = request.id;
@@ -94,19 +105,26 @@ fn serve_one(groups: &Groups, request: BatchedRequest) -> impl Future<Output = B
                 .await
                 .map_err(|e| inbound_status(&e)),
         };
-        match served {
-            Ok(payload) => BatchedReply {
-                id,
-                code: Code::Ok as i32,
-                payload,
-                message: String::new(),
-            },
-            Err(status) => BatchedReply {
-                id,
-                code: status.code() as i32,
-                payload: Vec::new(),
-                message: status.message().to_string(),
-            },
-        }
+        reply(id, served)
+    }
+}
+
+/// The reply to request `id`: its payload, or the status it was refused with.
+pub(crate) fn reply(id: u64, served: Result<Vec<u8>, Status>) -> BatchedReply {
+    match served {
+        Ok(payload) => BatchedReply {
+            id,
+            code: Code::Ok as i32,
+            payload,
+            message: String::new(),
+            details: Vec::new(),
+        },
+        Err(status) => BatchedReply {
+            id,
+            code: status.code() as i32,
+            payload: Vec::new(),
+            message: status.message().to_string(),
+            details: status.details().to_vec(),
+        },
     }
 }
