@@ -31,10 +31,23 @@ TARGETS = [
     ("lock-16", "ops", ">=", 2.0, "lock acquire+release ≥ 2× etcd Lock+Unlock, 16 clients (own locks)"),
     ("lock-contended-16", "ops", ">=", 5.0, "contended lock hand-off ≥ 5× etcd (16 clients, one lock)"),
 ]
+# Issue 24 (any client, any node): (case, ratio, metric, comparison, bound, words).
+SPREAD_TARGETS = [
+    ("get-linearizable-64", "ratio_spread", "ops", ">=", 2.5, "spread linearizable get ≥ 2.5× etcd at 64 clients"),
+    ("put-16", "spread_to_leader", "ops", ">=", 0.9, "spread put ≥ 90% of leader-routed put, 16 clients"),
+    ("put-64", "spread_to_leader", "ops", ">=", 0.9, "spread put ≥ 90% of leader-routed put, 64 clients"),
+]
+# Linearizable gets at 64 clients, all sent to the leader by a raw gRPC client, ran at this
+# rate when issue 24 was filed (keel-bench through keel-client: 16,000); spread must reach it.
+SPREAD_GET_FLOOR = 14_800
 METRIC_FIELD = {"ops": "ops_per_sec", "p50": "p50_us", "p99": "p99_us"}
 SYSTEMS = ("keel", "keel-spread", "etcd")
-# The Keel system each ratio is of (to etcd).
-RATIOS = {"ratio": "keel", "ratio_spread": "keel-spread"}
+# Each ratio: (system, system it is of), per repeat.
+RATIOS = {
+    "ratio": ("keel", "etcd"),
+    "ratio_spread": ("keel-spread", "etcd"),
+    "spread_to_leader": ("keel-spread", "keel"),
+}
 
 
 def load_runs(runs_dir):
@@ -70,21 +83,22 @@ def summarize_case(by_system):
                 by_code[code] = by_code.get(code, 0) + count
         out[system]["errors_by_code"] = by_code
         out[system]["repeats"] = len(repeats)
-    for name, keel_system in RATIOS.items():
-        out[name] = ratios_to_etcd(by_system, keel_system)
+    for name, (system, of) in RATIOS.items():
+        out[name] = ratios(by_system, system, of)
     return out
 
 
-def ratios_to_etcd(by_system, keel_system):
-    paired = sorted(set(by_system.get(keel_system, {})) & set(by_system.get("etcd", {})))
+def ratios(by_system, system, of):
+    """Per metric, the spread of `system`/`of` over the repeats both ran."""
+    paired = sorted(set(by_system.get(system, {})) & set(by_system.get(of, {})))
     out = {}
     for metric, field in METRIC_FIELD.items():
-        ratios = []
+        values = []
         for repeat in paired:
-            keel, etcd = by_system[keel_system][repeat], by_system["etcd"][repeat]
-            if keel["ops"] > 0 and etcd["ops"] > 0 and etcd[field] > 0:
-                ratios.append(keel[field] / etcd[field])
-        out[metric] = spread(ratios)
+            run, base = by_system[system][repeat], by_system[of][repeat]
+            if run["ops"] > 0 and base["ops"] > 0 and base[field] > 0:
+                values.append(run[field] / base[field])
+        out[metric] = spread(values)
     return out
 
 
@@ -103,13 +117,13 @@ def load_rss(rss_dir):
     return rss
 
 
-def verdict(case, metric, comparison, bound, cases):
+def verdict(case, metric, comparison, bound, cases, ratio_name="ratio"):
     summary = cases.get(case)
     if summary is None:
         return "not run", None
     if summary["keel"]["repeats"] == 0:
         return "not implemented yet", None
-    ratio = summary["ratio"][metric]
+    ratio = summary.get(ratio_name, {}).get(metric)
     if ratio is None:
         return "no paired result", None
     holds = (lambda r: r >= bound) if comparison == ">=" else (lambda r: r <= bound)
@@ -201,6 +215,23 @@ def targets_table(cases, rss):
     return "\n".join(lines)
 
 
+def spread_targets_table(cases):
+    lines = ["| target | measured (median, min–max) | status |", "|---|---:|---|"]
+    for case, ratio_name, metric, comparison, bound, words in SPREAD_TARGETS:
+        status, ratio = verdict(case, metric, comparison, bound, cases, ratio_name)
+        lines.append(f"| {words} | {fmt_ratio(ratio)} | {status} |")
+    summary = cases.get("get-linearizable-64")
+    if summary is not None and system_done(summary, "keel-spread"):
+        ops = summary["keel-spread"]["ops"]
+        holds = ops["min"] >= SPREAD_GET_FLOOR
+        status = "met" if holds else ("met (median; not in every repeat)" if ops["median"] >= SPREAD_GET_FLOOR else "missed")
+        lines.append(
+            f"| spread linearizable get ≥ {SPREAD_GET_FLOOR:,} ops/s (all to the leader when issue 24 was filed), 64 clients "
+            f"| {fmt_num(ops['median'])} ({fmt_num(ops['min'])}–{fmt_num(ops['max'])}) | {status} |"
+        )
+    return "\n".join(lines)
+
+
 def rss_table(rss):
     lines = ["| system | peak RSS per node (MiB) | largest |", "|---|---|---:|"]
     for system in SYSTEMS:
@@ -241,6 +272,13 @@ no answer in 10 s):
 ## Targets of issue 7
 
 {targets_table(cases, rss)}
+
+## Targets of issue 24 (spread clients)
+
+Spread/leader is Keel spread over Keel leader-routed in the same repeat. The 10-minute run
+without errors is in *Spread clients over a long run* below.
+
+{spread_targets_table(cases)}
 
 ## Where a put's time goes
 
@@ -820,6 +858,8 @@ def main():
     print(errors_table(cases, order))
     print()
     print(targets_table(cases, rss))
+    print()
+    print(spread_targets_table(cases))
     print()
     print(rss_table(rss))
     if args.svg:

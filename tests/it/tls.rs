@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions, ClientTls, PutOptions};
-use keel_proto::raft::HeartbeatRequest;
 use keel_proto::raft::raft_client::RaftClient;
+use keel_proto::raft::{BatchedRequest, HeartbeatRequest, RaftBatch};
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{self, GetRequest};
 use keel_types::{Consistency, KvError};
@@ -146,7 +146,7 @@ async fn raft_calls_need_a_certificate_of_the_cluster_ca() {
     let pki = cluster.pki();
 
     let anonymous = tls_channel(&endpoint, tls_config(pki, None)).await.unwrap();
-    let refused = RaftClient::new(anonymous)
+    let refused = RaftClient::new(anonymous.clone())
         .heartbeat(bad_heartbeat())
         .await
         .expect_err("a caller without a certificate is no peer");
@@ -156,6 +156,33 @@ async fn raft_calls_need_a_certificate_of_the_cluster_ca() {
             .message()
             .contains("no certificate signed by the cluster CA"),
         "{refused:?}"
+    );
+    // Nor may it pass a put off as one a peer forwards (served as the peer's, unconfined).
+    let smuggled = v1::PutRequest {
+        key: b"another tenant's key".to_vec(),
+        value: b"v".to_vec(),
+        no_forward: true,
+        ..v1::PutRequest::default()
+    };
+    let batch = RaftBatch {
+        from: 2,
+        requests: vec![BatchedRequest {
+            id: 1,
+            payload: prost::Message::encode_to_vec(&smuggled),
+            method: "/keel.v1.Kv/Put".to_string(),
+            ..BatchedRequest::default()
+        }],
+    };
+    let refused = RaftClient::new(anonymous)
+        .forward(futures::stream::iter([batch]))
+        .await
+        .expect_err("a caller without a certificate forwards nothing");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let client = cluster.client();
+    let read = client.get(b"another tenant's key", Consistency::Linearizable);
+    assert!(
+        read.await.unwrap().kv.is_none(),
+        "the smuggled put was applied"
     );
 
     let node = pki.issue(&["127.0.0.1"]);

@@ -207,6 +207,13 @@ fn validate(config: &RunConfig) -> anyhow::Result<()> {
             config.response_loss_percent
         );
     }
+    if std::fs::read_dir(&config.out).is_ok_and(|mut entries| entries.next().is_some()) {
+        bail!(
+            "--out {} is not empty: its nodes would start on an earlier run's data, and the \
+             history would not be this run's alone; name a new directory or remove it",
+            config.out.display()
+        );
+    }
     if !config.keel.is_file() {
         bail!(
             "no keel binary at {}; build it with\n  cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs\nor name one with --keel PATH",

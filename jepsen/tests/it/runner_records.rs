@@ -187,3 +187,24 @@ fn run_without_a_keel_binary_says_how_to_build_one() {
     assert_eq!(unknown.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown fault"));
 }
+
+/// A run never starts on an earlier run's directory: its nodes would find that run's data.
+#[test]
+fn run_into_a_directory_of_an_earlier_run_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("n1/data")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_keel-jepsen"))
+        .args(["run", "--workload", "register", "--time-limit", "5"])
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(dir.path().join("n1/data").is_dir());
+    assert!(
+        !dir.path().join("run.json").exists(),
+        "nothing of a run was written"
+    );
+}
