@@ -1,9 +1,9 @@
 //! The receiving end of the node-pair streams `Raft.Batch` (the Raft messages of every range
 //! from one peer) and `Raft.Forward` (the client requests a peer sends on to a leader here).
 //! Each request is served as a call of its own would be (`Groups::handle`, or
-//! `forwarded::serve`), many at once, up to `limits::RAFT_BATCH_IN_FLIGHT_MAX` (no more of
-//! the stream is read until some are answered); replies go back as they are ready, those
-//! ready together in one batch. The stream ends when the peer ends its side, breaks it, or
+//! `forwarded::Services::serve`), many at once, up to `limits::RAFT_BATCH_IN_FLIGHT_MAX`
+//! (no more of the stream is read until some are answered); replies go back as they are
+//! ready, those ready together in one batch. The stream ends when the peer ends its side, breaks it, or
 //! this node shuts down (the requests already taken are answered first).
 
 use std::future::Future;
