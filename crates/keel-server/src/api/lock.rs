@@ -75,10 +75,11 @@ impl AcquireArgs {
 }
 
 impl LockService {
-    pub fn new(shared: Arc<Shared>, audience: Audience) -> LockService {
+    /// The service answering `audience`, waiting and releasing in the node's `queues`.
+    pub fn new(shared: Arc<Shared>, audience: Audience, queues: Arc<LockQueues>) -> LockService {
         LockService {
             router: Router::new(shared.clone(), audience),
-            queues: LockQueues::new(shared.clone()),
+            queues,
             shared,
         }
     }

@@ -26,6 +26,7 @@ use crate::access::tls;
 use crate::api::console;
 use crate::api::console::facts::FactsQuery;
 use crate::cluster::quiescence;
+use crate::locks::queues::LockQueues;
 use crate::peer::call::PeerCall;
 use crate::peer::channels::PeerChannel;
 use crate::ranges::meta;
@@ -55,10 +56,10 @@ pub(crate) struct RaftService {
 }
 
 impl RaftService {
-    pub fn new(shared: Arc<Shared>) -> RaftService {
+    pub fn new(shared: Arc<Shared>, queues: Arc<LockQueues>) -> RaftService {
         RaftService {
             groups: shared.groups.clone(),
-            forwarded: Arc::new(forwarded::Services::new(shared.clone())),
+            forwarded: Arc::new(forwarded::Services::new(shared.clone(), queues)),
             shared,
         }
     }

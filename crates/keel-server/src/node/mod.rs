@@ -53,6 +53,7 @@ use crate::cluster::join;
 use crate::cluster::quiescence;
 use crate::cluster::rebalancer;
 use crate::config::NodeConfig;
+use crate::locks::queues::LockQueues;
 use crate::metrics::{MeteredLayer, Metrics};
 use crate::peer::batch::{Lane, Links};
 use crate::peer::channels::Peers;
@@ -491,6 +492,9 @@ async fn serve<H: Health>(
     stopped: oneshot::Receiver<()>,
 ) -> Result<(), tonic::transport::Error> {
     let stop = stopped.map(drop).shared();
+    // One set of lock queues for the node: an acquire waits in it and a release hands the
+    // lock on through it whichever port or stream each came in by.
+    let queues = LockQueues::new(shared.clone());
     let Some(peer_listener) = listeners.peer else {
         let port = Served {
             gate: Port::Shared,
@@ -498,7 +502,7 @@ async fn serve<H: Health>(
             raft: true,
             faults: true,
         };
-        return serve_port(&shared, port, listeners.client, health, stop).await;
+        return serve_port(&shared, &queues, port, listeners.client, health, stop).await;
     };
     let node = shared.node_id;
     let clients = Served {
@@ -523,12 +527,13 @@ async fn serve<H: Health>(
     };
     let client_port = serve_port(
         &shared,
+        &queues,
         clients,
         listeners.client,
         health.clone(),
         stop.clone(),
     );
-    let peer_port = serve_port(&shared, peers, peer_listener, health, stop);
+    let peer_port = serve_port(&shared, &queues, peers, peer_listener, health, stop);
     tokio::try_join!(client_port, peer_port).map(drop)
 }
 
@@ -545,6 +550,7 @@ struct Served {
 
 async fn serve_port<H: Health>(
     shared: &Arc<Shared>,
+    queues: &Arc<LockQueues>,
     served: Served,
     listener: TcpListener,
     health: HealthServer<H>,
@@ -554,7 +560,7 @@ async fn serve_port<H: Health>(
     let kv = KvServer::new(KvService::new(shared.clone(), audience))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
-    let lock = LockServer::new(LockService::new(shared.clone(), audience))
+    let lock = LockServer::new(LockService::new(shared.clone(), audience, queues.clone()))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let idempotency = IdempotencyServer::new(IdempotencyService::new(shared.clone(), audience))
@@ -562,7 +568,7 @@ async fn serve_port<H: Health>(
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let cluster = ClusterServer::new(ClusterService::new(shared.clone(), audience));
     let raft = served.raft.then(|| {
-        let raft = RaftServer::new(RaftService::new(shared.clone()))
+        let raft = RaftServer::new(RaftService::new(shared.clone(), queues.clone()))
             .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
             .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
         InterceptedService::new(raft, raft::peers_only)

@@ -25,6 +25,7 @@ use crate::api::cluster::ClusterService;
 use crate::api::idempotency::IdempotencyService;
 use crate::api::kv::KvService;
 use crate::api::lock::LockService;
+use crate::locks::queues::LockQueues;
 use crate::requests::router::{Audience, Forwardable};
 use crate::shared::Shared;
 
@@ -37,10 +38,12 @@ pub(crate) struct Services {
 }
 
 impl Services {
-    pub fn new(shared: Arc<Shared>) -> Services {
+    /// The services, with the node's lock `queues` (shared with the Lock service of its
+    /// ports, so a forwarded release hands the lock to an acquire waiting from a call).
+    pub fn new(shared: Arc<Shared>, queues: Arc<LockQueues>) -> Services {
         Services {
             kv: KvService::new(shared.clone(), Audience::Peers),
-            lock: LockService::new(shared.clone(), Audience::Peers),
+            lock: LockService::new(shared.clone(), Audience::Peers, queues),
             idempotency: IdempotencyService::new(shared.clone(), Audience::Peers),
             cluster: ClusterService::new(shared, Audience::Peers),
         }
