@@ -61,6 +61,7 @@ async fn read_n(kv: &mut KvClient<Channel>) -> Option<String> {
         key: b"n".to_vec(),
         consistency: keel_proto::v1::Consistency::from(Consistency::Linearizable).into(),
         no_forward: false,
+        ..GetRequest::default()
     };
     let kv = kv.get(request).await.unwrap().into_inner().kv;
     kv.map(|kv| String::from_utf8(kv.value).unwrap())

@@ -8,7 +8,7 @@ use keel_client::PutOptions;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{Consistency, GetRequest, GetResponse, ScanRequest};
 use keel_server::status;
-use keel_types::{KvError, NodeId, RangeId};
+use keel_types::{KvError, NodeId, RangeId, ReadBound};
 use tonic::transport::Channel;
 
 use crate::harness::{Cluster, eventually, quick_timings};
@@ -24,6 +24,7 @@ fn linearizable_get(key: &[u8]) -> GetRequest {
         key: key.to_vec(),
         consistency: Consistency::Linearizable.into(),
         no_forward: true,
+        ..GetRequest::default()
     }
 }
 
@@ -64,6 +65,7 @@ async fn followers_serve_linearizable_gets_and_scans_themselves() {
             limit: 10,
             consistency: Consistency::Linearizable.into(),
             no_forward: true,
+            ..ScanRequest::default()
         };
         let page = kv.scan(scan).await.unwrap().into_inner();
         assert_eq!(page.header.unwrap().served_by, follower);
@@ -189,4 +191,85 @@ fn assert_refused(refused: &tonic::Status) {
         ),
         "expected a refusal, got {refused:?}"
     );
+}
+
+/// A follower get of `key` within `max_staleness_ms` and at `min_revision`, on its node
+/// alone (`no_forward`).
+fn bounded_get(key: &[u8], max_staleness_ms: Option<i64>, min_revision: Option<u64>) -> GetRequest {
+    GetRequest {
+        key: key.to_vec(),
+        consistency: Consistency::Follower.into(),
+        no_forward: true,
+        max_staleness_ms,
+        min_revision,
+    }
+}
+
+/// Bounded follower reads over gRPC: every node serves a read at the revision a write
+/// answered with its value; a revision ahead of the range comes back as a typed
+/// `FutureRevision` (OUT_OF_RANGE), and a staleness bound out of its limits as
+/// `InvalidArgument`; keel-client's `get_within` and `scan_within` carry both bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_reads_within_bounds_see_the_revision_asked_for() {
+    let cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let written = client
+        .put(b"rw", b"1", PutOptions::default())
+        .await
+        .unwrap();
+    for id in cluster.ids() {
+        let mut kv = cluster.kv(id).await;
+        let request = bounded_get(b"rw", Some(0), Some(written.revision));
+        let got = kv.get(request).await.unwrap().into_inner();
+        assert_eq!(got.header.unwrap().served_by, id);
+        assert_eq!(got.kv.unwrap().value, b"1", "node {id}");
+
+        let ahead = written.revision + 1_000;
+        let refused = kv.get(bounded_get(b"rw", None, Some(ahead))).await;
+        let refused = refused.expect_err("no write made that revision");
+        assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+        match status::kv_error(&refused) {
+            Some(KvError::FutureRevision { requested, current }) => {
+                assert_eq!(requested, ahead);
+                assert!(current >= written.revision && current < ahead);
+            }
+            other => panic!("expected FutureRevision, got {other:?}"),
+        }
+        for bad in [-1, 86_400_001] {
+            let refused = kv.get(bounded_get(b"rw", Some(bad), None)).await;
+            let refused = refused.expect_err("a bound out of its limits");
+            assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+            assert!(
+                refused.message().contains("max_staleness_ms"),
+                "{refused:?}"
+            );
+        }
+    }
+
+    let bound = ReadBound {
+        max_staleness_ms: Some(1_000),
+        min_revision: Some(written.revision),
+    };
+    let got = client
+        .get_within(b"rw", keel_types::Consistency::Follower, bound)
+        .await
+        .unwrap();
+    assert_eq!(got.kv.unwrap().value, b"1");
+    let page = client
+        .scan_within(b"r", b"s", 0, keel_types::Consistency::Follower, bound)
+        .await
+        .unwrap();
+    assert_eq!(page.kvs.len(), 1);
+    let ahead = ReadBound {
+        min_revision: Some(written.revision + 1_000),
+        ..bound
+    };
+    let refused = client
+        .get_within(b"rw", keel_types::Consistency::Follower, ahead)
+        .await;
+    assert!(
+        matches!(refused, Err(KvError::FutureRevision { .. })),
+        "{refused:?}"
+    );
+    cluster.shutdown().await;
 }

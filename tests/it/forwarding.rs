@@ -31,6 +31,7 @@ async fn get(kv: &mut KvClient<Channel>, key: &[u8]) -> Result<Option<Vec<u8>>, 
         key: key.to_vec(),
         consistency: v1::Consistency::Linearizable.into(),
         no_forward: false,
+        ..GetRequest::default()
     };
     let answer = kv.get(request).await?.into_inner();
     Ok(answer.kv.map(|kv| kv.value))

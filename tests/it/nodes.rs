@@ -14,6 +14,7 @@ fn get(key: &[u8], consistency: Consistency) -> GetRequest {
         key: key.to_vec(),
         consistency: consistency.into(),
         no_forward: false,
+        ..GetRequest::default()
     }
 }
 

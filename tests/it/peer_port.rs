@@ -110,6 +110,7 @@ async fn a_cluster_on_peer_ports_serves_clients_and_refuses_them_on_peer_ports()
         key: b"k1".to_vec(),
         consistency: v1::Consistency::Lease.into(),
         no_forward: true,
+        ..GetRequest::default()
     };
     let hinted = kv.get(get).await.expect_err("a follower does not serve it");
     match kv_error(&hinted) {

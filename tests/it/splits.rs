@@ -41,6 +41,7 @@ fn get_request(key: &[u8], consistency: Consistency) -> GetRequest {
         key: key.to_vec(),
         consistency: consistency.into(),
         no_forward: false,
+        ..GetRequest::default()
     }
 }
 
@@ -121,6 +122,7 @@ async fn scan_all(cluster: &Cluster, via: NodeId, limit: u32) -> (Vec<KeyValue>,
                 limit,
                 consistency: Consistency::Linearizable.into(),
                 no_forward: false,
+                ..ScanRequest::default()
             };
             Some(cluster.kv(via).await.scan(request).await.ok()?.into_inner())
         })

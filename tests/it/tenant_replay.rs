@@ -81,6 +81,7 @@ impl Tenant {
                     key: key.to_vec(),
                     consistency: v1::Consistency::Linearizable.into(),
                     no_forward: false,
+                    ..GetRequest::default()
                 });
                 async move { kv.get(request).await.ok().map(|_| ()) }
             })

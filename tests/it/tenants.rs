@@ -225,6 +225,7 @@ async fn a_request_a_follower_forwards_stays_in_its_tenants_namespace() {
         key: b"via-follower".to_vec(),
         consistency: v1::Consistency::Linearizable.into(),
         no_forward: false,
+        ..GetRequest::default()
     };
     let got = kv.get(with_token(get)).await.unwrap().into_inner();
     assert_eq!(

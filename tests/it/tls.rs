@@ -84,6 +84,7 @@ async fn a_tls_cluster_serves_clients_that_trust_its_ca_and_replicates_over_tls(
             key: b"secret".to_vec(),
             consistency: v1::Consistency::Linearizable.into(),
             no_forward: false,
+            ..GetRequest::default()
         })
         .await
         .expect("the follower forwards to the leader over TLS");

@@ -44,6 +44,7 @@ async fn read(cluster: &Cluster, id: NodeId, key: &str, consistency: Consistency
         key: key.as_bytes().to_vec(),
         consistency: v1::Consistency::from(consistency).into(),
         no_forward: true,
+        ..GetRequest::default()
     };
     let response = cluster
         .kv(id)
@@ -105,6 +106,7 @@ async fn expiry_hides_a_key_from_every_read_mode_at_once() {
         limit: 0,
         consistency: v1::Consistency::Linearizable.into(),
         no_forward: false,
+        ..ScanRequest::default()
     };
     let page = kv.scan(scan).await.unwrap().into_inner();
     assert!(page.kvs.is_empty(), "a scan still shows {:?}", page.kvs);
@@ -188,6 +190,7 @@ async fn cleanup_removes_expired_keys_and_bad_ttls_change_nothing() {
         key: b"kept".to_vec(),
         consistency: v1::Consistency::Linearizable.into(),
         no_forward: false,
+        ..GetRequest::default()
     };
     assert!(kv.get(request).await.unwrap().into_inner().kv.is_some());
     cluster.shutdown().await;

@@ -247,6 +247,7 @@ fn get_request(key: usize, consistency: Consistency) -> v1::GetRequest {
         key: keys::data_key(key),
         consistency: v1::Consistency::from(consistency).into(),
         no_forward: false,
+        ..v1::GetRequest::default()
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::builder::{OsStringValueParser, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use keel_types::{Condition, Consistency, Fence, NodeId, limits};
+use keel_types::{Condition, Consistency, Fence, KvError, NodeId, ReadBound, limits, validate};
 
 use crate::output::Output;
 use crate::{duration, input};
@@ -117,6 +117,8 @@ pub enum Command {
         /// How the read is made consistent.
         #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
         consistency: ConsistencyArg,
+        #[command(flatten)]
+        bound: BoundArg,
         /// Write the value's bytes exactly, with no newline, also to a terminal. Not with
         /// --output json.
         #[arg(long)]
@@ -156,6 +158,8 @@ pub enum Command {
         /// How each page is made consistent.
         #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
         consistency: ConsistencyArg,
+        #[command(flatten)]
+        bound: BoundArg,
     },
     /// Locks with fencing tokens: acquire, renew, release, inspect.
     #[command(subcommand)]
@@ -391,6 +395,26 @@ pub struct FenceArg {
     pub fence: Option<Fence>,
 }
 
+/// `--max-staleness` and `--min-revision` of the reads.
+#[derive(Debug, Args)]
+pub struct BoundArg {
+    /// With --consistency follower: read from a replica known current with its leader less
+    /// than this long ago (0s to 1d; an older one catches up first, or the read fails).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true, value_parser = duration::parse_ms)]
+    pub max_staleness: Option<i64>,
+    /// Read a state that includes this revision (one an earlier answer printed); a revision
+    /// the range has not reached fails (exit 1).
+    #[arg(long, value_name = "REVISION")]
+    pub min_revision: Option<u64>,
+}
+
+impl BoundArg {
+    /// The bound, checked against its limits.
+    pub fn bound(&self) -> Result<ReadBound, KvError> {
+        validate::check_read_bound(self.max_staleness, self.min_revision)
+    }
+}
+
 /// `--ttl` of the writes that take one.
 #[derive(Debug, Args)]
 pub struct TtlArg {
@@ -547,6 +571,29 @@ mod tests {
         assert_eq!(cli.global.output, Output::Json);
         let cli = parse(&["--consistency", "follower", "get", "k"]);
         assert!(cli.is_err(), "--consistency belongs to get, not to keel");
+    }
+
+    #[test]
+    fn reads_take_a_staleness_bound_and_a_revision_checked_against_their_limits() {
+        let bound = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Get { bound, .. } | Command::Scan { bound, .. }) => bound.bound(),
+            other => panic!("parsed as {other:?}"),
+        };
+        let get = ["get", "k", "--consistency", "follower"];
+        let args = [&get[..], &["--max-staleness", "2s", "--min-revision", "7"]].concat();
+        let expected = ReadBound {
+            max_staleness_ms: Some(2_000),
+            min_revision: Some(7),
+        };
+        assert_eq!(bound(&args), Ok(expected));
+        assert_eq!(bound(&get), Ok(ReadBound::default()));
+        let scan = ["scan", "a", "b", "--max-staleness", "0s"];
+        assert_eq!(bound(&scan).unwrap().max_staleness_ms, Some(0));
+        for over in ["-1s", "2d"] {
+            let args = [&get[..], &["--max-staleness", over]].concat();
+            let refused = bound(&args).expect_err(over);
+            assert!(refused.to_string().contains("max_staleness_ms"), "{refused}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions, ClientTls, DeleteOptions, PutOptions};
-use keel_types::{Consistency, KvError, NodeId, RangeId, limits, validate};
+use keel_types::{Consistency, KvError, NodeId, RangeId, ReadBound, limits, validate};
 
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
 use crate::input;
@@ -119,10 +119,13 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
         Command::Get {
             key,
             consistency,
+            bound,
             raw,
         } => {
             let key = bytes(&key);
-            let result = client.get(&key, consistency.into()).await?;
+            let result = client
+                .get_within(&key, consistency.into(), bound.bound()?)
+                .await?;
             let form = output::value_form(raw, std::io::stdout().is_terminal());
             Ok(output::get(&key, &result, out, form))
         }
@@ -157,10 +160,12 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             end,
             limit,
             consistency,
+            bound,
         } => {
             let start = start.as_ref().map(bytes).unwrap_or_default();
             let end = end.as_ref().map(bytes).unwrap_or_default();
-            scan(&client, (start, end), limit, consistency.into(), out).await
+            let read = (consistency.into(), bound.bound()?);
+            scan(&client, (start, end), limit, read, out).await
         }
         Command::Lock(command) => lock::run(&client, command, out).await,
         Command::Idem(command) => idem::run(&client, command, out).await,
@@ -254,14 +259,16 @@ async fn scan(
     client: &Client,
     (mut start, end): (Vec<u8>, Vec<u8>),
     limit: u32,
-    consistency: Consistency,
+    (consistency, bound): (Consistency, ReadBound),
     out: Output,
 ) -> Result<Report, KvError> {
     let mut remaining = limit;
     let mut stdout = std::io::stdout().lock();
     loop {
         let page_limit = remaining.min(limits::SCAN_LIMIT_MAX);
-        let page = client.scan(&start, &end, page_limit, consistency).await?;
+        let page = client
+            .scan_within(&start, &end, page_limit, consistency, bound)
+            .await?;
         remaining = remaining.saturating_sub(page.kvs.len() as u32);
         if stdout
             .write_all(&output::scan_rows(&page.kvs, out))

@@ -89,7 +89,8 @@ pub fn exit_code(error: &KvError) -> u8 {
         | KvError::FencedOut { .. }
         | KvError::LockNotHeld { .. }
         | KvError::RecordNotOwned { .. }
-        | KvError::EpochMismatch { .. } => code::NOT_FOUND_OR_FAILED,
+        | KvError::EpochMismatch { .. }
+        | KvError::FutureRevision { .. } => code::NOT_FOUND_OR_FAILED,
         KvError::InvalidArgument { .. } => code::USAGE,
         // The client retries it through a refreshed range table; seen here only when that
         // ran out of attempts.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{Consistency, Fence, KvError, SharedClock, validate};
+use keel_types::{Consistency, Fence, KvError, ReadBound, SharedClock, validate};
 use tokio::time::Instant;
 
 use crate::attempt::{self, AttemptError};
@@ -88,6 +88,16 @@ const WRITE: Kind = Kind {
     held: Duration::ZERO,
 };
 
+/// A read's staleness bound as the wire carries it, checked as the server checks it.
+fn bounded_staleness_ms(bound: ReadBound) -> Result<Option<i64>, KvError> {
+    let Some(ms) = bound.max_staleness_ms else {
+        return Ok(None);
+    };
+    let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+    validate::check_read_bound(Some(ms), None)?;
+    Ok(Some(ms))
+}
+
 /// How a read of `key` routes: a follower read to any replica, others to the leader.
 fn read_route(key: &[u8], consistency: Consistency) -> RouteBy<'_> {
     match consistency {
@@ -145,11 +155,27 @@ impl Client {
     }
 
     pub async fn get(&self, key: &[u8], consistency: Consistency) -> Result<GetResult, KvError> {
+        self.get_within(key, consistency, ReadBound::default())
+            .await
+    }
+
+    /// Reads `key` as `get` does, from a replica state within `bound`: a follower read from
+    /// a replica known current with its leader at most `bound.max_staleness_ms` ago (an older
+    /// replica catches up first), and any read from a state that includes revision
+    /// `bound.min_revision` (`FutureRevision` when the range has not reached it).
+    pub async fn get_within(
+        &self,
+        key: &[u8],
+        consistency: Consistency,
+        bound: ReadBound,
+    ) -> Result<GetResult, KvError> {
         validate::check_key(key)?;
         let request = v1::GetRequest {
             key: key.to_vec(),
             consistency: v1::Consistency::from(consistency).into(),
             no_forward: true,
+            max_staleness_ms: bounded_staleness_ms(bound)?,
+            min_revision: bound.min_revision,
         };
         let timeout = self.inner.options.request_timeout;
         let by = read_route(key, consistency);

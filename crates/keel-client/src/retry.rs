@@ -119,7 +119,8 @@ fn effect(error: &AttemptError) -> Effect {
             | KvError::Overflow { .. }
             | KvError::FencedOut { .. }
             | KvError::LockNotHeld { .. }
-            | KvError::RecordNotOwned { .. },
+            | KvError::RecordNotOwned { .. }
+            | KvError::FutureRevision { .. },
         ) => Effect::Final,
         AttemptError::Server(
             KvError::Unauthenticated { .. }

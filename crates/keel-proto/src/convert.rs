@@ -304,6 +304,9 @@ impl From<&KvError> for v1::ErrorDetail {
                 quota,
                 limit,
             }),
+            KvError::FutureRevision { requested, current } => {
+                Kind::FutureRevision(v1::FutureRevision { requested, current })
+            }
         };
         v1::ErrorDetail { kind: Some(kind) }
     }
@@ -392,6 +395,10 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
             quota: e.quota,
             limit: e.limit,
         },
+        Kind::FutureRevision(e) => KvError::FutureRevision {
+            requested: e.requested,
+            current: e.current,
+        },
     };
     Some(error)
 }
@@ -463,6 +470,10 @@ mod tests {
                 sequence: 3,
             },
             KvError::NotACounter { key: b"n".to_vec() },
+            KvError::FutureRevision {
+                requested: 12,
+                current: 9,
+            },
             KvError::Overflow {
                 key: b"n".to_vec(),
                 current: i64::MAX,

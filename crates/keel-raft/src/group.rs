@@ -25,6 +25,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::error::GroupError;
 use crate::network::NetworkFactory;
 use crate::quiet_state::{Quiet, Wake};
+use crate::read_bound::Freshness;
 use crate::read_calls::{self, ReadIndex, ReadIndexCounts};
 use crate::role::Role;
 use crate::timings::RaftTimings;
@@ -87,6 +88,8 @@ pub struct RaftGroup {
     /// Read index calls to the leader, shared by this replica's linearizable reads while it
     /// follows.
     pub(crate) read_index: ReadIndex,
+    /// When this replica was last known current with its leader (`read_bound.rs`).
+    pub(crate) freshness: Freshness,
 }
 
 impl RaftGroup {
@@ -133,6 +136,7 @@ impl RaftGroup {
             changes: tokio::sync::Mutex::new(()),
             quiet: Quiet::new(),
             read_index,
+            freshness: Freshness::default(),
         })
     }
 
@@ -492,10 +496,22 @@ impl RaftGroup {
             Consistency::Linearizable => ReadPolicy::ReadIndex,
             Consistency::Lease => ReadPolicy::LeaseRead,
         };
+        let started = Instant::now();
         let _use = self.begin_use(Wake::Leader).await;
-        if matches!(consistency, Consistency::Linearizable) && !self.is_leader() {
-            return self.follower_read_barrier().await;
+        let confirmed = if matches!(consistency, Consistency::Linearizable) && !self.is_leader() {
+            self.follower_read_barrier().await
+        } else {
+            self.leader_read_barrier(policy).await
+        };
+        if confirmed.is_ok() {
+            self.freshness.confirmed(started);
         }
+        confirmed
+    }
+
+    /// A read barrier on a replica that leads (or believes it does): `policy`, falling back
+    /// from an expired lease to a read index.
+    async fn leader_read_barrier(&self, policy: ReadPolicy) -> Result<(), KvError> {
         match self.confirm(policy).await {
             Err(ReadFailure::LeaseExpired) => match self.confirm(ReadPolicy::ReadIndex).await {
                 Err(ReadFailure::LeaseExpired) => Err(self.not_leader(&ForwardToLeader::empty())),

@@ -15,6 +15,7 @@ mod network;
 pub mod quiescence;
 mod quiet;
 mod quiet_state;
+mod read_bound;
 mod read_calls;
 mod read_index;
 mod replicas;

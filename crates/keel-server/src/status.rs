@@ -23,6 +23,7 @@
 //! | Unauthenticated   | UNAUTHENTICATED     | no token or an unknown one; nothing done           |
 //! | PermissionDenied  | PERMISSION_DENIED   | the token may not make this call; nothing done     |
 //! | QuotaExceeded     | RESOURCE_EXHAUSTED  | the tenant is at a quota; nothing applied          |
+//! | FutureRevision    | OUT_OF_RANGE        | a read's min_revision no write has made yet        |
 //!
 //! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
 //! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
@@ -57,6 +58,7 @@ pub fn code(error: &KvError) -> Code {
         KvError::Unauthenticated { .. } => Code::Unauthenticated,
         KvError::PermissionDenied { .. } => Code::PermissionDenied,
         KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
+        KvError::FutureRevision { .. } => Code::OutOfRange,
     }
 }
 
@@ -220,6 +222,17 @@ mod tests {
                 limit: 10,
             },
             Code::ResourceExhausted,
+        );
+    }
+
+    #[test]
+    fn a_revision_ahead_of_the_range_is_out_of_range() {
+        check(
+            KvError::FutureRevision {
+                requested: 12,
+                current: 9,
+            },
+            Code::OutOfRange,
         );
     }
 

@@ -483,6 +483,24 @@ pub enum Consistency {
     Follower,
 }
 
+/// What a read asks of the state it reads besides its consistency: a replica known current
+/// with its leader at most `max_staleness_ms` ago, and one that has applied its range up to
+/// `min_revision` (read-your-writes on any replica). `None` = no bound. Linearizable and
+/// lease reads are current, so they meet any staleness bound; `min_revision` holds for every
+/// consistency.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadBound {
+    pub max_staleness_ms: Option<u64>,
+    pub min_revision: Option<Revision>,
+}
+
+impl ReadBound {
+    /// No bound: what a read without `max_staleness_ms` and `min_revision` asks.
+    pub fn is_none(&self) -> bool {
+        self.max_staleness_ms.is_none() && self.min_revision.is_none()
+    }
+}
+
 /// Reads a stored value as a counter: a signed 64-bit decimal integer (ASCII, an optional
 /// leading `-`, no spaces). `None` if it is not one.
 pub fn parse_counter(value: &[u8]) -> Option<i64> {

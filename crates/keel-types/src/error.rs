@@ -151,6 +151,12 @@ pub enum KvError {
         quota: String,
         limit: u64,
     },
+
+    /// A read asked for a range state at or past `requested` (`min_revision`), and the range
+    /// is at `current` even after catching up with its leader: no write made that revision
+    /// yet. Nothing was read.
+    #[error("revision {requested} is ahead of the range, which is at revision {current}")]
+    FutureRevision { requested: u64, current: u64 },
 }
 
 impl From<Rejection> for KvError {
@@ -303,6 +309,7 @@ impl KvError {
             KvError::Unauthenticated { .. } => "unauthenticated",
             KvError::PermissionDenied { .. } => "permission_denied",
             KvError::QuotaExceeded { .. } => "quota_exceeded",
+            KvError::FutureRevision { .. } => "future_revision",
         }
     }
 }

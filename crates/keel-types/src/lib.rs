@@ -17,7 +17,7 @@ pub mod validate;
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use command::{
     BatchOp, Cleanup, Command, CommandOutcome, Condition, ConditionFailed, Consistency, ExpiredKey,
-    KeyValue, Mutation, OpResult, Rejection, RequestId, parse_counter,
+    KeyValue, Mutation, OpResult, ReadBound, Rejection, RequestId, parse_counter,
 };
 pub use coordination::{
     Acquirer, Coordination, CoordinationCounts, CoordinationOp, CoordinationResult, ExpiredRecord,

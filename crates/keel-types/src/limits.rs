@@ -122,6 +122,8 @@ pub const ELECTION_WAIT_MAX_MS: u64 = 300;
 /// writes at once (a leader transfer), one that is paused or cut off never does, and the
 /// write is then answered `OutcomeUnknown` rather than at the forwarding deadline.
 pub const FORWARDED_WRITE_GRACE_MS: u64 = 300;
+/// Largest staleness bound a follower read may ask for (`max_staleness_ms`).
+pub const MAX_STALENESS_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// Attempts the client makes for one read before it gives up.
 pub const CLIENT_READ_ATTEMPTS_MAX: u32 = 8;
 /// Attempts the client makes for one write before it gives up, whatever its deadline: at the

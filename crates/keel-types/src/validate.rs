@@ -3,7 +3,7 @@
 //! Limits on keys and names count the bytes after a tenant's prefix (`tenant`), and
 //! messages show them without it, as the tenant named them.
 
-use crate::command::{BatchOp, Condition};
+use crate::command::{BatchOp, Condition, ReadBound};
 use crate::coordination::{Fence, idempotency_key};
 use crate::error::KvError;
 use crate::limits::{self, human_bytes};
@@ -198,6 +198,21 @@ pub fn check_duration_ms(what: &str, value_ms: i64, min: u64, max: u64) -> Resul
             "{what} is {value_ms} ms; it must be {min} ms to {max} ms"
         ))),
     }
+}
+
+/// Checks a read's bounds (`max_staleness_ms` 0 to `MAX_STALENESS_MS_MAX`; any revision)
+/// and returns them.
+pub fn check_read_bound(
+    max_staleness_ms: Option<i64>,
+    min_revision: Option<u64>,
+) -> Result<ReadBound, KvError> {
+    let max_staleness_ms = max_staleness_ms
+        .map(|ms| check_duration_ms("max_staleness_ms", ms, 0, limits::MAX_STALENESS_MS_MAX))
+        .transpose()?;
+    Ok(ReadBound {
+        max_staleness_ms,
+        min_revision,
+    })
 }
 
 /// Checks a lock TTL (1 ms to `TTL_MS_MAX`) and returns it.

@@ -33,7 +33,8 @@ pub fn write_status(error: &KvError) -> Status {
         | KvError::EpochMismatch { .. }
         | KvError::Unauthenticated { .. }
         | KvError::PermissionDenied { .. }
-        | KvError::QuotaExceeded { .. } => Status::Fail,
+        | KvError::QuotaExceeded { .. }
+        | KvError::FutureRevision { .. } => Status::Fail,
         KvError::OutcomeUnknown { .. }
         | KvError::Timeout { .. }
         | KvError::Fatal { .. }
@@ -69,6 +70,7 @@ pub fn error_name(error: &KvError) -> &'static str {
         KvError::Unauthenticated { .. } => "unauthenticated",
         KvError::PermissionDenied { .. } => "permission-denied",
         KvError::QuotaExceeded { .. } => "quota-exceeded",
+        KvError::FutureRevision { .. } => "future-revision",
     }
 }
 

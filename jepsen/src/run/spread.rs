@@ -106,6 +106,7 @@ impl Spread {
             key: key.to_vec(),
             consistency: v1::Consistency::from(consistency).into(),
             no_forward: false,
+            ..v1::GetRequest::default()
         };
         let mut node = self.nodes[index].clone();
         let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, node.get(request)).await;

@@ -4,13 +4,21 @@
 
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{Consistency, KvError, validate};
+use keel_types::{Consistency, KvError, ReadBound, validate};
 use tokio::time::Instant;
 
 use super::{Client, read};
 use crate::results::{self, ScanResult};
 use crate::scan_page::{Next, ScanPage};
 use crate::stub::Transport;
+
+/// What every part of a page is read with.
+#[derive(Clone, Copy)]
+struct Bound {
+    consistency: Consistency,
+    max_staleness_ms: Option<i64>,
+    min_revision: Option<u64>,
+}
 
 impl Client {
     /// One page of the keys of `[start, end)` (empty `end` = to the end of the keyspace), at
@@ -29,13 +37,33 @@ impl Client {
         limit: u32,
         consistency: Consistency,
     ) -> Result<ScanResult, KvError> {
+        self.scan_within(start, end, limit, consistency, ReadBound::default())
+            .await
+    }
+
+    /// A page as `scan` reads it, from replica states within `bound` (see `get_within`), on
+    /// every range the page reads. Revisions count per range, so `min_revision` suits a span
+    /// within one range.
+    pub async fn scan_within(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: u32,
+        consistency: Consistency,
+        bound: ReadBound,
+    ) -> Result<ScanResult, KvError> {
         let limit = validate::check_scan(start, end, limit)?;
+        let bound = Bound {
+            consistency,
+            max_staleness_ms: super::bounded_staleness_ms(bound)?,
+            min_revision: bound.min_revision,
+        };
         let deadline = Instant::now() + self.inner.options.request_timeout;
         let mut page = ScanPage::new(limit);
         let mut from = start.to_vec();
         loop {
             let part = self
-                .scan_part(&from, end, page.rows_left(), consistency, deadline)
+                .scan_part(&from, end, page.rows_left(), bound, deadline)
                 .await;
             let part = match part {
                 Ok(part) => part,
@@ -55,15 +83,18 @@ impl Client {
         from: &[u8],
         end: &[u8],
         limit: u32,
-        consistency: Consistency,
+        bound: Bound,
         deadline: Instant,
     ) -> Result<ScanResult, KvError> {
+        let consistency = bound.consistency;
         let request = v1::ScanRequest {
             start: from.to_vec(),
             end: end.to_vec(),
             limit,
             consistency: v1::Consistency::from(consistency).into(),
             no_forward: true,
+            max_staleness_ms: bound.max_staleness_ms,
+            min_revision: bound.min_revision,
         };
         let timeout = deadline.saturating_duration_since(Instant::now());
         let by = super::read_route(from, consistency);

@@ -34,6 +34,7 @@ fn kind(error: &KvError) -> &'static str {
         KvError::Unauthenticated { .. } => "unauthenticated",
         KvError::PermissionDenied { .. } => "permission denied",
         KvError::QuotaExceeded { .. } => "quota exceeded",
+        KvError::FutureRevision { .. } => "future revision",
     }
 }
 
@@ -205,6 +206,15 @@ fn reads_retry_everything_but_final_answers_within_their_attempts() {
         ),
         (lock_not_held(), 1, Gives("lock not held")),
         (record_not_owned(), 1, Gives("record not owned")),
+        // Asked for a revision the range has not reached, from a replica that caught up.
+        (
+            server(KvError::FutureRevision {
+                requested: 9,
+                current: 7,
+            }),
+            1,
+            Gives("future revision"),
+        ),
         (hinted(), max - 1, Hinted),
         (hinted(), max, Gives("unavailable")),
         (refused(), max, Gives("unavailable")),

@@ -406,6 +406,7 @@ pub fn status(error: &KvError) -> Status {
         KvError::Unauthenticated { .. } => Code::Unauthenticated,
         KvError::PermissionDenied { .. } => Code::PermissionDenied,
         KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
+        KvError::FutureRevision { .. } => Code::OutOfRange,
     };
     let detail = v1::ErrorDetail::from(error).encode_to_vec();
     Status::with_details(code, error.to_string(), detail.into())

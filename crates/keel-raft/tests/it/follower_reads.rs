@@ -3,7 +3,7 @@
 //! index calls, and a follower that cannot reach the leader or apply its index refuses.
 
 use futures::future::join_all;
-use keel_types::{CommandOutcome, Consistency, KvError};
+use keel_types::{CommandOutcome, Consistency, KvError, ReadBound};
 
 use crate::loopback::TestNode;
 use crate::replication::{cluster, leader, put};
@@ -117,6 +117,108 @@ async fn cut_off_followers_refuse_linearizable_reads() {
     let local = value_on(follower, "k").await.map(|(value, _)| value);
     assert_eq!(local, Some(b"1".to_vec()), "the follower's state was older");
     network.set_down(follower.id, false);
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+fn within(max_staleness_ms: Option<u64>, min_revision: Option<u64>) -> ReadBound {
+    ReadBound {
+        max_staleness_ms,
+        min_revision,
+    }
+}
+
+/// A follower read within a staleness bound is served from the replica's own state while
+/// the replica was known current recently enough, even with the leader unreachable, and
+/// catches up with a read index call otherwise; one that cannot catch up refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_reads_within_a_staleness_bound_catch_up_only_when_older() {
+    let (network, nodes) = cluster(3).await;
+    let leader = leader(&nodes).await;
+    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    write(on_leader, "k", "1").await;
+    let group = follower.group();
+    let a_day = within(Some(86_400_000), None);
+
+    // Never known current yet: the first bounded read asks the leader.
+    group
+        .read_barrier_within(Consistency::Follower, a_day)
+        .await
+        .unwrap();
+    assert_eq!(group.read_index_counts().calls, 1);
+
+    // Known current a moment ago: served here without a call, the leader unreachable.
+    network.set_down(leader, true);
+    group
+        .read_barrier_within(Consistency::Follower, a_day)
+        .await
+        .unwrap();
+    assert_eq!(group.read_index_counts().calls, 1, "a call was made");
+    // A bound of 0 always catches up first, which fails while the leader is unreachable.
+    let now = group
+        .read_barrier_within(Consistency::Follower, within(Some(0), None))
+        .await;
+    assert!(
+        matches!(now, Err(KvError::NotLeader { .. })),
+        "expected NotLeader, got {now:?}"
+    );
+    network.set_down(leader, false);
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// A read with `min_revision` on a follower sees that revision: a replica behind it catches
+/// up first, and refuses while it cannot; a revision no write made answers `FutureRevision`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_reads_at_a_revision_see_it_or_refuse() {
+    let (network, nodes) = cluster(3).await;
+    let leader = leader(&nodes).await;
+    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let first = write(on_leader, "k", "1").await;
+    let group = follower.group();
+    group
+        .read_barrier_within(Consistency::Follower, within(None, Some(first)))
+        .await
+        .unwrap();
+    assert_eq!(value_on(follower, "k").await, Some((b"1".to_vec(), first)));
+
+    // The follower gets no appends: the new revision is refused, a plain follower read is
+    // still served from the older state.
+    network.set_down(follower.id, true);
+    let second = write(on_leader, "k", "2").await;
+    let refused = group
+        .read_barrier_within(Consistency::Follower, within(None, Some(second)))
+        .await;
+    assert!(
+        matches!(refused, Err(KvError::NotLeader { .. })),
+        "expected NotLeader, got {refused:?}"
+    );
+    group
+        .read_barrier_within(Consistency::Follower, ReadBound::default())
+        .await
+        .unwrap();
+    assert_eq!(value_on(follower, "k").await, Some((b"1".to_vec(), first)));
+
+    network.set_down(follower.id, false);
+    group
+        .read_barrier_within(Consistency::Follower, within(None, Some(second)))
+        .await
+        .unwrap();
+    assert_eq!(value_on(follower, "k").await, Some((b"2".to_vec(), second)));
+    let ahead = second + 100;
+    match group
+        .read_barrier_within(Consistency::Follower, within(None, Some(ahead)))
+        .await
+    {
+        Err(KvError::FutureRevision { requested, current }) => {
+            assert_eq!((requested, current), (ahead, second));
+        }
+        other => panic!("expected FutureRevision, got {other:?}"),
+    }
     for node in nodes {
         node.stop().await;
     }

@@ -19,10 +19,10 @@ use keel_proto::v1::{
 };
 use keel_raft::RaftGroup;
 use keel_storage::KeyRead;
-use keel_types::validate::{check_key, check_op_count, check_ops, check_scan};
+use keel_types::validate::{check_key, check_op_count, check_ops, check_read_bound, check_scan};
 use keel_types::{
     BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
-    RangeDescriptor, RequestId, Revision,
+    RangeDescriptor, ReadBound, RequestId, Revision,
 };
 use tonic::{Request, Response, Status};
 
@@ -64,7 +64,8 @@ impl KvService {
     async fn serve_get(&self, request: &GetRequest) -> Result<GetResponse, KvError> {
         check_key(&request.key)?;
         let consistency = convert::consistency(request.consistency)?;
-        let get = |group| self.local_get(group, request, consistency);
+        let bound = check_read_bound(request.max_staleness_ms, request.min_revision)?;
+        let get = |group| self.local_get(group, request, consistency, bound);
         self.router.on_range(&request.key, get).await
     }
 
@@ -73,8 +74,9 @@ impl KvService {
         group: Arc<RaftGroup>,
         request: &GetRequest,
         consistency: Consistency,
+        bound: ReadBound,
     ) -> Result<GetResponse, KvError> {
-        group.read_barrier(consistency).await?;
+        group.read_barrier_within(consistency, bound).await?;
         let now_ms = self.shared.clock.now_ms();
         let read = group
             .state_machine()
@@ -99,7 +101,8 @@ impl KvService {
     async fn serve_scan(&self, request: &ScanRequest) -> Result<ScanResponse, KvError> {
         let limit = check_scan(&request.start, &request.end, request.limit)?;
         let consistency = convert::consistency(request.consistency)?;
-        let scan = |group| self.local_scan(group, request, limit, consistency);
+        let bound = check_read_bound(request.max_staleness_ms, request.min_revision)?;
+        let scan = |group| self.local_scan(group, request, limit, consistency, bound);
         self.router.on_range(&request.start, scan).await
     }
 
@@ -112,8 +115,9 @@ impl KvService {
         request: &ScanRequest,
         limit: u32,
         consistency: Consistency,
+        bound: ReadBound,
     ) -> Result<ScanResponse, KvError> {
-        group.read_barrier(consistency).await?;
+        group.read_barrier_within(consistency, bound).await?;
         let now_ms = self.shared.clock.now_ms();
         let page = group
             .state_machine()

@@ -1,0 +1,93 @@
+//! Reads within a bound (`ReadBound`): a replica serves a follower read from its own state
+//! when that state is known current with the leader recently enough (`max_staleness_ms`)
+//! and includes the revision the caller asks for (`min_revision`); otherwise it catches up
+//! first with one linearizable barrier (a ReadIndex call when it follows).
+//!
+//! A replica knows it is current as of the start of its last linearizable barrier that
+//! succeeded: such a barrier waits until the replica applied the leader's commit point of a
+//! moment after it started (a follower's read index call is sent after the read arrived; a
+//! leader confirms its leadership with a quorum after the read arrived). So the state is at
+//! most `now - start` behind the leader, for as long as no barrier runs again. Follower reads
+//! without a bound never touch this.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use keel_types::{Consistency, KvError, ReadBound, Revision};
+use tokio::time::Instant;
+
+use crate::group::RaftGroup;
+
+/// When this replica was last known current with its leader.
+#[derive(Debug, Default)]
+pub(crate) struct Freshness {
+    current_at: Mutex<Option<Instant>>,
+}
+
+impl Freshness {
+    /// A linearizable barrier that started at `started` has succeeded.
+    pub fn confirmed(&self, started: Instant) {
+        let mut current_at = self
+            .current_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if current_at.is_none_or(|at| at < started) {
+            *current_at = Some(started);
+        }
+    }
+
+    /// Whether the replica was known current less than `max` ago (never for 0).
+    fn within(&self, max: Duration) -> bool {
+        let current_at = *self
+            .current_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        current_at.is_some_and(|at| at.elapsed() < max)
+    }
+}
+
+impl RaftGroup {
+    /// Makes a read of this replica's state meet `consistency` and `bound`: the barrier of
+    /// the consistency, then, if the state may be older than `bound.max_staleness_ms`
+    /// (follower reads only) or lacks `bound.min_revision`, a linearizable barrier.
+    /// `FutureRevision` when the range has not reached `min_revision` even then; the
+    /// barrier's error (`NotLeader`, `Unavailable`) when the replica cannot catch up.
+    pub async fn read_barrier_within(
+        &self,
+        consistency: Consistency,
+        bound: ReadBound,
+    ) -> Result<(), KvError> {
+        self.read_barrier(consistency).await?;
+        if bound.is_none() {
+            return Ok(());
+        }
+        let stale = consistency == Consistency::Follower
+            && bound
+                .max_staleness_ms
+                .is_some_and(|ms| !self.freshness.within(Duration::from_millis(ms)));
+        let behind = match bound.min_revision {
+            Some(min) => self.applied_revision().await? < min,
+            None => false,
+        };
+        if !stale && !behind {
+            return Ok(());
+        }
+        self.read_barrier(Consistency::Linearizable).await?;
+        if let Some(requested) = bound.min_revision {
+            let current = self.applied_revision().await?;
+            if current < requested {
+                return Err(KvError::FutureRevision { requested, current });
+            }
+        }
+        Ok(())
+    }
+
+    async fn applied_revision(&self) -> Result<Revision, KvError> {
+        let (revision, _) = self
+            .state_machine()
+            .applied()
+            .await
+            .map_err(|e| KvError::fatal(format!("range {}: {e}", self.range())))?;
+        Ok(revision)
+    }
+}
