@@ -47,6 +47,7 @@ planted=(
     "double-apply|counter|partition|--response-loss-percent 5"
     "lock-no-expiry|fencing||"
     "idem-stale-complete|idempotency||"
+    "unbounded-read|follower-read|partition|"
     "stale-read|register|partition|--clients spread"
 )
 range_planted=(

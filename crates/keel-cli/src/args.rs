@@ -592,7 +592,10 @@ mod tests {
         for over in ["-1s", "2d"] {
             let args = [&get[..], &["--max-staleness", over]].concat();
             let refused = bound(&args).expect_err(over);
-            assert!(refused.to_string().contains("max_staleness_ms"), "{refused}");
+            assert!(
+                refused.to_string().contains("max_staleness_ms"),
+                "{refused}"
+            );
         }
     }
 

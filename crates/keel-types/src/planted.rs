@@ -41,13 +41,16 @@ pub enum PlantedBug {
     /// (those at its last `RECENT_REVISIONS` revisions) while taking its whole applied log
     /// id: a replica made by a move, or caught up by a snapshot, misses recent writes.
     SnapshotSkipTail,
+    /// Reads ignore their bounds (`max_staleness_ms`, `min_revision`): a follower read within
+    /// a staleness bound or at a revision is served from whatever the replica has applied.
+    UnboundedRead,
 }
 
 /// How many of a range's latest revisions `SplitDropsInflight` and `SnapshotSkipTail` lose.
 pub const RECENT_REVISIONS: u64 = 8;
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 8] = [
+    pub const ALL: [PlantedBug; 9] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
@@ -56,6 +59,7 @@ impl PlantedBug {
         PlantedBug::SplitDropsInflight,
         PlantedBug::StaleSpan,
         PlantedBug::SnapshotSkipTail,
+        PlantedBug::UnboundedRead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +72,7 @@ impl PlantedBug {
             PlantedBug::SplitDropsInflight => "split-drops-inflight",
             PlantedBug::StaleSpan => "stale-span",
             PlantedBug::SnapshotSkipTail => "snapshot-skip-tail",
+            PlantedBug::UnboundedRead => "unbounded-read",
         }
     }
 

@@ -12,7 +12,11 @@
 //!   starting between them are not compared. Gets of values without a known revision
 //!   (written by indeterminate puts) are not compared either;
 //! - (c) convergence: each node's last successful final follower get equals the last
-//!   successful final linearizable get. A key without them is unknown.
+//!   successful final linearizable get. A key without them is unknown;
+//! - (d) bounds: a successful follower get with `"min_revision":R` returns a value no older
+//!   than revision R, and one with `"max_staleness_ms":T` a value no older than every put of
+//!   the key acknowledged more than T ms before the get was called. Gets of values without a
+//!   known revision are not judged.
 //!
 //! Knows nothing about servers or how the history was made.
 
@@ -31,7 +35,7 @@ pub fn check(history: &[Op], faults: &[FaultEvent]) -> Outcome {
         CheckerName::FollowerRead,
         history,
         &[OpKind::Get, OpKind::Put],
-        "without phantom or backward follower reads, converged",
+        "without phantom or backward follower reads, within their bounds, converged",
         |history, indices| judge_key(history, indices, &crashes),
     )
 }
@@ -61,6 +65,9 @@ fn judge_key(
         if let Err(evidence) = no_phantom(history, index, &writes) {
             return Ok(Err(evidence));
         }
+        if let Err(evidence) = within_bounds(history, index, &writes) {
+            return Ok(Err(evidence));
+        }
     }
     if let Err(evidence) = no_going_back(history, indices, &writes, crashes) {
         return Ok(Err(evidence));
@@ -69,16 +76,20 @@ fn judge_key(
 }
 
 /// The puts of one key by value: the first put of each value, and the revision of each
-/// acknowledged one.
+/// acknowledged one; and the acknowledged puts in the order they returned.
 struct Writes {
     puts: HashMap<String, usize>,
     revisions: HashMap<String, u64>,
+    /// (returned, the highest revision acknowledged up to then, index of that put), in the
+    /// order the acknowledged puts returned.
+    acked: Vec<(u64, u64, usize)>,
 }
 
 impl Writes {
     fn new(history: &[Op], indices: &[usize]) -> Writes {
         let mut puts = HashMap::new();
         let mut revisions = HashMap::new();
+        let mut acked = Vec::new();
         for &index in indices {
             let op = &history[index];
             if op.op != OpKind::Put || op.status() == Status::Fail {
@@ -92,9 +103,34 @@ impl Writes {
             let revision = op.extra.get("revision").and_then(Value::as_u64);
             if let (Status::Ok, Some(revision)) = (op.status(), revision) {
                 revisions.insert(value, revision);
+                let returned = op.return_ns.expect("an ok op has returned");
+                acked.push((returned, revision, index));
             }
         }
-        Writes { puts, revisions }
+        acked.sort_unstable();
+        let mut highest: Option<(u64, usize)> = None;
+        for entry in &mut acked {
+            if highest.is_none_or(|(revision, _)| entry.1 > revision) {
+                highest = Some((entry.1, entry.2));
+            }
+            let (revision, index) = highest.expect("set above");
+            (entry.1, entry.2) = (revision, index);
+        }
+        Writes {
+            puts,
+            revisions,
+            acked,
+        }
+    }
+
+    /// The highest revision of an acknowledged put that returned before `at`, and that put.
+    fn acknowledged_before(&self, at: u64) -> Option<(u64, usize)> {
+        let before = self
+            .acked
+            .partition_point(|&(returned, _, _)| returned < at);
+        before
+            .checked_sub(1)
+            .map(|last| (self.acked[last].1, self.acked[last].2))
     }
 
     /// Where a read's output stands in the order of acknowledged writes: 0 for absence.
@@ -131,6 +167,47 @@ fn no_phantom(history: &[Op], index: usize, writes: &Writes) -> Result<(), Value
         evidence["put"] = quote(history, put);
     }
     Err(evidence)
+}
+
+/// (d) for one op: a successful follower get with bounds returns a value no older than its
+/// `min_revision` and than the puts acknowledged `max_staleness_ms` before its call.
+fn within_bounds(history: &[Op], index: usize, writes: &Writes) -> Result<(), Value> {
+    let op = &history[index];
+    if op.op != OpKind::Get || op.status() != Status::Ok || !is_follower(op) {
+        return Ok(());
+    }
+    let Some(read) = writes.revision(&op.output) else {
+        return Ok(());
+    };
+    let min_revision = op.extra.get("min_revision").and_then(Value::as_u64);
+    if let Some(asked) = min_revision.filter(|asked| read < *asked) {
+        let explanation = format!(
+            "a follower get of key {:?} at revision {asked} returned {} (revision {read})",
+            op.key, op.output
+        );
+        return Err(
+            json!({ "explanation": explanation, "key": op.key, "read": quote(history, index) }),
+        );
+    }
+    let Some(max_ms) = op.extra.get("max_staleness_ms").and_then(Value::as_u64) else {
+        return Ok(());
+    };
+    let cutoff = op.call_ns.saturating_sub(max_ms.saturating_mul(1_000_000));
+    match writes.acknowledged_before(cutoff) {
+        Some((acked, put)) if read < acked => {
+            let explanation = format!(
+                "a follower get of key {:?} within {max_ms} ms returned {} (revision {read}), older than a put acknowledged more than {max_ms} ms before it (revision {acked})",
+                op.key, op.output
+            );
+            Err(json!({
+                "explanation": explanation,
+                "key": op.key,
+                "read": quote(history, index),
+                "put": quote(history, put),
+            }))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// (node, its lifetime: crashes before).

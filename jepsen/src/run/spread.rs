@@ -13,7 +13,7 @@ use anyhow::Context;
 use keel_client::attempt::{self, AttemptError};
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{Condition, Consistency, KvError};
+use keel_types::{Condition, Consistency, KvError, ReadBound};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::run::workload::{ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, Members};
@@ -101,12 +101,17 @@ impl Spread {
         index: usize,
         key: &[u8],
         consistency: Consistency,
+        bound: ReadBound,
     ) -> Result<Read, KvError> {
+        let max_staleness_ms = bound
+            .max_staleness_ms
+            .map(|ms| ms.min(i64::MAX as u64) as i64);
         let request = v1::GetRequest {
             key: key.to_vec(),
             consistency: v1::Consistency::from(consistency).into(),
             no_forward: false,
-            ..v1::GetRequest::default()
+            max_staleness_ms,
+            min_revision: bound.min_revision,
         };
         let mut node = self.nodes[index].clone();
         let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, node.get(request)).await;

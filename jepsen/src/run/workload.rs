@@ -6,13 +6,14 @@
 //! reads of every key (idempotency: of every record id). Knows nothing of faults or of node
 //! processes: the cluster is a list of endpoints.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions, GetResult, PutOptions};
-use keel_types::{Condition, Consistency, KvError};
+use keel_types::{Condition, Consistency, KvError, ReadBound};
 use serde_json::{Map, Value};
 
 use crate::history::{Op, OpKind, Status};
@@ -61,6 +62,9 @@ pub struct Workload {
     /// Holds (fencing) or attempts (idempotency) begun so far, which numbers each one's
     /// owner.
     pub holds: AtomicU64,
+    /// The highest revision an acknowledged put of each key returned (follower-read: the
+    /// revision its bounded reads ask for).
+    acked: Mutex<HashMap<String, u64>>,
 }
 
 /// The nodes (by index) that are members of the cluster now. The nemesis changes it when it
@@ -155,23 +159,33 @@ impl Clients {
     pub async fn linearizable_get(&self, rng: &mut Rng, key: &[u8]) -> Result<Read, KvError> {
         let consistency = Consistency::Linearizable;
         match &self.spread {
-            Some(spread) => spread.get(spread.next_node(), key, consistency).await,
+            Some(spread) => {
+                let index = spread.next_node();
+                spread
+                    .get(index, key, consistency, ReadBound::default())
+                    .await
+            }
             None => self.reader(rng).get(key, consistency).await.map(read),
         }
     }
 
-    /// A follower get from one member: through the client that knows it only (at random), or
-    /// raw (the next node). The node asked, and the answer.
-    pub async fn follower_get(&self, rng: &mut Rng, key: &[u8]) -> (usize, Result<Read, KvError>) {
+    /// A follower get within `bound` from one member: through the client that knows it only
+    /// (at random), or raw (the next node). The node asked, and the answer.
+    pub async fn follower_get(
+        &self,
+        rng: &mut Rng,
+        key: &[u8],
+        bound: ReadBound,
+    ) -> (usize, Result<Read, KvError>) {
         let consistency = Consistency::Follower;
         match &self.spread {
             Some(spread) => {
                 let index = spread.next_node();
-                (index, spread.get(index, key, consistency).await)
+                (index, spread.get(index, key, consistency, bound).await)
             }
             None => {
                 let index = self.member(rng);
-                let answer = self.nodes[index].get(key, consistency).await;
+                let answer = self.nodes[index].get_within(key, consistency, bound).await;
                 (index, answer.map(read))
             }
         }
@@ -239,7 +253,21 @@ impl Workload {
             kind,
             keys,
             holds: AtomicU64::new(0),
+            acked: Mutex::default(),
         }
+    }
+
+    /// A put of `key` was acknowledged at `revision`.
+    pub fn acknowledged(&self, key: &str, revision: u64) {
+        let mut acked = self.acked.lock().expect("acked lock poisoned");
+        let highest = acked.entry(key.to_owned()).or_default();
+        *highest = (*highest).max(revision);
+    }
+
+    /// The highest revision an acknowledged put of `key` returned so far.
+    pub fn acknowledged_revision(&self, key: &str) -> Option<u64> {
+        let acked = self.acked.lock().expect("acked lock poisoned");
+        acked.get(key).copied()
     }
 
     /// The prefixes, in key order, of the keys the workload's requests are routed by: its

@@ -163,6 +163,21 @@ const CASES: &[(&str, Verdict, &str)] = &[
         "node 2 did not converge",
     ),
     (
+        "follower-read/good-bounded-reads-stale-within-their-bounds.jsonl",
+        Valid,
+        "within their bounds",
+    ),
+    (
+        "follower-read/bad-bounded-read-below-its-min-revision.jsonl",
+        Invalid,
+        "at revision 6 returned 1 (revision 5)",
+    ),
+    (
+        "follower-read/bad-bounded-read-staler-than-its-bound.jsonl",
+        Invalid,
+        "within 1 ms returned 1 (revision 5), older than a put acknowledged more than 1 ms before it (revision 6)",
+    ),
+    (
         "fencing/good-holds-handed-over-and-expired.jsonl",
         Valid,
         "1 locks held by one owner at a time with rising tokens, 1 keys fenced; 3 grants, 1 of 1 late writes fenced out",

@@ -161,7 +161,7 @@ pub struct ServeArgs {
     pub fault_lose_unsynced_writes: bool,
     /// Test-only: break one guarantee on purpose (stale-read, ack-before-fsync,
     /// double-apply, lock-no-expiry, idem-stale-complete, split-drops-inflight, stale-span,
-    /// snapshot-skip-tail), to show the Jepsen-style checkers catch it.
+    /// snapshot-skip-tail, unbounded-read), to show the Jepsen-style checkers catch it.
     #[cfg(feature = "planted-bugs")]
     #[arg(long, hide = true)]
     pub planted_bug: Option<String>,

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use keel_client::Client;
-use keel_types::{Consistency, KvError};
+use keel_types::{Consistency, KvError, ReadBound};
 use serde_json::Value;
 
 use crate::history::{Op, OpKind, Status};
@@ -27,6 +27,12 @@ pub const KEYS_ACTIVE: usize = 4;
 pub const KEY_OPS_MAX: u64 = 500;
 /// Share of follower gets among ops, per mille; the rest are puts.
 pub const GET_PER_MILLE: u64 = 500;
+/// Share of follower gets with a bound, per mille: a third at the highest revision a put of
+/// the key was acknowledged at so far (`min_revision`), a third within a staleness bound, a
+/// third both.
+pub const BOUNDED_PER_MILLE: u64 = 500;
+/// The staleness bounds bounded gets pick from.
+pub const STALENESS_MS: [u64; 3] = [0, 100, 1_000];
 /// Rounds of final reads of one key at most, and the pause between two.
 pub const FINAL_ROUNDS_MAX: usize = 10;
 pub const FINAL_ROUND_PAUSE: Duration = Duration::from_millis(500);
@@ -40,8 +46,16 @@ pub(super) async fn step(
 ) -> Op {
     let pick = workload.keys.pick(rng);
     if rng.below(1000) < GET_PER_MILLE {
-        let op = called(who, OpKind::Get, &pick.key, Value::Null, Value::Null, clock);
-        let (index, answer) = clients.follower_get(rng, pick.key.as_bytes()).await;
+        let bound = pick_bound(workload, rng, &pick.key);
+        let mut op = called(who, OpKind::Get, &pick.key, Value::Null, Value::Null, clock);
+        if let Some(revision) = bound.min_revision {
+            op.extra
+                .insert("min_revision".into(), Value::from(revision));
+        }
+        if let Some(ms) = bound.max_staleness_ms {
+            op.extra.insert("max_staleness_ms".into(), Value::from(ms));
+        }
+        let (index, answer) = clients.follower_get(rng, pick.key.as_bytes(), bound).await;
         return follower_got(op, index, answer, clock);
     }
     let value = Value::from(pick.value);
@@ -59,11 +73,32 @@ pub(super) async fn step(
     let status = match &answer {
         Ok(revision) => {
             op.extra.insert("revision".into(), Value::from(*revision));
+            workload.acknowledged(&pick.key, *revision);
             Status::Ok
         }
         Err(error) => outcome::write_status(error),
     };
     returned(op, status, Value::Null, clock)
+}
+
+/// The bound of a follower get of `key`, if it gets one (`BOUNDED_PER_MILLE`).
+fn pick_bound(workload: &Workload, rng: &mut Rng, key: &str) -> ReadBound {
+    if rng.below(1000) >= BOUNDED_PER_MILLE {
+        return ReadBound::default();
+    }
+    let kind = rng.below(3);
+    let staleness = STALENESS_MS[rng.below(STALENESS_MS.len() as u64) as usize];
+    let (revision, max_staleness_ms) = match kind {
+        0 => (true, None),
+        1 => (false, Some(staleness)),
+        _ => (true, Some(staleness)),
+    };
+    ReadBound {
+        max_staleness_ms,
+        min_revision: revision
+            .then(|| workload.acknowledged_revision(key))
+            .flatten(),
+    }
 }
 
 /// A follower get through `client`, which knows node `index` only. `node` is the node that
