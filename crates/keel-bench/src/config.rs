@@ -63,6 +63,10 @@ pub struct Args {
     /// of a round of moves apart from the rest.
     #[arg(long, value_parser = parse_duration)]
     pub move_leader_every: Option<Duration>,
+    /// Keel only, with `--op get-follower`: read from a replica known current with its
+    /// leader less than this long ago (`max_staleness_ms`; an older one catches up first).
+    #[arg(long, value_parser = parse_duration)]
+    pub max_staleness: Option<Duration>,
     /// Skip writing the keyspace before the run.
     #[arg(long)]
     pub no_preload: bool,
@@ -161,6 +165,8 @@ pub struct Config {
     pub seed: u64,
     pub preload: bool,
     pub move_leader_every: Option<Duration>,
+    /// The staleness bound of Keel's follower gets.
+    pub max_staleness: Option<Duration>,
     pub json: Option<PathBuf>,
 }
 
@@ -189,6 +195,8 @@ pub enum ConfigError {
     RouteOnEtcd,
     #[error("--move-leader-every is for keel: it moves leaderships through Keel's Cluster service")]
     MovesOnEtcd,
+    #[error("--max-staleness is for keel's follower gets (--target keel --op get-follower)")]
+    StalenessNotFollower,
 }
 
 impl Config {
@@ -236,6 +244,15 @@ impl Config {
                 ));
             }
         }
+        if let Some(bound) = args.max_staleness {
+            if args.target != TargetKind::Keel || args.op != Op::GetFollower {
+                return Err(ConfigError::StalenessNotFollower);
+            }
+            if bound > limits::MAX_STALENESS_MAX {
+                let max = limits::MAX_STALENESS_MAX;
+                return Err(out_of_range("max-staleness", bound, "0s", max));
+            }
+        }
         Ok(Config {
             target: args.target,
             endpoints,
@@ -252,6 +269,7 @@ impl Config {
             seed: args.seed,
             preload: !args.no_preload,
             move_leader_every: args.move_leader_every,
+            max_staleness: args.max_staleness,
             json: args.json,
         })
     }

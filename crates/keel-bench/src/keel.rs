@@ -7,7 +7,7 @@ use anyhow::Context;
 use std::time::Duration;
 
 use keel_client::{AcquireOptions, BatchOptions, Client, ClientOptions, PutOptions};
-use keel_types::{BatchOp, Condition, KvError};
+use keel_types::{BatchOp, Condition, KvError, ReadBound};
 
 use crate::config::Config;
 use crate::driver::{Outcome, Revisions, Step, Worker, done};
@@ -21,10 +21,22 @@ pub struct KeelWorker {
     value: Arc<[u8]>,
     revisions: Arc<Revisions>,
     task: usize,
+    /// The bound of its follower gets (`--max-staleness`).
+    bound: ReadBound,
     /// The task's lock options: its own owner (tasks share clients, and an owner acquiring
     /// a lock it holds would get it again), a TTL outlasting the run as etcd's session
     /// lease does, and a wait as long as one op may take.
     lock: AcquireOptions,
+}
+
+/// The bound of a run's follower gets.
+pub fn read_bound(config: &Config) -> ReadBound {
+    ReadBound {
+        max_staleness_ms: config
+            .max_staleness
+            .map(|bound| u64::try_from(bound.as_millis()).unwrap_or(u64::MAX)),
+        min_revision: None,
+    }
 }
 
 /// Connects `config.connections` clients, preloads the keyspace and returns one worker per
@@ -57,6 +69,7 @@ pub async fn prepare(
                 value: value.clone(),
                 revisions: revisions.clone(),
                 task,
+                bound: read_bound(config),
                 lock: AcquireOptions {
                     owner: Some(owner),
                     ttl: lock_ttl,
@@ -123,7 +136,9 @@ impl Worker for KeelWorker {
             }
             Step::Get(key, consistency) => {
                 let key = keys::data_key(key);
-                self.client.get(&key, consistency).await.map(done)
+                let bound = self.bound;
+                let got = self.client.get_within(&key, consistency, bound).await;
+                got.map(done)
             }
             Step::Cas(key) => return self.cas(key).await,
             Step::Increment(key) => {

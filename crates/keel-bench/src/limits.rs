@@ -10,6 +10,9 @@ pub const CONNECTIONS_MAX: usize = 256;
 pub const DURATION_MAX: Duration = Duration::from_secs(60 * 60);
 /// Longest warm-up.
 pub const WARMUP_MAX: Duration = Duration::from_secs(10 * 60);
+/// Largest `--max-staleness`: Keel's own limit.
+pub const MAX_STALENESS_MAX: Duration =
+    Duration::from_millis(keel_types::limits::MAX_STALENESS_MS_MAX);
 /// Most keys in the keyspace; the zipfian sampler keeps one `f64` per key.
 pub const KEYSPACE_MAX: usize = 1_000_000;
 /// Largest value: Keel's own limit (etcd's default request limit is 1.5 MiB).

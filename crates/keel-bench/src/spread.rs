@@ -58,6 +58,8 @@ pub struct SpreadWorker {
     value: Arc<[u8]>,
     revisions: Arc<Revisions>,
     task: usize,
+    /// `max_staleness_ms` of its follower gets.
+    max_staleness_ms: Option<i64>,
     lock: LockPlan,
 }
 
@@ -92,6 +94,7 @@ pub async fn prepare(
             value: value.clone(),
             revisions: revisions.clone(),
             task,
+            max_staleness_ms: config.max_staleness.map(millis),
             lock: LockPlan {
                 owner: format!("{owner}/task-{task}").into_bytes(),
                 ttl_ms: millis(ttl),
@@ -136,7 +139,10 @@ impl Worker for SpreadWorker {
                     .map_err(|status| Failure::from_status(&status))
             }
             Step::Get(key, consistency) => {
-                let request = get_request(key, consistency);
+                let request = v1::GetRequest {
+                    max_staleness_ms: self.max_staleness_ms,
+                    ..get_request(key, consistency)
+                };
                 let answer = self.node().kv.get(request).await;
                 answer
                     .map(done)

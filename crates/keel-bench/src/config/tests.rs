@@ -159,3 +159,24 @@ fn durations() {
     check("99999999999999999999h", Err("is not a duration"));
     check("9999999999999999h", Err("too long"));
 }
+
+#[test]
+fn a_staleness_bound_is_for_keels_follower_gets_within_keels_limit() {
+    let config = parse("--op get-follower --max-staleness 100ms").unwrap();
+    assert_eq!(config.max_staleness, Some(Duration::from_millis(100)));
+    let config = parse("--op get-follower --max-staleness 0ms").unwrap();
+    assert_eq!(config.max_staleness, Some(Duration::ZERO));
+    assert_eq!(parse("--op get-follower").unwrap().max_staleness, None);
+    let refused = "--max-staleness is for keel's follower gets";
+    check_refused("--op get-linearizable --max-staleness 1s", refused);
+    if cfg!(feature = "etcd") {
+        check_refused(
+            "--target etcd --op get-follower --max-staleness 1s",
+            refused,
+        );
+    }
+    check_refused(
+        "--op get-follower --max-staleness 25h",
+        "--max-staleness is 90000s",
+    );
+}
