@@ -160,9 +160,10 @@ impl Client {
     }
 
     /// Reads `key` as `get` does, from a replica state within `bound`: a follower read from
-    /// a replica known current with its leader at most `bound.max_staleness_ms` ago (an older
-    /// replica catches up first), and any read from a state that includes revision
-    /// `bound.min_revision` (`FutureRevision` when the range has not reached it).
+    /// a replica known current with its leader less than `bound.max_staleness_ms` ago (an
+    /// older replica catches up first; 0 always does), and any read from a state that
+    /// includes revision `bound.min_revision` (`FutureRevision` when the range has not
+    /// reached it).
     pub async fn get_within(
         &self,
         key: &[u8],

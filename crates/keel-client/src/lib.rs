@@ -60,8 +60,9 @@
 //! Between attempts it pauses, exponentially with jitter (none to follow a hint). When the
 //! deadline or the attempt limit is reached it returns `OutcomeUnknown` if any attempt may
 //! have been applied, else the last error (it was not applied). `ConditionFailed`,
-//! `InvalidArgument`, `NotACounter`, `Overflow`, `FencedOut`, `LockNotHeld` and
-//! `RecordNotOwned` are final and returned at once: sending again cannot change them.
+//! `InvalidArgument`, `NotACounter`, `Overflow`, `FencedOut`, `LockNotHeld`,
+//! `RecordNotOwned` and `FutureRevision` (a read's `min_revision` the range has not reached)
+//! are final and returned at once: sending again cannot change them.
 //! `RequestIdExpired` while no attempt of the write can have been applied (on the first
 //! attempt, or after attempts that were certainly not applied) moves the write to a new
 //! session and a new id, once; otherwise it is returned: the write may have been applied
