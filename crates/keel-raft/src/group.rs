@@ -23,9 +23,9 @@ use openraft::{ReadPolicy, ServerState};
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::error::GroupError;
+use crate::freshness::Freshness;
 use crate::network::NetworkFactory;
 use crate::quiet_state::{Quiet, Wake};
-use crate::read_bound::Freshness;
 use crate::read_calls::{self, ReadIndex, ReadIndexCounts};
 use crate::role::Role;
 use crate::timings::RaftTimings;
@@ -88,7 +88,7 @@ pub struct RaftGroup {
     /// Read index calls to the leader, shared by this replica's linearizable reads while it
     /// follows.
     pub(crate) read_index: ReadIndex,
-    /// When this replica was last known current with its leader (`read_bound.rs`).
+    /// When this replica was last known current with its leader (`freshness.rs`).
     pub(crate) freshness: Freshness,
 }
 

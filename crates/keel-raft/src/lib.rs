@@ -9,6 +9,7 @@
 
 mod backup;
 mod error;
+mod freshness;
 mod group;
 mod groups;
 mod network;

@@ -7,45 +7,14 @@
 //! succeeded: such a barrier waits until the replica applied the leader's commit point of a
 //! moment after it started (a follower's read index call is sent after the read arrived; a
 //! leader confirms its leadership with a quorum after the read arrived). So the state is at
-//! most `now - start` behind the leader, for as long as no barrier runs again. Follower reads
-//! without a bound never touch this.
+//! most `now - start` behind the leader, for as long as no barrier runs again (`freshness`
+//! keeps that start). Follower reads without a bound never touch this.
 
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::group::RaftGroup;
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{Consistency, KvError, ReadBound, Revision};
-use tokio::time::Instant;
-
-use crate::group::RaftGroup;
-
-/// When this replica was last known current with its leader.
-#[derive(Debug, Default)]
-pub(crate) struct Freshness {
-    current_at: Mutex<Option<Instant>>,
-}
-
-impl Freshness {
-    /// A linearizable barrier that started at `started` has succeeded.
-    pub fn confirmed(&self, started: Instant) {
-        let mut current_at = self
-            .current_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if current_at.is_none_or(|at| at < started) {
-            *current_at = Some(started);
-        }
-    }
-
-    /// Whether the replica was known current less than `max` ago (never for 0).
-    fn within(&self, max: Duration) -> bool {
-        let current_at = *self
-            .current_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        current_at.is_some_and(|at| at.elapsed() < max)
-    }
-}
 
 impl RaftGroup {
     /// Makes a read of this replica's state meet `consistency` and `bound`: the barrier of
