@@ -140,8 +140,9 @@ async fn five_nodes_split_by_load_spread_and_heal_after_a_node_is_lost() {
     for node in &members.nodes {
         assert!(
             node.replicas > 0,
-            "node {} got no replica: {members:?}",
-            node.node_id
+            "node {} got no replica: {members:?}; {}",
+            node.node_id,
+            processes.logs()
         );
     }
 
