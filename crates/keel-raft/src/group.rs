@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -90,6 +91,8 @@ pub struct RaftGroup {
     pub(crate) read_index: ReadIndex,
     /// When this replica was last known current with its leader (`freshness.rs`).
     pub(crate) freshness: Freshness,
+    /// Set by `shutdown`: the Raft stops on purpose.
+    stopping: AtomicBool,
 }
 
 impl RaftGroup {
@@ -137,6 +140,7 @@ impl RaftGroup {
             quiet: Quiet::new(),
             read_index,
             freshness: Freshness::default(),
+            stopping: AtomicBool::new(false),
         })
     }
 
@@ -552,7 +556,12 @@ impl RaftGroup {
     }
 
     /// Why this group's Raft stopped on its own (a storage failure or a panic), if it did.
+    /// None once `shutdown` was called: a group stopped on purpose (a replica removed while a
+    /// health check holds the group) has not failed.
     pub fn failure(&self) -> Option<String> {
+        if self.stopping.load(Ordering::Acquire) {
+            return None;
+        }
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow_watched();
         metrics
@@ -564,6 +573,7 @@ impl RaftGroup {
 
     /// Stops the group's Raft tasks. Later calls on this group fail.
     pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
         if let Err(error) = self.raft.shutdown().await {
             warn!(node_id = self.node_id, range_id = self.range.0, %error, "raft shutdown");
         }

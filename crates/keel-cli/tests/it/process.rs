@@ -164,8 +164,15 @@ impl Processes {
         for id in self.endpoints.keys() {
             let log = std::fs::read_to_string(self.data_dir(*id).join("test.log"));
             let log = log.unwrap_or_default();
+            // Its first errors (what stopped a node), then its last lines.
+            let errors = log.lines().filter(|line| line.contains(" ERROR ")).take(10);
             let tail: Vec<&str> = log.lines().rev().take(20).collect();
             text.push_str(&format!("--- node {id}\n"));
+            for line in errors {
+                text.push_str(line);
+                text.push('\n');
+            }
+            text.push_str("...\n");
             for line in tail.into_iter().rev() {
                 text.push_str(line);
                 text.push('\n');

@@ -219,3 +219,18 @@ async fn late_learner_catches_up_from_a_snapshot() {
         node.stop().await;
     }
 }
+
+/// A group retired while a health check still holds it (the node's health watcher takes the
+/// list of groups, then asks each for a failure) has not failed: its Raft stopped on purpose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_stopped_on_purpose_reports_no_failure() {
+    let (_network, nodes) = cluster(3).await;
+    let held = nodes[0].group();
+    assert_eq!(held.failure(), None);
+    nodes[0].groups.retire(RangeId::FIRST).await;
+    assert!(nodes[0].groups.get(RangeId::FIRST).is_none());
+    assert_eq!(held.failure(), None, "a retired group reported a failure");
+    for node in nodes {
+        node.stop().await;
+    }
+}
