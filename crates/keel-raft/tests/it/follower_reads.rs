@@ -23,6 +23,14 @@ async fn value_on(node: &TestNode, key: &str) -> Option<(Vec<u8>, u64)> {
     kv.map(|kv| (kv.value, kv.mod_revision))
 }
 
+/// The leader's node and one follower's.
+async fn leader_and_follower(nodes: &[TestNode]) -> (&TestNode, &TestNode) {
+    let leader = leader(nodes).await;
+    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    (on_leader, follower)
+}
+
 async fn write(node: &TestNode, key: &str, value: &str) -> u64 {
     match node.group().write(put(key, value)).await.unwrap() {
         CommandOutcome::Applied { revision, .. } => revision,
@@ -62,9 +70,7 @@ async fn follower_reads_see_every_acknowledged_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_follower_reads_share_read_index_calls() {
     let (_network, nodes) = cluster(3).await;
-    let leader = leader(&nodes).await;
-    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
-    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let (on_leader, follower) = leader_and_follower(&nodes).await;
     write(on_leader, "k", "1").await;
     let group = follower.group();
     let reads = (0..CONCURRENT_READS).map(|_| group.read_barrier(Consistency::Linearizable));
@@ -88,9 +94,8 @@ async fn concurrent_follower_reads_share_read_index_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_off_followers_refuse_linearizable_reads() {
     let (network, nodes) = cluster(3).await;
-    let leader = leader(&nodes).await;
-    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
-    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let (on_leader, follower) = leader_and_follower(&nodes).await;
+    let leader = on_leader.id;
     write(on_leader, "k", "1").await;
     let group = follower.group();
     group.read_barrier(Consistency::Linearizable).await.unwrap();
@@ -135,9 +140,8 @@ fn within(max_staleness_ms: Option<u64>, min_revision: Option<u64>) -> ReadBound
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_reads_within_a_staleness_bound_catch_up_only_when_older() {
     let (network, nodes) = cluster(3).await;
-    let leader = leader(&nodes).await;
-    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
-    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let (on_leader, follower) = leader_and_follower(&nodes).await;
+    let leader = on_leader.id;
     write(on_leader, "k", "1").await;
     let group = follower.group();
     let a_day = within(Some(86_400_000), None);
@@ -175,9 +179,7 @@ async fn follower_reads_within_a_staleness_bound_catch_up_only_when_older() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_reads_at_a_revision_see_it_or_refuse() {
     let (network, nodes) = cluster(3).await;
-    let leader = leader(&nodes).await;
-    let on_leader = nodes.iter().find(|n| n.id == leader).unwrap();
-    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let (on_leader, follower) = leader_and_follower(&nodes).await;
     let first = write(on_leader, "k", "1").await;
     let group = follower.group();
     group
