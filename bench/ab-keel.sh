@@ -27,14 +27,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/keel-ab.XXXXXX")
 SERVER_PIDS=()
 declare -A SERVER_NAME=()
 
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM
-  stop_and_clean $status "$WORK"
-  exit $status
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_and_clean_on_exit "$WORK"
 
 start_cluster() { # name, binary
   start_keel_cluster "$1" "$2" "${PORTS[$1]}" "$WORK"

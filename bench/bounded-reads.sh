@@ -19,14 +19,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/keel-bounded.XXXXXX")
 SERVER_PIDS=()
 declare -A SERVER_NAME=()
 
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM
-  stop_and_clean $status "$WORK"
-  exit $status
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_and_clean_on_exit "$WORK"
 
 start_keel_cluster bounded "$KEEL" "$PORT" "$WORK"
 endpoints=$(cluster_endpoints "$PORT")

@@ -22,14 +22,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/keel-elections.XXXXXX")
 SERVER_PIDS=()
 declare -A SERVER_NAME=()
 
-cleanup() {
-  local status=$?
-  trap - EXIT INT TERM
-  stop_and_clean $status "$WORK"
-  exit $status
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_and_clean_on_exit "$WORK"
 
 if [ -z "${KEEL_SKIP_BUILD:-}" ]; then
   (cd "$ROOT" && cargo build --release -p keel-cli -p keel-bench)

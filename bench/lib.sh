@@ -28,6 +28,21 @@ stop_and_clean() {
   if [ "$status" -ne 0 ]; then echo "kept $work (server logs)" >&2; else rm -rf "$work"; fi
 }
 
+# stop_and_clean_on_exit WORK: however the script ends, stop_and_clean with its exit status
+# (WORK kept on failure); Ctrl-C and TERM end it with 130.
+stop_and_clean_on_exit() {
+  CLEAN_ON_EXIT_WORK=$1
+  trap '_clean_on_exit' EXIT
+  trap 'exit 130' INT TERM
+}
+
+_clean_on_exit() {
+  local status=$?
+  trap - EXIT INT TERM
+  stop_and_clean $status "$CLEAN_ON_EXIT_WORK"
+  exit $status
+}
+
 # The three client addresses of a cluster whose nodes listen on 127.0.0.1:BASE+1..BASE+3.
 cluster_endpoints() { # base port
   echo "127.0.0.1:$(($1 + 1)),127.0.0.1:$(($1 + 2)),127.0.0.1:$(($1 + 3))"
