@@ -525,11 +525,17 @@ fn apply_ops(
         } => (revision, results, writes),
     };
     for (key, after) in writes {
-        tables::write_kv(
-            &mut tables.kv,
-            &mut tables.ttl,
-            &mut state.kv,
+        let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
+        let before = tables::write_kv(kv, ttl, &mut state.kv, &key, after.as_ref())?;
+        // An expired row not yet cleaned up was absent: the write creates the key anew.
+        let before = before.filter(|kv| !kv.is_expired(clock_ms));
+        record(
+            tables,
+            state,
+            revision,
+            clock_ms,
             &key,
+            before,
             after.as_ref(),
         )?;
     }
@@ -537,9 +543,32 @@ fn apply_ops(
     Ok(CommandOutcome::Applied { revision, results })
 }
 
+/// Records the change of `key` from `before` to `after` as an event of the range at
+/// `revision` (`tables::record_event`).
+fn record(
+    tables: &mut Tables,
+    state: &mut SmState,
+    revision: Revision,
+    clock_ms: u64,
+    key: &[u8],
+    before: Option<KeyValue>,
+    after: Option<&KeyValue>,
+) -> Result<(), StorageError> {
+    let (history, keys) = (&mut tables.history, &mut tables.history_keys);
+    let change = tables::Change {
+        revision,
+        clock_ms,
+        key,
+        before: before.as_ref(),
+        after,
+    };
+    tables::record_event(history, keys, &mut state.history_bytes, change)
+}
+
 /// Removes the listed keys that are still stored with the listed expiry and expired at the
 /// clock, and the listed sessions that are still idle; raises the session horizon past every
-/// dropped session. Uses no revision.
+/// dropped session. The keys it removes are events of one new revision (none if it removes
+/// no key).
 fn apply_cleanup(
     tables: &mut Tables,
     state: &mut SmState,
@@ -547,6 +576,7 @@ fn apply_cleanup(
     cleanup: &Cleanup,
 ) -> Result<CommandOutcome, StorageError> {
     let clock_ms = state.advance_clock(cleanup.now_ms);
+    let mut removed = false;
     for expired in &cleanup.keys {
         if !state.span.contains(&expired.key) || expired.expires_at_ms > clock_ms {
             continue;
@@ -560,8 +590,22 @@ fn apply_cleanup(
             .flatten();
         if stored == Some(expired.expires_at_ms) {
             let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
-            tables::write_kv(kv, ttl, &mut state.kv, &expired.key, None)?;
+            let before = tables::write_kv(kv, ttl, &mut state.kv, &expired.key, None)?;
+            let revision = state.revision + 1;
+            record(
+                tables,
+                state,
+                revision,
+                clock_ms,
+                &expired.key,
+                before,
+                None,
+            )?;
+            removed = true;
         }
+    }
+    if removed {
+        state.revision += 1;
     }
     for &client_id in &cleanup.sessions {
         let Some(session) = tables::read_session(&tables.sessions, range, client_id)? else {

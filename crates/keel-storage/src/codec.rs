@@ -40,6 +40,13 @@
 //!   version and nothing follows the end (`snapshot`); files of older formats still end with
 //!   `End` and are checked for framing and count only. Nothing else changed. A build of
 //!   format 6 refuses a file of format 7.
+//! - 8: ranges keep history. The tables `history` and `history_keys` appeared and `sm_meta`
+//!   gained each range's history floor and the bytes of its events (`tables`; a range of an
+//!   older file starts its history at its revision when the store first opens the file); a
+//!   `Command::Cleanup` that removes keys now takes a revision (a log written by an older
+//!   build replays with its cleanups taking revisions). Snapshot files are unchanged but for
+//!   the version byte. A build of format 7 refuses a file of format 8, so it cannot drop
+//!   events from a history it does not keep.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -50,7 +57,7 @@ use sha2::{Digest as _, Sha256};
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 7;
+pub(crate) const FORMAT_VERSION: u8 = 8;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

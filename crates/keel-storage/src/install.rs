@@ -9,12 +9,13 @@
 //! so a crash can leave it half done. Therefore:
 //! 1. the snapshot file is first made the range's current snapshot (fsynced, renamed);
 //! 2. a durable commit writes an *installing* marker into `sm_meta`;
-//! 3. the range's request records and sessions and the rows, locks, fences and idempotency
-//!    records of both its current span and the snapshot's span (and, for the meta range, the
-//!    `meta` table) are cleared (with their TTL-index and `deadlines` rows), then the file's
-//!    records are written (with those index rows rebuilt);
+//! 3. the range's request records and sessions and the rows, locks, fences, idempotency
+//!    records and events of both its current span and the snapshot's span (and, for the meta
+//!    range, the `meta` table) are cleared (with their TTL-index and `deadlines` rows), then
+//!    the file's records are written (with those index rows rebuilt);
 //! 4. one durable commit writes the applied log id, membership, revision, clock, session
-//!    horizon, span, epoch, conf_version and counts and removes the marker.
+//!    horizon, span, epoch, conf_version and counts and removes the marker. The range's
+//!    history starts at the snapshot's revision (its floor); snapshots carry no events.
 //!
 //! A snapshot whose span overlaps another range with state in this file is refused before
 //! step 1 (`StorageError::SpanOverlap`): installing it would delete that range's rows.
@@ -132,6 +133,8 @@ async fn copy_records(
         applied: header.last_log_id,
         membership: header.last_membership.clone(),
         revision: header.revision,
+        // The replica's history starts at the snapshot: the events before are not in it.
+        history_floor: header.revision,
         span: facts.span,
         epoch: facts.epoch,
         conf_version: facts.conf_version,

@@ -47,7 +47,8 @@ pub use restore::SnapshotSummary;
 pub use snapshot::IncomingSnapshot;
 pub use snapshot_file::SnapshotFile;
 pub use state_machine::{
-    KeyRead, QuotaCounts, RangeCounts, ScanPage, SnapshotBuilder, StateMachine,
+    HistoryCounts, HistoryRead, HistoryRetention, KeyRead, QuotaCounts, RangeCounts, ScanPage,
+    SnapshotBuilder, StateMachine,
 };
 #[doc(hidden)]
 pub use store::WriterHold;

@@ -1,9 +1,10 @@
 //! `Op`: a write the writer thread executes inside its transaction, what executing it
 //! produces (`Outcome`), and what each op does to the tables (`execute`): the ops of the Raft
-//! log, of a snapshot install, of a restore and of a removal are in `log`, `install`,
-//! `restore` and `remove`; an apply is `apply`'s. Knows nothing about threads, async,
+//! log, of a snapshot install, of a restore, of a removal and of history compaction are in
+//! `log`, `install`, `restore`, `remove` and `history`; an apply is `apply`'s. Knows nothing about threads, async,
 //! commits or the callbacks fired after them (`writer`).
 
+mod history;
 mod install;
 mod log;
 mod remove;
@@ -18,7 +19,7 @@ use crate::apply;
 use crate::error::StorageError;
 use crate::meta::MetaRow;
 use crate::raft_types::{Entry, LogId, Vote};
-use crate::tables::{InstallMarker, KeySpan, SmState};
+use crate::tables::{InstallMarker, KeySpan, Retention, SmState};
 
 pub(crate) use install::InstallBatch;
 
@@ -82,6 +83,11 @@ pub(crate) enum Op {
     RemoveFinish {
         range: RangeId,
     },
+    /// One bounded step of the compaction of a range's history (`history`).
+    CompactHistory {
+        range: RangeId,
+        retention: Retention,
+    },
 }
 
 impl Op {
@@ -90,7 +96,11 @@ impl Op {
     pub fn needs_durability(&self) -> bool {
         !matches!(
             self,
-            Op::Apply { .. } | Op::Barrier | Op::InstallClear { .. } | Op::InstallRecords { .. }
+            Op::Apply { .. }
+                | Op::Barrier
+                | Op::InstallClear { .. }
+                | Op::InstallRecords { .. }
+                | Op::CompactHistory { .. }
         )
     }
 }
@@ -98,7 +108,8 @@ impl Op {
 /// What executing an op produced.
 pub(crate) enum Outcome {
     Done,
-    /// `InstallClear`: whether rows of the span remain.
+    /// `InstallClear`: whether rows of the span remain; `CompactHistory`: whether the step
+    /// stopped for its budget.
     More(bool),
     Applied(Vec<CommandOutcome>),
 }
@@ -123,5 +134,8 @@ pub(crate) fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, Storag
         Op::RestoreMeta { state, rows } => done(restore::write_meta(txn, state, rows)),
         Op::RemoveBegin { range } => done(remove::begin(txn, *range)),
         Op::RemoveFinish { range } => done(remove::finish(txn, *range)),
+        Op::CompactHistory { range, retention } => {
+            history::compact(txn, *range, *retention).map(Outcome::More)
+        }
     }
 }

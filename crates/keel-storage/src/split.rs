@@ -10,14 +10,15 @@
 //! whose membership is changing (learners or a joint configuration) refuses it with
 //! `Rejection::MembershipChanging`, so a child never inherits half a replica move. Applied, the
 //! parent keeps `[start, at)` and the child takes `[at, end)`, both at the parent's epoch + 1.
-//! No user data moves: ranges share the file's `kv`, `locks`, `fences` and `idempotency`
-//! tables, so only metadata changes. The child gets, in the same transaction:
+//! No user data moves: ranges share the file's `kv`, `locks`, `fences`, `idempotency` and
+//! `history` tables, so only metadata changes. The child gets, in the same transaction:
 //! - the parent's conf_version, revision counter, clock and session horizon, so the child's
 //!   next write takes a higher revision than any before and time never goes back;
 //! - copies of the parent's sessions and request records, so a retry of a request applied
 //!   before the split is answered from its record on either half;
 //! - counts recomputed for its half (keys, bytes, keys with a TTL, locks, fenced keys,
-//!   idempotency records); the parent keeps the rest;
+//!   idempotency records, bytes of its events); the parent keeps the rest;
+//! - the parent's history floor: the events of its half stay where they are (`history`);
 //! - the parent's membership and a Raft state "initialized and snapshotted at the initial log
 //!   id" (`initial_log_id`, what openraft's `initialize` gives its first membership entry,
 //!   with node id 0 so every replica writes the same): applied = purged = that log id. openraft
@@ -234,6 +235,7 @@ struct HalfCounts {
     fenced_keys: u64,
     idempotency_records: u64,
     coordination_bytes: u64,
+    history_bytes: u64,
 }
 
 impl HalfCounts {
@@ -244,6 +246,7 @@ impl HalfCounts {
             fenced_keys: state.fenced_keys,
             idempotency_records: state.idempotency_records,
             coordination_bytes: state.coordination_bytes,
+            history_bytes: state.history_bytes,
         }
     }
 
@@ -267,6 +270,7 @@ impl HalfCounts {
                 part.coordination_bytes,
                 "coordination byte",
             ),
+            history_bytes: less(self.history_bytes, part.history_bytes, "history byte"),
         }
     }
 
@@ -276,6 +280,7 @@ impl HalfCounts {
         state.fenced_keys = self.fenced_keys;
         state.idempotency_records = self.idempotency_records;
         state.coordination_bytes = self.coordination_bytes;
+        state.history_bytes = self.history_bytes;
     }
 }
 
@@ -289,6 +294,7 @@ fn count_half(tables: &Tables, span: &KeySpan) -> Result<HalfCounts, StorageErro
         fenced_keys,
         idempotency_records,
         coordination_bytes: lock_bytes + fence_bytes + record_bytes,
+        history_bytes: tables::count_history(&tables.history_keys, span)?,
     })
 }
 

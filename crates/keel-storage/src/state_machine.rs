@@ -23,8 +23,9 @@ use std::io;
 use futures::{Stream, StreamExt};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
-    Cleanup, CoordinationCounts, IdempotencyRecord, KeyValue, LockHold, LockPhase, NodeDescriptor,
-    NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, ReplicaMembership, Revision, limits,
+    Cleanup, CoordinationCounts, IdempotencyRecord, KeyHistory, KeyValue, LockHold, LockPhase,
+    NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, ReplicaMembership,
+    Revision, limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
@@ -34,7 +35,7 @@ use tracing::Instrument;
 
 use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
-use crate::op::Op;
+use crate::op::{Op, Outcome};
 use crate::raft_types::{
     EntryResponder, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -74,6 +75,15 @@ pub struct RangeCounts {
     pub size_bytes: u64,
 }
 
+/// What a replica holds of a range's history.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HistoryCounts {
+    /// Events at or below this revision may be gone; every event above it is here.
+    pub floor: Revision,
+    /// Bytes of the range's events (what `HistoryRetention::max_bytes` bounds).
+    pub bytes: u64,
+}
+
 /// Keys and bytes a tenant's keys and bytes quotas count: rows of `kv` (bytes: key plus
 /// value) and rows of `locks`, `fences` and `idempotency` (keys only: their bytes are not
 /// counted per range yet).
@@ -100,6 +110,30 @@ pub struct StateMachine {
     /// The span each apply's span is a child of (the caller's node and range), so the logs
     /// of an apply name the node although storage knows nothing of nodes.
     trace_parent: tracing::Span,
+}
+
+/// How much of a range's history a replica keeps (`StateMachine::compact_history`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryRetention {
+    /// Events written longer ago than this (by the range clock) go.
+    pub max_age_ms: u64,
+    /// The oldest events go while the range's events hold more bytes than this (keys and
+    /// the values before and after each change).
+    pub max_bytes: u64,
+}
+
+/// A page of one key's history as a range's replica holds it (`StateMachine::key_history`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryRead {
+    Events(KeyHistory),
+    /// Events from the asked revision on may be gone: the range's history floor.
+    Compacted {
+        compact_revision: Revision,
+    },
+    /// The key is outside the range's span (it split off since the read was routed).
+    Outside {
+        descriptor: RangeDescriptor,
+    },
 }
 
 /// One key as a range's replica holds it.
@@ -213,6 +247,77 @@ impl StateMachine {
             .await
     }
 
+    /// The events of `key` from revision `from` on (0 = from the oldest kept), oldest first:
+    /// at most `limit` (0 means `HISTORY_LIMIT_DEFAULT`; capped at `HISTORY_LIMIT_MAX`) and
+    /// about `HISTORY_PAGE_BYTES_MAX` bytes. `Compacted` when events from `from` on may be
+    /// gone (`from` at or below the range's history floor), never a page with a gap.
+    pub async fn key_history(
+        &self,
+        key: &[u8],
+        from: Revision,
+        limit: u32,
+    ) -> Result<HistoryRead, StorageError> {
+        let limit = match limit {
+            0 => limits::HISTORY_LIMIT_DEFAULT,
+            limit => limit.min(limits::HISTORY_LIMIT_MAX),
+        } as usize;
+        let (range, key) = (self.range, key.to_vec());
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                if !state.span.contains(&key) {
+                    let descriptor = state.descriptor(range);
+                    return Ok(HistoryRead::Outside { descriptor });
+                }
+                let floor = state.history_floor;
+                if from != 0 && from <= floor {
+                    return Ok(HistoryRead::Compacted {
+                        compact_revision: floor,
+                    });
+                }
+                let history = txn
+                    .open_table(tables::HISTORY)
+                    .map_err(|e| StorageError::redb("open history", e))?;
+                let keys = txn
+                    .open_table(tables::HISTORY_KEYS)
+                    .map_err(|e| StorageError::redb("open history_keys", e))?;
+                let max_bytes = limits::HISTORY_PAGE_BYTES_MAX as u64;
+                let from = from.max(floor + 1);
+                let (events, more) =
+                    tables::key_events(&history, &keys, &key, from, limit, max_bytes)?;
+                Ok(HistoryRead::Events(KeyHistory {
+                    events,
+                    compact_revision: floor,
+                    revision: state.revision,
+                    more,
+                }))
+            })
+            .await
+    }
+
+    /// Compacts the range's history on this replica: removes, oldest first and whole
+    /// revisions at a time, the events written more than `retention.max_age_ms` before
+    /// `now_ms` (by the range clock) and the oldest while the range's events hold more than
+    /// `retention.max_bytes`, raising its history floor. Runs in bounded transactions of the
+    /// writer thread; a range being installed or removed is left alone.
+    pub async fn compact_history(
+        &self,
+        now_ms: u64,
+        retention: HistoryRetention,
+    ) -> Result<(), StorageError> {
+        let retention = tables::Retention {
+            before_ms: now_ms.saturating_sub(retention.max_age_ms),
+            max_bytes: retention.max_bytes,
+        };
+        let range = self.range;
+        while let Outcome::More(true) = self
+            .store
+            .call(Op::CompactHistory { range, retention })
+            .await?
+        {}
+        Ok(())
+    }
+
     /// What a leader should propose to clean up now (read-only): up to `CLEANUP_KEYS_MAX`
     /// keys of the range expired at `max(now_ms, range clock)`, earliest expiry first, and up
     /// to `CLEANUP_SESSIONS_MAX` sessions idle since before `sessions_idle_before_ms`. The
@@ -253,6 +358,15 @@ impl StateMachine {
             keys_with_ttl: state.kv.keys_with_ttl,
             keys: state.kv.keys,
             size_bytes: state.kv.bytes,
+        })
+    }
+
+    /// The range's history floor and the bytes of its events on this replica.
+    pub async fn history_counts(&self) -> Result<HistoryCounts, StorageError> {
+        let state = self.state().await?;
+        Ok(HistoryCounts {
+            floor: state.history_floor,
+            bytes: state.history_bytes,
         })
     }
 

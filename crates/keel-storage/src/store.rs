@@ -30,8 +30,8 @@ use crate::op::{Op, Outcome};
 use crate::snapshot::{self, IncomingSnapshot};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
-    self, Bytes, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, RAFT_LOG, RAFT_META,
-    REQUESTS, SESSIONS, SM_META, TTL,
+    self, Bytes, DEADLINES, FENCES, HISTORY, HISTORY_KEYS, IDEMPOTENCY, KV, KeySpan, LOCKS, META,
+    RAFT_LOG, RAFT_META, REQUESTS, SESSIONS, SM_META, TTL,
 };
 use crate::writer::{
     self, CommitObserver, Done, Message, Request, Shared, StoreStats, Writer, panic_message,
@@ -510,6 +510,10 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
         txn.open_table(table)
             .map_err(|e| StorageError::redb("create table", e))?;
     }
+    txn.open_table(HISTORY)
+        .map_err(|e| StorageError::redb("create table", e))?;
+    txn.open_table(HISTORY_KEYS)
+        .map_err(|e| StorageError::redb("create table", e))?;
     {
         // A file of format 1-3 has no key and byte counts: count them once.
         let mut sm_meta = txn
@@ -528,6 +532,8 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
         };
         let (locks, fences, records) = (open(LOCKS)?, open(FENCES)?, open(IDEMPOTENCY)?);
         tables::count_unrecorded_coordination(&mut sm_meta, [&locks, &fences, &records])?;
+        // A file of format 1-7 has no history: start it at each range's revision.
+        tables::start_unrecorded_history(&mut sm_meta)?;
     }
     txn.commit().map_err(|e| StorageError::redb("commit", e))
 }

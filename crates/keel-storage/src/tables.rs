@@ -16,6 +16,8 @@
 //! | `fences`      | user key (format 3)                   | `Fence`: the lock and highest token accepted |
 //! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
 //! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3) | empty |
+//! | `history`     | revision (u64) + user key (format 8)   | the event: range clock, the key's state before and after |
+//! | `history_keys`| user key + revision (u64) (format 8)   | the event's bytes                      |
 //! | `meta`        | kind (u8) + range or node id (u64 BE) (format 4) | `RangeDescriptor` / `NodeDescriptor` / next range id (kind 3, id 0) |
 //!
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
@@ -49,11 +51,15 @@
 //! in step by `write_deadlined` and `write_fence` (`RowCounts`); a file of format 1-5 lacks
 //! the bytes until the store opens it (`count_unrecorded_coordination`).
 //!
+//! `history` and `history_keys` hold every range's events (`history`), shared and filtered
+//! by span like `kv`; `sm_meta` keeps each range's history floor and the bytes of its events.
+//!
 //! `meta` is the meta range's (range 0's) table of the cluster: range descriptors, nodes and
 //! the range id allocator (`meta`). No other range reads or writes it.
 
 mod deadlines;
 mod fences;
+mod history;
 mod idempotency;
 mod keyed_rows;
 mod kv;
@@ -74,6 +80,10 @@ pub(crate) use deadlines::{
     write_deadlined,
 };
 pub(crate) use fences::{FENCES, write_fence};
+pub(crate) use history::{
+    Change, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, clear_history, compact, count_history,
+    key_events, record_event,
+};
 pub(crate) use idempotency::IDEMPOTENCY;
 pub(crate) use keyed_rows::{Uncounted, count_rows, read_row, row_bytes};
 pub(crate) use kv::{
@@ -95,9 +105,9 @@ pub(crate) use sessions::{
     SESSIONS, Session, SessionV1, read_session, session_key, session_key_client, write_session,
 };
 pub(crate) use sm_meta::{
-    InstallMarker, SM_INSTALLING, SM_META, SM_REMOVED, SM_REMOVING, SmState,
-    count_unrecorded_coordination, count_unrecorded_kv, has_sm_state, is_removing, owned_span,
-    read_sm_state, write_sm_state,
+    InstallMarker, SM_HISTORY_BYTES, SM_HISTORY_FLOOR, SM_INSTALLING, SM_META, SM_REMOVED,
+    SM_REMOVING, SmState, count_unrecorded_coordination, count_unrecorded_kv, has_sm_state,
+    is_removing, owned_span, read_sm_state, start_unrecorded_history, write_sm_state,
 };
 pub(crate) use span::KeySpan;
 pub(crate) use ttl::{TTL, ttl_key, ttl_key_parts};

@@ -163,7 +163,8 @@ pub struct ExpiredKey {
 
 /// Leader-proposed removal of expired keys and idle client sessions. Applying it checks
 /// every item again: a key is removed only if it still has that expiry and it has passed;
-/// a session only if it has been idle since before `sessions_idle_before_ms`.
+/// a session only if it has been idle since before `sessions_idle_before_ms`. The keys it
+/// removes are removed at one new revision (none if it removes no key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cleanup {
     /// The leader's clock when it proposed the cleanup (see `Mutation::now_ms`).

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod command;
 pub mod coordination;
 pub mod error;
+pub mod history;
 pub mod ids;
 pub mod limits;
 pub mod planted;
@@ -24,6 +25,7 @@ pub use coordination::{
     Fence, IdempotencyRecord, LockHold, LockPhase, Reclaim,
 };
 pub use error::KvError;
+pub use history::{Event, KeyHistory};
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};
 pub use range::{
     LedRange, MetaCommand, MetaMembers, MetaOutcome, NodeDescriptor, NodeReport, NodeState,

@@ -62,6 +62,16 @@ pub const SCAN_EXAMINED_PER_LIMIT_ROW: usize = 4;
 /// Most bytes (keys + values) one scan page may return; a page stops early at this size.
 pub const SCAN_PAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
 
+/// Events a history page returns when the request names no limit.
+pub const HISTORY_LIMIT_DEFAULT: u32 = 100;
+/// Most events one history page may return.
+pub const HISTORY_LIMIT_MAX: u32 = 1_000;
+/// Most bytes (keys and the values before and after) one history page may return; a page
+/// stops early at this size (it holds at least one event).
+pub const HISTORY_PAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Rows a history compaction step reads (of any range of the file) in one transaction.
+pub const HISTORY_COMPACT_ROWS_PER_TXN: usize = 4_096;
+
 /// Largest gRPC message Keel accepts or sends (a full batch plus framing).
 pub const GRPC_MESSAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Size of one chunk of a streamed snapshot.

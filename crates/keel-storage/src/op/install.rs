@@ -70,8 +70,8 @@ pub(crate) fn begin(
 /// Writer op: deletes up to `SNAPSHOT_INSTALL_ROWS_PER_TXN` rows of the range's request
 /// records, then its sessions, then the rows of its current span and of `span` (the
 /// snapshot's; with their TTL-index rows), then the locks, fences and idempotency records of
-/// both spans (with their `deadlines` rows), then (meta range) the `meta` table; returns
-/// whether rows remain.
+/// both spans (with their `deadlines` rows), then the events of both spans, then (meta
+/// range) the `meta` table; returns whether rows remain.
 pub(crate) fn clear(
     txn: &WriteTransaction,
     range: RangeId,
@@ -87,6 +87,8 @@ pub(crate) fn clear(
         || clear_kv(txn, span, &mut budget)?
         || clear_coordination(txn, &old, &mut budget)?
         || clear_coordination(txn, span, &mut budget)?
+        || clear_events(txn, &old, &mut budget)?
+        || clear_events(txn, span, &mut budget)?
         || (range == RangeId::META && clear_meta(txn, &mut budget)?);
     Ok(more)
 }
@@ -167,6 +169,23 @@ fn clear_coordination(
     }
     let mut records = open(txn, IDEMPOTENCY)?;
     clear_deadlined::<IdempotencyRecord>(&mut records, &mut deadlines, span, budget)
+}
+
+/// Clears the events of `span` within `budget`; whether events remain.
+fn clear_events(
+    txn: &WriteTransaction,
+    span: &KeySpan,
+    budget: &mut usize,
+) -> Result<bool, StorageError> {
+    let mut history = txn
+        .open_table(tables::HISTORY)
+        .map_err(|e| StorageError::redb("open history for install", e))?;
+    let mut keys = txn
+        .open_table(tables::HISTORY_KEYS)
+        .map_err(|e| StorageError::redb("open history_keys for install", e))?;
+    let cleared = tables::clear_history(&mut history, &mut keys, span, *budget)?;
+    *budget -= cleared;
+    Ok(*budget == 0)
 }
 
 /// Clears the rows of `span` in a table of `T` and their `deadlines` rows within `budget`;

@@ -14,6 +14,7 @@ use crate::store::Store;
 
 mod coordination;
 mod exactly_once;
+mod history;
 mod meta;
 mod planted_bugs;
 mod split;

@@ -141,47 +141,49 @@ where
 }
 
 /// Writes a `kv` row (or removes it, for `None`) and keeps the TTL index and the range's
-/// counts of keys, bytes and keys with a TTL in step with the row it replaces.
+/// counts of keys, bytes and keys with a TTL in step with the row it replaces, which it
+/// returns.
 pub(crate) fn write_kv(
     kv: &mut Table<Bytes, Bytes>,
     ttl: &mut Table<Bytes, Bytes>,
     counts: &mut KvCounts,
     key: &[u8],
     after: Option<&KeyValue>,
-) -> Result<(), StorageError> {
+) -> Result<Option<KeyValue>, StorageError> {
     let before = match after {
         Some(value) => kv.insert(key, encode_kv(value).as_slice()),
         None => kv.remove(key),
     }
     .map_err(|e| StorageError::redb("write kv", e))?
-    .map(|old| -> Result<_, StorageError> {
-        let (header, value) = decode_kv_header(old.value())?;
-        Ok((header.expires_at_ms, value.len()))
-    })
+    .map(|old| decode_kv(key, old.value()))
     .transpose()?;
-    if let Some((expires_at_ms, value_len)) = before {
-        counts.count(key, value_len, expires_at_ms.is_some(), false);
+    if let Some(before) = &before {
+        counts.count(
+            key,
+            before.value.len(),
+            before.expires_at_ms.is_some(),
+            false,
+        );
     }
     if let Some(after) = after {
         counts.count(key, after.value.len(), after.expires_at_ms.is_some(), true);
     }
-    let before = before.and_then(|(expires_at_ms, _)| expires_at_ms);
-    let after = after.and_then(|value| value.expires_at_ms);
-    if before == after {
-        return Ok(());
+    let expiry_before = before.as_ref().and_then(|value| value.expires_at_ms);
+    let expiry_after = after.and_then(|value| value.expires_at_ms);
+    if expiry_before != expiry_after {
+        if let Some(expires_at_ms) = expiry_before {
+            let removed = ttl
+                .remove(ttl_key(expires_at_ms, key).as_slice())
+                .map_err(|e| StorageError::redb("write ttl index", e))?;
+            assert!(
+                removed.is_some(),
+                "a kv row with an expiry has a ttl index row"
+            );
+        }
+        if let Some(expires_at_ms) = expiry_after {
+            ttl.insert(ttl_key(expires_at_ms, key).as_slice(), [].as_slice())
+                .map_err(|e| StorageError::redb("write ttl index", e))?;
+        }
     }
-    if let Some(expires_at_ms) = before {
-        let removed = ttl
-            .remove(ttl_key(expires_at_ms, key).as_slice())
-            .map_err(|e| StorageError::redb("write ttl index", e))?;
-        assert!(
-            removed.is_some(),
-            "a kv row with an expiry has a ttl index row"
-        );
-    }
-    if let Some(expires_at_ms) = after {
-        ttl.insert(ttl_key(expires_at_ms, key).as_slice(), [].as_slice())
-            .map_err(|e| StorageError::redb("write ttl index", e))?;
-    }
-    Ok(())
+    Ok(before)
 }

@@ -4,7 +4,10 @@
 use redb::{Table, WriteTransaction};
 
 use super::Bytes;
-use super::{DEADLINES, FENCES, IDEMPOTENCY, KV, LOCKS, REQUESTS, SESSIONS, SM_META, TTL};
+use super::{
+    DEADLINES, FENCES, HISTORY, HISTORY_KEYS, IDEMPOTENCY, KV, LOCKS, REQUESTS, SESSIONS, SM_META,
+    TTL,
+};
 use crate::error::StorageError;
 
 /// The tables an apply writes, open in its transaction.
@@ -20,6 +23,8 @@ pub(crate) struct Tables<'txn> {
     pub fences: Table<'txn, Bytes, Bytes>,
     pub idempotency: Table<'txn, Bytes, Bytes>,
     pub deadlines: Table<'txn, Bytes, Bytes>,
+    pub history: Table<'txn, (u64, Bytes), Bytes>,
+    pub history_keys: Table<'txn, (Bytes, u64), u64>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -39,6 +44,12 @@ impl<'txn> Tables<'txn> {
             fences: open(FENCES, "open fences")?,
             idempotency: open(IDEMPOTENCY, "open idempotency")?,
             deadlines: open(DEADLINES, "open deadlines")?,
+            history: txn
+                .open_table(HISTORY)
+                .map_err(|e| StorageError::redb("open history", e))?,
+            history_keys: txn
+                .open_table(HISTORY_KEYS)
+                .map_err(|e| StorageError::redb("open history_keys", e))?,
         })
     }
 }

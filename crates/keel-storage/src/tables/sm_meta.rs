@@ -7,7 +7,9 @@
 //! marker and removed tombstone of `remove`.
 //!
 //! A file of an older format lacks some counts until the store opens it
-//! (`count_unrecorded_kv`: format 1-3, `count_unrecorded_coordination`: format 1-5).
+//! (`count_unrecorded_kv`: format 1-3, `count_unrecorded_coordination`: format 1-5), and
+//! (format 8) a history floor and the bytes of its events (`start_unrecorded_history`:
+//! format 1-7 starts the history at the range's revision).
 
 use keel_types::{NodeId, RangeDescriptor, RangeId, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
@@ -55,6 +57,11 @@ pub(crate) const SM_REMOVED: u8 = 19;
 /// (format 6) Bytes of the range's rows in `locks`, `fences` and `idempotency`: name or key
 /// plus the stored value. Missing in older files until the store counts them at open.
 pub(crate) const SM_COORDINATION_BYTES: u8 = 20;
+/// (format 8) The range's history floor (`history`): events at or below it may be gone.
+/// Missing in older files until the store opens them, which starts it at the revision.
+pub(crate) const SM_HISTORY_FLOOR: u8 = 21;
+/// (format 8) Bytes of the range's events (`history::event_bytes`).
+pub(crate) const SM_HISTORY_BYTES: u8 = 22;
 
 /// The state-machine metadata of one range.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,6 +97,10 @@ pub(crate) struct SmState {
     pub idempotency_records: u64,
     /// Bytes of this range's rows in `locks`, `fences` and `idempotency` (`row_bytes`).
     pub coordination_bytes: u64,
+    /// Events at or below this revision may be gone; every event above it is recorded.
+    pub history_floor: Revision,
+    /// Bytes of the range's events (`history::event_bytes`).
+    pub history_bytes: u64,
 }
 
 impl SmState {
@@ -169,6 +180,8 @@ where
         fenced_keys: count(SM_FENCED_KEYS, "fenced key count")?,
         idempotency_records: count(SM_IDEMPOTENCY_RECORDS, "record count")?,
         coordination_bytes: count(SM_COORDINATION_BYTES, "coordination byte count")?,
+        history_floor: count(SM_HISTORY_FLOOR, "history floor")?,
+        history_bytes: count(SM_HISTORY_BYTES, "history byte count")?,
     })
 }
 
@@ -200,6 +213,8 @@ pub(crate) fn write_sm_state(
         (SM_FENCED_KEYS, state.fenced_keys),
         (SM_IDEMPOTENCY_RECORDS, state.idempotency_records),
         (SM_COORDINATION_BYTES, state.coordination_bytes),
+        (SM_HISTORY_FLOOR, state.history_floor),
+        (SM_HISTORY_BYTES, state.history_bytes),
     ];
     for (kind, value) in numbers {
         write_meta(sm_meta, range, kind, &value)?;
@@ -299,4 +314,21 @@ pub(crate) fn count_unrecorded_kv(
         counted.push(range);
     }
     Ok(counted)
+}
+
+/// Starts the history of every range with applied state that has no history floor (a file
+/// of format 1-7) at its revision: its events before are not recorded. A range in the
+/// middle of an install is left alone: finishing the install starts its history.
+pub(crate) fn start_unrecorded_history(
+    sm_meta: &mut Table<Bytes, Bytes>,
+) -> Result<(), StorageError> {
+    for range in ranges_in(sm_meta)? {
+        let recorded: Option<u64> = read_meta(sm_meta, range, SM_HISTORY_FLOOR, "history floor")?;
+        let state = read_sm_state(sm_meta, range)?;
+        if recorded.is_some() || state.applied.is_none() || state.installing.is_some() {
+            continue;
+        }
+        write_meta(sm_meta, range, SM_HISTORY_FLOOR, &state.revision)?;
+    }
+    Ok(())
 }

@@ -1,19 +1,18 @@
 //! The format-7 fixture, `tests/fixtures/v7/`: sealed snapshot files. Range 1 holds a few
 //! rows (one with an expiry) and a snapshot that ends with its checksum. `write_v7` made the
-//! files; set `KEEL_WRITE_FIXTURES=1` to rewrite them (only ever needed if they are lost).
-//! Every later build must read them, and must refuse the fixture's snapshot with a byte
-//! changed.
+//! files with a format-7 build and is kept, checked against the same expectations. Every
+//! later build must read them, and must refuse the fixture's snapshot with a byte changed.
+//! The file has no history: opening it starts range 1's history at its revision.
 
 use std::path::Path;
 
 use keel_storage::raft_types::{Entry, Vote};
-use keel_storage::{StateMachine, StorageError, Store};
+use keel_storage::{HistoryRead, StateMachine, StorageError, Store};
 use keel_types::{BatchOp, Command, Mutation, RangeId};
 use openraft::entry::RaftEntry;
 
 use super::fixture::{
-    FIXTURE_STORE_FILE, copy_dir, current_snapshot, fixture_dir, installed_fresh, membership,
-    open_fixture, persist_range_1,
+    current_snapshot, installed_fresh, membership, open_fixture, persist_range_1,
 };
 use super::{blank, log_id, open_in, puts};
 
@@ -61,6 +60,19 @@ async fn check_v7(store: &Store) {
     check_v7_data(&sm).await;
 }
 
+/// The history of range 1 in the v7 fixture: it starts at the range's revision.
+async fn check_v7_history(sm: &StateMachine) {
+    let counts = sm.history_counts().await.unwrap();
+    assert_eq!((counts.floor, counts.bytes), (2, 0));
+    let compacted = sm.key_history(b"a", 1, 0).await.unwrap();
+    assert_eq!(
+        compacted,
+        HistoryRead::Compacted {
+            compact_revision: 2
+        }
+    );
+}
+
 /// The sealed snapshot `bytes` with one byte changed fails its check, for bytes all over the
 /// file (`snapshot::tests` changes every byte of a file this build writes).
 async fn refuses_changed_bytes(store: &Store, bytes: &[u8]) {
@@ -99,18 +111,13 @@ async fn check_v7_data(sm: &StateMachine) {
 async fn v7_fixture_reads_back() {
     let (_dir, store) = open_fixture(7);
     check_v7(&store).await;
+    check_v7_history(&store.state_machine(RangeId(1))).await;
 }
 
 #[tokio::test]
 async fn v7_fixture_writer_matches_expectations() {
     let dir = tempfile::tempdir().unwrap();
     write_v7(dir.path()).await;
-    if std::env::var_os("KEEL_WRITE_FIXTURES").is_some() {
-        let target = fixture_dir(7);
-        let _ = std::fs::remove_dir_all(&target);
-        copy_dir(dir.path(), &target);
-        std::fs::rename(target.join("keel.redb"), target.join(FIXTURE_STORE_FILE)).unwrap();
-    }
     let store = open_in(dir.path());
     check_v7(&store).await;
 }

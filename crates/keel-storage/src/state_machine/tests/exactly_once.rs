@@ -455,7 +455,11 @@ async fn cleanup_removes_only_what_is_still_expired_or_idle() {
     );
     assert_eq!(applier.value("renewed", 0).await.unwrap().value, b"2");
     assert!(applier.value("later", 0).await.is_some());
-    assert_eq!(applier.revision().await, 4, "cleanup uses no revision");
+    assert_eq!(
+        applier.revision().await,
+        5,
+        "removing \"gone\" takes one revision"
+    );
     let plan = applier.sm().plan_cleanup(4_000, 2_000).await.unwrap();
     assert!(plan.is_empty(), "{plan:?}");
 }

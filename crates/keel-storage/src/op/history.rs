@@ -1,0 +1,51 @@
+//! The writer op of history compaction: one bounded step for one range (`tables::compact`),
+//! with the range's history floor and bytes written in the same transaction. A step is
+//! local to the replica and not fsynced: a crash rolls it back with everything after it.
+
+use keel_types::{RangeId, limits};
+use redb::WriteTransaction;
+
+use crate::error::StorageError;
+use crate::tables::{
+    self, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, SM_HISTORY_BYTES, SM_HISTORY_FLOOR,
+    SM_META,
+};
+
+/// Writer op: compacts the history of `range` by one step; whether it stopped for its
+/// budget. A range without applied state, mid-install or being removed is left alone.
+pub(crate) fn compact(
+    txn: &WriteTransaction,
+    range: RangeId,
+    retention: Retention,
+) -> Result<bool, StorageError> {
+    let mut sm_meta = txn
+        .open_table(SM_META)
+        .map_err(|e| StorageError::redb("open sm_meta", e))?;
+    let mut state = tables::read_sm_state(&sm_meta, range)?;
+    let idle = state.applied.is_none() || state.installing.is_some();
+    if idle || tables::is_removing(&sm_meta, range)? {
+        return Ok(false);
+    }
+    let mut history = txn
+        .open_table(HISTORY)
+        .map_err(|e| StorageError::redb("open history", e))?;
+    let mut keys = txn
+        .open_table(HISTORY_KEYS)
+        .map_err(|e| StorageError::redb("open history_keys", e))?;
+    let facts = HistoryFacts {
+        floor: &mut state.history_floor,
+        bytes: &mut state.history_bytes,
+    };
+    let budget = limits::HISTORY_COMPACT_ROWS_PER_TXN;
+    let more = tables::compact(
+        &mut history,
+        &mut keys,
+        facts,
+        &state.span,
+        retention,
+        budget,
+    )?;
+    tables::write_meta(&mut sm_meta, range, SM_HISTORY_FLOOR, &state.history_floor)?;
+    tables::write_meta(&mut sm_meta, range, SM_HISTORY_BYTES, &state.history_bytes)?;
+    Ok(more)
+}

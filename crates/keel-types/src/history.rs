@@ -1,0 +1,43 @@
+//! The changes a range records (`Event`) and a page of one key's changes (`KeyHistory`).
+//! Every write of a key (put, delete, increment, and the removal of an expired key) is an
+//! event at the revision of the write that made it; each event carries the key's state
+//! after it (`None` for a removal) and before it (`None` when the key was absent).
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::KeyValue;
+use crate::ids::Revision;
+
+/// One change of one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub revision: Revision,
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    /// The key's state after the change; `None` = it was removed.
+    pub after: Option<KeyValue>,
+    /// The key's state before the change; `None` = it was absent.
+    pub before: Option<KeyValue>,
+    /// The range clock of the write (Unix milliseconds, on the leader's clock).
+    pub clock_ms: u64,
+}
+
+impl Event {
+    /// Whether the change removed the key (a delete or an expiry).
+    pub fn is_removal(&self) -> bool {
+        self.after.is_none()
+    }
+}
+
+/// A page of one key's events, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyHistory {
+    pub events: Vec<Event>,
+    /// Events at or below this revision are gone (compacted, or before the replica's history
+    /// began); the page is complete above it.
+    pub compact_revision: Revision,
+    /// The range's revision when the page was read.
+    pub revision: Revision,
+    /// More events of the key follow the last one in the page.
+    pub more: bool,
+}
