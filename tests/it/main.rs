@@ -13,6 +13,7 @@ mod follower_reads;
 mod forward_stream;
 mod forwarding;
 mod harness;
+mod history;
 mod idempotency;
 mod locks;
 mod modules;

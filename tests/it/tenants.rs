@@ -11,7 +11,7 @@ use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{self, GetRequest, PutRequest};
 use keel_server::Access;
 use keel_types::tenant::{Namespace, TenantName};
-use keel_types::{Consistency, KvError};
+use keel_types::{Consistency, KvError, ReadBound};
 
 use crate::harness::{Cluster, WAIT_LIMIT, with_bearer};
 
@@ -181,6 +181,58 @@ async fn tenants_see_only_their_own_keys_locks_records_and_ranges() {
             range.descriptor
         );
     }
+    cluster.shutdown().await;
+}
+
+/// Every name in `tenant`'s history of `key`: the events' keys and their states' keys.
+async fn history_names(client: &Client, key: &[u8]) -> Vec<Vec<u8>> {
+    let page = client
+        .history(key, 0, 0, Consistency::Linearizable, ReadBound::default())
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    for event in page.events {
+        names.push(event.key);
+        names.extend(event.before.into_iter().chain(event.after).map(|kv| kv.key));
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_reads_the_history_of_its_own_keys_only() {
+    let cluster = start().await;
+    let (acme, globex) = (
+        client_as(&cluster, Some(ACME)),
+        client_as(&cluster, Some(GLOBEX)),
+    );
+    put(&globex, b"secret", b"globex's").await.unwrap();
+    put(&globex, b"secret", b"globex's too").await.unwrap();
+    put(&acme, b"secret", b"acme's").await.unwrap();
+    // Acme sees its own change, named as it named it.
+    assert_eq!(
+        history_names(&acme, b"secret").await,
+        vec![b"secret".to_vec(); 2]
+    );
+    // Globex's key by its stored name stays in acme's namespace: nothing there.
+    let crafted = stored("globex", b"secret");
+    assert!(history_names(&acme, &crafted).await.is_empty());
+    // Globex sees its two changes, and none of acme's.
+    let theirs = globex
+        .history(
+            b"secret",
+            0,
+            0,
+            Consistency::Linearizable,
+            ReadBound::default(),
+        )
+        .await
+        .unwrap();
+    let values: Vec<Vec<u8>> = theirs
+        .events
+        .into_iter()
+        .filter_map(|event| event.after.map(|kv| kv.value))
+        .collect();
+    assert_eq!(values, vec![b"globex's".to_vec(), b"globex's too".to_vec()]);
     cluster.shutdown().await;
 }
 

@@ -161,6 +161,29 @@ pub enum Command {
         #[command(flatten)]
         bound: BoundArg,
     },
+    /// List a key's changes, oldest first, from the history its range keeps:
+    /// `revision<TAB>put<TAB>value` and `revision<TAB>delete` lines (a delete, or the removal
+    /// of an expired key).
+    #[command(
+        after_help = "Each replica keeps a range's events for --history-retention-ms (1 hour \
+                      by default) and up to --history-retention-bytes; asking from a \
+                      revision no longer kept fails with `compacted` (exit 1) and names the \
+                      first revision kept after."
+    )]
+    History {
+        key: OsString,
+        /// First revision to list (inclusive); 0 = the oldest kept.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Most events in total; pages are followed until it is reached.
+        #[arg(long, default_value_t = limits::HISTORY_LIMIT_DEFAULT, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
+        /// How each page is made consistent.
+        #[arg(long, value_enum, default_value_t = ConsistencyArg::Linearizable)]
+        consistency: ConsistencyArg,
+        #[command(flatten)]
+        bound: BoundArg,
+    },
     /// Locks with fencing tokens: acquire, renew, release, inspect.
     #[command(subcommand)]
     Lock(LockCommand),
@@ -576,7 +599,11 @@ mod tests {
     #[test]
     fn reads_take_a_staleness_bound_and_a_revision_checked_against_their_limits() {
         let bound = |args: &[&str]| match parse(args).map(|cli| cli.command) {
-            Ok(Command::Get { bound, .. } | Command::Scan { bound, .. }) => bound.bound(),
+            Ok(
+                Command::Get { bound, .. }
+                | Command::Scan { bound, .. }
+                | Command::History { bound, .. },
+            ) => bound.bound(),
             other => panic!("parsed as {other:?}"),
         };
         let get = ["get", "k", "--consistency", "follower"];

@@ -167,6 +167,16 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             let read = (consistency.into(), bound.bound()?);
             scan(&client, (start, end), limit, read, out).await
         }
+        Command::History {
+            key,
+            from,
+            limit,
+            consistency,
+            bound,
+        } => {
+            let read = (consistency.into(), bound.bound()?);
+            history(&client, &bytes(&key), from, limit, read, out).await
+        }
         Command::Lock(command) => lock::run(&client, command, out).await,
         Command::Idem(command) => idem::run(&client, command, out).await,
         Command::Cluster(ClusterCommand::Status { ranges: true }) => Ok(output::status(
@@ -255,6 +265,52 @@ async fn drain(
 const DRAIN_POLL: Duration = Duration::from_secs(1);
 
 /// Prints pages of `[start, end)` as they arrive, until `limit` rows or the end.
+/// `keel history`: pages of the key's events from `from` until `limit` events or the end.
+async fn history(
+    client: &Client,
+    key: &[u8],
+    mut from: u64,
+    limit: u32,
+    (consistency, bound): (Consistency, ReadBound),
+    out: Output,
+) -> Result<Report, KvError> {
+    let mut remaining = limit;
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let page_limit = remaining.min(limits::HISTORY_LIMIT_MAX);
+        let page = client
+            .history(key, from, page_limit, consistency, bound)
+            .await?;
+        remaining = remaining.saturating_sub(page.events.len() as u32);
+        if stdout
+            .write_all(&output::history_rows(&page.events, out))
+            .is_err()
+            || !page.more
+        {
+            return Ok(Report::default());
+        }
+        if page.next_revision <= from {
+            return Err(KvError::fatal(format!(
+                "history made no progress: next page starts at revision {}, not after {from}",
+                page.next_revision
+            )));
+        }
+        if remaining == 0 {
+            let stderr = format!(
+                "more events follow revision {}; raise --limit or use --from {} to see them",
+                page.next_revision - 1,
+                page.next_revision
+            );
+            return Ok(Report {
+                stderr,
+                code: code::OK,
+                stdout: Vec::new(),
+            });
+        }
+        from = page.next_revision;
+    }
+}
+
 async fn scan(
     client: &Client,
     (mut start, end): (Vec<u8>, Vec<u8>),

@@ -3,7 +3,7 @@
 
 use keel_client::{DeleteResult, GetResult, IncrementResult, PutResult};
 use keel_proto::v1;
-use keel_types::{ConditionFailed, KeyValue, KvError, validate::show_key};
+use keel_types::{ConditionFailed, Event, KeyValue, KvError, validate::show_key};
 use serde_json::{Value, json};
 
 use crate::duration;
@@ -90,7 +90,8 @@ pub fn exit_code(error: &KvError) -> u8 {
         | KvError::LockNotHeld { .. }
         | KvError::RecordNotOwned { .. }
         | KvError::EpochMismatch { .. }
-        | KvError::FutureRevision { .. } => code::NOT_FOUND_OR_FAILED,
+        | KvError::FutureRevision { .. }
+        | KvError::Compacted { .. } => code::NOT_FOUND_OR_FAILED,
         KvError::InvalidArgument { .. } => code::USAGE,
         // The client retries it through a refreshed range table; seen here only when that
         // ran out of attempts.
@@ -209,6 +210,43 @@ pub fn scan_rows(kvs: &[KeyValue], output: Output) -> Vec<u8> {
                 out.push(b'\n');
             }
             Output::Json => out.extend(json_line(&kv_json(kv))),
+        }
+    }
+    out
+}
+
+/// `history` events: `revision<TAB>put<TAB>value` or `revision<TAB>delete` lines, or one
+/// JSON object per event (`kind`, the state after and the state before as `prev`).
+pub fn history_rows(events: &[Event], output: Output) -> Vec<u8> {
+    let mut out = Vec::new();
+    for event in events {
+        match (output, &event.after) {
+            (Output::Text, Some(after)) => {
+                out.extend_from_slice(format!("{}\tput\t", event.revision).as_bytes());
+                out.extend_from_slice(&after.value);
+                out.push(b'\n');
+            }
+            (Output::Text, None) => {
+                out.extend_from_slice(format!("{}\tdelete\n", event.revision).as_bytes())
+            }
+            (Output::Json, after) => {
+                let state = |kv: &Option<KeyValue>| {
+                    kv.as_ref().map_or(Value::Null, |kv| {
+                        let mut value = kv_json(kv);
+                        value["expires_at_ms"] = json!(kv.expires_at_ms);
+                        value
+                    })
+                };
+                let value = json!({
+                    "revision": event.revision,
+                    "key": bytes(&event.key),
+                    "kind": if after.is_some() { "put" } else { "delete" },
+                    "kv": state(after),
+                    "prev": state(&event.before),
+                    "clock_ms": event.clock_ms,
+                });
+                out.extend(json_line(&value));
+            }
         }
     }
     out

@@ -29,6 +29,7 @@ mod batch;
 mod cluster;
 mod guard;
 mod hedge;
+mod history;
 mod idempotency;
 mod idempotent;
 mod leader_probe;

@@ -61,8 +61,8 @@
 //! deadline or the attempt limit is reached it returns `OutcomeUnknown` if any attempt may
 //! have been applied, else the last error (it was not applied). `ConditionFailed`,
 //! `InvalidArgument`, `NotACounter`, `Overflow`, `FencedOut`, `LockNotHeld`,
-//! `RecordNotOwned` and `FutureRevision` (a read's `min_revision` the range has not reached)
-//! are final and returned at once: sending again cannot change them.
+//! `RecordNotOwned`, `FutureRevision` (a read's `min_revision` the range has not reached)
+//! and `Compacted` (history asked from a revision the replica no longer keeps) are final and returned at once: sending again cannot change them.
 //! `RequestIdExpired` while no attempt of the write can have been applied (on the first
 //! attempt, or after attempts that were certainly not applied) moves the write to a new
 //! session and a new id, once; otherwise it is returned: the write may have been applied
@@ -142,7 +142,7 @@ pub use options::{
 };
 pub use results::{
     AbortResult, AcquireResult, BatchPart, BatchResult, BeginResult, CompleteResult, DeleteResult,
-    GetResult, IdempotencyGetResult, IncrementResult, InspectResult, LockHolder,
+    GetResult, HistoryResult, IdempotencyGetResult, IncrementResult, InspectResult, LockHolder,
     NonAtomicBatchResult, PutResult, RangeInfo, RecordState, ReleaseResult, RenewResult,
     ScanResult,
 };

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use keel_proto::v1;
-use keel_types::{KeyValue, KvError, NodeId, OpResult, Revision};
+use keel_types::{Event, KeyValue, KvError, NodeId, OpResult, Revision};
 
 pub(crate) mod idempotency;
 pub(crate) mod lock;
@@ -22,11 +22,29 @@ pub struct GetResult {
     /// `None` when the key is absent.
     pub kv: Option<KeyValue>,
     /// Time the key has left, by the serving replica's clock when it read it; `None` when the
-    /// key has no TTL (or is absent). `kv.expires_at_ms` is always `None` on the client.
+    /// key has no TTL (or is absent). `kv.expires_at_ms` is the absolute expiry, on the clock
+    /// of the leader that wrote it.
     pub ttl_remaining: Option<Duration>,
     /// The range's applied revision the read reflects.
     pub revision: Revision,
     /// The node that served the read.
+    pub served_by: NodeId,
+}
+
+/// A page of one key's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryResult {
+    /// Oldest first.
+    pub events: Vec<Event>,
+    /// Events at or below this revision may be gone on the serving replica; the page is
+    /// complete above it.
+    pub compact_revision: Revision,
+    /// More events follow: ask again from `next_revision`.
+    pub more: bool,
+    pub next_revision: Revision,
+    /// The range's applied revision the page reflects.
+    pub revision: Revision,
+    /// The node that served the page.
     pub served_by: NodeId,
 }
 
@@ -145,6 +163,7 @@ served!(
     v1::DeleteResponse,
     v1::IncrementResponse,
     v1::ScanResponse,
+    v1::HistoryResponse,
     v1::BatchResponse,
     v1::AcquireResponse,
     v1::RenewResponse,
@@ -193,6 +212,18 @@ pub(crate) fn get(response: v1::GetResponse) -> Result<GetResult, KvError> {
     Ok(GetResult {
         kv: response.kv.map(Into::into),
         ttl_remaining,
+        revision: header.revision,
+        served_by: header.served_by,
+    })
+}
+
+pub(crate) fn history(response: v1::HistoryResponse) -> Result<HistoryResult, KvError> {
+    let header = header(response.header, false)?;
+    Ok(HistoryResult {
+        events: response.events.into_iter().map(Event::from).collect(),
+        compact_revision: response.compact_revision,
+        more: response.more,
+        next_revision: response.next_revision,
         revision: header.revision,
         served_by: header.served_by,
     })

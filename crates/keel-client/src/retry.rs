@@ -120,7 +120,8 @@ fn effect(error: &AttemptError) -> Effect {
             | KvError::FencedOut { .. }
             | KvError::LockNotHeld { .. }
             | KvError::RecordNotOwned { .. }
-            | KvError::FutureRevision { .. },
+            | KvError::FutureRevision { .. }
+            | KvError::Compacted { .. },
         ) => Effect::Final,
         AttemptError::Server(
             KvError::Unauthenticated { .. }

@@ -2,16 +2,15 @@
 //! no kind, a batch op with no op) become `KvError::InvalidArgument`, as do TTLs and request
 //! ids outside their limits.
 //!
-//! On the wire a key's TTL is the time it has left (`ttl_remaining_ms`), by the clock of the
-//! replica that served it; inside Keel it is an absolute expiry (`KeyValue::expires_at_ms`).
-//! Only the serving side can turn one into the other, so `key_value` takes its clock
-//! reading, and a `KeyValue` decoded from the wire has no expiry (read the remaining TTL from
-//! the wire message itself).
+//! On the wire a key's TTL is both the time it has left (`ttl_remaining_ms`), by the clock of
+//! the replica that served it, and its absolute expiry (`expires_at_ms`, on the leader's
+//! clock, as Keel keeps it). Only the serving side can count the time left, so `key_value`
+//! takes its clock reading; a `KeyValue` decoded from the wire keeps the absolute expiry.
 
 use keel_types::validate::check_fence;
 use keel_types::{
-    BatchOp, Condition, ConditionFailed, Consistency, Fence, KeyValue, KvError, LockHold, NodeAddr,
-    RangeDescriptor, RangeId, RequestId, validate,
+    BatchOp, Condition, ConditionFailed, Consistency, Event, Fence, KeyValue, KvError, LockHold,
+    NodeAddr, RangeDescriptor, RangeId, RequestId, validate,
 };
 
 use crate::v1;
@@ -23,6 +22,7 @@ pub fn key_value(kv: KeyValue, now_ms: u64) -> v1::KeyValue {
         ttl_remaining_ms: kv
             .expires_at_ms
             .map(|expires| expires.saturating_sub(now_ms).max(1)),
+        expires_at_ms: kv.expires_at_ms,
         key: kv.key,
         value: kv.value,
         create_revision: kv.create_revision,
@@ -30,15 +30,37 @@ pub fn key_value(kv: KeyValue, now_ms: u64) -> v1::KeyValue {
     }
 }
 
+/// `event` as sent to a client: each state's TTL counted from the change (`clock_ms`).
+pub fn event(event: Event) -> v1::Event {
+    v1::Event {
+        revision: event.revision,
+        key: event.key,
+        kv: event.after.map(|kv| key_value(kv, event.clock_ms)),
+        prev_kv: event.before.map(|kv| key_value(kv, event.clock_ms)),
+        clock_ms: event.clock_ms,
+    }
+}
+
+impl From<v1::Event> for Event {
+    fn from(event: v1::Event) -> Self {
+        Event {
+            revision: event.revision,
+            key: event.key,
+            after: event.kv.map(KeyValue::from),
+            before: event.prev_kv.map(KeyValue::from),
+            clock_ms: event.clock_ms,
+        }
+    }
+}
+
 impl From<v1::KeyValue> for KeyValue {
-    /// Without the expiry: see the module's documentation.
     fn from(kv: v1::KeyValue) -> Self {
         KeyValue {
             key: kv.key,
             value: kv.value,
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
-            expires_at_ms: None,
+            expires_at_ms: kv.expires_at_ms,
         }
     }
 }
@@ -307,6 +329,13 @@ impl From<&KvError> for v1::ErrorDetail {
             KvError::FutureRevision { requested, current } => {
                 Kind::FutureRevision(v1::FutureRevision { requested, current })
             }
+            KvError::Compacted {
+                requested,
+                compact_revision,
+            } => Kind::Compacted(v1::Compacted {
+                requested,
+                compact_revision,
+            }),
         };
         v1::ErrorDetail { kind: Some(kind) }
     }
@@ -399,6 +428,10 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
             requested: e.requested,
             current: e.current,
         },
+        Kind::Compacted(e) => KvError::Compacted {
+            requested: e.requested,
+            compact_revision: e.compact_revision,
+        },
     };
     Some(error)
 }
@@ -473,6 +506,10 @@ mod tests {
             KvError::FutureRevision {
                 requested: 12,
                 current: 9,
+            },
+            KvError::Compacted {
+                requested: 3,
+                compact_revision: 7,
             },
             KvError::Overflow {
                 key: b"n".to_vec(),

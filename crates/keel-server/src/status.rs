@@ -24,6 +24,7 @@
 //! | PermissionDenied  | PERMISSION_DENIED   | the token may not make this call; nothing done     |
 //! | QuotaExceeded     | RESOURCE_EXHAUSTED  | the tenant is at a quota; nothing applied          |
 //! | FutureRevision    | OUT_OF_RANGE        | a read's min_revision no write has made yet        |
+//! | Compacted         | OUT_OF_RANGE        | history asked from a revision no longer kept       |
 //!
 //! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
 //! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
@@ -58,7 +59,7 @@ pub fn code(error: &KvError) -> Code {
         KvError::Unauthenticated { .. } => Code::Unauthenticated,
         KvError::PermissionDenied { .. } => Code::PermissionDenied,
         KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
-        KvError::FutureRevision { .. } => Code::OutOfRange,
+        KvError::FutureRevision { .. } | KvError::Compacted { .. } => Code::OutOfRange,
     }
 }
 
@@ -222,6 +223,17 @@ mod tests {
                 limit: 10,
             },
             Code::ResourceExhausted,
+        );
+    }
+
+    #[test]
+    fn a_compacted_revision_is_out_of_range() {
+        check(
+            KvError::Compacted {
+                requested: 2,
+                compact_revision: 5,
+            },
+            Code::OutOfRange,
         );
     }
 

@@ -19,7 +19,7 @@ use crate::apply;
 use crate::error::StorageError;
 use crate::meta::MetaRow;
 use crate::raft_types::{Entry, LogId, Vote};
-use crate::tables::{InstallMarker, KeySpan, Retention, SmState};
+use crate::tables::{CompactStep, InstallMarker, KeySpan, Retention, SmState};
 
 pub(crate) use install::InstallBatch;
 
@@ -108,9 +108,9 @@ impl Op {
 /// What executing an op produced.
 pub(crate) enum Outcome {
     Done,
-    /// `InstallClear`: whether rows of the span remain; `CompactHistory`: whether the step
-    /// stopped for its budget.
+    /// `InstallClear`: whether rows of the span remain.
     More(bool),
+    Compacted(CompactStep),
     Applied(Vec<CommandOutcome>),
 }
 
@@ -135,7 +135,7 @@ pub(crate) fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, Storag
         Op::RemoveBegin { range } => done(remove::begin(txn, *range)),
         Op::RemoveFinish { range } => done(remove::finish(txn, *range)),
         Op::CompactHistory { range, retention } => {
-            history::compact(txn, *range, *retention).map(Outcome::More)
+            history::compact(txn, *range, *retention).map(Outcome::Compacted)
         }
     }
 }

@@ -43,7 +43,8 @@ use crate::snapshot;
 use crate::snapshot_file::SnapshotFile;
 use crate::store::Store;
 use crate::tables::{
-    self, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META, SmState, TTL,
+    self, CompactStep, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META,
+    SmState, TTL,
 };
 use crate::upkeep::{self, Upkeep, due_records, expired_keys, idle_sessions};
 use crate::writer::Done;
@@ -299,23 +300,32 @@ impl StateMachine {
     /// revisions at a time, the events written more than `retention.max_age_ms` before
     /// `now_ms` (by the range clock) and the oldest while the range's events hold more than
     /// `retention.max_bytes`, raising its history floor. Runs in bounded transactions of the
-    /// writer thread; a range being installed or removed is left alone.
+    /// writer thread; a range being installed or removed is left alone. Returns when its
+    /// oldest kept event passes the age bound (`None`: it keeps no event); until then, only
+    /// new applies can give it more to remove.
     pub async fn compact_history(
         &self,
         now_ms: u64,
         retention: HistoryRetention,
-    ) -> Result<(), StorageError> {
-        let retention = tables::Retention {
+    ) -> Result<Option<u64>, StorageError> {
+        let bound = tables::Retention {
             before_ms: now_ms.saturating_sub(retention.max_age_ms),
             max_bytes: retention.max_bytes,
         };
-        let range = self.range;
-        while let Outcome::More(true) = self
-            .store
-            .call(Op::CompactHistory { range, retention })
-            .await?
-        {}
-        Ok(())
+        let op = || Op::CompactHistory {
+            range: self.range,
+            retention: bound,
+        };
+        loop {
+            match self.store.call(op()).await? {
+                Outcome::Compacted(CompactStep::Budget) => continue,
+                Outcome::Compacted(CompactStep::Kept { clock_ms }) => {
+                    return Ok(Some(clock_ms.saturating_add(retention.max_age_ms)));
+                }
+                Outcome::Compacted(CompactStep::Empty) => return Ok(None),
+                _ => unreachable!("a compaction step answers where it stopped"),
+            }
+        }
     }
 
     /// What a leader should propose to clean up now (read-only): up to `CLEANUP_KEYS_MAX`

@@ -81,8 +81,8 @@ pub(crate) use deadlines::{
 };
 pub(crate) use fences::{FENCES, write_fence};
 pub(crate) use history::{
-    Change, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, clear_history, compact, count_history,
-    key_events, record_event,
+    Change, CompactStep, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, clear_history, compact,
+    count_history, key_events, record_event,
 };
 pub(crate) use idempotency::IDEMPOTENCY;
 pub(crate) use keyed_rows::{Uncounted, count_rows, read_row, row_bytes};

@@ -157,6 +157,16 @@ pub enum KvError {
     /// yet. Nothing was read.
     #[error("revision {requested} is ahead of the range, which is at revision {current}")]
     FutureRevision { requested: u64, current: u64 },
+
+    /// A history read asked for events from revision `requested`, at or below the serving
+    /// replica's history floor `compact_revision`: some may be gone. Nothing was read.
+    #[error(
+        "revision {requested} is compacted: the history kept starts after revision {compact_revision}"
+    )]
+    Compacted {
+        requested: u64,
+        compact_revision: u64,
+    },
 }
 
 impl From<Rejection> for KvError {
@@ -310,6 +320,7 @@ impl KvError {
             KvError::PermissionDenied { .. } => "permission_denied",
             KvError::QuotaExceeded { .. } => "quota_exceeded",
             KvError::FutureRevision { .. } => "future_revision",
+            KvError::Compacted { .. } => "compacted",
         }
     }
 }

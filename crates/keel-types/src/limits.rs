@@ -69,6 +69,12 @@ pub const HISTORY_LIMIT_MAX: u32 = 1_000;
 /// Most bytes (keys and the values before and after) one history page may return; a page
 /// stops early at this size (it holds at least one event).
 pub const HISTORY_PAGE_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Shortest and longest time a node may keep a range's events (`--history-retention-ms`).
+pub const HISTORY_RETENTION_MS_MIN: u64 = 1_000;
+pub const HISTORY_RETENTION_MS_MAX: u64 = 30 * 24 * 60 * 60 * 1000;
+/// Least and most bytes of events a node may keep per range (`--history-retention-bytes`).
+pub const HISTORY_RETENTION_BYTES_MIN: u64 = 1024;
+pub const HISTORY_RETENTION_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
 /// Rows a history compaction step reads (of any range of the file) in one transaction.
 pub const HISTORY_COMPACT_ROWS_PER_TXN: usize = 4_096;
 

@@ -321,6 +321,19 @@ pub fn check_scan(start: &[u8], end: &[u8], limit: u32) -> Result<u32, KvError> 
     }
 }
 
+/// Checks a history page's limit and returns it: 0 is `HISTORY_LIMIT_DEFAULT`, more than
+/// `HISTORY_LIMIT_MAX` is refused.
+pub fn check_history_limit(limit: u32) -> Result<u32, KvError> {
+    match limit {
+        0 => Ok(limits::HISTORY_LIMIT_DEFAULT),
+        limit if limit > limits::HISTORY_LIMIT_MAX => Err(KvError::invalid(format!(
+            "history limit is {limit} events; limit is {} events",
+            limits::HISTORY_LIMIT_MAX
+        ))),
+        limit => Ok(limit),
+    }
+}
+
 // A lone op is within the batch byte limit whatever its sizes, as `check_op` assumes.
 const _: () =
     assert!(limits::KEY_BYTES_MAX + 2 * limits::VALUE_BYTES_MAX <= limits::BATCH_BYTES_MAX);

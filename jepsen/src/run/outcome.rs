@@ -34,7 +34,8 @@ pub fn write_status(error: &KvError) -> Status {
         | KvError::Unauthenticated { .. }
         | KvError::PermissionDenied { .. }
         | KvError::QuotaExceeded { .. }
-        | KvError::FutureRevision { .. } => Status::Fail,
+        | KvError::FutureRevision { .. }
+        | KvError::Compacted { .. } => Status::Fail,
         KvError::OutcomeUnknown { .. }
         | KvError::Timeout { .. }
         | KvError::Fatal { .. }
@@ -71,6 +72,7 @@ pub fn error_name(error: &KvError) -> &'static str {
         KvError::PermissionDenied { .. } => "permission-denied",
         KvError::QuotaExceeded { .. } => "quota-exceeded",
         KvError::FutureRevision { .. } => "future-revision",
+        KvError::Compacted { .. } => "compacted",
     }
 }
 

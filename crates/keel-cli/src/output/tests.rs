@@ -555,3 +555,41 @@ fn cluster_split_prints_both_halves() {
     assert_eq!(json["right"]["range_id"], 9);
     assert_eq!(json["right"]["end"], Value::Null);
 }
+
+#[test]
+fn history_prints_one_line_per_event() {
+    let put = Event {
+        revision: 7,
+        key: b"k".to_vec(),
+        after: Some(KeyValue {
+            expires_at_ms: Some(9_000),
+            ..kv(b"k", b"v2")
+        }),
+        before: Some(kv(b"k", b"v1")),
+        clock_ms: 5_000,
+    };
+    let removed = Event {
+        revision: 9,
+        after: None,
+        before: put.after.clone(),
+        clock_ms: 9_000,
+        ..put.clone()
+    };
+    let events = [put, removed];
+    let lines = String::from_utf8(history_rows(&events, Output::Text)).unwrap();
+    assert_eq!(lines, "7\tput\tv2\n9\tdelete\n");
+    let json = String::from_utf8(history_rows(&events, Output::Json)).unwrap();
+    let rows: Vec<Value> = json.lines().map(parsed).collect();
+    assert_eq!(
+        rows[0],
+        json!({
+            "revision": 7, "key": "k", "kind": "put", "clock_ms": 5_000,
+            "kv": {"key": "k", "value": "v2", "create_revision": 3, "mod_revision": 7,
+                   "expires_at_ms": 9_000},
+            "prev": {"key": "k", "value": "v1", "create_revision": 3, "mod_revision": 7,
+                     "expires_at_ms": null},
+        })
+    );
+    assert_eq!((&rows[1]["kind"], &rows[1]["kv"]), (&json!("delete"), &Value::Null));
+    assert_eq!(rows[1]["prev"]["expires_at_ms"], json!(9_000));
+}

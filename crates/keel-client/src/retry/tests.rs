@@ -35,6 +35,7 @@ fn kind(error: &KvError) -> &'static str {
         KvError::PermissionDenied { .. } => "permission denied",
         KvError::QuotaExceeded { .. } => "quota exceeded",
         KvError::FutureRevision { .. } => "future revision",
+        KvError::Compacted { .. } => "compacted",
     }
 }
 
@@ -214,6 +215,15 @@ fn reads_retry_everything_but_final_answers_within_their_attempts() {
             }),
             1,
             Gives("future revision"),
+        ),
+        // Asked for history from a revision the replica no longer keeps.
+        (
+            server(KvError::Compacted {
+                requested: 2,
+                compact_revision: 5,
+            }),
+            1,
+            Gives("compacted"),
         ),
         (hinted(), max - 1, Hinted),
         (hinted(), max, Gives("unavailable")),

@@ -23,6 +23,8 @@ use tonic::{Code, Request, Response, Status};
 
 /// The key whose reads report a TTL, so tests can see `ttl_remaining`.
 pub const TTL_KEY: &[u8] = b"has-ttl";
+/// The range clock of the event a history read of any key reports.
+pub const HISTORY_CLOCK_MS: u64 = 1_700_000_000_000;
 /// The TTL reads of `TTL_KEY` report.
 pub const TTL_REMAINING_MS: u64 = 1_500;
 
@@ -126,6 +128,7 @@ macro_rules! headed {
 
 headed!(
     v1::GetResponse,
+    v1::HistoryResponse,
     v1::PutResponse,
     v1::DeleteResponse,
     v1::ScanResponse,
@@ -406,7 +409,7 @@ pub fn status(error: &KvError) -> Status {
         KvError::Unauthenticated { .. } => Code::Unauthenticated,
         KvError::PermissionDenied { .. } => Code::PermissionDenied,
         KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
-        KvError::FutureRevision { .. } => Code::OutOfRange,
+        KvError::FutureRevision { .. } | KvError::Compacted { .. } => Code::OutOfRange,
     };
     let detail = v1::ErrorDetail::from(error).encode_to_vec();
     Status::with_details(code, error.to_string(), detail.into())
@@ -425,6 +428,7 @@ impl Kv for Service {
             true => self.0.stored(&key),
             false => Some(v1::KeyValue {
                 ttl_remaining_ms: (key == TTL_KEY).then_some(TTL_REMAINING_MS),
+                expires_at_ms: None,
                 key: key.clone(),
                 value: b"value".to_vec(),
                 create_revision: 3,
@@ -436,6 +440,37 @@ impl Kv for Service {
             kv,
         };
         self.0.read("get", &request, &key, response).await
+    }
+
+    /// One event of the key: a put at revision 4 and clock `HISTORY_CLOCK_MS`, with the TTL
+    /// reads of `TTL_KEY` report (counted from that clock).
+    async fn history(
+        &self,
+        request: Request<v1::HistoryRequest>,
+    ) -> Result<Response<v1::HistoryResponse>, Status> {
+        let key = request.get_ref().key.clone();
+        let event = v1::Event {
+            revision: 4,
+            key: key.clone(),
+            kv: Some(v1::KeyValue {
+                ttl_remaining_ms: Some(TTL_REMAINING_MS),
+                expires_at_ms: Some(HISTORY_CLOCK_MS + TTL_REMAINING_MS),
+                key: key.clone(),
+                value: b"value".to_vec(),
+                create_revision: 4,
+                mod_revision: 4,
+            }),
+            prev_kv: None,
+            clock_ms: HISTORY_CLOCK_MS,
+        };
+        let response = v1::HistoryResponse {
+            header: self.0.header(9, false),
+            events: vec![event],
+            compact_revision: 2,
+            more: false,
+            next_revision: 0,
+        };
+        self.0.read("history", &request, &key, response).await
     }
 
     async fn put(

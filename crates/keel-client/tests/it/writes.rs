@@ -1,14 +1,16 @@
 //! Writes end to end against the fake: request ids, sessions, retries with the same id,
-//! replayed answers, the write deadline, increments and TTLs.
+//! replayed answers, the write deadline, increments and TTLs, and a history page.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions, PutOptions};
-use keel_types::{BatchOp, Consistency, KvError, ManualClock, NodeAddr, RangeId, SharedClock};
+use keel_types::{
+    BatchOp, Consistency, KvError, ManualClock, NodeAddr, RangeId, ReadBound, SharedClock,
+};
 use tokio::sync::Notify;
 
-use crate::fake::{Fake, Reply, TTL_KEY, TTL_REMAINING_MS};
+use crate::fake::{Fake, HISTORY_CLOCK_MS, Reply, TTL_KEY, TTL_REMAINING_MS};
 use crate::routing::{client, short};
 
 /// (client_id, sequence, completed_below) of each write the fake received.
@@ -268,6 +270,36 @@ async fn ttls_are_checked_sent_and_reported() {
     assert_eq!(read.ttl_remaining, Some(remaining));
     let read = client.get(b"k", Consistency::Linearizable).await.unwrap();
     assert_eq!(read.ttl_remaining, None);
+}
+
+#[tokio::test]
+async fn a_history_page_carries_its_events_and_a_bad_limit_is_not_sent() {
+    let (fake, client) = one_fake(vec![], ClientOptions::default()).await;
+    let refused = client
+        .history(
+            b"k",
+            0,
+            1_001,
+            Consistency::Linearizable,
+            ReadBound::default(),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(KvError::InvalidArgument { .. })),
+        "{refused:?}"
+    );
+    assert!(fake.calls().is_empty(), "a bad limit is not sent");
+    let page = client
+        .history(b"k", 0, 0, Consistency::Linearizable, ReadBound::default())
+        .await
+        .unwrap();
+    assert_eq!((page.compact_revision, page.revision), (2, 9));
+    let after = page.events[0].after.as_ref().unwrap();
+    assert_eq!(
+        after.expires_at_ms,
+        Some(HISTORY_CLOCK_MS + TTL_REMAINING_MS)
+    );
+    assert_eq!(page.events[0].before, None);
 }
 
 #[tokio::test]

@@ -8,11 +8,11 @@
 use keel_proto::v1::{
     AbortRequest, AbortResponse, AcquireRequest, AcquireResponse, BatchRequest, BatchResponse,
     BeginRequest, BeginResponse, CompleteRequest, CompleteResponse, DeleteRequest, DeleteResponse,
-    Fence, GetRequest, GetResponse, IdempotencyGetRequest, IdempotencyGetResponse,
-    IncrementRequest, IncrementResponse, InspectRequest, InspectResponse, KeyValue, LeaderRequest,
-    LeaderResponse, MembersResponse, OpenSessionResponse, PutRequest, PutResponse, RangesResponse,
-    ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse, ScanRequest, ScanResponse,
-    batch_op,
+    Fence, GetRequest, GetResponse, HistoryRequest, HistoryResponse, IdempotencyGetRequest,
+    IdempotencyGetResponse, IncrementRequest, IncrementResponse, InspectRequest, InspectResponse,
+    KeyValue, LeaderRequest, LeaderResponse, MembersResponse, OpenSessionResponse, PutRequest,
+    PutResponse, RangesResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
+    ScanRequest, ScanResponse, batch_op,
 };
 use keel_types::tenant::Namespace;
 use keel_types::{ConditionFailed, KvError, RangeDescriptor};
@@ -176,6 +176,7 @@ macro_rules! confine_field {
 
 confine_field!(
     GetRequest => key,
+    HistoryRequest => key,
     LeaderRequest => key,
     IncrementRequest => key,
     AcquireRequest => name,
@@ -254,6 +255,16 @@ nothing_to_reveal!(
 impl Reveal for GetResponse {
     fn reveal(&mut self, namespace: &Namespace) {
         reveal_kv(&mut self.kv, namespace);
+    }
+}
+
+impl Reveal for HistoryResponse {
+    fn reveal(&mut self, namespace: &Namespace) {
+        for event in &mut self.events {
+            reveal_name(&mut event.key, namespace);
+            reveal_kv(&mut event.kv, namespace);
+            reveal_kv(&mut event.prev_kv, namespace);
+        }
     }
 }
 

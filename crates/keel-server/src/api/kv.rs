@@ -2,7 +2,7 @@
 //! batch by its first key) to the local range holding it, serves it on that range's replica
 //! when it can (writes and consistent reads on the leader, follower reads anywhere) and
 //! otherwise forwards it once to the leader or answers `NotLeader` (`requests/router.rs`). A scan page
-//! ends at the serving range's end. Errors leave through
+//! ends at the serving range's end. A key's history is read like the key (`History`). Errors leave through
 //! `status.rs`. The leader stamps its clock into every mutation it proposes (TTLs count from
 //! there), and reads hide keys expired by this node's clock. A write with a fence is proposed
 //! as a fenced mutation. Knows nothing of openraft types: groups speak `KvError`.
@@ -14,12 +14,15 @@ use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
-    GetResponse, IncrementRequest, IncrementResponse, OpenSessionRequest, OpenSessionResponse,
-    PutRequest, PutResponse, ResponseHeader, ScanRequest, ScanResponse,
+    GetResponse, HistoryRequest, HistoryResponse, IncrementRequest, IncrementResponse,
+    OpenSessionRequest, OpenSessionResponse, PutRequest, PutResponse, ResponseHeader, ScanRequest,
+    ScanResponse,
 };
 use keel_raft::RaftGroup;
-use keel_storage::KeyRead;
-use keel_types::validate::{check_key, check_op_count, check_ops, check_read_bound, check_scan};
+use keel_storage::{HistoryRead, KeyRead};
+use keel_types::validate::{
+    check_history_limit, check_key, check_op_count, check_ops, check_read_bound, check_scan,
+};
 use keel_types::{
     BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
     RangeDescriptor, ReadBound, RequestId, Revision,
@@ -141,6 +144,58 @@ impl KvService {
                 .collect(),
             more: next_start.is_some(),
             next_start: next_start.unwrap_or_default(),
+        })
+    }
+
+    async fn serve_history(&self, request: &HistoryRequest) -> Result<HistoryResponse, KvError> {
+        check_key(&request.key)?;
+        let limit = check_history_limit(request.limit)?;
+        let consistency = convert::consistency(request.consistency)?;
+        let bound = check_read_bound(request.max_staleness_ms, request.min_revision)?;
+        let history = |group| self.local_history(group, request, limit, consistency, bound);
+        self.router.on_range(&request.key, history).await
+    }
+
+    /// One page of the key's history, from this node's replica of its range.
+    async fn local_history(
+        &self,
+        group: Arc<RaftGroup>,
+        request: &HistoryRequest,
+        limit: u32,
+        consistency: Consistency,
+        bound: ReadBound,
+    ) -> Result<HistoryResponse, KvError> {
+        group.read_barrier_within(consistency, bound).await?;
+        let read = group
+            .state_machine()
+            .key_history(&request.key, request.start_revision, limit)
+            .await
+            .map_err(|e| self.router.storage_failed(e))?;
+        let page = match read {
+            HistoryRead::Events(page) => page,
+            HistoryRead::Compacted { compact_revision } => {
+                return Err(KvError::Compacted {
+                    requested: request.start_revision,
+                    compact_revision,
+                });
+            }
+            HistoryRead::Outside { descriptor } => {
+                return Err(KvError::KeyOutOfRange {
+                    key: request.key.clone(),
+                    range: Box::new(descriptor),
+                });
+            }
+        };
+        let next_revision = match (page.more, page.events.last()) {
+            (true, Some(last)) => last.revision + 1,
+            _ => 0,
+        };
+        Ok(HistoryResponse {
+            header: self.router.header(&group, page.revision, false),
+            events: page.events.into_iter().map(convert::event).collect(),
+            compact_revision: page.compact_revision,
+            more: page.more,
+            next_revision,
         })
     }
 
@@ -346,6 +401,21 @@ impl Kv for KvService {
         let request = caller.confine(request.into_inner());
         let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.scan(r).await };
         let serve = || self.serve_scan(&request);
+        let answer = self
+            .router
+            .answer(&request, Hop::READ, serve, forward)
+            .await;
+        caller.reveal(answer)
+    }
+
+    async fn history(
+        &self,
+        request: Request<HistoryRequest>,
+    ) -> Result<Response<HistoryResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.history(r).await };
+        let serve = || self.serve_history(&request);
         let answer = self
             .router
             .answer(&request, Hop::READ, serve, forward)

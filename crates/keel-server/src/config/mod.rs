@@ -87,6 +87,10 @@ pub struct KvSettings {
     pub dedup_window_ms: u64,
     /// How often a leader looks for expired keys and idle sessions to remove.
     pub cleanup_interval_ms: u64,
+    /// How long each replica keeps a range's events.
+    pub history_retention_ms: u64,
+    /// Most bytes of events each replica keeps per range.
+    pub history_retention_bytes: u64,
     /// When the ranges this node leads split.
     #[serde(flatten)]
     pub split: SplitSettings,
@@ -97,6 +101,8 @@ impl Default for KvSettings {
         KvSettings {
             dedup_window_ms: 10 * 60 * 1000,
             cleanup_interval_ms: 1_000,
+            history_retention_ms: 60 * 60 * 1000,
+            history_retention_bytes: 64 * 1024 * 1024,
             split: SplitSettings::default(),
         }
     }
@@ -261,6 +267,18 @@ pub enum ConfigError {
         "cleanup interval is {0} ms; it must be {CLEANUP_INTERVAL_MS_MIN} to {CLEANUP_INTERVAL_MS_MAX} ms"
     )]
     CleanupInterval(u64),
+    #[error(
+        "history retention is {0} ms; it must be {min} ms to {max} ms (30 days)",
+        min = limits::HISTORY_RETENTION_MS_MIN,
+        max = limits::HISTORY_RETENTION_MS_MAX
+    )]
+    HistoryRetention(u64),
+    #[error(
+        "history retention is {0} bytes per range; it must be {min} bytes (1 KiB) to {max} bytes (64 GiB)",
+        min = limits::HISTORY_RETENTION_BYTES_MIN,
+        max = limits::HISTORY_RETENTION_BYTES_MAX
+    )]
+    HistoryRetentionBytes(u64),
     #[error(
         "range split size is {0} bytes; it must be {RANGE_SPLIT_BYTES_MIN} bytes (1 KiB) to {RANGE_SPLIT_BYTES_MAX} bytes (64 GiB)"
     )]
@@ -467,6 +485,18 @@ impl NodeConfig {
         let interval = self.kv.cleanup_interval_ms;
         if !(CLEANUP_INTERVAL_MS_MIN..=CLEANUP_INTERVAL_MS_MAX).contains(&interval) {
             return Err(ConfigError::CleanupInterval(interval));
+        }
+        let retention = self.kv.history_retention_ms;
+        if !(limits::HISTORY_RETENTION_MS_MIN..=limits::HISTORY_RETENTION_MS_MAX)
+            .contains(&retention)
+        {
+            return Err(ConfigError::HistoryRetention(retention));
+        }
+        let bytes = self.kv.history_retention_bytes;
+        if !(limits::HISTORY_RETENTION_BYTES_MIN..=limits::HISTORY_RETENTION_BYTES_MAX)
+            .contains(&bytes)
+        {
+            return Err(ConfigError::HistoryRetentionBytes(bytes));
         }
         self.kv.split.validate()?;
         self.faults.validate().map_err(ConfigError::Faults)

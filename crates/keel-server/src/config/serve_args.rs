@@ -132,6 +132,14 @@ pub struct ServeArgs {
     /// 10 minutes): retries within it are answered from the record, never applied twice.
     #[arg(long)]
     pub dedup_window_ms: Option<u64>,
+    /// How long each replica keeps a range's events (history, for `Kv.History`): older
+    /// ones are compacted away (default 3600000, 1 hour; 1 s to 30 days).
+    #[arg(long)]
+    pub history_retention_ms: Option<u64>,
+    /// Most bytes of events each replica keeps per range (keys twice, values before and
+    /// after each change): the oldest go first (default 67108864, 64 MiB; 1 KiB to 64 GiB).
+    #[arg(long)]
+    pub history_retention_bytes: Option<u64>,
     /// A range holding more bytes than this (keys + values) splits in two halves of about
     /// equal size (default 67108864, 64 MiB; 1 KiB to 64 GiB).
     #[arg(long)]

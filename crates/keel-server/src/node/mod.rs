@@ -3,7 +3,7 @@
 //! gRPC (on one port, or with `--peer-listen` on two: the client port without Raft, the peer
 //! port for calls from other nodes only; `access/port.rs`), initializes the cluster on first start, watches its own health, and runs its
 //! background tasks: cleanup of expired keys, idle sessions, free locks and expired
-//! idempotency records; the range watcher (`ranges/watch.rs`); the descriptor publisher; the split
+//! idempotency records; history compaction (`ranges/compaction.rs`); the range watcher (`ranges/watch.rs`); the descriptor publisher; the split
 //! driver; heartbeats, the rebalancer and the quiescence watcher (`cluster/quiescence.rs`); the
 //! `grpc.health.v1` statuses; the metrics endpoint when configured. Every gRPC request passes
 //! the metering layer (`metrics`). Shuts down in order. Knows nothing of request semantics
@@ -58,10 +58,10 @@ use crate::metrics::{MeteredLayer, Metrics};
 use crate::peer::batch::{Lane, Links};
 use crate::peer::channels::Peers;
 use crate::peer::transport::GrpcTransport;
-use crate::ranges::cleanup;
 use crate::ranges::meta::META_REPLICAS;
 use crate::ranges::publisher;
 use crate::ranges::split_driver;
+use crate::ranges::{cleanup, compaction};
 use crate::ranges::{lookup, watch};
 use crate::requests::router::Audience;
 use crate::shared::Shared;
@@ -90,7 +90,7 @@ pub struct Node {
     shared: Arc<Shared>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     stop_server: oneshot::Sender<()>,
-    /// Health watch, cleanup, range watcher, descriptor publisher, split driver, heartbeats,
+    /// Health watch, cleanup, history compaction, range watcher, descriptor publisher, split driver, heartbeats,
     /// rebalancer, health statuses, metrics endpoint.
     tasks: Vec<JoinHandle<()>>,
 }
@@ -314,7 +314,7 @@ async fn bind_metrics(config: &NodeConfig) -> anyhow::Result<Option<TcpListener>
 }
 
 /// Starts the node's background tasks, each in the node's span: health watch, cleanup,
-/// range watcher, publisher, split driver, heartbeats, rebalancer, health statuses and the
+/// history compaction, range watcher, publisher, split driver, heartbeats, rebalancer, health statuses and the
 /// metrics endpoint (when it has a listener).
 fn spawn_tasks(
     shared: &Arc<Shared>,
@@ -325,6 +325,7 @@ fn spawn_tasks(
     let mut tasks = vec![
         tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
         tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(compaction::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(watch::watch(shared.clone()).instrument(span.clone())),
         tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),

@@ -1,11 +1,12 @@
 //! Ranges on this node: routing a key to the group that serves it and keeping the range
 //! tables fresh (`lookup`, `watch`), reaching the meta range (`meta`), splits by size and
 //! load (`split`, `split_driver`), publishing descriptors to the meta range (`publisher`),
-//! adding, moving and removing replicas (`replicas`), and the cleanup of expired state
-//! (`cleanup`). Uses `shared` and `peer`; never imports `cluster`, `requests`, `locks` or
+//! adding, moving and removing replicas (`replicas`), the cleanup of expired state
+//! (`cleanup`) and the compaction of each replica's history (`compaction`). Uses `shared` and `peer`; never imports `cluster`, `requests`, `locks` or
 //! `api`.
 
 pub(crate) mod cleanup;
+pub(crate) mod compaction;
 pub(crate) mod lookup;
 pub(crate) mod meta;
 pub(crate) mod publisher;

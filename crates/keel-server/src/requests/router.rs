@@ -15,8 +15,8 @@ use std::time::Duration;
 use keel_proto::raft::{BatchedRequest, RaftKind};
 use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
-    GetRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest, PutRequest,
-    ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest, SplitRequest,
+    GetRequest, HistoryRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest,
+    PutRequest, ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest, SplitRequest,
 };
 use keel_raft::{Peer, RaftGroup};
 use keel_storage::StorageError;
@@ -56,6 +56,7 @@ macro_rules! forwardable {
 forwardable!(
     GetRequest => "/keel.v1.Kv/Get",
     ScanRequest => "/keel.v1.Kv/Scan",
+    HistoryRequest => "/keel.v1.Kv/History",
     PutRequest => "/keel.v1.Kv/Put",
     DeleteRequest => "/keel.v1.Kv/Delete",
     BatchRequest => "/keel.v1.Kv/Batch",

@@ -7,24 +7,24 @@ use redb::WriteTransaction;
 
 use crate::error::StorageError;
 use crate::tables::{
-    self, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, SM_HISTORY_BYTES, SM_HISTORY_FLOOR,
-    SM_META,
+    self, CompactStep, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, SM_HISTORY_BYTES,
+    SM_HISTORY_FLOOR, SM_META,
 };
 
-/// Writer op: compacts the history of `range` by one step; whether it stopped for its
-/// budget. A range without applied state, mid-install or being removed is left alone.
+/// Writer op: compacts the history of `range` by one step. A range without applied state,
+/// mid-install or being removed is left alone (`Empty`).
 pub(crate) fn compact(
     txn: &WriteTransaction,
     range: RangeId,
     retention: Retention,
-) -> Result<bool, StorageError> {
+) -> Result<CompactStep, StorageError> {
     let mut sm_meta = txn
         .open_table(SM_META)
         .map_err(|e| StorageError::redb("open sm_meta", e))?;
     let mut state = tables::read_sm_state(&sm_meta, range)?;
     let idle = state.applied.is_none() || state.installing.is_some();
     if idle || tables::is_removing(&sm_meta, range)? {
-        return Ok(false);
+        return Ok(CompactStep::Empty);
     }
     let mut history = txn
         .open_table(HISTORY)
@@ -32,12 +32,13 @@ pub(crate) fn compact(
     let mut keys = txn
         .open_table(HISTORY_KEYS)
         .map_err(|e| StorageError::redb("open history_keys", e))?;
+    let before = (state.history_floor, state.history_bytes);
     let facts = HistoryFacts {
         floor: &mut state.history_floor,
         bytes: &mut state.history_bytes,
     };
     let budget = limits::HISTORY_COMPACT_ROWS_PER_TXN;
-    let more = tables::compact(
+    let step = tables::compact(
         &mut history,
         &mut keys,
         facts,
@@ -45,7 +46,9 @@ pub(crate) fn compact(
         retention,
         budget,
     )?;
-    tables::write_meta(&mut sm_meta, range, SM_HISTORY_FLOOR, &state.history_floor)?;
-    tables::write_meta(&mut sm_meta, range, SM_HISTORY_BYTES, &state.history_bytes)?;
-    Ok(more)
+    if (state.history_floor, state.history_bytes) != before {
+        tables::write_meta(&mut sm_meta, range, SM_HISTORY_FLOOR, &state.history_floor)?;
+        tables::write_meta(&mut sm_meta, range, SM_HISTORY_BYTES, &state.history_bytes)?;
+    }
+    Ok(step)
 }

@@ -263,10 +263,21 @@ pub(crate) struct HistoryFacts<'a> {
     pub bytes: &'a mut u64,
 }
 
+/// Where a compaction step stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CompactStep {
+    /// It read its budget of rows: more may go.
+    Budget,
+    /// At the range's oldest event the retention keeps, written at this range clock.
+    Kept { clock_ms: u64 },
+    /// The range has no events left.
+    Empty,
+}
+
 /// One bounded step of compaction of the range with `span`: reads at most `budget` rows of
 /// `history` from the floor up (rows of other ranges included) and removes the range's
 /// events the retention lets go, whole revisions at a time, raising the floor to each
-/// revision it starts removing. Returns whether it stopped for the budget (more may go).
+/// revision it starts removing.
 pub(crate) fn compact(
     history: &mut Table<(u64, &[u8]), &[u8]>,
     keys: &mut Table<(&[u8], u64), u64>,
@@ -274,18 +285,18 @@ pub(crate) fn compact(
     span: &KeySpan,
     retention: Retention,
     budget: usize,
-) -> Result<bool, StorageError> {
+) -> Result<CompactStep, StorageError> {
     let mut doomed = Vec::new();
     let mut pending_bytes = *facts.bytes;
     let mut floor = *facts.floor;
-    let mut stopped_for_budget = false;
+    let mut step = CompactStep::Empty;
     let start: &[u8] = &[];
     let rows = history
         .range((floor, start)..)
         .map_err(|e| StorageError::redb("read history", e))?;
     for (read, row) in rows.enumerate() {
         if read == budget {
-            stopped_for_budget = true;
+            step = CompactStep::Budget;
             break;
         }
         let (id, value) = row.map_err(|e| StorageError::redb("read history", e))?;
@@ -298,6 +309,9 @@ pub(crate) fn compact(
             // A revision not yet begun goes whole if the retention lets its first event go.
             let old = stored.clock_ms < retention.before_ms;
             if !old && pending_bytes <= retention.max_bytes {
+                step = CompactStep::Kept {
+                    clock_ms: stored.clock_ms,
+                };
                 break;
             }
             floor = revision;
@@ -313,5 +327,5 @@ pub(crate) fn compact(
             .expect("the range's history bytes cover its events");
     }
     *facts.floor = floor;
-    Ok(stopped_for_budget)
+    Ok(step)
 }

@@ -226,6 +226,7 @@ impl Fake {
     pub(super) fn stored(&self, key: &[u8]) -> Option<v1::KeyValue> {
         let store = self.store.lock().unwrap();
         store.data.get(key).map(|value| v1::KeyValue {
+            expires_at_ms: None,
             key: key.to_vec(),
             value: value.clone(),
             create_revision: 1,
@@ -265,6 +266,7 @@ impl Fake {
             .take_while(|(key, _)| stop.as_ref().is_none_or(|stop| *key < stop))
             .take(limit + 1)
             .map(|(key, value)| v1::KeyValue {
+                expires_at_ms: None,
                 key: key.clone(),
                 value: value.clone(),
                 create_revision: 1,

@@ -13,8 +13,8 @@ use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::lock_server::Lock;
 use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
-    GetRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest, PutRequest,
-    ReleaseRequest, RenewRequest, ScanRequest, SplitRequest,
+    GetRequest, HistoryRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest,
+    PutRequest, ReleaseRequest, RenewRequest, ScanRequest, SplitRequest,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -57,6 +57,7 @@ impl Services {
         let served = match request.method.as_str() {
             GetRequest::METHOD => unary(payload, caller, |r| self.kv.get(r)).await,
             ScanRequest::METHOD => unary(payload, caller, |r| self.kv.scan(r)).await,
+            HistoryRequest::METHOD => unary(payload, caller, |r| self.kv.history(r)).await,
             PutRequest::METHOD => unary(payload, caller, |r| self.kv.put(r)).await,
             DeleteRequest::METHOD => unary(payload, caller, |r| self.kv.delete(r)).await,
             BatchRequest::METHOD => unary(payload, caller, |r| self.kv.batch(r)).await,

@@ -185,7 +185,9 @@ async fn compaction_removes_whole_revisions_from_the_oldest_and_raises_the_floor
         max_age_ms: 1_500,
         ..keep_all
     };
-    sm.compact_history(4_000, by_age).await.unwrap();
+    // The oldest kept event, written at 3_000, passes the bound at 4_500.
+    let next_due = sm.compact_history(4_000, by_age).await.unwrap();
+    assert_eq!(next_due, Some(4_500));
     assert_eq!(revisions(&sm, "a").await, vec![3, 4]);
     assert_eq!(revisions(&sm, "b").await, vec![3, 4]);
     let counts = sm.history_counts().await.unwrap();
@@ -242,7 +244,8 @@ async fn compaction_reads_past_other_ranges_and_leaves_their_events() {
         max_age_ms: 0,
         max_bytes: 0,
     };
-    child.compact_history(2_000, none).await.unwrap();
+    let next_due = child.compact_history(2_000, none).await.unwrap();
+    assert_eq!(next_due, None, "the child keeps no event");
     assert!(revisions(&child, "m").await.is_empty());
     let right = child.history_counts().await.unwrap();
     assert_eq!((right.floor, right.bytes), (3, 0));
