@@ -554,7 +554,6 @@ fn record(
     before: Option<KeyValue>,
     after: Option<&KeyValue>,
 ) -> Result<(), StorageError> {
-    let (history, keys) = (&mut tables.history, &mut tables.history_keys);
     let change = tables::Change {
         revision,
         clock_ms,
@@ -562,7 +561,7 @@ fn record(
         before: before.as_ref(),
         after,
     };
-    tables::record_event(history, keys, &mut state.history_bytes, change)
+    tables::record_event(&mut tables.history, &mut state.history_bytes, change)
 }
 
 /// Removes the listed keys that are still stored with the listed expiry and expired at the

@@ -40,7 +40,7 @@
 //!   version and nothing follows the end (`snapshot`); files of older formats still end with
 //!   `End` and are checked for framing and count only. Nothing else changed. A build of
 //!   format 6 refuses a file of format 7.
-//! - 8: ranges keep history. The tables `history` and `history_keys` appeared and `sm_meta`
+//! - 8: ranges keep history. The table `history` appeared and `sm_meta`
 //!   gained each range's history floor and the bytes of its events (`tables`; a range of an
 //!   older file starts its history at its revision when the store first opens the file); a
 //!   `Command::Cleanup` that removes keys now takes a revision (a log written by an older

@@ -29,7 +29,9 @@
 //! and lie within the parent's right half); only the parent shrinks.
 
 use keel_types::planted::{self, PlantedBug};
-use keel_types::{CommandOutcome, RangeDescriptor, RangeId, Rejection, Split};
+use std::ops::RangeInclusive;
+
+use keel_types::{CommandOutcome, RangeDescriptor, RangeId, Rejection, Revision, Split};
 use openraft::vote::RaftLeaderIdExt;
 use redb::{ReadableTable, Table, WriteTransaction};
 
@@ -113,16 +115,17 @@ pub(crate) fn apply_split(
         }));
     }
     let (left, right) = (span_of(&plan.left), span_of(&plan.right));
+    let events = state.history_floor..=state.revision;
     let kept = if tables::has_sm_state(&tables.sm_meta, split.child)? {
         check_existing_child(tables, range, split, &right)?;
         // The child may have counted rows of its span as its own: count the parent's half.
-        count_half(tables, &left)?
+        count_half(tables, &left, events)?
     } else {
         // The planted bug loses the child's rows its parent wrote just before the split.
         if planted::active(PlantedBug::SplitDropsInflight) {
             drop_recent_rows(tables, state, &right)?;
         }
-        let moved = count_half(tables, &right)?;
+        let moved = count_half(tables, &right, events)?;
         create_child(tables, state, range, &plan, right, &moved)?;
         HalfCounts::of(state).without(&moved, range)
     };
@@ -284,7 +287,13 @@ impl HalfCounts {
     }
 }
 
-fn count_half(tables: &Tables, span: &KeySpan) -> Result<HalfCounts, StorageError> {
+/// The counts of the rows of `span`, whose events have revisions in `events` (the parent's
+/// floor to its revision: the child's events are counted by reading the parent's).
+fn count_half(
+    tables: &Tables,
+    span: &KeySpan,
+    events: RangeInclusive<Revision>,
+) -> Result<HalfCounts, StorageError> {
     let (locks, lock_bytes) = tables::count_rows(&tables.locks, span)?;
     let (fenced_keys, fence_bytes) = tables::count_rows(&tables.fences, span)?;
     let (idempotency_records, record_bytes) = tables::count_rows(&tables.idempotency, span)?;
@@ -294,7 +303,7 @@ fn count_half(tables: &Tables, span: &KeySpan) -> Result<HalfCounts, StorageErro
         fenced_keys,
         idempotency_records,
         coordination_bytes: lock_bytes + fence_bytes + record_bytes,
-        history_bytes: tables::count_history(&tables.history_keys, span)?,
+        history_bytes: tables::count_history(&tables.history, span, events)?,
     })
 }
 

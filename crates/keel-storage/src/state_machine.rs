@@ -250,8 +250,11 @@ impl StateMachine {
 
     /// The events of `key` from revision `from` on (0 = from the oldest kept), oldest first:
     /// at most `limit` (0 means `HISTORY_LIMIT_DEFAULT`; capped at `HISTORY_LIMIT_MAX`) and
-    /// about `HISTORY_PAGE_BYTES_MAX` bytes. `Compacted` when events from `from` on may be
-    /// gone (`from` at or below the range's history floor), never a page with a gap.
+    /// about `HISTORY_PAGE_BYTES_MAX` bytes, read in revision order through at most
+    /// `HISTORY_EXAMINED_PER_PAGE` events of the range (`tables::key_events`), so a page may
+    /// be short, even empty, and say where the next starts. `Compacted` when events from
+    /// `from` on may be gone (`from` at or below the range's history floor), never a page
+    /// with a gap.
     pub async fn key_history(
         &self,
         key: &[u8],
@@ -279,18 +282,18 @@ impl StateMachine {
                 let history = txn
                     .open_table(tables::HISTORY)
                     .map_err(|e| StorageError::redb("open history", e))?;
-                let keys = txn
-                    .open_table(tables::HISTORY_KEYS)
-                    .map_err(|e| StorageError::redb("open history_keys", e))?;
-                let max_bytes = limits::HISTORY_PAGE_BYTES_MAX as u64;
-                let from = from.max(floor + 1);
-                let (events, more) =
-                    tables::key_events(&history, &keys, &key, from, limit, max_bytes)?;
+                let bounds = (
+                    limit,
+                    limits::HISTORY_PAGE_BYTES_MAX as u64,
+                    limits::HISTORY_EXAMINED_PER_PAGE,
+                );
+                let revisions = from.max(floor + 1)..=state.revision;
+                let page = tables::key_events(&history, &key, revisions, bounds)?;
                 Ok(HistoryRead::Events(KeyHistory {
-                    events,
+                    events: page.events,
                     compact_revision: floor,
                     revision: state.revision,
-                    more,
+                    next_revision: page.next,
                 }))
             })
             .await

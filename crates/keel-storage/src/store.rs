@@ -30,8 +30,8 @@ use crate::op::{Op, Outcome};
 use crate::snapshot::{self, IncomingSnapshot};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
-    self, Bytes, DEADLINES, FENCES, HISTORY, HISTORY_KEYS, IDEMPOTENCY, KV, KeySpan, LOCKS, META,
-    RAFT_LOG, RAFT_META, REQUESTS, SESSIONS, SM_META, TTL,
+    self, Bytes, DEADLINES, FENCES, HISTORY, IDEMPOTENCY, KV, KeySpan, LOCKS, META, RAFT_LOG,
+    RAFT_META, REQUESTS, SESSIONS, SM_META, TTL,
 };
 use crate::writer::{
     self, CommitObserver, Done, Message, Request, Shared, StoreStats, Writer, panic_message,
@@ -511,8 +511,6 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
             .map_err(|e| StorageError::redb("create table", e))?;
     }
     txn.open_table(HISTORY)
-        .map_err(|e| StorageError::redb("create table", e))?;
-    txn.open_table(HISTORY_KEYS)
         .map_err(|e| StorageError::redb("create table", e))?;
     {
         // A file of format 1-3 has no key and byte counts: count them once.

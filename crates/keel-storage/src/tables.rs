@@ -17,7 +17,6 @@
 //! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
 //! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3) | empty |
 //! | `history`     | revision (u64) + user key (format 8)   | the event: range clock, the key's state before and after |
-//! | `history_keys`| user key + revision (u64) (format 8)   | the event's bytes                      |
 //! | `meta`        | kind (u8) + range or node id (u64 BE) (format 4) | `RangeDescriptor` / `NodeDescriptor` / next range id (kind 3, id 0) |
 //!
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
@@ -51,7 +50,7 @@
 //! in step by `write_deadlined` and `write_fence` (`RowCounts`); a file of format 1-5 lacks
 //! the bytes until the store opens it (`count_unrecorded_coordination`).
 //!
-//! `history` and `history_keys` hold every range's events (`history`), shared and filtered
+//! `history` holds every range's events in revision order (`history`), shared and filtered
 //! by span like `kv`; `sm_meta` keeps each range's history floor and the bytes of its events.
 //!
 //! `meta` is the meta range's (range 0's) table of the cluster: range descriptors, nodes and
@@ -81,8 +80,8 @@ pub(crate) use deadlines::{
 };
 pub(crate) use fences::{FENCES, write_fence};
 pub(crate) use history::{
-    Change, CompactStep, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, clear_history, compact,
-    count_history, key_events, record_event,
+    Change, CompactStep, HISTORY, HistoryFacts, Retention, clear_history, compact, count_history,
+    key_events, record_event,
 };
 pub(crate) use idempotency::IDEMPOTENCY;
 pub(crate) use keyed_rows::{Uncounted, count_rows, read_row, row_bytes};

@@ -38,6 +38,7 @@ pub struct KeyHistory {
     pub compact_revision: Revision,
     /// The range's revision when the page was read.
     pub revision: Revision,
-    /// More events of the key follow the last one in the page.
-    pub more: bool,
+    /// Where the next page starts, when the page did not reach the range's revision (it
+    /// stopped at its limit of events or bytes, or of events of the range it read).
+    pub next_revision: Option<Revision>,
 }

@@ -75,6 +75,9 @@ pub const HISTORY_RETENTION_MS_MAX: u64 = 30 * 24 * 60 * 60 * 1000;
 /// Least and most bytes of events a node may keep per range (`--history-retention-bytes`).
 pub const HISTORY_RETENTION_BYTES_MIN: u64 = 1024;
 pub const HISTORY_RETENTION_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
+/// Events of a range (of any key) one history page reads to find the key's: a page may come
+/// back short, even empty, with where the next starts.
+pub const HISTORY_EXAMINED_PER_PAGE: usize = 16_384;
 /// Rows a history compaction step reads (of any range of the file) in one transaction.
 pub const HISTORY_COMPACT_ROWS_PER_TXN: usize = 4_096;
 

@@ -590,6 +590,9 @@ fn history_prints_one_line_per_event() {
                      "expires_at_ms": null},
         })
     );
-    assert_eq!((&rows[1]["kind"], &rows[1]["kv"]), (&json!("delete"), &Value::Null));
+    assert_eq!(
+        (&rows[1]["kind"], &rows[1]["kv"]),
+        (&json!("delete"), &Value::Null)
+    );
     assert_eq!(rows[1]["prev"]["expires_at_ms"], json!(9_000));
 }

@@ -186,16 +186,12 @@ impl KvService {
                 });
             }
         };
-        let next_revision = match (page.more, page.events.last()) {
-            (true, Some(last)) => last.revision + 1,
-            _ => 0,
-        };
         Ok(HistoryResponse {
             header: self.router.header(&group, page.revision, false),
             events: page.events.into_iter().map(convert::event).collect(),
             compact_revision: page.compact_revision,
-            more: page.more,
-            next_revision,
+            more: page.next_revision.is_some(),
+            next_revision: page.next_revision.unwrap_or_default(),
         })
     }
 

@@ -136,8 +136,8 @@ pub struct ServeArgs {
     /// ones are compacted away (default 3600000, 1 hour; 1 s to 30 days).
     #[arg(long)]
     pub history_retention_ms: Option<u64>,
-    /// Most bytes of events each replica keeps per range (keys twice, values before and
-    /// after each change): the oldest go first (default 67108864, 64 MiB; 1 KiB to 64 GiB).
+    /// Most bytes of events each replica keeps per range (keys, values before and after
+    /// each change): the oldest go first (default 67108864, 64 MiB; 1 KiB to 64 GiB).
     #[arg(long)]
     pub history_retention_bytes: Option<u64>,
     /// A range holding more bytes than this (keys + values) splits in two halves of about

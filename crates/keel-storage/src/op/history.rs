@@ -7,8 +7,8 @@ use redb::WriteTransaction;
 
 use crate::error::StorageError;
 use crate::tables::{
-    self, CompactStep, HISTORY, HISTORY_KEYS, HistoryFacts, Retention, SM_HISTORY_BYTES,
-    SM_HISTORY_FLOOR, SM_META,
+    self, CompactStep, HISTORY, HistoryFacts, Retention, SM_HISTORY_BYTES, SM_HISTORY_FLOOR,
+    SM_META,
 };
 
 /// Writer op: compacts the history of `range` by one step. A range without applied state,
@@ -29,23 +29,14 @@ pub(crate) fn compact(
     let mut history = txn
         .open_table(HISTORY)
         .map_err(|e| StorageError::redb("open history", e))?;
-    let mut keys = txn
-        .open_table(HISTORY_KEYS)
-        .map_err(|e| StorageError::redb("open history_keys", e))?;
     let before = (state.history_floor, state.history_bytes);
     let facts = HistoryFacts {
         floor: &mut state.history_floor,
         bytes: &mut state.history_bytes,
+        revision: state.revision,
     };
     let budget = limits::HISTORY_COMPACT_ROWS_PER_TXN;
-    let step = tables::compact(
-        &mut history,
-        &mut keys,
-        facts,
-        &state.span,
-        retention,
-        budget,
-    )?;
+    let step = tables::compact(&mut history, facts, &state.span, retention, budget)?;
     if (state.history_floor, state.history_bytes) != before {
         tables::write_meta(&mut sm_meta, range, SM_HISTORY_FLOOR, &state.history_floor)?;
         tables::write_meta(&mut sm_meta, range, SM_HISTORY_BYTES, &state.history_bytes)?;

@@ -2,9 +2,9 @@
 //! spans in bounded steps, write a batch of the file's records, and record the snapshot's
 //! state, each inside the writer's transaction.
 
-use std::ops::Bound;
+use std::ops::{Bound, RangeInclusive};
 
-use keel_types::{Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, limits};
+use keel_types::{Fence, IdempotencyRecord, KeyValue, LockHold, RangeId, Revision, limits};
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::codec::decode;
@@ -70,16 +70,18 @@ pub(crate) fn begin(
 /// Writer op: deletes up to `SNAPSHOT_INSTALL_ROWS_PER_TXN` rows of the range's request
 /// records, then its sessions, then the rows of its current span and of `span` (the
 /// snapshot's; with their TTL-index rows), then the locks, fences and idempotency records of
-/// both spans (with their `deadlines` rows), then the events of both spans, then (meta
+/// both spans (with their `deadlines` rows), then the events of its current span, then (meta
 /// range) the `meta` table; returns whether rows remain.
 pub(crate) fn clear(
     txn: &WriteTransaction,
     range: RangeId,
     span: &KeySpan,
 ) -> Result<bool, StorageError> {
-    let old = {
+    let (old, events) = {
         let sm_meta = open(txn, SM_META)?;
-        tables::owned_span(&sm_meta, range)?.unwrap_or_else(KeySpan::none)
+        let state = tables::read_sm_state(&sm_meta, range)?;
+        let old = tables::owned_span(&sm_meta, range)?.unwrap_or_else(KeySpan::none);
+        (old, state.history_floor..=state.revision)
     };
     let mut budget = limits::SNAPSHOT_INSTALL_ROWS_PER_TXN;
     let more = clear_exactly_once(txn, range, &mut budget)?
@@ -87,8 +89,7 @@ pub(crate) fn clear(
         || clear_kv(txn, span, &mut budget)?
         || clear_coordination(txn, &old, &mut budget)?
         || clear_coordination(txn, span, &mut budget)?
-        || clear_events(txn, &old, &mut budget)?
-        || clear_events(txn, span, &mut budget)?
+        || clear_events(txn, &old, events, &mut budget)?
         || (range == RangeId::META && clear_meta(txn, &mut budget)?);
     Ok(more)
 }
@@ -171,19 +172,20 @@ fn clear_coordination(
     clear_deadlined::<IdempotencyRecord>(&mut records, &mut deadlines, span, budget)
 }
 
-/// Clears the events of `span` within `budget`; whether events remain.
+/// Clears the events of `span` with revisions in `events` (the range's floor to its revision:
+/// the range's events in this file) within `budget`; whether events remain. The snapshot's
+/// span holds no other events: only a range with state owns events, and no other range with
+/// state overlaps it (`refuse_overlap`).
 fn clear_events(
     txn: &WriteTransaction,
     span: &KeySpan,
+    events: RangeInclusive<Revision>,
     budget: &mut usize,
 ) -> Result<bool, StorageError> {
     let mut history = txn
         .open_table(tables::HISTORY)
         .map_err(|e| StorageError::redb("open history for install", e))?;
-    let mut keys = txn
-        .open_table(tables::HISTORY_KEYS)
-        .map_err(|e| StorageError::redb("open history_keys for install", e))?;
-    let cleared = tables::clear_history(&mut history, &mut keys, span, *budget)?;
+    let cleared = tables::clear_history(&mut history, span, events, *budget)?;
     *budget -= cleared;
     Ok(*budget == 0)
 }

@@ -1,22 +1,25 @@
-//! The `history` and `history_keys` tables (format 8): the events of every range of a file.
-//! `history` is keyed by (revision, user key) and holds the event (the range clock, the key's
-//! state before and after); `history_keys` indexes the same rows by (user key, revision) and
-//! holds each event's bytes (`event_bytes`). Both are written only together
-//! (`record_event`, `remove_event`).
+//! The `history` table (format 8): the events of every range of a file, keyed by (revision,
+//! user key), each holding the range clock and the key's state before and after the write.
+//! Written only by `record_event` in the apply's transaction, removed by compaction
+//! (`compact`) and by the clearing of a span (`clear_history`).
 //!
-//! Like `kv` the tables are shared by the ranges of a file: spans are disjoint and a split
+//! Like `kv` the table is shared by the ranges of a file: spans are disjoint and a split
 //! child inherits its parent's revision counter, so (revision, key) is unique in the file and
 //! a split leaves every row where it is. A range's rows are those whose key lies in its span;
-//! reading them in revision order skips the rows of other ranges in the same revisions.
+//! every read of them is in revision order from the range's floor and passes over the rows of
+//! other ranges in the same revisions (the siblings of a split). There is no index by key: a
+//! second table in key order cost every write a random B-tree insert, 25-40 % of the put
+//! throughput (docs/BENCHMARKS.md); a key's history is read by the same revision-order scan,
+//! bounded per page (`key_events`).
 //!
 //! Each range's `sm_meta` keeps its history floor and the bytes of its events. The floor is
 //! the revision at or below which events may be gone (compacted, or older than the replica's
 //! history: a snapshot install, a restore or a file of an older format starts it at the
-//! range's revision); every event above it is present. Compaction (`compact`) removes whole
-//! revisions from the oldest up and raises the floor as it goes; rows at or below the floor
-//! that a budget left behind are removed by the next step.
+//! range's revision); every event above it is present. Compaction removes whole revisions
+//! from the oldest up and raises the floor as it goes; rows at the floor that a budget left
+//! behind are removed by the next step, so every read starts at the floor, inclusive.
 
-use std::ops::Bound;
+use std::ops::RangeInclusive;
 
 use keel_types::{Event, KeyValue, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
@@ -28,9 +31,15 @@ use crate::error::StorageError;
 
 /// Key (revision, user key) → the encoded `StoredEvent`.
 pub(crate) const HISTORY: TableDefinition<(u64, &[u8]), &[u8]> = TableDefinition::new("history");
-/// Key (user key, revision) → the event's bytes (`event_bytes`).
-pub(crate) const HISTORY_KEYS: TableDefinition<(&[u8], u64), u64> =
-    TableDefinition::new("history_keys");
+
+/// The empty key: the first row of a revision.
+const FIRST_KEY: &[u8] = &[];
+
+/// The rows of the revisions in `revisions`.
+fn rows_of(revisions: &RangeInclusive<Revision>) -> std::ops::Range<(u64, &'static [u8])> {
+    let end = revisions.end().saturating_add(1);
+    (*revisions.start(), FIRST_KEY)..(end, FIRST_KEY)
+}
 
 /// A key's state as an event stores it (the key is in the row's key).
 #[derive(Serialize, Deserialize)]
@@ -78,15 +87,14 @@ impl StoredEvent {
     }
 }
 
-/// What an event adds to its range's history bytes: the key (in both tables) and the values
-/// before and after.
+/// What an event adds to its range's history bytes: the key and the values before and after.
 pub(crate) fn event_bytes(key: &[u8], before: Option<&KeyValue>, after: Option<&KeyValue>) -> u64 {
     let value = |kv: Option<&KeyValue>| kv.map_or(0, |kv| kv.value.len());
     bytes_of(key, value(before), value(after))
 }
 
 fn bytes_of(key: &[u8], before_len: usize, after_len: usize) -> u64 {
-    (2 * key.len() + before_len + after_len) as u64
+    (key.len() + before_len + after_len) as u64
 }
 
 /// One change of one key, as an apply records it.
@@ -102,7 +110,6 @@ pub(crate) struct Change<'a> {
 /// Records `change` as an event, counting its bytes into `bytes`.
 pub(crate) fn record_event(
     history: &mut Table<(u64, &[u8]), &[u8]>,
-    keys: &mut Table<(&[u8], u64), u64>,
     bytes: &mut u64,
     change: Change,
 ) -> Result<(), StorageError> {
@@ -118,31 +125,11 @@ pub(crate) fn record_event(
         before: before.map(StoredState::of),
         after: after.map(StoredState::of),
     };
-    let size = event_bytes(key, before, after);
     history
         .insert((revision, key), encode(&event).as_slice())
         .map_err(|e| StorageError::redb("write history", e))?;
-    keys.insert((key, revision), size)
-        .map_err(|e| StorageError::redb("write history index", e))?;
-    *bytes += size;
+    *bytes += event_bytes(key, before, after);
     Ok(())
-}
-
-/// Removes the event of `key` at `revision` from both tables; the bytes it counted.
-fn remove_event(
-    history: &mut Table<(u64, &[u8]), &[u8]>,
-    keys: &mut Table<(&[u8], u64), u64>,
-    revision: Revision,
-    key: &[u8],
-) -> Result<u64, StorageError> {
-    history
-        .remove((revision, key))
-        .map_err(|e| StorageError::redb("remove history", e))?;
-    let size = keys
-        .remove((key, revision))
-        .map_err(|e| StorageError::redb("remove history index", e))?
-        .map(|size| size.value());
-    Ok(size.expect("every history row has its index row"))
 }
 
 fn decode_event(revision: Revision, key: &[u8], bytes: &[u8]) -> Result<Event, StorageError> {
@@ -156,93 +143,105 @@ fn decode_event(revision: Revision, key: &[u8], bytes: &[u8]) -> Result<Event, S
     })
 }
 
-/// Events of `key` with a revision of at least `from`, oldest first: at most `limit`, and
-/// no more once they hold `max_bytes` (`event_bytes`; at least one); and whether more follow.
-pub(crate) fn key_events<H, K>(
-    history: &H,
-    keys: &K,
-    key: &[u8],
-    from: Revision,
-    limit: usize,
-    max_bytes: u64,
-) -> Result<(Vec<Event>, bool), StorageError>
-where
-    H: ReadableTable<(u64, &'static [u8]), &'static [u8]>,
-    K: ReadableTable<(&'static [u8], u64), u64>,
-{
-    let mut events = Vec::new();
-    let mut bytes = 0;
-    let rows = keys
-        .range((key, from)..=(key, u64::MAX))
-        .map_err(|e| StorageError::redb("read history index", e))?;
-    for row in rows {
-        let (index, size) = row.map_err(|e| StorageError::redb("read history index", e))?;
-        if events.len() == limit || (!events.is_empty() && bytes + size.value() > max_bytes) {
-            return Ok((events, true));
-        }
-        bytes += size.value();
-        let revision = index.value().1;
-        let stored = history
-            .get((revision, key))
-            .map_err(|e| StorageError::redb("read history", e))?
-            .ok_or_else(|| {
-                StorageError::corrupt(
-                    "history index",
-                    format!("no event at revision {revision} for an index row"),
-                )
-            })?;
-        events.push(decode_event(revision, key, stored.value())?);
-    }
-    Ok((events, false))
+/// A page of one key's events (`key_events`).
+#[derive(Debug, Default)]
+pub(crate) struct KeyEvents {
+    pub events: Vec<Event>,
+    /// Where the next page starts; `None` when the page reached the range's last event.
+    pub next: Option<Revision>,
 }
 
-/// The bytes of the events of `span` (from the index, without reading the events).
-pub(crate) fn count_history<K>(keys: &K, span: &KeySpan) -> Result<u64, StorageError>
+/// Events of `key` with a revision in `revisions`, oldest first, read in revision order: at
+/// most `limit` of them, no more once they hold `max_bytes`
+/// (`event_bytes`; at least one), and at most `examined` rows read (of any key and range),
+/// so a page may come back short, even empty, with a `next` revision to go on from.
+pub(crate) fn key_events<H>(
+    history: &H,
+    key: &[u8],
+    revisions: RangeInclusive<Revision>,
+    (limit, max_bytes, examined): (usize, u64, usize),
+) -> Result<KeyEvents, StorageError>
 where
-    K: ReadableTable<(&'static [u8], u64), u64>,
+    H: ReadableTable<(u64, &'static [u8]), &'static [u8]>,
+{
+    let mut page = KeyEvents::default();
+    let mut bytes = 0;
+    let rows = history
+        .range(rows_of(&revisions))
+        .map_err(|e| StorageError::redb("read history", e))?;
+    for (read, row) in rows.enumerate() {
+        let (id, value) = row.map_err(|e| StorageError::redb("read history", e))?;
+        let (revision, row_key) = id.value();
+        let full = page.events.len() == limit || (!page.events.is_empty() && bytes >= max_bytes);
+        if read == examined || full {
+            // Whole revisions only: the page ends before the one it could not finish.
+            page.next = Some(match page.events.last() {
+                Some(last) if full => last.revision + 1,
+                _ => revision,
+            });
+            return Ok(page);
+        }
+        if row_key != key {
+            continue;
+        }
+        let event = decode_event(revision, key, value.value())?;
+        bytes += event_bytes(key, event.before.as_ref(), event.after.as_ref());
+        page.events.push(event);
+    }
+    Ok(page)
+}
+
+/// The bytes of the events of `span` with a revision in `revisions` (rows of other ranges
+/// passed over).
+pub(crate) fn count_history<H>(
+    history: &H,
+    span: &KeySpan,
+    revisions: RangeInclusive<Revision>,
+) -> Result<u64, StorageError>
+where
+    H: ReadableTable<(u64, &'static [u8]), &'static [u8]>,
 {
     let mut bytes = 0;
-    for row in keys
-        .range(index_bounds(span))
+    for row in history
+        .range(rows_of(&revisions))
         .map_err(|e| StorageError::redb("count history", e))?
     {
-        let (_, size) = row.map_err(|e| StorageError::redb("count history", e))?;
-        bytes += size.value();
+        let (id, value) = row.map_err(|e| StorageError::redb("count history", e))?;
+        let key = id.value().1;
+        if span.contains(key) {
+            let stored: StoredEvent = decode("history event", value.value())?;
+            bytes += stored.bytes(key);
+        }
     }
     Ok(bytes)
 }
 
-/// A bound of a read of `history_keys`.
-type IndexBound<'a> = Bound<(&'a [u8], u64)>;
-
-/// The index rows of every key in `span`.
-fn index_bounds(span: &KeySpan) -> (IndexBound<'_>, IndexBound<'_>) {
-    let upper = match span.end.as_deref() {
-        None => Bound::Unbounded,
-        Some(end) => Bound::Excluded((end, 0)),
-    };
-    (Bound::Included((span.start.as_slice(), 0)), upper)
-}
-
-/// Removes up to `budget` events of `span` (both tables); how many it removed.
+/// Removes up to `budget` events of `span` with a revision in `revisions` (rows of other
+/// ranges are passed over, however many); how many it removed.
 pub(crate) fn clear_history(
     history: &mut Table<(u64, &[u8]), &[u8]>,
-    keys: &mut Table<(&[u8], u64), u64>,
     span: &KeySpan,
+    revisions: RangeInclusive<Revision>,
     budget: usize,
 ) -> Result<usize, StorageError> {
     let mut doomed = Vec::new();
-    for row in keys
-        .range(index_bounds(span))
-        .map_err(|e| StorageError::redb("read history index", e))?
-        .take(budget)
+    for row in history
+        .range(rows_of(&revisions))
+        .map_err(|e| StorageError::redb("read history", e))?
     {
-        let (index, _) = row.map_err(|e| StorageError::redb("read history index", e))?;
-        let (key, revision) = index.value();
-        doomed.push((key.to_vec(), revision));
+        if doomed.len() == budget {
+            break;
+        }
+        let (id, _) = row.map_err(|e| StorageError::redb("read history", e))?;
+        let (revision, key) = id.value();
+        if span.contains(key) {
+            doomed.push((revision, key.to_vec()));
+        }
     }
-    for (key, revision) in &doomed {
-        remove_event(history, keys, *revision, key)?;
+    for (revision, key) in &doomed {
+        history
+            .remove((*revision, key.as_slice()))
+            .map_err(|e| StorageError::redb("remove history", e))?;
     }
     Ok(doomed.len())
 }
@@ -256,11 +255,12 @@ pub(crate) struct Retention {
     pub max_bytes: u64,
 }
 
-/// The history facts of a range that compaction keeps in step.
+/// The history facts of a range that compaction keeps in step, and its revision.
 #[derive(Debug)]
 pub(crate) struct HistoryFacts<'a> {
     pub floor: &'a mut Revision,
     pub bytes: &'a mut u64,
+    pub revision: Revision,
 }
 
 /// Where a compaction step stopped.
@@ -275,12 +275,11 @@ pub(crate) enum CompactStep {
 }
 
 /// One bounded step of compaction of the range with `span`: reads at most `budget` rows of
-/// `history` from the floor up (rows of other ranges included) and removes the range's
+/// `history` from the floor up to the range's revision (rows of other ranges included) and removes the range's
 /// events the retention lets go, whole revisions at a time, raising the floor to each
 /// revision it starts removing.
 pub(crate) fn compact(
     history: &mut Table<(u64, &[u8]), &[u8]>,
-    keys: &mut Table<(&[u8], u64), u64>,
     facts: HistoryFacts,
     span: &KeySpan,
     retention: Retention,
@@ -290,9 +289,8 @@ pub(crate) fn compact(
     let mut pending_bytes = *facts.bytes;
     let mut floor = *facts.floor;
     let mut step = CompactStep::Empty;
-    let start: &[u8] = &[];
     let rows = history
-        .range((floor, start)..)
+        .range(rows_of(&(floor..=facts.revision)))
         .map_err(|e| StorageError::redb("read history", e))?;
     for (read, row) in rows.enumerate() {
         if read == budget {
@@ -316,14 +314,17 @@ pub(crate) fn compact(
             }
             floor = revision;
         }
-        pending_bytes = pending_bytes.saturating_sub(stored.bytes(key));
-        doomed.push((revision, key.to_vec()));
+        let size = stored.bytes(key);
+        pending_bytes = pending_bytes.saturating_sub(size);
+        doomed.push((revision, key.to_vec(), size));
     }
-    for (revision, key) in &doomed {
-        let size = remove_event(history, keys, *revision, key)?;
+    for (revision, key, size) in &doomed {
+        history
+            .remove((*revision, key.as_slice()))
+            .map_err(|e| StorageError::redb("remove history", e))?;
         *facts.bytes = facts
             .bytes
-            .checked_sub(size)
+            .checked_sub(*size)
             .expect("the range's history bytes cover its events");
     }
     *facts.floor = floor;

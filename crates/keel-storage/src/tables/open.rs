@@ -4,10 +4,7 @@
 use redb::{Table, WriteTransaction};
 
 use super::Bytes;
-use super::{
-    DEADLINES, FENCES, HISTORY, HISTORY_KEYS, IDEMPOTENCY, KV, LOCKS, REQUESTS, SESSIONS, SM_META,
-    TTL,
-};
+use super::{DEADLINES, FENCES, HISTORY, IDEMPOTENCY, KV, LOCKS, REQUESTS, SESSIONS, SM_META, TTL};
 use crate::error::StorageError;
 
 /// The tables an apply writes, open in its transaction.
@@ -24,7 +21,6 @@ pub(crate) struct Tables<'txn> {
     pub idempotency: Table<'txn, Bytes, Bytes>,
     pub deadlines: Table<'txn, Bytes, Bytes>,
     pub history: Table<'txn, (u64, Bytes), Bytes>,
-    pub history_keys: Table<'txn, (Bytes, u64), u64>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -47,9 +43,6 @@ impl<'txn> Tables<'txn> {
             history: txn
                 .open_table(HISTORY)
                 .map_err(|e| StorageError::redb("open history", e))?,
-            history_keys: txn
-                .open_table(HISTORY_KEYS)
-                .map_err(|e| StorageError::redb("open history_keys", e))?,
         })
     }
 }

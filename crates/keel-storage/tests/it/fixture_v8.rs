@@ -92,8 +92,8 @@ async fn check_v8_history(sm: &StateMachine) {
     assert_eq!(states, expected);
     assert_eq!((page.compact_revision, page.revision), (0, 3));
     let counts = sm.history_counts().await.unwrap();
-    // Keys twice, values before and after: a (2+5), (2+5+6), (2+6); b (2+4).
-    assert_eq!((counts.floor, counts.bytes), (0, 7 + 13 + 8 + 6));
+    // Keys and values before and after: a (1+5), (1+5+6), (1+6); b (1+4).
+    assert_eq!((counts.floor, counts.bytes), (0, 6 + 12 + 7 + 5));
 }
 
 #[tokio::test]

@@ -94,17 +94,20 @@ async fn every_write_of_a_key_is_an_event_with_its_states_before_and_after() {
     ];
     assert_eq!(page.events, expected);
     assert_eq!(
-        (page.compact_revision, page.revision, page.more),
-        (0, 3, false)
+        (page.compact_revision, page.revision, page.next_revision),
+        (0, 3, None)
     );
     // A batch is one revision: its keys' events share it.
     assert_eq!(revisions(&sm, "b").await, vec![3]);
 
-    // Pages: from a revision on, at most `limit`, saying whether more follow.
+    // Pages: from a revision on, at most `limit`, saying where the next starts.
     let page = history(&sm, "a", 2, 0).await;
     assert_eq!(page.events, expected[1..]);
     let page = history(&sm, "a", 0, 2).await;
-    assert_eq!((page.events.as_slice(), page.more), (&expected[..2], true));
+    assert_eq!(
+        (page.events.as_slice(), page.next_revision),
+        (&expected[..2], Some(3))
+    );
     assert!(history(&sm, "never", 0, 0).await.events.is_empty());
     let counts = sm.history_counts().await.unwrap();
     assert!(counts.bytes > 0, "{counts:?}");
@@ -168,10 +171,10 @@ async fn compaction_removes_whole_revisions_from_the_oldest_and_raises_the_floor
         applier.apply(at(clock, ops)).await;
     }
     let sm = applier.sm();
-    // Each event counts its key twice and its values: 3 bytes for a first put, 4 after.
+    // Each event counts its key and its values: 2 bytes for a first put, 3 after.
     assert_eq!(
         sm.history_counts().await.unwrap().bytes,
-        2 * (3 + 4 + 4 + 4)
+        2 * (2 + 3 + 3 + 3)
     );
     let keep_all = HistoryRetention {
         max_age_ms: u64::MAX,
@@ -191,7 +194,7 @@ async fn compaction_removes_whole_revisions_from_the_oldest_and_raises_the_floor
     assert_eq!(revisions(&sm, "a").await, vec![3, 4]);
     assert_eq!(revisions(&sm, "b").await, vec![3, 4]);
     let counts = sm.history_counts().await.unwrap();
-    assert_eq!((counts.floor, counts.bytes), (2, 2 * (4 + 4)));
+    assert_eq!((counts.floor, counts.bytes), (2, 2 * (3 + 3)));
     // Asking from a compacted revision is refused, never answered with a gap.
     let compacted = sm.key_history(b"a", 2, 0).await.unwrap();
     assert_eq!(
@@ -211,7 +214,7 @@ async fn compaction_removes_whole_revisions_from_the_oldest_and_raises_the_floor
     assert_eq!(revisions(&sm, "a").await, vec![4]);
     assert_eq!(revisions(&sm, "b").await, vec![4]);
     let counts = sm.history_counts().await.unwrap();
-    assert_eq!((counts.floor, counts.bytes), (3, 2 * 4));
+    assert_eq!((counts.floor, counts.bytes), (3, 2 * 3));
 }
 
 #[tokio::test]
@@ -284,4 +287,42 @@ async fn a_snapshot_install_starts_the_replicas_history_at_the_snapshot() {
     assert!(history(&installed, "old", 0, 0).await.events.is_empty());
     let counts = installed.history_counts().await.unwrap();
     assert_eq!((counts.floor, counts.bytes), (2, 0));
+}
+
+#[tokio::test]
+async fn a_page_reads_a_bounded_number_of_events_and_says_where_to_go_on() {
+    let (_dir, store) = open();
+    let mut applier = Applier::new(&store);
+    for revision in 1..=6 {
+        let key = if revision % 3 == 0 { "needle" } else { "hay" };
+        applier.apply(at(1_000, vec![put(key, "v", None)])).await;
+    }
+    // Pages of at most 2 events read through at most 4 rows: the events of "needle" are at
+    // revisions 3 and 6.
+    let page = |from: Revision, limit: usize, examined: usize| {
+        let store = store.clone();
+        async move {
+            store
+                .read(move |txn| {
+                    let history = txn
+                        .open_table(crate::tables::HISTORY)
+                        .map_err(|e| crate::StorageError::redb("open history", e))?;
+                    let bounds = (limit, u64::MAX, examined);
+                    crate::tables::key_events(&history, b"needle", from..=6, bounds)
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let revisions = |events: &[Event]| events.iter().map(|e| e.revision).collect::<Vec<_>>();
+    let first = page(1, 2, 4).await;
+    assert_eq!((revisions(&first.events), first.next), (vec![3], Some(5)));
+    let second = page(5, 2, 4).await;
+    assert_eq!((revisions(&second.events), second.next), (vec![6], None));
+    // A full page goes on after its last event; a page that examined nothing of the key is
+    // empty and still moves on.
+    let full = page(1, 1, 100).await;
+    assert_eq!((revisions(&full.events), full.next), (vec![3], Some(4)));
+    let empty = page(1, 2, 1).await;
+    assert_eq!((revisions(&empty.events), empty.next), (vec![], Some(2)));
 }
