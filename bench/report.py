@@ -721,6 +721,27 @@ runs a 3-node cluster of each of two Keel binaries side by side (data in one tem
 on), the same keel-bench cases on both, alternating which goes first, 3 repeats of 8 s
 (256-byte values, 10k keys, at most 8 connections).
 
+Run of 2026-12-05 against `c52697f` (3 repeats of 8 s, ops/s old → new, 0 errors):
+
+| change | case | repeat 1 | repeat 2 | repeat 3 |
+|---|---|---|---|---|
+| ranges record their history: every write of a key is an event with its states before and after, in the apply's transaction (`829e515`) | put, 1 client | 434 → 403 | 442 → 409 | 447 → 413 |
+| | put, 16 clients | 2607 → 2113 | 2394 → 2204 | 2325 → 2022 |
+| | put, 64 clients | 4793 → 4518 | 4789 → 4095 | 5571 → 4797 |
+| | put, 16 spread clients | 2747 → 2352 | 2378 → 1983 | 2761 → 2260 |
+| tried, not kept: the same events also indexed by key (`history_keys`, `71833b6`) | put, 1 client | 415 → 353 | 382 → 313 | 389 → 309 |
+| | put, 16 clients | 2035 → 1563 | 2002 → 1378 | 1932 → 1412 |
+| | put, 64 clients | 4160 → 3070 | 3919 → 2359 | 4053 → 2554 |
+| | put, 16 spread clients | 1961 → 1419 | 1917 → 1264 | 1822 → 1418 |
+
+History costs a put 7–16 %: each write also appends its event (the value twice, before and
+after) to the revision-ordered `history` table, in the same transaction and the same fsync.
+An index of the events by key cost a random B-tree insert per write on top, 25–40 % in all
+(with it but without the values before: 14–27 %), so there is none: a key's history is read
+by a bounded scan of its range's events. Rerun: build both commits (`cargo build --release
+-p keel-cli -p keel-bench`), copy each `target/release/keel` aside, then
+`CASES="put:1 put:16 put:64 put:16:spread" bench/ab-keel.sh OLD NEW`.
+
 Run of 2026-12-04 against `ded418b` (3 repeats of 8 s, ops/s old → new, 0 errors):
 
 | change | case | repeat 1 | repeat 2 | repeat 3 |
