@@ -33,7 +33,7 @@ fn request(sequence: u64, completed_below: u64, now_ms: u64, ops: Vec<BatchOp>) 
 }
 
 /// A mutation without a request id proposed at `now_ms`.
-fn at(now_ms: u64, ops: Vec<BatchOp>) -> Command {
+pub(super) fn at(now_ms: u64, ops: Vec<BatchOp>) -> Command {
     Command::Mutate(Mutation {
         request: None,
         now_ms,
@@ -41,7 +41,7 @@ fn at(now_ms: u64, ops: Vec<BatchOp>) -> Command {
     })
 }
 
-fn put_ttl(key: &str, value: &str, ttl_ms: u64) -> BatchOp {
+pub(super) fn put_ttl(key: &str, value: &str, ttl_ms: u64) -> BatchOp {
     BatchOp::Put {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),

@@ -4,33 +4,14 @@
 //! starts the replica's history at the snapshot.
 
 use keel_types::{
-    BatchOp, Cleanup, Command, CommandOutcome, Condition, Event, ExpiredKey, KeyHistory, KeyValue,
-    Mutation, RangeId, Revision, Split,
+    Cleanup, Command, CommandOutcome, Condition, Event, ExpiredKey, KeyHistory, KeyValue, RangeId,
+    Revision, Split,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
-use super::exactly_once::Applier;
+use super::exactly_once::{Applier, at, put_ttl};
 use super::{delete, open, put};
 use crate::state_machine::{HistoryRead, HistoryRetention, StateMachine};
-
-/// A mutation at range clock `now_ms`.
-fn at(now_ms: u64, ops: Vec<BatchOp>) -> Command {
-    Command::Mutate(Mutation {
-        request: None,
-        now_ms,
-        ops,
-    })
-}
-
-fn put_ttl(key: &str, value: &str, ttl_ms: u64) -> BatchOp {
-    BatchOp::Put {
-        key: key.as_bytes().to_vec(),
-        value: value.as_bytes().to_vec(),
-        condition: None,
-        return_previous: false,
-        ttl_ms: Some(ttl_ms),
-    }
-}
 
 fn kv(key: &str, value: &str, create_revision: Revision, mod_revision: Revision) -> KeyValue {
     KeyValue {
