@@ -90,6 +90,9 @@ async fn every_write_of_a_key_is_an_event_with_its_states_before_and_after() {
         (&expected[..2], Some(3))
     );
     assert!(history(&sm, "never", 0, 0).await.events.is_empty());
+    // From past the range's revision: nothing yet, and nothing to go on to.
+    let ahead = history(&sm, "a", 10, 0).await;
+    assert_eq!((ahead.events.len(), ahead.next_revision), (0, None));
     let counts = sm.history_counts().await.unwrap();
     assert!(counts.bytes > 0, "{counts:?}");
 }
