@@ -6,56 +6,36 @@
 //!
 //! One read plans both commands and says when the range's next item falls due
 //! (`StateMachine::plan_upkeep`). A range whose applied index has not moved since is left
-//! alone until then (`shared::applied_cache`): an idle range costs no storage read until a key of it
+//! alone until then (`rounds`): an idle range costs no storage read until a key of it
 //! expires, a session idles out or a lock or record falls due, and then it is cleaned up in
 //! the round after, quiesced or not (the proposal wakes it).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use keel_raft::RaftGroup;
-use keel_types::{Command, KvError, RangeId};
+use keel_types::{Command, KvError};
 use tracing::debug;
 
+use crate::ranges::rounds;
 use crate::shared::Shared;
-use crate::shared::applied_cache::ByApplied;
 
-/// Runs until the node shuts down (the task is aborted then).
+/// Runs until the node shuts down (the task is aborted then). The meta range keeps no keys,
+/// sessions, locks or records to clean up; only a leader proposes.
 pub(crate) async fn run(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.kv.cleanup_interval_ms);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // When each range is next due, as planned at its applied index.
-    let mut due: ByApplied<Option<u64>> = ByApplied::default();
-    loop {
-        tick.tick().await;
-        if shared.health.check().is_err() {
-            continue;
-        }
-        let groups = shared.groups.all();
-        let hosted: BTreeSet<RangeId> = groups.iter().map(|group| group.range()).collect();
-        due.retain(|range| hosted.contains(&range));
-        for group in groups {
-            // The meta range keeps no keys, sessions, locks or records to clean up.
-            if group.range() == RangeId::META || !group.is_leader() {
-                continue;
-            }
-            let (range, applied) = (group.range(), group.applied_index());
-            let now_ms = shared.clock.now_ms();
-            let waiting = |next: &Option<u64>| next.is_none_or(|next| now_ms < next);
-            if due.get(range, applied).is_some_and(waiting) {
-                continue;
-            }
-            match upkeep(&shared, &group, now_ms).await {
-                Ok(next) => due.insert(range, applied, next),
-                Err(error) => {
-                    debug!(%range, %error, "cleanup round failed; retrying next round");
-                    due.remove(range);
-                }
-            }
-        }
-    }
+    let round = |group: Arc<RaftGroup>, now_ms| {
+        let shared = shared.clone();
+        async move { upkeep(&shared, &group, now_ms).await }
+    };
+    rounds::run(
+        shared.clone(),
+        interval,
+        "cleanup",
+        |group| group.is_leader(),
+        round,
+    )
+    .await
 }
 
 /// One round of one group: plan from one read of the state machine, then propose what is
