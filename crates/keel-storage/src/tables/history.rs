@@ -42,7 +42,7 @@ fn rows_of(revisions: &RangeInclusive<Revision>) -> std::ops::Range<(u64, &'stat
 }
 
 /// A key's state as an event stores it (the key is in the row's key).
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StoredState {
     #[serde(with = "serde_bytes")]
     value: Vec<u8>,
@@ -52,15 +52,6 @@ struct StoredState {
 }
 
 impl StoredState {
-    fn of(kv: &KeyValue) -> StoredState {
-        StoredState {
-            value: kv.value.clone(),
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-            expires_at_ms: kv.expires_at_ms,
-        }
-    }
-
     fn into_kv(self, key: &[u8]) -> KeyValue {
         KeyValue {
             key: key.to_vec(),
@@ -72,11 +63,40 @@ impl StoredState {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StoredEvent {
     clock_ms: u64,
     before: Option<StoredState>,
     after: Option<StoredState>,
+}
+
+/// `StoredState` as an apply writes it, borrowed from the key's row (the same encoding).
+#[derive(Serialize)]
+struct StateOf<'a> {
+    #[serde(with = "serde_bytes")]
+    value: &'a [u8],
+    create_revision: Revision,
+    mod_revision: Revision,
+    expires_at_ms: Option<u64>,
+}
+
+impl<'a> StateOf<'a> {
+    fn of(kv: &'a KeyValue) -> StateOf<'a> {
+        StateOf {
+            value: &kv.value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            expires_at_ms: kv.expires_at_ms,
+        }
+    }
+}
+
+/// `StoredEvent` as an apply writes it (the same encoding).
+#[derive(Serialize)]
+struct EventOf<'a> {
+    clock_ms: u64,
+    before: Option<StateOf<'a>>,
+    after: Option<StateOf<'a>>,
 }
 
 impl StoredEvent {
@@ -120,10 +140,10 @@ pub(crate) fn record_event(
         before,
         after,
     } = change;
-    let event = StoredEvent {
+    let event = EventOf {
         clock_ms,
-        before: before.map(StoredState::of),
-        after: after.map(StoredState::of),
+        before: before.map(StateOf::of),
+        after: after.map(StateOf::of),
     };
     history
         .insert((revision, key), encode(&event).as_slice())
