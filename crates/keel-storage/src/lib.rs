@@ -48,7 +48,7 @@ pub use snapshot::IncomingSnapshot;
 pub use snapshot_file::SnapshotFile;
 pub use state_machine::{
     HistoryCounts, HistoryRead, HistoryRetention, KeyRead, QuotaCounts, RangeCounts, ScanPage,
-    SnapshotBuilder, StateMachine,
+    SnapshotBuilder, SpanEventsPage, SpanRead, StateMachine,
 };
 #[doc(hidden)]
 pub use store::WriterHold;

@@ -23,9 +23,9 @@ use std::io;
 use futures::{Stream, StreamExt};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
-    Cleanup, CoordinationCounts, IdempotencyRecord, KeyHistory, KeyValue, LockHold, LockPhase,
-    NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim, ReplicaMembership,
-    Revision, limits,
+    Cleanup, CoordinationCounts, Event, EventCursor, IdempotencyRecord, KeyHistory, KeyValue,
+    LockHold, LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim,
+    ReplicaMembership, Revision, limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
@@ -135,6 +135,31 @@ pub enum HistoryRead {
     Outside {
         descriptor: RangeDescriptor,
     },
+}
+
+/// The events of a span as a range's replica holds them (`StateMachine::span_events`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpanRead {
+    Events(SpanEventsPage),
+    /// Events from the asked cursor on may be gone: the range's history floor.
+    Compacted {
+        compact_revision: Revision,
+    },
+    /// The range no longer holds the whole span (it split since the span was taken from it).
+    Outside {
+        descriptor: RangeDescriptor,
+    },
+}
+
+/// A read of a span's events from a cursor on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanEventsPage {
+    /// In revision order, key order within a revision.
+    pub events: Vec<Event>,
+    /// Where the next read starts; `None` when this one reached `revision`.
+    pub next: Option<EventCursor>,
+    /// The range's applied revision when the events were read.
+    pub revision: Revision,
 }
 
 /// One key as a range's replica holds it.
@@ -282,11 +307,11 @@ impl StateMachine {
                 let history = txn
                     .open_table(tables::HISTORY)
                     .map_err(|e| StorageError::redb("open history", e))?;
-                let bounds = (
+                let bounds = tables::EventBounds {
                     limit,
-                    limits::HISTORY_PAGE_BYTES_MAX as u64,
-                    limits::HISTORY_EXAMINED_PER_PAGE,
-                );
+                    max_bytes: limits::HISTORY_PAGE_BYTES_MAX as u64,
+                    examined: limits::HISTORY_EXAMINED_PER_PAGE,
+                };
                 let revisions = from.max(floor + 1)..=state.revision;
                 let page = tables::key_events(&history, &key, revisions, bounds)?;
                 Ok(HistoryRead::Events(KeyHistory {
@@ -294,6 +319,54 @@ impl StateMachine {
                     compact_revision: floor,
                     revision: state.revision,
                     next_revision: page.next,
+                }))
+            })
+            .await
+    }
+
+    /// The events of `[start, end)` (empty `end` = unbounded) from `from` on, up to the
+    /// range's revision: at most `limit` events and about `max_bytes` of them (at least one),
+    /// read through at most `HISTORY_EXAMINED_PER_PAGE` events of the range, so a read may
+    /// stop inside a revision and come back short, even empty, with the cursor to go on
+    /// from. `Compacted` when events from `from` on may be gone (`from` at or below the
+    /// history floor), `Outside` when the range does not hold the whole span.
+    pub async fn span_events(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        from: EventCursor,
+        (limit, max_bytes): (usize, u64),
+    ) -> Result<SpanRead, StorageError> {
+        let range = self.range;
+        let span = KeySpan {
+            start: start.to_vec(),
+            end: (!end.is_empty()).then(|| end.to_vec()),
+        };
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                if !state.span.covers(&span) {
+                    let descriptor = state.descriptor(range);
+                    return Ok(SpanRead::Outside { descriptor });
+                }
+                if from.revision <= state.history_floor {
+                    return Ok(SpanRead::Compacted {
+                        compact_revision: state.history_floor,
+                    });
+                }
+                let history = txn
+                    .open_table(tables::HISTORY)
+                    .map_err(|e| StorageError::redb("open history", e))?;
+                let bounds = tables::EventBounds {
+                    limit,
+                    max_bytes,
+                    examined: limits::HISTORY_EXAMINED_PER_PAGE,
+                };
+                let read = tables::span_events(&history, &span, &from, state.revision, bounds)?;
+                Ok(SpanRead::Events(SpanEventsPage {
+                    events: read.events,
+                    next: read.next,
+                    revision: state.revision,
                 }))
             })
             .await

@@ -29,6 +29,35 @@ impl Event {
     }
 }
 
+/// Where a read of events goes on: the event of `key` at `revision` and every event after
+/// it. Within a revision events are in key order, so a cursor can stand inside a revision
+/// (a watch resumes there without delivering an event twice).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventCursor {
+    pub revision: Revision,
+    pub key: Vec<u8>,
+}
+
+impl EventCursor {
+    /// The first event of `revision`.
+    pub fn at(revision: Revision) -> EventCursor {
+        EventCursor {
+            revision,
+            key: Vec::new(),
+        }
+    }
+
+    /// The cursor just after `event`.
+    pub fn after(event: &Event) -> EventCursor {
+        let mut key = event.key.clone();
+        key.push(0);
+        EventCursor {
+            revision: event.revision,
+            key,
+        }
+    }
+}
+
 /// A page of one key's events, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KeyHistory {

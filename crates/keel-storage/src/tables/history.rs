@@ -21,7 +21,7 @@
 
 use std::ops::RangeInclusive;
 
-use keel_types::{Event, KeyValue, Revision};
+use keel_types::{Event, EventCursor, KeyValue, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -163,6 +163,68 @@ fn decode_event(revision: Revision, key: &[u8], bytes: &[u8]) -> Result<Event, S
     })
 }
 
+/// How much one read of events may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EventBounds {
+    /// Events returned.
+    pub limit: usize,
+    /// Bytes of the events returned (`event_bytes`); a read returns at least one event.
+    pub max_bytes: u64,
+    /// Rows read, of any key and range.
+    pub examined: usize,
+}
+
+/// A read of events (`span_events`).
+#[derive(Debug, Default)]
+pub(crate) struct SpanEvents {
+    pub events: Vec<Event>,
+    /// Where the next read starts; `None` when this one reached the last revision asked for.
+    pub next: Option<EventCursor>,
+}
+
+/// Events of `span` from `from` on up to revision `through`, in revision order (key order
+/// within a revision), within `bounds`. A read may stop inside a revision, and may come back
+/// short, even empty, with the cursor to go on from.
+pub(crate) fn span_events<H>(
+    history: &H,
+    span: &KeySpan,
+    from: &EventCursor,
+    through: Revision,
+    bounds: EventBounds,
+) -> Result<SpanEvents, StorageError>
+where
+    H: ReadableTable<(u64, &'static [u8]), &'static [u8]>,
+{
+    let mut read = SpanEvents::default();
+    if from.revision > through {
+        return Ok(read);
+    }
+    let mut bytes = 0;
+    let rows = history
+        .range((from.revision, from.key.as_slice())..(through.saturating_add(1), FIRST_KEY))
+        .map_err(|e| StorageError::redb("read history", e))?;
+    for (examined, row) in rows.enumerate() {
+        let (id, value) = row.map_err(|e| StorageError::redb("read history", e))?;
+        let (revision, key) = id.value();
+        let full = read.events.len() == bounds.limit
+            || (!read.events.is_empty() && bytes >= bounds.max_bytes);
+        if examined == bounds.examined || full {
+            read.next = Some(EventCursor {
+                revision,
+                key: key.to_vec(),
+            });
+            return Ok(read);
+        }
+        if !span.contains(key) {
+            continue;
+        }
+        let event = decode_event(revision, key, value.value())?;
+        bytes += event_bytes(key, event.before.as_ref(), event.after.as_ref());
+        read.events.push(event);
+    }
+    Ok(read)
+}
+
 /// A page of one key's events (`key_events`).
 #[derive(Debug, Default)]
 pub(crate) struct KeyEvents {
@@ -171,44 +233,34 @@ pub(crate) struct KeyEvents {
     pub next: Option<Revision>,
 }
 
-/// Events of `key` with a revision in `revisions`, oldest first, read in revision order: at
-/// most `limit` of them, no more once they hold `max_bytes`
-/// (`event_bytes`; at least one), and at most `examined` rows read (of any key and range),
-/// so a page may come back short, even empty, with a `next` revision to go on from.
+/// Events of `key` with a revision in `revisions`, oldest first (`span_events` over the key
+/// alone), so a page may come back short, even empty, with a `next` revision to go on from.
 pub(crate) fn key_events<H>(
     history: &H,
     key: &[u8],
     revisions: RangeInclusive<Revision>,
-    (limit, max_bytes, examined): (usize, u64, usize),
+    bounds: EventBounds,
 ) -> Result<KeyEvents, StorageError>
 where
     H: ReadableTable<(u64, &'static [u8]), &'static [u8]>,
 {
-    let mut page = KeyEvents::default();
-    let mut bytes = 0;
-    let rows = history
-        .range(rows_of(&revisions))
-        .map_err(|e| StorageError::redb("read history", e))?;
-    for (read, row) in rows.enumerate() {
-        let (id, value) = row.map_err(|e| StorageError::redb("read history", e))?;
-        let (revision, row_key) = id.value();
-        let full = page.events.len() == limit || (!page.events.is_empty() && bytes >= max_bytes);
-        if read == examined || full {
-            // Whole revisions only: the page ends before the one it could not finish.
-            page.next = Some(match page.events.last() {
-                Some(last) if full => last.revision + 1,
-                _ => revision,
-            });
-            return Ok(page);
-        }
-        if row_key != key {
-            continue;
-        }
-        let event = decode_event(revision, key, value.value())?;
-        bytes += event_bytes(key, event.before.as_ref(), event.after.as_ref());
-        page.events.push(event);
-    }
-    Ok(page)
+    let mut after_key = key.to_vec();
+    after_key.push(0);
+    let span = KeySpan {
+        start: key.to_vec(),
+        end: Some(after_key),
+    };
+    let from = EventCursor::at(*revisions.start());
+    let read = span_events(history, &span, &from, *revisions.end(), bounds)?;
+    // A key has one row per revision at most: a cursor past it has passed its revision.
+    let next = read.next.map(|cursor| match cursor.key.as_slice() > key {
+        true => cursor.revision + 1,
+        false => cursor.revision,
+    });
+    Ok(KeyEvents {
+        events: read.events,
+        next,
+    })
 }
 
 /// The bytes of the events of `span` with a revision in `revisions` (rows of other ranges

@@ -4,14 +4,14 @@
 //! starts the replica's history at the snapshot.
 
 use keel_types::{
-    Cleanup, Command, CommandOutcome, Condition, Event, ExpiredKey, KeyHistory, KeyValue, RangeId,
-    Revision, Split,
+    Cleanup, Command, CommandOutcome, Condition, Event, EventCursor, ExpiredKey, KeyHistory,
+    KeyValue, RangeId, Revision, Split,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 use super::exactly_once::{Applier, at, put_ttl};
 use super::{delete, open, put};
-use crate::state_machine::{HistoryRead, HistoryRetention, StateMachine};
+use crate::state_machine::{HistoryRead, HistoryRetention, SpanEventsPage, SpanRead, StateMachine};
 
 fn kv(key: &str, value: &str, create_revision: Revision, mod_revision: Revision) -> KeyValue {
     KeyValue {
@@ -291,7 +291,11 @@ async fn a_page_reads_a_bounded_number_of_events_and_says_where_to_go_on() {
                     let history = txn
                         .open_table(crate::tables::HISTORY)
                         .map_err(|e| crate::StorageError::redb("open history", e))?;
-                    let bounds = (limit, u64::MAX, examined);
+                    let bounds = crate::tables::EventBounds {
+                        limit,
+                        max_bytes: u64::MAX,
+                        examined,
+                    };
                     crate::tables::key_events(&history, b"needle", from..=6, bounds)
                 })
                 .await
@@ -309,4 +313,134 @@ async fn a_page_reads_a_bounded_number_of_events_and_says_where_to_go_on() {
     assert_eq!((revisions(&full.events), full.next), (vec![3], Some(4)));
     let empty = page(1, 2, 1).await;
     assert_eq!((revisions(&empty.events), empty.next), (vec![], Some(2)));
+}
+
+#[tokio::test]
+async fn a_key_page_that_stops_inside_a_revision_after_the_keys_event_goes_on_past_it() {
+    let (_dir, store) = open();
+    let mut applier = Applier::new(&store);
+    // Revision 1 holds "a" then "b"; a page examining one row takes "a" and stops at "b".
+    let ops = vec![put("a", "1", None), put("b", "1", None)];
+    applier.apply(at(1_000, ops)).await;
+    applier.apply(at(1_000, vec![put("a", "2", None)])).await;
+    let sm = applier.sm();
+    let first = store
+        .read(|txn| {
+            let history = txn
+                .open_table(crate::tables::HISTORY)
+                .map_err(|e| crate::StorageError::redb("open history", e))?;
+            let bounds = crate::tables::EventBounds {
+                limit: 10,
+                max_bytes: u64::MAX,
+                examined: 1,
+            };
+            crate::tables::key_events(&history, b"a", 1..=2, bounds)
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.events.len(), 1);
+    assert_eq!(first.next, Some(2), "revision 1 is not read twice");
+    assert_eq!(revisions(&sm, "a").await, vec![1, 2]);
+}
+
+async fn span(
+    sm: &StateMachine,
+    start: &str,
+    end: &str,
+    from: EventCursor,
+    limit: usize,
+) -> SpanRead {
+    sm.span_events(start.as_bytes(), end.as_bytes(), from, (limit, u64::MAX))
+        .await
+        .unwrap()
+}
+
+fn page_of(read: SpanRead) -> SpanEventsPage {
+    match read {
+        SpanRead::Events(page) => page,
+        other => panic!("expected events, got {other:?}"),
+    }
+}
+
+fn keys_at(events: &[Event]) -> Vec<(Revision, String)> {
+    let key = |e: &Event| String::from_utf8(e.key.clone()).unwrap();
+    events.iter().map(|e| (e.revision, key(e))).collect()
+}
+
+#[tokio::test]
+async fn a_span_read_resumes_inside_a_revision_without_repeating_an_event() {
+    let (_dir, store) = open();
+    let mut applier = Applier::new(&store);
+    let ops = vec![
+        put("a", "1", None),
+        put("b", "1", None),
+        put("z", "1", None),
+    ];
+    applier.apply(at(1_000, ops)).await;
+    applier
+        .apply(at(1_000, vec![put("c", "1", None), put("b", "2", None)]))
+        .await;
+    let sm = applier.sm();
+    // [a, d) at most one event at a time: "z" is outside the span.
+    let mut cursor = EventCursor::at(1);
+    let mut seen = Vec::new();
+    loop {
+        let page = page_of(span(&sm, "a", "d", cursor.clone(), 1).await);
+        assert_eq!(page.revision, 2);
+        seen.extend(keys_at(&page.events));
+        match page.next {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    let expected = [(1, "a"), (1, "b"), (2, "b"), (2, "c")];
+    let expected: Vec<_> = expected.iter().map(|(r, k)| (*r, k.to_string())).collect();
+    assert_eq!(seen, expected);
+    // A cursor just after an event starts at the next one.
+    let after_b =
+        EventCursor::after(&page_of(span(&sm, "b", "c", EventCursor::at(1), 1).await).events[0]);
+    let rest = page_of(span(&sm, "a", "", after_b, 10).await);
+    assert_eq!(keys_at(&rest.events)[0], (1, "z".to_string()));
+    // From past the range's revision: nothing yet, and nothing to go on to.
+    let ahead = page_of(span(&sm, "a", "", EventCursor::at(3), 10).await);
+    assert!(ahead.events.is_empty() && ahead.next.is_none());
+}
+
+#[tokio::test]
+async fn a_span_read_below_the_floor_is_compacted_and_one_across_a_split_is_outside() {
+    let (_dir, store) = open();
+    let mut applier = Applier::new(&store);
+    for value in ["1", "2", "3"] {
+        let ops = vec![put("a", value, None), put("m", value, None)];
+        applier.apply(at(1_000, ops)).await;
+    }
+    let sm = applier.sm();
+    let everything = HistoryRetention {
+        max_age_ms: 0,
+        max_bytes: 0,
+    };
+    sm.compact_history(2_000, everything).await.unwrap();
+    assert_eq!(
+        span(&sm, "a", "", EventCursor::at(3), 10).await,
+        SpanRead::Compacted {
+            compact_revision: 3
+        }
+    );
+    applier.apply(at(3_000, vec![put("a", "4", None)])).await;
+    let page = page_of(span(&sm, "a", "", EventCursor::at(4), 10).await);
+    assert_eq!(keys_at(&page.events), vec![(4, "a".to_string())]);
+
+    let split = Command::Split(Split {
+        at: b"k".to_vec(),
+        child: RangeId(2),
+        expected_epoch: 0,
+    });
+    applier.apply(split).await;
+    match span(&sm, "a", "", EventCursor::at(4), 10).await {
+        SpanRead::Outside { descriptor } => assert_eq!(descriptor.end, Some(b"k".to_vec())),
+        other => panic!("expected outside, got {other:?}"),
+    }
+    // The part that stayed is still read.
+    let left = page_of(span(&sm, "a", "k", EventCursor::at(4), 10).await);
+    assert_eq!(keys_at(&left.events), vec![(4, "a".to_string())]);
 }
