@@ -33,3 +33,4 @@ mod tenant_replay;
 mod tenants;
 mod tls;
 mod ttl;
+mod watch;

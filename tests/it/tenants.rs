@@ -236,6 +236,58 @@ async fn a_tenant_reads_the_history_of_its_own_keys_only() {
     cluster.shutdown().await;
 }
 
+/// A tenant watching the whole keyspace (and a span named by another tenant's stored keys)
+/// sees its own changes only, named as it named them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenants_watch_of_everything_streams_its_own_keys_only() {
+    let cluster = start().await;
+    let (acme, globex) = (
+        client_as(&cluster, Some(ACME)),
+        client_as(&cluster, Some(GLOBEX)),
+    );
+    let mut kv = KvClient::new(cluster.tls_channel(cluster.leader().await).await);
+    let everything = v1::WatchRequest {
+        prev_kv: true,
+        progress_interval_ms: 100,
+        ..v1::WatchRequest::default()
+    };
+    let crafted = v1::WatchRequest {
+        start: stored("globex", b""),
+        end: stored("globex", b"\xff"),
+        progress_interval_ms: 100,
+        ..v1::WatchRequest::default()
+    };
+    let mut streams = Vec::new();
+    for request in [everything, crafted] {
+        let mut stream = kv.watch(with_token(request)).await.unwrap().into_inner();
+        stream.message().await.unwrap().unwrap().started.unwrap();
+        streams.push(stream);
+    }
+    put(&globex, b"secret", b"globex's").await.unwrap();
+    put(&acme, b"mine", b"acme's").await.unwrap();
+    put(&globex, b"secret", b"globex's too").await.unwrap();
+    let last = acme
+        .put(b"\xffmine", b"acme's", PutOptions::default())
+        .await
+        .unwrap();
+    let expected: [Vec<&[u8]>; 2] = [vec![b"mine", b"\xffmine"], vec![]];
+    for (stream, expected) in streams.iter_mut().zip(expected) {
+        let mut keys = Vec::new();
+        loop {
+            let message = stream.message().await.unwrap().unwrap();
+            for event in message.events {
+                assert_eq!(event.kv.unwrap().value, b"acme's");
+                keys.push(event.key);
+            }
+            if message.complete_revision >= last.revision {
+                break;
+            }
+        }
+        assert_eq!(keys, expected);
+    }
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenants_may_not_administer_the_cluster() {
     let cluster = start().await;

@@ -527,6 +527,27 @@ impl RaftGroup {
         }
     }
 
+    /// Waits until this replica's applied index (`applied_index`) is other than `seen`: it
+    /// applied an entry or installed a snapshot. `Unavailable` once the group stopped.
+    pub async fn applied_change(&self, seen: u64) -> Result<(), KvError> {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let applied = metrics
+                .borrow_watched()
+                .last_applied
+                .map_or(0, |id| id.index);
+            if applied != seen {
+                return Ok(());
+            }
+            if metrics.changed().await.is_err() {
+                return Err(KvError::unavailable(format!(
+                    "the replica of range {} on node {} stopped",
+                    self.range, self.node_id
+                )));
+            }
+        }
+    }
+
     /// This replica's view of its group, with the applied revision from the state machine.
     pub async fn status(&self) -> Result<GroupStatus, KvError> {
         let (revision, applied) = self

@@ -32,7 +32,7 @@ impl Event {
 /// Where a read of events goes on: the event of `key` at `revision` and every event after
 /// it. Within a revision events are in key order, so a cursor can stand inside a revision
 /// (a watch resumes there without delivering an event twice).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct EventCursor {
     pub revision: Revision,
     pub key: Vec<u8>,

@@ -81,6 +81,21 @@ pub const HISTORY_EXAMINED_PER_PAGE: usize = 16_384;
 /// Rows a history compaction step reads (of any range of the file) in one transaction.
 pub const HISTORY_COMPACT_ROWS_PER_TXN: usize = 4_096;
 
+/// Watch streams one node serves at once; one more is refused `Overloaded`.
+pub const WATCHES_PER_NODE_MAX: usize = 10_000;
+/// Bytes of events (keys and values) in one watch message: a message stops at this size
+/// (it holds at least one event), and a revision that does not fit is sent in fragments.
+/// Below gRPC's common 4 MiB default limit, with room for a largest event.
+pub const WATCH_MESSAGE_BYTES_MAX: usize = 1024 * 1024;
+/// Events in one watch message.
+pub const WATCH_MESSAGE_EVENTS_MAX: usize = 1_000;
+/// Messages a watch stream holds ready for a slow reader; past them the stream reads no
+/// more history until the reader takes one (it never holds events in memory beyond these).
+pub const WATCH_STREAM_MESSAGES_BUFFERED: usize = 2;
+/// Shortest and longest pause between a watch's progress messages.
+pub const WATCH_PROGRESS_MS_MIN: u64 = 100;
+pub const WATCH_PROGRESS_MS_MAX: u64 = 60 * 60 * 1000;
+
 /// Largest gRPC message Keel accepts or sends (a full batch plus framing).
 pub const GRPC_MESSAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Size of one chunk of a streamed snapshot.

@@ -334,6 +334,57 @@ pub fn check_history_limit(limit: u32) -> Result<u32, KvError> {
     }
 }
 
+/// A watch request's span and options, checked (`check_watch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchChecked {
+    /// `None`: no progress messages.
+    pub progress_interval_ms: Option<u64>,
+}
+
+/// Checks a watch of `[start, end)` (an empty `end` means the end of the keyspace), the key
+/// it resumes at within its start revision, and its progress interval (0 = none).
+pub fn check_watch(
+    start: &[u8],
+    end: &[u8],
+    resume_key: &[u8],
+    progress_interval_ms: u64,
+) -> Result<WatchChecked, KvError> {
+    // A resume key may be a key followed by a 0 byte: the first key after it.
+    let keys = [
+        ("start", start, limits::KEY_BYTES_MAX),
+        ("end", end, limits::KEY_BYTES_MAX),
+        ("resume key", resume_key, limits::KEY_BYTES_MAX + 1),
+    ];
+    for (what, key, max) in keys {
+        if named(key).len() > max {
+            return Err(KvError::invalid(format!(
+                "watch {what} is {}; limit is {}",
+                human_bytes(named(key).len()),
+                human_bytes(max)
+            )));
+        }
+    }
+    if !end.is_empty() && end <= start {
+        return Err(KvError::invalid(format!(
+            "watch end {} is not after start {}",
+            show_key(end),
+            show_key(start)
+        )));
+    }
+    let progress_interval_ms = match progress_interval_ms {
+        0 => None,
+        ms => Some(check_duration_ms(
+            "watch progress interval",
+            i64::try_from(ms).unwrap_or(i64::MAX),
+            limits::WATCH_PROGRESS_MS_MIN,
+            limits::WATCH_PROGRESS_MS_MAX,
+        )?),
+    };
+    Ok(WatchChecked {
+        progress_interval_ms,
+    })
+}
+
 // A lone op is within the batch byte limit whatever its sizes, as `check_op` assumes.
 const _: () =
     assert!(limits::KEY_BYTES_MAX + 2 * limits::VALUE_BYTES_MAX <= limits::BATCH_BYTES_MAX);

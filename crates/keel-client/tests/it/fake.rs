@@ -473,6 +473,16 @@ impl Kv for Service {
         self.0.read("history", &request, &key, response).await
     }
 
+    type WatchStream = futures::stream::Empty<Result<v1::WatchResponse, Status>>;
+
+    /// Not played: the client's watch is tested against real servers (tests/it/watch.rs).
+    async fn watch(
+        &self,
+        _request: Request<v1::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("the fake serves no watch"))
+    }
+
     async fn put(
         &self,
         request: Request<v1::PutRequest>,

@@ -8,11 +8,11 @@
 use keel_proto::v1::{
     AbortRequest, AbortResponse, AcquireRequest, AcquireResponse, BatchRequest, BatchResponse,
     BeginRequest, BeginResponse, CompleteRequest, CompleteResponse, DeleteRequest, DeleteResponse,
-    Fence, GetRequest, GetResponse, HistoryRequest, HistoryResponse, IdempotencyGetRequest,
+    Event, Fence, GetRequest, GetResponse, HistoryRequest, HistoryResponse, IdempotencyGetRequest,
     IdempotencyGetResponse, IncrementRequest, IncrementResponse, InspectRequest, InspectResponse,
     KeyValue, LeaderRequest, LeaderResponse, MembersResponse, OpenSessionResponse, PutRequest,
     PutResponse, RangesResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
-    ScanRequest, ScanResponse, batch_op,
+    ScanRequest, ScanResponse, WatchRequest, WatchResponse, batch_op,
 };
 use keel_types::tenant::Namespace;
 use keel_types::{ConditionFailed, KvError, RangeDescriptor};
@@ -56,6 +56,28 @@ impl Caller {
             Err(status) => Err(reveal_status(status, namespace)),
         }
     }
+
+    /// An error status as the caller may see it.
+    pub fn reveal_status(&self, status: Status) -> Status {
+        match self.namespace() {
+            Some(namespace) => reveal_status(status, namespace),
+            None => status,
+        }
+    }
+
+    /// One message of a stream as the caller may see it (`reveal` for each message).
+    pub fn reveal_message<T: Reveal>(&self, message: Result<T, Status>) -> Result<T, Status> {
+        let Some(namespace) = self.namespace() else {
+            return message;
+        };
+        match message {
+            Ok(mut message) => {
+                message.reveal(namespace);
+                Ok(message)
+            }
+            Err(status) => Err(reveal_status(status, namespace)),
+        }
+    }
 }
 
 fn confine_name(name: &mut Vec<u8>, namespace: &Namespace) {
@@ -76,6 +98,12 @@ fn reveal_kv(kv: &mut Option<KeyValue>, namespace: &Namespace) {
     if let Some(kv) = kv {
         reveal_name(&mut kv.key, namespace);
     }
+}
+
+fn reveal_event(event: &mut Event, namespace: &Namespace) {
+    reveal_name(&mut event.key, namespace);
+    reveal_kv(&mut event.kv, namespace);
+    reveal_kv(&mut event.prev_kv, namespace);
 }
 
 /// A range named in an error, as the tenant sees it; one holding none of the namespace shows
@@ -228,6 +256,17 @@ impl Confine for ScanRequest {
     }
 }
 
+impl Confine for WatchRequest {
+    /// As a scan: `[start, end)` of the tenant's names.
+    fn confine(&mut self, namespace: &Namespace) {
+        self.end = namespace.confine_end(&self.end);
+        confine_name(&mut self.start, namespace);
+        if !self.resume_key.is_empty() {
+            confine_name(&mut self.resume_key, namespace);
+        }
+    }
+}
+
 /// Answers that name nothing of the keyspace.
 macro_rules! nothing_to_reveal {
     ($($response:ty),* $(,)?) => {$(
@@ -261,9 +300,20 @@ impl Reveal for GetResponse {
 impl Reveal for HistoryResponse {
     fn reveal(&mut self, namespace: &Namespace) {
         for event in &mut self.events {
-            reveal_name(&mut event.key, namespace);
-            reveal_kv(&mut event.kv, namespace);
-            reveal_kv(&mut event.prev_kv, namespace);
+            reveal_event(event, namespace);
+        }
+    }
+}
+
+impl Reveal for WatchResponse {
+    /// The covered span in the tenant's names: an end at the namespace's end is unbounded.
+    fn reveal(&mut self, namespace: &Namespace) {
+        if let Some(started) = &mut self.started {
+            reveal_name(&mut started.start, namespace);
+            reveal_name(&mut started.end, namespace);
+        }
+        for event in &mut self.events {
+            reveal_event(event, namespace);
         }
     }
 }

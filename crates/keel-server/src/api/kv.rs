@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use keel_proto::convert;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::kv_server::Kv;
@@ -16,7 +17,7 @@ use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
     GetResponse, HistoryRequest, HistoryResponse, IncrementRequest, IncrementResponse,
     OpenSessionRequest, OpenSessionResponse, PutRequest, PutResponse, ResponseHeader, ScanRequest,
-    ScanResponse,
+    ScanResponse, WatchRequest,
 };
 use keel_raft::RaftGroup;
 use keel_storage::{HistoryRead, KeyRead};
@@ -31,6 +32,7 @@ use tonic::{Request, Response, Status};
 
 use crate::access::Call;
 use crate::access::quota;
+use crate::api::watch::{self, WatchStream};
 use crate::peer::channels::PeerChannel;
 use crate::requests::admission;
 use crate::requests::coordinated::unexpected;
@@ -417,6 +419,22 @@ impl Kv for KvService {
             .answer(&request, Hop::READ, serve, forward)
             .await;
         caller.reveal(answer)
+    }
+
+    type WatchStream = WatchStream;
+
+    /// Served here, never forwarded (`api/watch.rs`).
+    async fn watch(&self, request: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let request = caller.confine(request.into_inner());
+        let router = self.router.clone();
+        let stream = match watch::open(self.shared.clone(), request).await {
+            Ok(stream) => stream,
+            Err(error) => return Err(caller.reveal_status(router.status(&error))),
+        };
+        let stream = stream
+            .map(move |sent| caller.reveal_message(sent.map_err(|error| router.status(&error))));
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {

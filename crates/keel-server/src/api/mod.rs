@@ -19,3 +19,4 @@ pub(crate) mod metrics;
 pub(crate) mod raft;
 pub(crate) mod reflection;
 pub(crate) mod tenant_usage;
+pub(crate) mod watch;

@@ -1,6 +1,7 @@
 //! The node's metrics as they are counted: requests, by the gRPC layer in `requests.rs`;
-//! storage commits, by the store's commit observer; hot keys, by the router; and the
-//! Prometheus text format (`text.rs`) they are written in. What is read at scrape time and
+//! storage commits, by the store's commit observer; hot keys, by the router; watch streams,
+//! by the watch service (`watches.rs`); and the Prometheus text format (`text.rs`) they are
+//! written in. What is read at scrape time and
 //! the `--metrics-listen` endpoint are `api/metrics.rs`, which reads the node. Metric names
 //! start with `keel_` and end with their unit. Knows nothing of request semantics, and never
 //! names the node context.
@@ -10,6 +11,7 @@ mod hot_keys;
 mod requests;
 mod storage;
 pub(crate) mod text;
+mod watches;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -17,6 +19,7 @@ use std::sync::atomic::AtomicU64;
 pub(crate) use hot_keys::HotKeys;
 pub(crate) use requests::{MeteredLayer, RequestMetrics};
 pub(crate) use storage::StorageMetrics;
+pub(crate) use watches::{WatchEnd, WatchMetrics, WatchSlot};
 
 /// What the node counts as it runs.
 pub(crate) struct Metrics {
@@ -31,6 +34,8 @@ pub(crate) struct Metrics {
     pub forwarded_on_stream: AtomicU64,
     /// Requests this node sent on to a leader as calls of their own.
     pub forwarded_as_calls: AtomicU64,
+    /// The watch streams this node serves.
+    pub watches: Arc<WatchMetrics>,
 }
 
 impl Metrics {
@@ -47,6 +52,7 @@ impl Metrics {
             load_splits_declined: AtomicU64::new(0),
             forwarded_on_stream: AtomicU64::new(0),
             forwarded_as_calls: AtomicU64::new(0),
+            watches: Arc::default(),
         }
     }
 }

@@ -104,6 +104,7 @@ pub(crate) enum Audience {
 }
 
 /// Answers requests for one service of this node.
+#[derive(Clone)]
 pub(crate) struct Router {
     shared: Arc<Shared>,
     audience: Audience,

@@ -9,12 +9,14 @@ use std::sync::atomic::Ordering;
 
 use keel_raft::{GroupStatus, ReadIndexCounts, Role};
 use keel_storage::RangeCounts;
+use keel_types::limits::WATCHES_PER_NODE_MAX;
 use keel_types::{CoordinationCounts, RangeId};
 
 use super::access;
 use crate::access::Access;
 use crate::api::health;
 use crate::metrics::text::{Kind, Text};
+use crate::metrics::{WatchEnd, WatchMetrics};
 use crate::shared::Shared;
 
 /// What one hosted range looks like from this node.
@@ -130,6 +132,7 @@ fn write_node(text: &mut Text, shared: &Shared, ranges: usize) {
     for (via, count) in forwarded {
         text.sample(&[("via", via)], count.load(Ordering::Relaxed) as f64);
     }
+    write_watches(text, &shared.metrics.watches);
     text.family(
         "keel_peer_heartbeat_age_seconds",
         Kind::Gauge,
@@ -149,6 +152,35 @@ fn write_node(text: &mut Text, shared: &Shared, ranges: usize) {
         let node = node.to_string();
         text.sample(&[("node_id", &node)], at.elapsed().as_secs_f64());
     }
+}
+
+fn write_watches(text: &mut Text, watches: &WatchMetrics) {
+    text.family(
+        "keel_watches",
+        Kind::Gauge,
+        &format!("Watch streams this node serves now (at most {WATCHES_PER_NODE_MAX})."),
+    );
+    text.sample(&[], watches.open_now() as f64);
+    text.family(
+        "keel_watch_events_sent_total",
+        Kind::Counter,
+        "Events this node's watch streams sent.",
+    );
+    text.sample(&[], watches.events_sent() as f64);
+    text.family(
+        "keel_watches_ended_total",
+        Kind::Counter,
+        "Watch streams that ended, by why: the client closed it, the range split, its events were compacted before it could send them (a reader too slow for the retention), or the replica stopped.",
+    );
+    for end in WatchEnd::ALL {
+        text.sample(&[("reason", end.label())], watches.ended_by(end) as f64);
+    }
+    text.family(
+        "keel_watches_refused_total",
+        Kind::Counter,
+        &format!("Watch streams refused because this node served {WATCHES_PER_NODE_MAX} already."),
+    );
+    text.sample(&[], watches.refused() as f64);
 }
 
 fn write_requests(text: &mut Text, shared: &Shared) {

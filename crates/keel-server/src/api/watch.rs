@@ -1,0 +1,293 @@
+//! `Kv.Watch`: one stream of the changes of a span that one range holds, served from this
+//! node's replica of the range (any replica: no leader load) by a task that reads the
+//! range's history from a cursor, sends what it read, and waits for the replica to apply
+//! more. A stream never holds events in memory beyond its few messages ready to send
+//! (`WATCH_STREAM_MESSAGES_BUFFERED`): a slow reader leaves its task waiting on the send, the
+//! history it has not read stays in storage, and writes never wait for it. A reader that
+//! falls so far behind that its events are compacted gets `Compacted` and the stream ends.
+//! The stream ends too when a split leaves the range without the whole covered span
+//! (`KeyOutOfRange`, naming the range as it is now), or when the replica stops.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use keel_proto::convert;
+use keel_proto::v1::{WatchRequest, WatchResponse, WatchStarted};
+use keel_raft::RaftGroup;
+use keel_storage::{SpanEventsPage, SpanRead};
+use keel_types::limits::{
+    WATCH_MESSAGE_BYTES_MAX, WATCH_MESSAGE_EVENTS_MAX, WATCH_STREAM_MESSAGES_BUFFERED,
+    WATCHES_PER_NODE_MAX,
+};
+use keel_types::validate::{WatchChecked, check_watch};
+use keel_types::{Event, EventCursor, KvError, RangeDescriptor, Revision};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::Status;
+use tracing::debug;
+
+use crate::metrics::{WatchEnd, WatchSlot};
+use crate::ranges::lookup;
+use crate::shared::Shared;
+
+/// The messages of a watch stream, as tonic sends them.
+pub(crate) type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
+
+/// What a stream sends: a message, or the error it ends with.
+pub(crate) type Sent = Result<WatchResponse, KvError>;
+
+/// A watch of one range's part of a span, as the request and the range define it.
+struct Watch {
+    shared: Arc<Shared>,
+    group: Arc<RaftGroup>,
+    /// The covered span: the requested span cut to the range's (empty end: unbounded).
+    start: Vec<u8>,
+    end: Vec<u8>,
+    request: WatchRequest,
+    checked: WatchChecked,
+    _slot: WatchSlot,
+}
+
+/// Opens a watch on this node's replica of the range holding `request.start`: a task sends
+/// its messages until the stream ends (with the error it ends with, if any), and the
+/// returned stream yields them as they come.
+pub(crate) async fn open(
+    shared: Arc<Shared>,
+    request: WatchRequest,
+) -> Result<impl Stream<Item = Sent> + Send + 'static, KvError> {
+    let checked = check_watch(
+        &request.start,
+        &request.end,
+        &request.resume_key,
+        request.progress_interval_ms,
+    )?;
+    let group = lookup::route(&shared, &request.start).await?;
+    let slot = shared
+        .metrics
+        .watches
+        .open()
+        .ok_or_else(|| KvError::Overloaded {
+            message: format!(
+                "node {} serves {WATCHES_PER_NODE_MAX} watch streams already",
+                shared.node_id
+            ),
+        })?;
+    let range = group.descriptor().await?;
+    let (start, end) = covered(&range, &request.start, &request.end);
+    let from = match request.start_revision {
+        0 => {
+            let (revision, _) = group
+                .state_machine()
+                .applied()
+                .await
+                .map_err(|e| KvError::fatal(format!("range {}: {e}", range.id)))?;
+            EventCursor::at(revision + 1)
+        }
+        revision => EventCursor {
+            revision,
+            key: request.resume_key.clone(),
+        },
+    };
+    let started = WatchResponse {
+        started: Some(WatchStarted {
+            range_id: range.id.0,
+            served_by: shared.node_id,
+            start: start.clone(),
+            end: end.clone(),
+            start_revision: from.revision,
+        }),
+        complete_revision: from.revision - 1,
+        ..WatchResponse::default()
+    };
+    let (sender, receiver) = mpsc::channel(WATCH_STREAM_MESSAGES_BUFFERED);
+    let watch = Watch {
+        shared,
+        group,
+        start,
+        end,
+        request,
+        checked,
+        _slot: slot,
+    };
+    tokio::spawn(async move {
+        let end = match sender.send(Ok(started)).await {
+            Ok(()) => watch.run(from, &sender).await,
+            Err(_) => WatchEnd::Closed,
+        };
+        debug!(?end, "watch stream ended");
+        watch.shared.metrics.watches.ended(end);
+    });
+    Ok(futures::stream::unfold(
+        receiver,
+        |mut receiver| async move {
+            let sent = receiver.recv().await?;
+            Some((sent, receiver))
+        },
+    ))
+}
+
+/// The part of `[start, end)` (empty `end`: unbounded) inside `range`, which holds `start`.
+fn covered(range: &RangeDescriptor, start: &[u8], end: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let end = match (range.end(), end.is_empty()) {
+        (None, _) => end,
+        (Some(own), true) => own,
+        (Some(own), false) => own.min(end),
+    };
+    (start.to_vec(), end.to_vec())
+}
+
+/// Where a read leaves a stream.
+struct Step {
+    /// Where the next read starts.
+    next: EventCursor,
+    /// More history is there to read now (the read stopped at its bounds).
+    more: bool,
+}
+
+impl Watch {
+    /// Sends the range's events from `from` on until the stream ends; why it ended.
+    async fn run(&self, mut from: EventCursor, sender: &mpsc::Sender<Sent>) -> WatchEnd {
+        let progress = self.checked.progress_interval_ms.map(Duration::from_millis);
+        let mut last_sent = Instant::now();
+        loop {
+            // The applied index before the read: any apply after it wakes the wait below.
+            let seen = self.group.applied_index();
+            let step = match self.read(&from).await {
+                Ok((page, step)) => {
+                    let complete = step.next.revision - 1;
+                    if let Some(message) = self.message(page.events, &step.next, complete) {
+                        let events = message.events.len();
+                        if sender.send(Ok(message)).await.is_err() {
+                            return WatchEnd::Closed;
+                        }
+                        self.shared.metrics.watches.sent(events);
+                        last_sent = Instant::now();
+                    }
+                    step
+                }
+                Err(error) => {
+                    let end = match &error {
+                        KvError::Compacted { .. } => WatchEnd::Compacted,
+                        KvError::KeyOutOfRange { .. } => WatchEnd::Split,
+                        _ => WatchEnd::Unavailable,
+                    };
+                    // The reader may be gone already; the stream ends either way.
+                    let _ = sender.send(Err(error)).await;
+                    return end;
+                }
+            };
+            from = step.next;
+            if step.more {
+                continue;
+            }
+            let progress_due = progress.map(|every| last_sent + every);
+            tokio::select! {
+                changed = self.group.applied_change(seen) => {
+                    if let Err(error) = changed {
+                        let _ = sender.send(Err(error)).await;
+                        return WatchEnd::Unavailable;
+                    }
+                }
+                () = sleep_until(progress_due) => {
+                    let message = WatchResponse {
+                        complete_revision: from.revision - 1,
+                        ..WatchResponse::default()
+                    };
+                    if sender.send(Ok(message)).await.is_err() {
+                        return WatchEnd::Closed;
+                    }
+                    last_sent = Instant::now();
+                }
+                () = sender.closed() => return WatchEnd::Closed,
+                () = self.shared.health.closing() => {
+                    let error = KvError::unavailable(format!(
+                        "node {} is shutting down",
+                        self.shared.node_id
+                    ));
+                    let _ = sender.send(Err(error)).await;
+                    return WatchEnd::Unavailable;
+                }
+            }
+        }
+    }
+
+    /// One bounded read of the covered span's events from `from` on.
+    async fn read(&self, from: &EventCursor) -> Result<(SpanEventsPage, Step), KvError> {
+        let bounds = (WATCH_MESSAGE_EVENTS_MAX, WATCH_MESSAGE_BYTES_MAX as u64);
+        let read = self
+            .group
+            .state_machine()
+            .span_events(&self.start, &self.end, from.clone(), bounds)
+            .await;
+        match read {
+            Ok(SpanRead::Events(page)) => {
+                let step = match &page.next {
+                    Some(next) => Step {
+                        next: next.clone(),
+                        more: true,
+                    },
+                    // Read up to the range's revision; a cursor past it (a start revision
+                    // not made yet) stays where it is.
+                    None => Step {
+                        next: from.clone().max(EventCursor::at(page.revision + 1)),
+                        more: false,
+                    },
+                };
+                Ok((page, step))
+            }
+            Ok(SpanRead::Compacted { compact_revision }) => Err(KvError::Compacted {
+                requested: from.revision,
+                compact_revision,
+            }),
+            Ok(SpanRead::Outside { descriptor }) => Err(KvError::KeyOutOfRange {
+                key: self.start.clone(),
+                range: Box::new(descriptor),
+            }),
+            Err(error) => Err(KvError::unavailable(format!(
+                "range {}: reading its history: {error}",
+                self.group.range()
+            ))),
+        }
+    }
+
+    /// The message of the events read before `next` (those the filters keep), complete up to
+    /// `complete`: a fragment when `next` stands inside its last event's revision. None when
+    /// the filters kept nothing.
+    fn message(
+        &self,
+        events: Vec<Event>,
+        next: &EventCursor,
+        complete: Revision,
+    ) -> Option<WatchResponse> {
+        let request = &self.request;
+        let events: Vec<_> = events
+            .into_iter()
+            .filter(|event| match event.is_removal() {
+                true => !request.no_delete,
+                false => !request.no_put,
+            })
+            .map(|mut event| {
+                if !request.prev_kv {
+                    event.before = None;
+                }
+                convert::event(event)
+            })
+            .collect();
+        let last = events.last()?.revision;
+        Some(WatchResponse {
+            started: None,
+            fragment: last == next.revision,
+            complete_revision: complete,
+            events,
+        })
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
