@@ -4,9 +4,10 @@
 //! its complete revision with nothing lost), refuses a start below the floor with
 //! `Compacted`, refuses bad requests, and never shows a tenant another tenant's keys.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use keel_client::PutOptions;
+use keel_client::{PutOptions, WatchOptions};
 use keel_proto::v1;
 use keel_server::status;
 use keel_types::{BatchOp, KvError, Revision};
@@ -243,5 +244,82 @@ async fn bad_and_compacted_watches_are_refused() {
         let refused = kv.watch(request.clone()).await.unwrap_err();
         assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{request:?}");
     }
+    cluster.shutdown().await;
+}
+
+/// keel-client's watch over a span that splits while it runs, whose leader moves and whose
+/// serving node stops and comes back: every put arrives once, each key's in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_watch_rides_out_a_split_a_leader_move_and_a_restart() {
+    let mut cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let keys: [&[u8]; 4] = [b"c/a", b"c/f", b"c/p", b"c/x"];
+    let first = client
+        .put(keys[0], b"0", PutOptions::default())
+        .await
+        .unwrap();
+    let options = WatchOptions {
+        start_revision: first.revision,
+        ..WatchOptions::default()
+    };
+    let mut watch = client.watch(b"c/", b"c0", options).await.unwrap();
+    let mut expected: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
+    expected
+        .entry(keys[0].to_vec())
+        .or_default()
+        .push(b"0".to_vec());
+    let mut seen: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
+    let mut ranges = std::collections::BTreeSet::new();
+    for i in 1..=40u32 {
+        let key = keys[i as usize % keys.len()];
+        let value = i.to_string().into_bytes();
+        client
+            .put(key, &value, PutOptions::default())
+            .await
+            .unwrap();
+        expected.entry(key.to_vec()).or_default().push(value);
+        match i {
+            10 => {
+                client.split(b"c/m").await.unwrap();
+            }
+            20 => {
+                let (range, leader) = (keel_types::RangeId::FIRST, cluster.leader().await);
+                let other = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+                client.transfer_leader(range, other).await.unwrap();
+            }
+            25 => cluster.stop_node(1).await,
+            32 => cluster.start_node(1).await,
+            _ => {}
+        }
+        // Take what has come so far, so the watch's buffers never fill.
+        while let Ok(Some(batch)) =
+            tokio::time::timeout(Duration::from_millis(1), watch.next()).await
+        {
+            let batch = batch.unwrap();
+            ranges.insert(batch.range_id);
+            for event in batch.events {
+                let value = event.after.map(|kv| kv.value).unwrap_or_default();
+                seen.entry(event.key).or_default().push(value);
+            }
+        }
+    }
+    let total: usize = expected.values().map(Vec::len).sum();
+    while seen.values().map(Vec::len).sum::<usize>() < total {
+        let batch = tokio::time::timeout(MESSAGE_WAIT, watch.next())
+            .await
+            .expect("the watch delivers within the wait")
+            .unwrap()
+            .unwrap();
+        ranges.insert(batch.range_id);
+        for event in batch.events {
+            let value = event.after.map(|kv| kv.value).unwrap_or_default();
+            seen.entry(event.key).or_default().push(value);
+        }
+    }
+    assert_eq!(seen, expected);
+    assert!(
+        ranges.len() >= 2,
+        "events came from both halves: {ranges:?}"
+    );
     cluster.shutdown().await;
 }

@@ -36,11 +36,13 @@ mod leader_probe;
 mod lock;
 mod route;
 mod scan;
+mod watch;
 mod write;
 
 pub use backup::{RangeBackup, RangeSnapshot};
 pub use guard::LockGuard;
 use route::{Route, RouteBy};
+pub use watch::{Watch, WatchBatch, WatchOptions};
 
 /// A handle on a Keel cluster. Cheap to clone; clones share connections, the range table and
 /// the leader caches.

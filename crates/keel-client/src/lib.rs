@@ -133,7 +133,7 @@ mod scan_page;
 mod session;
 mod stub;
 
-pub use client::{Client, LockGuard, RangeBackup, RangeSnapshot};
+pub use client::{Client, LockGuard, RangeBackup, RangeSnapshot, Watch, WatchBatch, WatchOptions};
 pub use endpoints::normalize as normalize_endpoint;
 pub use errors::{IdempotentError, LockError, LockLost};
 pub use options::{

@@ -1,0 +1,370 @@
+//! A watch of a span over any number of ranges (`Client::watch`): one `Kv.Watch` stream per
+//! part of the span a range holds, each part with its own cursor (revision, key), merged into
+//! one stream of batches. A part whose stream ends for a split, a replica move, a node that
+//! stopped or a lost connection opens again where its cursor stands, on whatever replica
+//! holds its start now; when the range there covers less than the part, the rest becomes a
+//! part of its own from the same cursor (a split child keeps its parent's revisions and
+//! history, so the cursor carries over). Every event is delivered once, and a key's events in
+//! order: a key belongs to one part at a time, and a part never goes back behind its cursor.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use keel_proto::v1;
+use keel_proto::v1::kv_client::KvClient;
+use keel_types::{Consistency, Event, EventCursor, KvError, NodeId, RangeId, Revision, validate};
+use tokio::sync::mpsc;
+use tonic::Streaming;
+
+use super::route::RouteBy;
+use super::{Client, read};
+use crate::attempt::{self, AttemptError};
+use crate::results::Served;
+use crate::stub::Transport;
+
+/// Batches a watch holds ready for a slow caller; its streams wait for the caller beyond that.
+const BATCHES_BUFFERED: usize = 16;
+/// The pauses before a part opens again after its stream failed: doubling, reset once open.
+const REOPEN_PAUSE_MIN: Duration = Duration::from_millis(20);
+const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// What a watch sends and from where.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// The first revision to deliver in every range of the span; 0 = from now (each
+    /// range's revision when its stream opened). Revisions are per range: a revision other
+    /// than 0 suits a span one range holds, or one whose ranges came from one by splits.
+    pub start_revision: Revision,
+    /// Deliver each event's state before the change.
+    pub prev_kv: bool,
+    /// Leave out puts (and increments).
+    pub no_put: bool,
+    /// Leave out removals (deletes and expiries).
+    pub no_delete: bool,
+    /// Deliver a progress batch (no events) from a range after this long without one; None
+    /// = never; 100 ms to 1 hour.
+    pub progress_interval: Option<Duration>,
+}
+
+/// Events of one part of the watched span, from one range's stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchBatch {
+    /// The range and the node that served them.
+    pub range_id: RangeId,
+    pub served_by: NodeId,
+    /// The part of the watched span the batch is complete for (empty end = unbounded).
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
+    /// In revision order, key order within a revision; empty in a progress batch.
+    pub events: Vec<Event>,
+    /// Every event of the part at or below this revision of its range has been delivered.
+    pub complete_revision: Revision,
+}
+
+/// A running watch; dropping it stops its streams.
+pub struct Watch {
+    batches: mpsc::Receiver<Result<WatchBatch, KvError>>,
+}
+
+impl Watch {
+    /// The next batch; an error ends the watch: `Compacted` (events from where a part stood
+    /// are gone from the replica that served it: read the current state and watch again
+    /// from its revision), or what made the span unwatchable (such as `PermissionDenied`).
+    /// `None` after the error.
+    pub async fn next(&mut self) -> Option<Result<WatchBatch, KvError>> {
+        self.batches.recv().await
+    }
+}
+
+/// One part of the watched span and where its stream stands.
+#[derive(Debug, Clone)]
+struct Part {
+    start: Vec<u8>,
+    end: Vec<u8>,
+    /// `None` until its first stream opened "from now".
+    cursor: Option<EventCursor>,
+}
+
+/// A stream opened and its first message read.
+struct Opened {
+    started: v1::WatchStarted,
+    stream: Streaming<v1::WatchResponse>,
+}
+
+impl Served for Opened {
+    fn range_id(&self) -> u64 {
+        self.started.range_id
+    }
+}
+
+/// How a part's stream ended.
+enum Ended {
+    /// The caller is gone.
+    Dropped,
+    /// Open it again where it stands.
+    Reopen,
+    /// The watch ends with this error.
+    Failed(KvError),
+}
+
+impl Client {
+    /// Watches the keys of `[start, end)` (empty `end` = to the end of the keyspace; one key:
+    /// `end` = the key followed by a 0 byte) across every range that holds them, following
+    /// splits, replica moves, leader changes, node restarts and lost connections. Each
+    /// event is delivered once; a key's events in revision order. Events of different
+    /// ranges have no order between them: a batch's `complete_revision` says how far its
+    /// part of the span is complete.
+    pub async fn watch(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        options: WatchOptions,
+    ) -> Result<Watch, KvError> {
+        let progress_ms = options.progress_interval.map_or(0, |every| {
+            u64::try_from(every.as_millis()).unwrap_or(u64::MAX)
+        });
+        validate::check_watch(start, end, &[], progress_ms)?;
+        let (sender, batches) = mpsc::channel(BATCHES_BUFFERED);
+        let part = Part {
+            start: start.to_vec(),
+            end: end.to_vec(),
+            cursor: (options.start_revision != 0).then(|| EventCursor::at(options.start_revision)),
+        };
+        let watcher = Watcher {
+            client: self.clone(),
+            options,
+            progress_ms,
+            sender,
+        };
+        tokio::spawn(watcher.run(part));
+        Ok(Watch { batches })
+    }
+
+    /// Opens `request`'s stream on a replica of the range holding its start, as a follower
+    /// read is routed (with its retries within the request timeout).
+    async fn open_watch(&self, request: &v1::WatchRequest) -> Result<Opened, KvError> {
+        let timeout = self.inner.options.request_timeout;
+        self.call(
+            read(Consistency::Follower),
+            RouteBy::AnyReplica(&request.start),
+            timeout,
+            |mut kv: KvClient<Transport>| {
+                let request = request.clone();
+                async move {
+                    let mut stream = kv.watch(request).await?.into_inner();
+                    let first = stream.message().await?;
+                    match first.and_then(|first| first.started) {
+                        Some(started) => Ok(tonic::Response::new(Opened { started, stream })),
+                        None => Err(tonic::Status::internal(
+                            "a watch stream whose first message does not say what it covers",
+                        )),
+                    }
+                }
+            },
+        )
+        .await
+    }
+}
+
+/// What every part of one watch shares.
+#[derive(Clone)]
+struct Watcher {
+    client: Client,
+    options: WatchOptions,
+    progress_ms: u64,
+    sender: mpsc::Sender<Result<WatchBatch, KvError>>,
+}
+
+impl Watcher {
+    /// Keeps `part` watched until the caller drops the watch or it fails. (Boxed: a part
+    /// spawns the parts a split cuts off it.)
+    fn run(self, part: Part) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(self.keep(part))
+    }
+
+    async fn keep(self, mut part: Part) {
+        let mut pause = REOPEN_PAUSE_MIN;
+        loop {
+            let request = self.request(&part);
+            let opened = tokio::select! {
+                opened = self.client.open_watch(&request) => opened,
+                () = self.sender.closed() => return,
+            };
+            let ended = match opened {
+                Ok(opened) => {
+                    pause = REOPEN_PAUSE_MIN;
+                    self.follow(&mut part, opened).await
+                }
+                Err(error) if reopenable(&error) => Ended::Reopen,
+                Err(error) => Ended::Failed(error),
+            };
+            match ended {
+                Ended::Dropped => return,
+                Ended::Failed(error) => {
+                    let _ = self.sender.send(Err(error)).await;
+                    return;
+                }
+                Ended::Reopen => {
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = self.sender.closed() => return,
+                    }
+                    pause = (pause * 2).min(REOPEN_PAUSE_MAX);
+                }
+            }
+        }
+    }
+
+    fn request(&self, part: &Part) -> v1::WatchRequest {
+        let cursor = part.cursor.clone().unwrap_or_default();
+        v1::WatchRequest {
+            start: part.start.clone(),
+            end: part.end.clone(),
+            start_revision: cursor.revision,
+            resume_key: cursor.key,
+            prev_kv: self.options.prev_kv,
+            no_put: self.options.no_put,
+            no_delete: self.options.no_delete,
+            progress_interval_ms: self.progress_ms,
+        }
+    }
+
+    /// Delivers an open stream's events until it ends, moving `part`'s cursor past each.
+    async fn follow(&self, part: &mut Part, opened: Opened) -> Ended {
+        let Opened {
+            started,
+            mut stream,
+        } = opened;
+        let cursor = part
+            .cursor
+            .get_or_insert_with(|| EventCursor::at(started.start_revision));
+        if covers_less(&started.end, &part.end) {
+            // The range ends inside the part: the rest is watched on its own, from here.
+            let rest = Part {
+                start: started.end.clone(),
+                end: std::mem::replace(&mut part.end, started.end.clone()),
+                cursor: Some(cursor.clone()),
+            };
+            tokio::spawn(self.clone().run(rest));
+        }
+        loop {
+            let message = tokio::select! {
+                message = stream.message() => message,
+                () = self.sender.closed() => return Ended::Dropped,
+            };
+            let message = match message {
+                Ok(Some(message)) => message,
+                Ok(None) => return Ended::Reopen,
+                Err(status) => return ended_by(&status),
+            };
+            let cursor = part.cursor.get_or_insert_with(EventCursor::default);
+            let events = past(cursor, message.events);
+            if let Some(last) = events.last() {
+                *cursor = (*cursor).clone().max(EventCursor::after(last));
+            }
+            let complete = message.complete_revision;
+            *cursor = (*cursor).clone().max(EventCursor::at(complete + 1));
+            let batch = WatchBatch {
+                range_id: RangeId(started.range_id),
+                served_by: started.served_by,
+                start: part.start.clone(),
+                end: part.end.clone(),
+                events,
+                complete_revision: complete,
+            };
+            if batch.events.is_empty() && self.progress_ms == 0 {
+                continue;
+            }
+            if self.sender.send(Ok(batch)).await.is_err() {
+                return Ended::Dropped;
+            }
+        }
+    }
+}
+
+/// The events at or after `cursor` (a stream sends no other; this keeps a part from going
+/// back whatever it is sent).
+fn past(cursor: &EventCursor, events: Vec<v1::Event>) -> Vec<Event> {
+    events
+        .into_iter()
+        .map(Event::from)
+        .filter(|event| {
+            let at = EventCursor {
+                revision: event.revision,
+                key: event.key.clone(),
+            };
+            at >= *cursor
+        })
+        .collect()
+}
+
+/// Whether a stream covering up to `covered` (empty = unbounded) covers less than a part
+/// ending at `end`.
+fn covers_less(covered: &[u8], end: &[u8]) -> bool {
+    !covered.is_empty() && (end.is_empty() || covered < end)
+}
+
+/// Whether a failed open may be tried again later: the range or its replicas were moving, or
+/// no node answered in time.
+fn reopenable(error: &KvError) -> bool {
+    matches!(
+        error,
+        KvError::NotLeader { .. }
+            | KvError::Unavailable { .. }
+            | KvError::Timeout { .. }
+            | KvError::KeyOutOfRange { .. }
+            | KvError::Overloaded { .. }
+    )
+}
+
+/// How the error a stream ended with ends its part.
+fn ended_by(status: &tonic::Status) -> Ended {
+    match attempt::from_status(status) {
+        AttemptError::Server(error) if reopenable(&error) => Ended::Reopen,
+        AttemptError::Server(error) => Ended::Failed(error),
+        // The connection failed: the node stopped or the network broke.
+        AttemptError::NotSent(_)
+        | AttemptError::Lost(_)
+        | AttemptError::TimedOut(_)
+        | AttemptError::Superseded { .. } => Ended::Reopen,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(revision: Revision, key: &str) -> v1::Event {
+        v1::Event {
+            revision,
+            key: key.as_bytes().to_vec(),
+            ..v1::Event::default()
+        }
+    }
+
+    #[test]
+    fn a_part_never_goes_back_behind_its_cursor() {
+        let cursor = EventCursor::after(&Event::from(event(5, "b")));
+        let events = vec![
+            event(4, "z"),
+            event(5, "a"),
+            event(5, "b"),
+            event(5, "c"),
+            event(6, "a"),
+        ];
+        let kept: Vec<_> = past(&cursor, events)
+            .into_iter()
+            .map(|e| (e.revision, e.key))
+            .collect();
+        assert_eq!(kept, vec![(5, b"c".to_vec()), (6, b"a".to_vec())]);
+    }
+
+    #[test]
+    fn a_stream_covers_less_when_its_range_ends_inside_the_part() {
+        assert!(covers_less(b"m", b""));
+        assert!(covers_less(b"m", b"z"));
+        assert!(!covers_less(b"z", b"z"));
+        assert!(!covers_less(b"", b""));
+    }
+}
