@@ -184,6 +184,38 @@ pub enum Command {
         #[command(flatten)]
         bound: BoundArg,
     },
+    /// Stream the changes of the keys of [START, END) as they happen, across every range
+    /// that holds them: `revision<TAB>put<TAB>key<TAB>value` and `revision<TAB>delete<TAB>key`
+    /// lines, until --count events or Ctrl-C.
+    #[command(
+        after_help = "Splits, leader moves, node restarts and lost connections do not \
+                      interrupt the stream: each event comes once, and a key's events in \
+                      order; events of different ranges have no order between them. \
+                      Revisions are per range, so --from suits a span one range holds. A \
+                      watch from a revision no longer kept fails with `compacted` (exit 1)."
+    )]
+    Watch {
+        /// First key (inclusive); with --prefix, the prefix of the keys to watch.
+        start: OsString,
+        /// End key (exclusive); absent = START alone (or, with --prefix, every key with
+        /// that prefix).
+        end: Option<OsString>,
+        /// Watch every key that starts with START.
+        #[arg(long, conflicts_with = "end")]
+        prefix: bool,
+        /// First revision to show (inclusive); 0 = changes from now on.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Stop after this many events.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+        /// Leave out puts (and increments).
+        #[arg(long)]
+        no_put: bool,
+        /// Leave out deletes and expiries.
+        #[arg(long)]
+        no_delete: bool,
+    },
     /// Locks with fencing tokens: acquire, renew, release, inspect.
     #[command(subcommand)]
     Lock(LockCommand),

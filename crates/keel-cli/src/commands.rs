@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use keel_client::{Client, ClientOptions, ClientTls, DeleteOptions, PutOptions};
+use keel_client::{Client, ClientOptions, ClientTls, DeleteOptions, PutOptions, WatchOptions};
 use keel_types::{Consistency, KvError, NodeId, RangeId, ReadBound, limits, validate};
 
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
@@ -177,6 +177,30 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             let read = (consistency.into(), bound.bound()?);
             history(&client, &bytes(&key), from, limit, read, out).await
         }
+        Command::Watch {
+            start,
+            end,
+            prefix,
+            from,
+            count,
+            no_put,
+            no_delete,
+        } => {
+            let start = bytes(&start);
+            let end = match (prefix, end) {
+                (true, _) => prefix_end(&start),
+                (false, Some(end)) => bytes(&end),
+                (false, None) => [start.as_slice(), &[0]].concat(),
+            };
+            let options = WatchOptions {
+                start_revision: from,
+                prev_kv: false,
+                no_put,
+                no_delete,
+                progress_interval: None,
+            };
+            watch(&client, (&start, &end), options, count, out).await
+        }
         Command::Lock(command) => lock::run(&client, command, out).await,
         Command::Idem(command) => idem::run(&client, command, out).await,
         Command::Cluster(ClusterCommand::Status { ranges: true }) => Ok(output::status(
@@ -266,6 +290,42 @@ const DRAIN_POLL: Duration = Duration::from_secs(1);
 
 /// Prints pages of `[start, end)` as they arrive, until `limit` rows or the end.
 /// `keel history`: pages of the key's events from `from` until `limit` events or the end.
+/// The first key after every key that starts with `prefix` (empty: the end of the
+/// keyspace, for an empty prefix or one of 0xff bytes only).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    end
+}
+
+/// Prints the watch's events as they come, until `count` of them (or forever).
+async fn watch(
+    client: &Client,
+    (start, end): (&[u8], &[u8]),
+    options: WatchOptions,
+    count: Option<u64>,
+    out: Output,
+) -> Result<Report, KvError> {
+    let mut watch = client.watch(start, end, options).await?;
+    let mut left = count.unwrap_or(u64::MAX);
+    while let Some(batch) = watch.next().await {
+        let mut events = batch?.events;
+        events.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+        left -= events.len() as u64;
+        let mut stdout = std::io::stdout().lock();
+        let written = stdout.write_all(&output::watch_rows(&events, out));
+        if written.and_then(|()| stdout.flush()).is_err() || left == 0 {
+            break;
+        }
+    }
+    Ok(Report::default())
+}
+
 async fn history(
     client: &Client,
     key: &[u8],

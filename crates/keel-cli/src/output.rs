@@ -218,17 +218,32 @@ pub fn scan_rows(kvs: &[KeyValue], output: Output) -> Vec<u8> {
 /// `history` events: `revision<TAB>put<TAB>value` or `revision<TAB>delete` lines, or one
 /// JSON object per event (`kind`, the state after and the state before as `prev`).
 pub fn history_rows(events: &[Event], output: Output) -> Vec<u8> {
+    event_rows(events, output, false)
+}
+
+/// `watch`: as `history_rows`, with each text line naming its key after the kind.
+pub fn watch_rows(events: &[Event], output: Output) -> Vec<u8> {
+    event_rows(events, output, true)
+}
+
+fn event_rows(events: &[Event], output: Output, with_key: bool) -> Vec<u8> {
     let mut out = Vec::new();
     for event in events {
+        let mut text_line = |kind: &str, value: Option<&[u8]>| {
+            out.extend_from_slice(format!("{}\t{kind}", event.revision).as_bytes());
+            if with_key {
+                out.push(b'\t');
+                out.extend_from_slice(&event.key);
+            }
+            if let Some(value) = value {
+                out.push(b'\t');
+                out.extend_from_slice(value);
+            }
+            out.push(b'\n');
+        };
         match (output, &event.after) {
-            (Output::Text, Some(after)) => {
-                out.extend_from_slice(format!("{}\tput\t", event.revision).as_bytes());
-                out.extend_from_slice(&after.value);
-                out.push(b'\n');
-            }
-            (Output::Text, None) => {
-                out.extend_from_slice(format!("{}\tdelete\n", event.revision).as_bytes())
-            }
+            (Output::Text, Some(after)) => text_line("put", Some(&after.value)),
+            (Output::Text, None) => text_line("delete", None),
             (Output::Json, after) => {
                 let state = |kv: &Option<KeyValue>| {
                     kv.as_ref().map_or(Value::Null, |kv| {

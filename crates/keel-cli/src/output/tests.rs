@@ -578,6 +578,12 @@ fn history_prints_one_line_per_event() {
     let events = [put, removed];
     let lines = String::from_utf8(history_rows(&events, Output::Text)).unwrap();
     assert_eq!(lines, "7\tput\tv2\n9\tdelete\n");
+    let watched = String::from_utf8(watch_rows(&events, Output::Text)).unwrap();
+    assert_eq!(watched, "7\tput\tk\tv2\n9\tdelete\tk\n");
+    assert_eq!(
+        watch_rows(&events, Output::Json),
+        history_rows(&events, Output::Json)
+    );
     let json = String::from_utf8(history_rows(&events, Output::Json)).unwrap();
     let rows: Vec<Value> = json.lines().map(parsed).collect();
     assert_eq!(

@@ -15,8 +15,8 @@ fn help_lists_every_command() {
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
     for command in [
-        "serve", "dev", "put", "get", "del", "cas", "incr", "scan", "lock", "idem", "cluster",
-        "backup", "restore",
+        "serve", "dev", "put", "get", "del", "cas", "incr", "scan", "history", "watch", "lock",
+        "idem", "cluster", "backup", "restore",
     ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }

@@ -410,4 +410,19 @@ async fn cluster_split_and_ranges_change_and_show_the_table_and_scan_crosses_it(
         .collect();
     let expected: Vec<String> = (0..30).map(|i| format!("key-{i:02}")).collect();
     assert_eq!(keys, expected);
+
+    // A watch of the prefix from revision 1 reads every range's history: each put once.
+    let watch = ["watch", "key-", "--prefix", "--from", "1", "--count", "30"];
+    let (code, rows) = keel(&endpoints, &watch);
+    assert_eq!(code, Some(0), "{rows}");
+    let mut watched: Vec<&str> = rows
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert_eq!((fields[1], fields[3]), ("put", "v"), "{line}");
+            fields[2]
+        })
+        .collect();
+    watched.sort_unstable();
+    assert_eq!(watched, expected);
 }
