@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use keel_client::{PutOptions, WatchOptions};
 use keel_proto::v1;
-use keel_server::status;
-use keel_types::{BatchOp, KvError, Revision};
+use keel_server::{KvSettings, RaftTimings, status};
+use keel_types::{BatchOp, Consistency, KvError, ReadBound, Revision};
 use tonic::Streaming;
 
-use crate::harness::{Cluster, quick_timings};
+use crate::harness::{Cluster, eventually, quick_timings};
+use crate::observability::scrape;
 
 /// How long a test waits for a message before it fails (a bound, not a measurement).
 const MESSAGE_WAIT: Duration = Duration::from_secs(30);
@@ -321,5 +322,142 @@ async fn the_clients_watch_rides_out_a_split_a_leader_move_and_a_restart() {
         ranges.len() >= 2,
         "events came from both halves: {ranges:?}"
     );
+    cluster.shutdown().await;
+}
+
+/// A reader that stops reading holds up no write: the puts are acknowledged while its
+/// stream waits, and once retention passed its place the stream ends with `Compacted`
+/// (counted), not with a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_falls_out_of_retention_gets_compacted_not_a_gap() {
+    let kv_settings = KvSettings {
+        history_retention_ms: 60_000,
+        ..KvSettings::default()
+    };
+    let cluster =
+        Cluster::start_configured(3, RaftTimings::default(), kv_settings, Default::default()).await;
+    let client = cluster.client();
+    let first = client
+        .put(b"slow/0", b"0", PutOptions::default())
+        .await
+        .unwrap();
+    let leader = cluster.leader().await;
+    let mut kv = cluster.kv(leader).await;
+    let mut stream = kv
+        .watch(span(b"slow/", b"slow0", first.revision))
+        .await
+        .unwrap()
+        .into_inner();
+    next(&mut stream).await.unwrap();
+    // Far more than the stream holds ready and the connection buffers: 24 MiB of values.
+    let value = vec![b'v'; 512 * 1024];
+    let mut last = first.revision;
+    for i in 1..=48 {
+        let key = format!("slow/{i}");
+        last = client
+            .put(key.as_bytes(), &value, PutOptions::default())
+            .await
+            .unwrap()
+            .revision;
+    }
+    cluster.advance_clocks_ms(120_000);
+    eventually("every node compacted the events", || async {
+        let history = client
+            .history(
+                b"slow/1",
+                0,
+                0,
+                Consistency::Linearizable,
+                ReadBound::default(),
+            )
+            .await
+            .unwrap();
+        (history.compact_revision >= last).then_some(())
+    })
+    .await;
+    let mut delivered = 0;
+    let ended = loop {
+        match next(&mut stream).await {
+            Ok(message) => delivered += message.events.len(),
+            Err(error) => break error,
+        }
+    };
+    assert!(delivered < 49, "the stream sent only what it held ready");
+    assert!(matches!(ended, KvError::Compacted { .. }), "{ended:?}");
+    let scrape = scrape(&cluster, leader).await;
+    let compacted = [("reason", "compacted")];
+    assert_eq!(
+        scrape.value("keel_watches_ended_total", &compacted),
+        Some(1.0)
+    );
+    cluster.shutdown().await;
+}
+
+/// A replica that received its range by snapshot keeps history from there on only: the
+/// client's watch from before it, sent there first, goes on to a replica that keeps more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_watch_goes_past_a_replica_that_keeps_less_history() {
+    let timings = RaftTimings {
+        snapshot_logs_since_last: 20,
+        logs_kept_after_snapshot: 0,
+        ..quick_timings()
+    };
+    let mut cluster = Cluster::start_with(3, timings).await;
+    let leader = cluster.leader().await;
+    let lagging = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    let lagging_last = cluster.range_status(lagging).await.last_log_index;
+    let client = cluster.client();
+    let first = client
+        .put(b"snap/0", b"0", PutOptions::default())
+        .await
+        .unwrap();
+    cluster.stop_node(lagging).await;
+    for i in 1..=40 {
+        let key = format!("snap/{i}");
+        client
+            .put(key.as_bytes(), b"v", PutOptions::default())
+            .await
+            .unwrap();
+    }
+    eventually(
+        "the leader purges the log the lagging node needs",
+        || async {
+            let status = cluster.range_status(leader).await;
+            (status.purged_index > lagging_last).then_some(())
+        },
+    )
+    .await;
+    cluster.start_node(lagging).await;
+    cluster.applied_on(lagging, b"snap/40").await;
+    // The lagging node's own history starts at the snapshot.
+    let mut kv = cluster.kv(lagging).await;
+    let mut on_lagging = kv
+        .watch(span(b"snap/", b"snap0", first.revision))
+        .await
+        .unwrap()
+        .into_inner();
+    next(&mut on_lagging).await.unwrap();
+    let refused = next(&mut on_lagging).await.unwrap_err();
+    assert!(matches!(refused, KvError::Compacted { .. }), "{refused:?}");
+
+    let options = WatchOptions {
+        start_revision: first.revision,
+        ..WatchOptions::default()
+    };
+    let mut watch = cluster
+        .client_of(lagging)
+        .watch(b"snap/", b"snap0", options)
+        .await
+        .unwrap();
+    let mut keys = std::collections::BTreeSet::new();
+    while keys.len() < 41 {
+        let batch = tokio::time::timeout(MESSAGE_WAIT, watch.next())
+            .await
+            .expect("the watch delivers within the wait")
+            .unwrap()
+            .unwrap();
+        assert_ne!(batch.served_by, lagging);
+        keys.extend(batch.events.into_iter().map(|event| event.key));
+    }
     cluster.shutdown().await;
 }

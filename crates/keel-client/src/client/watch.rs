@@ -19,15 +19,19 @@ use tonic::Streaming;
 
 use super::route::RouteBy;
 use super::{Client, read};
-use crate::attempt::{self, AttemptError};
+use crate::attempt;
+use crate::range_table::Picked;
 use crate::results::Served;
-use crate::stub::Transport;
+use crate::retry;
+use crate::stub::{Stub, Transport};
 
 /// Batches a watch holds ready for a slow caller; its streams wait for the caller beyond that.
 const BATCHES_BUFFERED: usize = 16;
 /// The pauses before a part opens again after its stream failed: doubling, reset once open.
 const REOPEN_PAUSE_MIN: Duration = Duration::from_millis(20);
 const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// Replicas of a range a part asks after one answered `Compacted`, before it gives up.
+const REPLICAS_ASKED_MAX: usize = 7;
 
 /// What a watch sends and from where.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,7 +73,7 @@ pub struct Watch {
 
 impl Watch {
     /// The next batch; an error ends the watch: `Compacted` (events from where a part stood
-    /// are gone from the replica that served it: read the current state and watch again
+    /// are gone from every replica of its range: read the current state and watch again
     /// from its revision), or what made the span unwatchable (such as `PermissionDenied`).
     /// `None` after the error.
     pub async fn next(&mut self) -> Option<Result<WatchBatch, KvError>> {
@@ -104,6 +108,9 @@ enum Ended {
     Dropped,
     /// Open it again where it stands.
     Reopen,
+    /// The serving replica no longer keeps the part's history from its cursor; another
+    /// replica may.
+    Compacted(KvError),
     /// The watch ends with this error.
     Failed(KvError),
 }
@@ -149,21 +156,57 @@ impl Client {
             read(Consistency::Follower),
             RouteBy::AnyReplica(&request.start),
             timeout,
-            |mut kv: KvClient<Transport>| {
-                let request = request.clone();
-                async move {
-                    let mut stream = kv.watch(request).await?.into_inner();
-                    let first = stream.message().await?;
-                    match first.and_then(|first| first.started) {
-                        Some(started) => Ok(tonic::Response::new(Opened { started, stream })),
-                        None => Err(tonic::Status::internal(
-                            "a watch stream whose first message does not say what it covers",
-                        )),
-                    }
-                }
-            },
+            |kv: KvClient<Transport>| open(kv, request.clone()),
         )
         .await
+    }
+
+    /// Opens `request`'s stream on the `index`th replica the range table names for the
+    /// range holding its start (after another answered `Compacted`: a replica that received
+    /// the range by snapshot keeps less history than the others). `None` past the last.
+    async fn open_watch_on_replica(
+        &self,
+        request: &v1::WatchRequest,
+        index: usize,
+    ) -> Option<Result<Opened, KvError>> {
+        let (picked, _, _) = self.inner.ranges.pick(Some(&request.start), &[], &[], 0);
+        let Picked::Range(range) = picked else {
+            return None;
+        };
+        let uri = self
+            .inner
+            .ranges
+            .replica_uris(range)
+            .into_iter()
+            .nth(index)?;
+        let opened = async {
+            let channel = self.inner.pool.channel(&uri)?;
+            let kv = Stub::on(channel, self.inner.credentials.clone());
+            let timeout = self.inner.options.request_timeout;
+            match tokio::time::timeout(timeout, open(kv, request.clone())).await {
+                Ok(Ok(opened)) => Ok(opened.into_inner()),
+                Ok(Err(status)) => Err(retry::final_error(&attempt::from_status(&status))),
+                Err(_) => Err(KvError::Timeout {
+                    message: format!("opening a watch on {uri}"),
+                }),
+            }
+        };
+        Some(opened.await)
+    }
+}
+
+/// Opens `request`'s stream with `kv` and reads its first message.
+async fn open(
+    mut kv: KvClient<Transport>,
+    request: v1::WatchRequest,
+) -> Result<tonic::Response<Opened>, tonic::Status> {
+    let mut stream = kv.watch(request).await?.into_inner();
+    let first = stream.message().await?;
+    match first.and_then(|first| first.started) {
+        Some(started) => Ok(tonic::Response::new(Opened { started, stream })),
+        None => Err(tonic::Status::internal(
+            "a watch stream whose first message does not say what it covers",
+        )),
     }
 }
 
@@ -185,34 +228,57 @@ impl Watcher {
 
     async fn keep(self, mut part: Part) {
         let mut pause = REOPEN_PAUSE_MIN;
+        // After `Compacted`: the error, and which replica of the range to ask next.
+        let mut compacted: Option<(KvError, usize)> = None;
         loop {
             let request = self.request(&part);
-            let opened = tokio::select! {
-                opened = self.client.open_watch(&request) => opened,
-                () = self.sender.closed() => return,
+            let opened = match &compacted {
+                None => tokio::select! {
+                    opened = self.client.open_watch(&request) => opened,
+                    () = self.sender.closed() => return,
+                },
+                Some((error, index)) => {
+                    match self.client.open_watch_on_replica(&request, *index).await {
+                        Some(opened) => opened,
+                        // Every replica was asked.
+                        None => Err(error.clone()),
+                    }
+                }
             };
+            let asked = compacted.as_ref().map(|(_, index)| *index);
             let ended = match opened {
                 Ok(opened) => {
                     pause = REOPEN_PAUSE_MIN;
-                    self.follow(&mut part, opened).await
+                    self.follow(&mut part, opened, &mut compacted).await
                 }
-                Err(error) if reopenable(&error) => Ended::Reopen,
-                Err(error) => Ended::Failed(error),
+                Err(error) => ended_by(error),
             };
             match ended {
                 Ended::Dropped => return,
+                Ended::Compacted(error) => {
+                    // The next replica; the first again after one that sent messages.
+                    let next = match (&compacted, asked) {
+                        (Some(_), Some(index)) => index + 1,
+                        _ => 0,
+                    };
+                    if next > REPLICAS_ASKED_MAX {
+                        let _ = self.sender.send(Err(error)).await;
+                        return;
+                    }
+                    compacted = Some((error, next));
+                    continue;
+                }
                 Ended::Failed(error) => {
                     let _ = self.sender.send(Err(error)).await;
                     return;
                 }
-                Ended::Reopen => {
-                    tokio::select! {
-                        () = tokio::time::sleep(pause) => {}
-                        () = self.sender.closed() => return,
-                    }
-                    pause = (pause * 2).min(REOPEN_PAUSE_MAX);
-                }
+                Ended::Reopen => compacted = None,
             }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.sender.closed() => return,
+            }
+            pause = (pause * 2).min(REOPEN_PAUSE_MAX);
         }
     }
 
@@ -230,8 +296,14 @@ impl Watcher {
         }
     }
 
-    /// Delivers an open stream's events until it ends, moving `part`'s cursor past each.
-    async fn follow(&self, part: &mut Part, opened: Opened) -> Ended {
+    /// Delivers an open stream's events until it ends, moving `part`'s cursor past each. A
+    /// message from the stream clears `compacted`: this replica keeps the part's history.
+    async fn follow(
+        &self,
+        part: &mut Part,
+        opened: Opened,
+        compacted: &mut Option<(KvError, usize)>,
+    ) -> Ended {
         let Opened {
             started,
             mut stream,
@@ -256,8 +328,11 @@ impl Watcher {
             let message = match message {
                 Ok(Some(message)) => message,
                 Ok(None) => return Ended::Reopen,
-                Err(status) => return ended_by(&status),
+                Err(status) => {
+                    return ended_by(retry::final_error(&attempt::from_status(&status)));
+                }
             };
+            *compacted = None;
             let cursor = part.cursor.get_or_insert_with(EventCursor::default);
             let events = past(cursor, message.events);
             if let Some(last) = events.last() {
@@ -318,16 +393,12 @@ fn reopenable(error: &KvError) -> bool {
     )
 }
 
-/// How the error a stream ended with ends its part.
-fn ended_by(status: &tonic::Status) -> Ended {
-    match attempt::from_status(status) {
-        AttemptError::Server(error) if reopenable(&error) => Ended::Reopen,
-        AttemptError::Server(error) => Ended::Failed(error),
-        // The connection failed: the node stopped or the network broke.
-        AttemptError::NotSent(_)
-        | AttemptError::Lost(_)
-        | AttemptError::TimedOut(_)
-        | AttemptError::Superseded { .. } => Ended::Reopen,
+/// What an error that ended a part's stream (or its opening) makes of the part.
+fn ended_by(error: KvError) -> Ended {
+    match error {
+        error if reopenable(&error) => Ended::Reopen,
+        error @ KvError::Compacted { .. } => Ended::Compacted(error),
+        error => Ended::Failed(error),
     }
 }
 
