@@ -33,7 +33,7 @@ mkdir -p "$out"
 cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs || exit 3
 cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
 
-workloads=(register append counter follower-read fencing idempotency)
+workloads=(register append counter follower-read fencing idempotency watch)
 # The workloads that also run with --clients spread, on one range under every fault above.
 spread_workloads=(register follower-read)
 faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
@@ -48,6 +48,7 @@ planted=(
     "lock-no-expiry|fencing||"
     "idem-stale-complete|idempotency||"
     "unbounded-read|follower-read|partition|"
+    "watch-skips-event|watch|partition|"
     "stale-read|register|partition|--clients spread"
 )
 range_planted=(

@@ -68,7 +68,7 @@ pub enum CheckError {
     #[error("{path} is missing; the {checker} checker needs it")]
     MissingHistory { path: String, checker: &'static str },
     #[error(
-        "workload {workload:?} has no checkers yet; known: register, append, counter, follower-read, fencing, idempotency"
+        "workload {workload:?} has no checkers yet; known: register, append, counter, follower-read, fencing, idempotency, watch"
     )]
     UnknownWorkload { workload: String },
     #[error("{path}: {source}")]

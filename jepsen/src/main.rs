@@ -39,7 +39,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// register, append, counter, follower-read, fencing or idempotency.
+    /// register, append, counter, follower-read, fencing, idempotency or watch.
     #[arg(long)]
     workload: WorkloadKind,
     /// routed: keel-client, to each range's leader, with retries. spread: each op to the next

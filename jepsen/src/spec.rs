@@ -13,7 +13,7 @@ use crate::limits;
 /// `{"workload":"register","nemesis":["partition","kill"],"nodes":3,"seed":7,"time_limit_s":60}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSpec {
-    /// register | append | counter | follower-read | fencing | idempotency.
+    /// register | append | counter | follower-read | fencing | idempotency | watch.
     pub workload: String,
     /// Fault kinds requested; the coverage checker wants a start and a stop of each.
     #[serde(default)]

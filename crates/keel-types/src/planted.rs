@@ -44,13 +44,16 @@ pub enum PlantedBug {
     /// Reads ignore their bounds (`max_staleness_ms`, `min_revision`): a follower read within
     /// a staleness bound or at a revision is served from whatever the replica has applied.
     UnboundedRead,
+    /// A watch stream leaves out the events of every revision divisible by 7 while it
+    /// reports its span complete past them: a watcher misses changes without a gap showing.
+    WatchSkipsEvent,
 }
 
 /// How many of a range's latest revisions `SplitDropsInflight` and `SnapshotSkipTail` lose.
 pub const RECENT_REVISIONS: u64 = 8;
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 9] = [
+    pub const ALL: [PlantedBug; 10] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
@@ -60,6 +63,7 @@ impl PlantedBug {
         PlantedBug::StaleSpan,
         PlantedBug::SnapshotSkipTail,
         PlantedBug::UnboundedRead,
+        PlantedBug::WatchSkipsEvent,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +77,7 @@ impl PlantedBug {
             PlantedBug::StaleSpan => "stale-span",
             PlantedBug::SnapshotSkipTail => "snapshot-skip-tail",
             PlantedBug::UnboundedRead => "unbounded-read",
+            PlantedBug::WatchSkipsEvent => "watch-skips-event",
         }
     }
 

@@ -12,6 +12,7 @@ pub mod follower_read;
 pub mod idempotency;
 mod lease;
 pub mod register;
+pub mod watch;
 pub mod wgl;
 
 use std::collections::BTreeMap;
@@ -66,6 +67,7 @@ pub enum CheckerName {
     FollowerRead,
     Fencing,
     Idempotency,
+    Watch,
     Coverage,
 }
 
@@ -147,6 +149,7 @@ impl CheckerName {
             CheckerName::FollowerRead => "follower-read",
             CheckerName::Fencing => "fencing",
             CheckerName::Idempotency => "idempotency",
+            CheckerName::Watch => "watch",
             CheckerName::Coverage => "coverage",
         }
     }
@@ -164,6 +167,7 @@ impl CheckerName {
             CheckerName::FollowerRead => follower_read::check(input.history, input.faults),
             CheckerName::Fencing => fencing::check(input.history, input.faults),
             CheckerName::Idempotency => idempotency::check(input.history, input.faults),
+            CheckerName::Watch => watch::check(input.history),
             CheckerName::Coverage => coverage::check(input.spec, input.faults),
         }
     }
@@ -178,6 +182,7 @@ pub fn for_workload(workload: &str) -> Option<Vec<CheckerName>> {
         "follower-read" => CheckerName::FollowerRead,
         "fencing" => CheckerName::Fencing,
         "idempotency" => CheckerName::Idempotency,
+        "watch" => CheckerName::Watch,
         _ => return None,
     };
     Some(vec![main, CheckerName::Coverage])

@@ -340,6 +340,16 @@ async fn drive(
         ops_max: ops_max(config),
         seed: config.seed,
     };
+    // The watch workload's watchers run from before the first write to the final reads.
+    let watchers = match config.workload {
+        WorkloadKind::Watch => Some(workload::watch::start(
+            &endpoints,
+            config.concurrency as u64 * 2_000_000,
+            clock,
+            history.clone(),
+        )?),
+        _ => None,
+    };
     let clients = workload::run_clients(
         workload.clone(),
         &all_endpoints,
@@ -357,6 +367,9 @@ async fn drive(
     let mut ops = ops?;
     nemesis.heal_all().await?;
     tokio::time::sleep(RECOVERY_WAIT).await;
+    if let Some(watchers) = watchers {
+        ops += watchers.finish(&workload, clock, &history).await;
+    }
     ops += workload::final_reads(
         &workload,
         &all_endpoints,

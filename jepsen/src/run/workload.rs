@@ -30,6 +30,7 @@ mod follower_read;
 mod idempotency;
 mod keys;
 mod register;
+pub mod watch;
 
 pub use keys::{KeyPool, SHARDS_MAX, split_points};
 
@@ -52,6 +53,7 @@ pub enum WorkloadKind {
     FollowerRead,
     Fencing,
     Idempotency,
+    Watch,
 }
 
 /// A workload's shared state: its keys and what the clients know of them.
@@ -248,6 +250,7 @@ impl Workload {
                 idempotency::ID_ATTEMPTS_MAX,
                 ranges,
             ),
+            WorkloadKind::Watch => KeyPool::new(prefix, watch::KEYS, u64::MAX, ranges),
         };
         Workload {
             kind,
@@ -312,6 +315,7 @@ impl Workload {
             WorkloadKind::Idempotency => {
                 return idempotency::step(self, clients, rng, who, clock).await;
             }
+            WorkloadKind::Watch => watch::step(self, clients, rng, who, clock).await,
         };
         vec![op]
     }
@@ -319,7 +323,9 @@ impl Workload {
     /// A final read of `key`.
     async fn read(&self, client: &Client, key: &str, who: u64, clock: &RunClock) -> Op {
         match self.kind {
-            WorkloadKind::Register => register::get(self, client, key, who, clock).await,
+            WorkloadKind::Register | WorkloadKind::Watch => {
+                register::get(self, client, key, who, clock).await
+            }
             WorkloadKind::Append => append::read(client, key, who, clock).await,
             WorkloadKind::Counter => counter::read(client, key, who, clock).await,
             WorkloadKind::FollowerRead | WorkloadKind::Fencing => {
@@ -516,9 +522,10 @@ impl FromStr for WorkloadKind {
             "follower-read" => Ok(WorkloadKind::FollowerRead),
             "fencing" => Ok(WorkloadKind::Fencing),
             "idempotency" => Ok(WorkloadKind::Idempotency),
+            "watch" => Ok(WorkloadKind::Watch),
             _ => Err(format!(
                 "unknown workload {name:?}; known: register, append, counter, follower-read, \
-                 fencing, idempotency"
+                 fencing, idempotency, watch"
             )),
         }
     }
@@ -534,6 +541,7 @@ impl WorkloadKind {
             WorkloadKind::FollowerRead => "f",
             WorkloadKind::Fencing => "fk",
             WorkloadKind::Idempotency => "id",
+            WorkloadKind::Watch => "w",
         }
     }
 
@@ -545,6 +553,7 @@ impl WorkloadKind {
             WorkloadKind::FollowerRead => "follower-read",
             WorkloadKind::Fencing => "fencing",
             WorkloadKind::Idempotency => "idempotency",
+            WorkloadKind::Watch => "watch",
         }
     }
 }

@@ -1,0 +1,249 @@
+//! The watch workload: clients put unique values to a few keys and delete them now and then
+//! (through keel-client or raw round robin, as register does), while `WATCHERS` keel-client
+//! watches of the workload's whole keyspace, opened from its first revision when the run
+//! begins, record every batch they receive as a `watch` op (`output`: the events as
+//! `[key, revision, value or null]`). After the faults healed the watchers drain: each goes
+//! on until its watch reported every key complete at or past the highest revision an
+//! acknowledged write of the key returned, or `DRAIN_TIME_MAX` passed, and records how it
+//! ended (`watch-end`). Knows nothing of faults.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_client::{Client, WatchBatch, WatchOptions};
+use keel_types::KvError;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::history::{Op, OpKind, Status};
+use crate::run::clock::RunClock;
+use crate::run::outcome;
+use crate::run::recorder::Recorder;
+use crate::run::rng::Rng;
+use crate::run::workload::register::{decode, encode};
+use crate::run::workload::{Clients, Workload, called, client_options, returned};
+
+/// Keys in use; none retires (the watch checker has no per-key search to bound).
+pub const KEYS: usize = 8;
+/// Share of deletes among writes, per mille; the rest are puts.
+pub const DELETE_PER_MILLE: u64 = 100;
+/// Watches running side by side, each its own client.
+pub const WATCHERS: u64 = 2;
+/// Longest a watcher drains after the run before it gives up.
+pub const DRAIN_TIME_MAX: Duration = Duration::from_secs(30);
+/// How often a watcher's streams report progress while nothing changes.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
+/// The span every watcher watches: the workload's keys (prefix "w").
+const SPAN: (&[u8], &[u8]) = (b"w", b"x");
+
+pub(super) async fn step(
+    workload: &Workload,
+    clients: &Clients,
+    rng: &mut Rng,
+    who: u64,
+    clock: &RunClock,
+) -> Op {
+    let pick = workload.keys.pick(rng);
+    if rng.below(1000) < DELETE_PER_MILLE {
+        let op = called(who, OpKind::Del, &pick.key, Value::Null, Value::Null, clock);
+        let answer = clients
+            .main
+            .delete(pick.key.as_bytes(), Default::default())
+            .await;
+        return written(workload, op, answer.map(|deleted| deleted.revision), clock);
+    }
+    let value = Value::from(pick.value);
+    let op = called(
+        who,
+        OpKind::Put,
+        &pick.key,
+        value.clone(),
+        Value::Null,
+        clock,
+    );
+    let answer = clients
+        .put(pick.key.as_bytes(), &encode(&value), None)
+        .await;
+    written(workload, op, answer, clock)
+}
+
+/// Completes a write with its answer; an acknowledged one is what the watchers must see.
+fn written(workload: &Workload, op: Op, answer: Result<u64, KvError>, clock: &RunClock) -> Op {
+    match answer {
+        Ok(revision) => {
+            workload.acknowledged(&op.key, revision);
+            returned(op, Status::Ok, Value::Null, clock)
+        }
+        Err(error) => returned(op, outcome::write_status(&error), Value::Null, clock),
+    }
+}
+
+/// The running watchers of a run.
+pub struct Watchers {
+    tasks: Vec<JoinHandle<Watcher>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// One watcher's client, watch and what it saw.
+struct Watcher {
+    who: u64,
+    watch: Result<keel_client::Watch, KvError>,
+    /// How far each part of the span its watch reported complete: start → (end, complete
+    /// revision). A part's report stays true after a split cut it (its revisions carry on in
+    /// both halves).
+    complete: BTreeMap<Vec<u8>, (Vec<u8>, u64)>,
+}
+
+/// Opens the watchers (client ids from `first_client`), each receiving and recording until
+/// `finish` tells it to drain.
+pub fn start(
+    endpoints: &[String],
+    first_client: u64,
+    clock: RunClock,
+    history: Arc<Recorder>,
+) -> anyhow::Result<Watchers> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for index in 0..WATCHERS {
+        let client = Client::new(endpoints.to_vec(), client_options())?;
+        let who = first_client + index;
+        let mut stopped = stopped.clone();
+        let history = history.clone();
+        tasks.push(tokio::spawn(async move {
+            let options = WatchOptions {
+                start_revision: 1,
+                progress_interval: Some(PROGRESS_INTERVAL),
+                ..WatchOptions::default()
+            };
+            let mut watcher = Watcher {
+                who,
+                watch: client.watch(SPAN.0, SPAN.1, options).await,
+                complete: BTreeMap::new(),
+            };
+            loop {
+                tokio::select! {
+                    received = watcher.receive(&clock, &history) => {
+                        if !received {
+                            return watcher;
+                        }
+                    }
+                    _ = stopped.wait_for(|stop| *stop) => return watcher,
+                }
+            }
+        }));
+    }
+    Ok(Watchers { tasks, stop })
+}
+
+impl Watcher {
+    /// Receives and records one batch; false once the watch ended (recorded).
+    async fn receive(&mut self, clock: &RunClock, history: &Recorder) -> bool {
+        let watch = match &mut self.watch {
+            Ok(watch) => watch,
+            Err(_) => return false,
+        };
+        let batch = watch.next().await;
+        match batch {
+            Some(Ok(batch)) => {
+                let end = (batch.end.clone(), batch.complete_revision);
+                self.complete.insert(batch.start.clone(), end);
+                if !batch.events.is_empty() {
+                    history.record(&self.op(&batch, clock));
+                }
+                true
+            }
+            Some(Err(error)) => {
+                self.watch = Err(error);
+                false
+            }
+            None => {
+                self.watch = Err(KvError::fatal("the watch ended without an error"));
+                false
+            }
+        }
+    }
+
+    /// A batch as a `watch` op.
+    fn op(&self, batch: &WatchBatch, clock: &RunClock) -> Op {
+        let events: Vec<Value> = batch
+            .events
+            .iter()
+            .map(|event| {
+                let key = String::from_utf8_lossy(&event.key).into_owned();
+                let value = event
+                    .after
+                    .as_ref()
+                    .map_or(Value::Null, |kv| decode(&kv.value));
+                json!([key, event.revision, value])
+            })
+            .collect();
+        let op = called(
+            self.who,
+            OpKind::Other("watch".into()),
+            "",
+            Value::Null,
+            Value::Null,
+            clock,
+        );
+        let mut op = returned(op, Status::Ok, Value::Array(events), clock);
+        op.extra
+            .insert("range".into(), Value::from(batch.range_id.0));
+        op
+    }
+
+    /// Whether its watch reported every key complete at or past the revision of the key's
+    /// last acknowledged write.
+    fn caught_up(&self, workload: &Workload) -> bool {
+        workload.keys.all().iter().all(|key| {
+            workload.acknowledged_revision(key).is_none_or(|acked| {
+                let key = key.as_bytes();
+                let covers = |end: &[u8]| end.is_empty() || key < end;
+                self.complete
+                    .range(..=key.to_vec())
+                    .any(|(_, (end, complete))| covers(end) && *complete >= acked)
+            })
+        })
+    }
+}
+
+impl Watchers {
+    /// Drains every watcher (until caught up with the acknowledged writes, its watch ends or
+    /// `DRAIN_TIME_MAX`), and records how each ended as a `watch-end` op (`output`:
+    /// `caught-up`, `timeout`, or the error). The ops recorded.
+    pub async fn finish(self, workload: &Workload, clock: RunClock, history: &Recorder) -> u64 {
+        let _ = self.stop.send(true);
+        let mut done = 0;
+        for task in self.tasks {
+            let Ok(mut watcher) = task.await else {
+                continue;
+            };
+            let deadline = tokio::time::Instant::now() + DRAIN_TIME_MAX;
+            let end = loop {
+                if watcher.caught_up(workload) {
+                    break Value::from("caught-up");
+                }
+                let received = tokio::time::timeout_at(deadline, watcher.receive(&clock, history));
+                match received.await {
+                    Err(_) => break Value::from("timeout"),
+                    Ok(true) => continue,
+                    Ok(false) => match &watcher.watch {
+                        Err(error) => break Value::from(error.to_string()),
+                        Ok(_) => break Value::from("ended"),
+                    },
+                }
+            };
+            let op = called(
+                watcher.who,
+                OpKind::Other("watch-end".into()),
+                "",
+                Value::Null,
+                Value::Null,
+                &clock,
+            );
+            history.record(&returned(op, Status::Ok, end, &clock));
+            done += 1;
+        }
+        done
+    }
+}
