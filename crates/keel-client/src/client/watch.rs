@@ -30,6 +30,11 @@ const BATCHES_BUFFERED: usize = 16;
 /// The pauses before a part opens again after its stream failed: doubling, reset once open.
 const REOPEN_PAUSE_MIN: Duration = Duration::from_millis(20);
 const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(1);
+/// How often a part's stream reports progress at least (the caller's interval if shorter):
+/// a stream silent for `SILENCE_MAX` has lost its node (stopped, paused, cut off), even
+/// when its connection did not break, and the part opens again elsewhere.
+const LIVENESS_PROGRESS_MS: u64 = 1_000;
+const SILENCE_MAX: Duration = Duration::from_secs(5);
 /// Replicas of a range a part asks after one answered `Compacted`, before it gives up.
 const REPLICAS_ASKED_MAX: usize = 7;
 
@@ -102,6 +107,16 @@ impl Served for Opened {
     }
 }
 
+/// A part's round of the range's replicas after one answered `Compacted`.
+struct Elsewhere {
+    /// The last `Compacted` answer: what the watch ends with if no replica can resume it.
+    error: KvError,
+    /// The replica (in the range table's order) to ask next.
+    next: usize,
+    /// Whether every replica asked so far answered `Compacted`.
+    all_compacted: bool,
+}
+
 /// How a part's stream ended.
 enum Ended {
     /// The caller is gone.
@@ -128,10 +143,15 @@ impl Client {
         end: &[u8],
         options: WatchOptions,
     ) -> Result<Watch, KvError> {
-        let progress_ms = options.progress_interval.map_or(0, |every| {
+        let asked_ms = options.progress_interval.map_or(0, |every| {
             u64::try_from(every.as_millis()).unwrap_or(u64::MAX)
         });
-        validate::check_watch(start, end, &[], progress_ms)?;
+        validate::check_watch(start, end, &[], asked_ms)?;
+        // The streams report progress at least this often, so a silent one is known dead.
+        let progress_ms = match asked_ms {
+            0 => LIVENESS_PROGRESS_MS,
+            asked => asked.min(LIVENESS_PROGRESS_MS),
+        };
         let (sender, batches) = mpsc::channel(BATCHES_BUFFERED);
         let part = Part {
             start: start.to_vec(),
@@ -228,51 +248,73 @@ impl Watcher {
 
     async fn keep(self, mut part: Part) {
         let mut pause = REOPEN_PAUSE_MIN;
-        // After `Compacted`: the error, and which replica of the range to ask next.
-        let mut compacted: Option<(KvError, usize)> = None;
+        // Set by a `Compacted` answer, cleared by a message: the part goes round the range's
+        // replicas for one that keeps its history.
+        let mut elsewhere: Option<Elsewhere> = None;
         loop {
             let request = self.request(&part);
-            let opened = match &compacted {
+            let opened = match &elsewhere {
                 None => tokio::select! {
                     opened = self.client.open_watch(&request) => opened,
                     () = self.sender.closed() => return,
                 },
-                Some((error, index)) => {
-                    match self.client.open_watch_on_replica(&request, *index).await {
-                        Some(opened) => opened,
-                        // Every replica was asked.
-                        None => Err(error.clone()),
+                Some(round) => match self
+                    .client
+                    .open_watch_on_replica(&request, round.next)
+                    .await
+                {
+                    Some(opened) => opened,
+                    // Every replica the table names was asked: none keeps the part's history,
+                    // or some could not say (the table may be stale: it is read again).
+                    None if round.all_compacted => Err(round.error.clone()),
+                    None => {
+                        self.client.inner.ranges.mark_stale();
+                        elsewhere = None;
+                        Err(KvError::unavailable(
+                            "no replica could resume the watch yet",
+                        ))
                     }
-                }
+                },
             };
-            let asked = compacted.as_ref().map(|(_, index)| *index);
             let ended = match opened {
                 Ok(opened) => {
                     pause = REOPEN_PAUSE_MIN;
-                    self.follow(&mut part, opened, &mut compacted).await
+                    self.follow(&mut part, opened, &mut elsewhere).await
                 }
                 Err(error) => ended_by(error),
             };
-            match ended {
-                Ended::Dropped => return,
-                Ended::Compacted(error) => {
-                    // The next replica; the first again after one that sent messages.
-                    let next = match (&compacted, asked) {
-                        (Some(_), Some(index)) => index + 1,
-                        _ => 0,
-                    };
-                    if next > REPLICAS_ASKED_MAX {
-                        let _ = self.sender.send(Err(error)).await;
-                        return;
-                    }
-                    compacted = Some((error, next));
-                    continue;
-                }
-                Ended::Failed(error) => {
+            match (ended, &mut elsewhere) {
+                (Ended::Dropped, _) => return,
+                (Ended::Failed(error), _) => {
                     let _ = self.sender.send(Err(error)).await;
                     return;
                 }
-                Ended::Reopen => compacted = None,
+                (Ended::Compacted(error), Some(round))
+                    if round.all_compacted && round.next >= REPLICAS_ASKED_MAX =>
+                {
+                    let _ = self.sender.send(Err(error)).await;
+                    return;
+                }
+                (Ended::Compacted(error), Some(round)) => {
+                    round.error = error;
+                    round.next += 1;
+                    continue;
+                }
+                (Ended::Compacted(error), None) => {
+                    elsewhere = Some(Elsewhere {
+                        error,
+                        next: 0,
+                        all_compacted: true,
+                    });
+                    continue;
+                }
+                // A replica that could not be reached or holds no replica now: the next.
+                (Ended::Reopen, Some(round)) => {
+                    round.next += 1;
+                    round.all_compacted = false;
+                    continue;
+                }
+                (Ended::Reopen, None) => {}
             }
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
@@ -297,12 +339,12 @@ impl Watcher {
     }
 
     /// Delivers an open stream's events until it ends, moving `part`'s cursor past each. A
-    /// message from the stream clears `compacted`: this replica keeps the part's history.
+    /// message from the stream clears `elsewhere`: this replica keeps the part's history.
     async fn follow(
         &self,
         part: &mut Part,
         opened: Opened,
-        compacted: &mut Option<(KvError, usize)>,
+        elsewhere: &mut Option<Elsewhere>,
     ) -> Ended {
         let Opened {
             started,
@@ -322,8 +364,12 @@ impl Watcher {
         }
         loop {
             let message = tokio::select! {
-                message = stream.message() => message,
+                message = tokio::time::timeout(SILENCE_MAX, stream.message()) => message,
                 () = self.sender.closed() => return Ended::Dropped,
+            };
+            let message = match message {
+                Err(_silent) => return Ended::Reopen,
+                Ok(message) => message,
             };
             let message = match message {
                 Ok(Some(message)) => message,
@@ -332,7 +378,7 @@ impl Watcher {
                     return ended_by(retry::final_error(&attempt::from_status(&status)));
                 }
             };
-            *compacted = None;
+            *elsewhere = None;
             let cursor = part.cursor.get_or_insert_with(EventCursor::default);
             let events = past(cursor, message.events);
             if let Some(last) = events.last() {
@@ -348,7 +394,7 @@ impl Watcher {
                 events,
                 complete_revision: complete,
             };
-            if batch.events.is_empty() && self.progress_ms == 0 {
+            if batch.events.is_empty() && self.options.progress_interval.is_none() {
                 continue;
             }
             if self.sender.send(Ok(batch)).await.is_err() {
