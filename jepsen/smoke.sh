@@ -48,6 +48,7 @@ run double-apply invalid --workload counter --nemesis partition --planted-bug do
     --response-loss-percent 5 \
     --time-limit 30 --seed 1
 run lock-no-expiry invalid --workload fencing --planted-bug lock-no-expiry --time-limit 10 --seed 1
+run watch-ranges valid --workload watch --ranges 4 --nemesis split,kill --time-limit 30 --seed 1
 
 echo
 echo "keel-jepsen smoke:"
