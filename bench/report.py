@@ -714,6 +714,30 @@ by timeout (the load split the range in three and the rebalancer moved two leade
 "becomes leader" lines, none from a timeout). Rerun: `bench/elections.sh` (`DURATION`,
 `CLIENTS`, `ROUTE`).
 
+## Watchers and writes
+
+`bench/watchers.sh` runs one 3-node cluster at its defaults and the same put case with no
+watcher, with 20 watchers that read every change (`keel watch '' --prefix` into /dev/null)
+and with 20 watchers that never read (`keel watch` into a pipe nobody reads: the stream
+fills its two ready messages and the connection's buffers, then waits on its reader), the
+three in turn. The watchers are processes on the same two cores as the servers, so the
+"read" rows pay for 20 clients decoding and printing every event too.
+
+Run of 2026-12-05 on `375a36d` (put, 16 clients, 256-byte values, 3 repeats of 8 s, 0 errors):
+
+| watchers | repeat 1 | repeat 2 | repeat 3 |
+|---|---|---|---|
+| none | 3,295 ops/s, p99 8.1 ms | 2,907 ops/s, p99 10.2 ms | 3,260 ops/s, p99 9.3 ms |
+| 20 that never read | 3,312 ops/s, p99 9.0 ms | 3,062 ops/s, p99 10.5 ms | 2,833 ops/s, p99 11.7 ms |
+| 20 that read everything | 2,098 ops/s, p99 12.8 ms | 2,042 ops/s, p99 14.3 ms | 1,686 ops/s, p99 16.9 ms |
+
+Watchers that stop reading cost the writes nothing measurable: a stalled stream holds two
+messages and reads no history until its reader takes one, and the writes never wait for it.
+Watchers that read everything cost 35–48 % here, most of it the 20 client processes sharing
+the two cores (each receives every put); the servers' own share is not separated by this
+run. Rerun: `cargo build --release -p keel-cli -p keel-bench`, then `bench/watchers.sh
+target/release/keel` (`CASE`, `WATCHERS`, `REPEATS`, `DURATION`).
+
 ## Changes measured build against build
 
 `bench/ab-keel.sh OLD NEW` (not run by `compare-etcd.sh`; this section is not regenerated)
