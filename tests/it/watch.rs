@@ -461,3 +461,47 @@ async fn the_clients_watch_goes_past_a_replica_that_keeps_less_history() {
     }
     cluster.shutdown().await;
 }
+
+/// A replica that hears from no other replica of its range (here: the other two nodes
+/// stopped) may be cut off by a partition and fall behind silently: its streams end with
+/// `Unavailable`, so a client watches on another replica, instead of waiting on progress
+/// messages that never move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_hears_from_no_other_ends_its_streams() {
+    let mut cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let put = client
+        .put(b"cut/a", b"1", PutOptions::default())
+        .await
+        .unwrap();
+    let leader = cluster.leader().await;
+    let lonely = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    cluster.applied_on(lonely, b"cut/a").await;
+    let mut kv = cluster.kv(lonely).await;
+    let request = v1::WatchRequest {
+        progress_interval_ms: 100,
+        ..span(b"cut/", b"cut0", put.revision)
+    };
+    let mut stream = kv.watch(request).await.unwrap().into_inner();
+    next(&mut stream).await.unwrap();
+    events_through(&mut stream, put.revision).await.unwrap();
+    for id in cluster.ids() {
+        if id != lonely {
+            cluster.stop_node(id).await;
+        }
+    }
+    // Progress every 100 ms: a minute's worth of them bounds the wait.
+    let mut ended = None;
+    for _ in 0..600 {
+        match next(&mut stream).await {
+            Ok(message) => assert!(message.events.is_empty()),
+            Err(error) => {
+                ended = Some(error);
+                break;
+            }
+        }
+    }
+    let ended = ended.expect("the stream ends");
+    assert!(matches!(ended, KvError::Unavailable { .. }), "{ended:?}");
+    cluster.shutdown().await;
+}

@@ -19,7 +19,7 @@ use tonic::Streaming;
 
 use super::route::RouteBy;
 use super::{Client, read};
-use crate::attempt;
+use crate::attempt::{self, AttemptError};
 use crate::range_table::Picked;
 use crate::results::Served;
 use crate::retry;
@@ -126,6 +126,9 @@ enum Ended {
     /// The serving replica no longer keeps the part's history from its cursor; another
     /// replica may.
     Compacted(KvError),
+    /// The serving replica ended the stream with `Unavailable`: another replica should
+    /// serve it.
+    Unserved(KvError),
     /// The watch ends with this error.
     Failed(KvError),
 }
@@ -315,6 +318,18 @@ impl Watcher {
                     continue;
                 }
                 (Ended::Reopen, None) => {}
+                // Another replica than the one that gave up on the stream, if one answers.
+                (Ended::Unserved(error), None) => {
+                    elsewhere = Some(Elsewhere {
+                        error,
+                        next: 0,
+                        all_compacted: false,
+                    });
+                }
+                (Ended::Unserved(_), Some(round)) => {
+                    round.next += 1;
+                    round.all_compacted = false;
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
@@ -339,7 +354,7 @@ impl Watcher {
     }
 
     /// Delivers an open stream's events until it ends, moving `part`'s cursor past each. A
-    /// message from the stream clears `elsewhere`: this replica keeps the part's history.
+    /// message that moves the cursor on clears `elsewhere`: this replica serves the part.
     async fn follow(
         &self,
         part: &mut Part,
@@ -375,17 +390,28 @@ impl Watcher {
                 Ok(Some(message)) => message,
                 Ok(None) => return Ended::Reopen,
                 Err(status) => {
-                    return ended_by(retry::final_error(&attempt::from_status(&status)));
+                    return match attempt::from_status(&status) {
+                        // The replica ended the stream: it stopped, or hears from no other
+                        // replica of its range (a partition may have cut it off).
+                        AttemptError::Server(error @ KvError::Unavailable { .. }) => {
+                            Ended::Unserved(error)
+                        }
+                        other => ended_by(retry::final_error(&other)),
+                    };
                 }
             };
-            *elsewhere = None;
             let cursor = part.cursor.get_or_insert_with(EventCursor::default);
+            let before = cursor.clone();
             let events = past(cursor, message.events);
             if let Some(last) = events.last() {
                 *cursor = (*cursor).clone().max(EventCursor::after(last));
             }
             let complete = message.complete_revision;
             *cursor = (*cursor).clone().max(EventCursor::at(complete + 1));
+            if *cursor > before {
+                // This replica moves the part on: the round of the replicas is over.
+                *elsewhere = None;
+            }
             let batch = WatchBatch {
                 range_id: RangeId(started.range_id),
                 served_by: started.served_by,

@@ -6,7 +6,9 @@
 //! history it has not read stays in storage, and writes never wait for it. A reader that
 //! falls so far behind that its events are compacted gets `Compacted` and the stream ends.
 //! The stream ends too when a split leaves the range without the whole covered span
-//! (`KeyOutOfRange`, naming the range as it is now), or when the replica stops.
+//! (`KeyOutOfRange`, naming the range as it is now), when the replica stops, or when it
+//! hears from no other replica of its group (cut off by a partition, it would fall behind
+//! without a word: `Unavailable`, so the client watches on another).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use keel_types::limits::{
 };
 use keel_types::planted::{self, PlantedBug};
 use keel_types::validate::{WatchChecked, check_watch};
-use keel_types::{Event, EventCursor, KvError, RangeDescriptor, Revision};
+use keel_types::{Event, EventCursor, KvError, NodeId, RangeDescriptor, Revision};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status;
@@ -32,6 +34,11 @@ use tracing::debug;
 use crate::metrics::{WatchEnd, WatchSlot};
 use crate::ranges::lookup;
 use crate::shared::Shared;
+
+/// How often a waiting stream checks that its replica still hears from the rest of its
+/// group (`Watch::cut_off`), and how long past a missed ping the others must be silent.
+const CUT_OFF_CHECK: Duration = Duration::from_secs(1);
+const CUT_OFF_GRACE: Duration = Duration::from_secs(2);
 
 /// The messages of a watch stream, as tonic sends them.
 pub(crate) type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send>>;
@@ -152,6 +159,7 @@ impl Watch {
     async fn run(&self, mut from: EventCursor, sender: &mpsc::Sender<Sent>) -> WatchEnd {
         let progress = self.checked.progress_interval_ms.map(Duration::from_millis);
         let mut last_sent = Instant::now();
+        let mut next_check = last_sent + CUT_OFF_CHECK;
         loop {
             // The applied index before the read: any apply after it wakes the wait below.
             let seen = self.group.applied_index();
@@ -201,6 +209,19 @@ impl Watch {
                     }
                     last_sent = Instant::now();
                 }
+                () = tokio::time::sleep_until(next_check) => {
+                    next_check = Instant::now() + CUT_OFF_CHECK;
+                    if self.cut_off() {
+                        let error = KvError::unavailable(format!(
+                            "the replica of range {} on node {} hears from no other replica; \
+                             watch on another",
+                            self.group.range(),
+                            self.shared.node_id
+                        ));
+                        let _ = sender.send(Err(error)).await;
+                        return WatchEnd::Unavailable;
+                    }
+                }
                 () = sender.closed() => return WatchEnd::Closed,
                 () = self.shared.health.closing() => {
                     let error = KvError::unavailable(format!(
@@ -212,6 +233,25 @@ impl Watch {
                 }
             }
         }
+    }
+
+    /// Whether every other member of the range's group, once heard from, has been silent (no
+    /// ping, no heartbeat) for `CUT_OFF_GRACE` past a missed ping: this replica may be on the wrong
+    /// side of a partition, where it applies nothing more while the rest of its group goes on.
+    fn cut_off(&self) -> bool {
+        let heard = self.shared.heartbeats.last_heard();
+        let now = std::time::Instant::now();
+        let me = self.shared.node_id;
+        let others: Vec<_> = self
+            .group
+            .members()
+            .into_iter()
+            .map(|member| member.id)
+            .filter(|id| *id != me)
+            .collect();
+        // A peer never heard from (this node just started) says nothing either way.
+        let lost = |id: &NodeId| heard.heard_from(*id) && heard.silent(*id, now, CUT_OFF_GRACE);
+        !others.is_empty() && others.iter().all(lost)
     }
 
     /// One bounded read of the covered span's events from `from` on.

@@ -119,6 +119,11 @@ pub(crate) struct LastHeard {
 }
 
 impl LastHeard {
+    /// Whether this node has heard from `node` since it started (a heartbeat or a ping).
+    pub fn heard_from(&self, node: NodeId) -> bool {
+        self.beat.contains_key(&node) || self.pinged.contains_key(&node)
+    }
+
     /// Whether `node` has been silent at `now` for `PING_SILENT_MS` plus `grace`: by its pings
     /// once it pinged, else (a release before pings) by its heartbeats and
     /// `HEARTBEAT_SILENT_MS`. A node never heard from is silent.
