@@ -202,6 +202,7 @@ fn bounded_get(key: &[u8], max_staleness_ms: Option<i64>, min_revision: Option<u
         no_forward: true,
         max_staleness_ms,
         min_revision,
+        revision: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! A key's history over real gRPC (`Kv.History`): its changes with the states before and
 //! after, read on every node and across a split; the removal of an expired key as an event of
 //! its own revision; compaction by the retention, answered with `Compacted` instead of a
-//! gap; and a tenant that sees only its own keys' history. Every node's wall clock is a
+//! gap; reads at a revision (`Get`/`Scan` with `revision`) on every node, across a split and
+//! below the floor; and a tenant that sees only its own keys' history. Every node's wall clock is a
 //! manual clock that moves only when the test moves it.
 
 use keel_client::{Client, PutOptions};
@@ -104,6 +105,122 @@ async fn a_keys_history_lists_its_changes_on_every_node_and_across_a_split() {
     cluster.shutdown().await;
 }
 
+/// The value of `key` at `revision` (linearizable), checking the answer names the revision.
+async fn value_at(
+    client: &Client,
+    key: &[u8],
+    revision: Revision,
+) -> Result<Option<Vec<u8>>, KvError> {
+    let read = client
+        .get_at(key, revision, Consistency::Linearizable)
+        .await?;
+    assert_eq!(read.revision, revision);
+    Ok(read.kv.map(|kv| kv.value))
+}
+
+/// `key=value` of each row of `[start, end)` at `revision`.
+async fn rows_at(client: &Client, (start, end): (&[u8], &[u8]), revision: Revision) -> Vec<String> {
+    let page = client
+        .scan_at(start, end, 0, revision, Consistency::Linearizable)
+        .await
+        .unwrap();
+    assert_eq!((page.revision, page.next_start), (revision, None));
+    let row = |kv: &keel_types::KeyValue| {
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        format!("{}={}", text(&kv.key), text(&kv.value))
+    };
+    page.kvs.iter().map(row).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_at_a_revision_see_the_range_as_it_was_on_every_node_and_across_a_split() {
+    let cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let put = |key: &'static [u8], value: &'static [u8]| {
+        let client = client.clone();
+        async move {
+            client
+                .put(key, value, PutOptions::default())
+                .await
+                .unwrap()
+                .revision
+        }
+    };
+    let first = put(b"r/a", b"1").await;
+    let second = put(b"r/b", b"1").await;
+    put(b"r/a", b"2").await;
+    let deleted = client
+        .delete(b"r/b", Default::default())
+        .await
+        .unwrap()
+        .revision;
+    let last = put(b"r/c", b"1").await;
+
+    assert_eq!(
+        value_at(&client, b"r/a", first).await.unwrap(),
+        Some(b"1".to_vec())
+    );
+    assert_eq!(
+        value_at(&client, b"r/a", deleted).await.unwrap(),
+        Some(b"2".to_vec())
+    );
+    assert_eq!(value_at(&client, b"r/b", first).await.unwrap(), None);
+    assert_eq!(value_at(&client, b"r/b", deleted).await.unwrap(), None);
+    let span: (&[u8], &[u8]) = (b"r/", b"r0");
+    assert_eq!(rows_at(&client, span, second).await, ["r/a=1", "r/b=1"]);
+    assert_eq!(rows_at(&client, span, last).await, ["r/a=2", "r/c=1"]);
+    // Every node's own replica answers the same (a follower read at the revision).
+    for id in cluster.ids() {
+        let mut kv = cluster.kv(id).await;
+        let request = v1::GetRequest {
+            key: b"r/b".to_vec(),
+            consistency: v1::Consistency::Follower.into(),
+            no_forward: true,
+            revision: Some(second),
+            ..v1::GetRequest::default()
+        };
+        let read = kv.get(request).await.unwrap().into_inner();
+        assert_eq!(read.header.unwrap().served_by, id);
+        assert_eq!(read.kv.unwrap().value, b"1");
+    }
+
+    // A split child reads its span at revisions its parent made.
+    client.split(b"r/b").await.unwrap();
+    put(b"r/c", b"2").await;
+    assert_eq!(rows_at(&client, (b"r/b", b"r0"), second).await, ["r/b=1"]);
+    assert_eq!(
+        value_at(&client, b"r/c", last).await.unwrap(),
+        Some(b"1".to_vec())
+    );
+
+    // A revision no write has made, and no revision at all.
+    let ahead = value_at(&client, b"r/a", last + 1_000).await;
+    assert!(
+        matches!(ahead, Err(KvError::FutureRevision { .. })),
+        "{ahead:?}"
+    );
+    let zero = client.get_at(b"r/a", 0, Consistency::Linearizable).await;
+    assert!(
+        matches!(zero, Err(KvError::InvalidArgument { .. })),
+        "{zero:?}"
+    );
+    let mut raw = cluster.kv(cluster.leader().await).await;
+    for revision in [Some(0), Some(last + 1_000)] {
+        let request = v1::ScanRequest {
+            start: b"r/".to_vec(),
+            revision,
+            ..v1::ScanRequest::default()
+        };
+        let refused = raw.scan(request).await.unwrap_err();
+        let code = refused.code();
+        assert!(
+            matches!(code, tonic::Code::InvalidArgument | tonic::Code::OutOfRange),
+            "{refused:?}"
+        );
+    }
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiry_and_compaction_are_events_and_floors_never_gaps() {
     let kv = KvSettings {
@@ -127,6 +244,13 @@ async fn expiry_and_compaction_are_events_and_floors_never_gaps() {
     .await;
     assert!(events[1].revision > put.revision);
     assert!(events[1].is_removal());
+    // At its revision the key reads as it was stored, and at its removal's as absent.
+    let stored = value_at(&client, b"x/t", put.revision).await.unwrap();
+    assert_eq!(stored, Some(b"1".to_vec()));
+    assert_eq!(
+        value_at(&client, b"x/t", events[1].revision).await.unwrap(),
+        None
+    );
     let before = events[1].before.as_ref().unwrap();
     assert_eq!(
         before.expires_at_ms,
@@ -148,6 +272,9 @@ async fn expiry_and_compaction_are_events_and_floors_never_gaps() {
     .await;
     assert_eq!(compacted.0, put.revision);
     assert!(compacted.1 >= events[1].revision, "{compacted:?}");
+    // A read at a revision whose later changes are gone is refused the same way.
+    let gone = value_at(&client, b"x/t", put.revision).await;
+    assert!(matches!(gone, Err(KvError::Compacted { .. })), "{gone:?}");
     let page = client
         .history(
             b"x/t",

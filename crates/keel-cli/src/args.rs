@@ -119,6 +119,8 @@ pub enum Command {
         consistency: ConsistencyArg,
         #[command(flatten)]
         bound: BoundArg,
+        #[command(flatten)]
+        at: RevisionArg,
         /// Write the value's bytes exactly, with no newline, also to a terminal. Not with
         /// --output json.
         #[arg(long)]
@@ -160,6 +162,8 @@ pub enum Command {
         consistency: ConsistencyArg,
         #[command(flatten)]
         bound: BoundArg,
+        #[command(flatten)]
+        at: RevisionArg,
     },
     /// List a key's changes, oldest first, from the history its range keeps:
     /// `revision<TAB>put<TAB>value` and `revision<TAB>delete` lines (a delete, or the removal
@@ -470,6 +474,22 @@ impl BoundArg {
     }
 }
 
+/// `--revision` of the reads that can read an earlier state.
+#[derive(Debug, Args)]
+pub struct RevisionArg {
+    /// Read as the range was at this revision (one an answer or `keel history` printed): a
+    /// revision whose later changes the serving replica no longer keeps fails with
+    /// `compacted` (exit 1). Revisions count per range: a scan across ranges reads each at
+    /// its own revision of that number.
+    #[arg(
+        long,
+        value_name = "REVISION",
+        value_parser = clap::value_parser!(u64).range(1..),
+        conflicts_with_all = ["max_staleness", "min_revision"]
+    )]
+    pub revision: Option<u64>,
+}
+
 /// `--ttl` of the writes that take one.
 #[derive(Debug, Args)]
 pub struct TtlArg {
@@ -656,6 +676,22 @@ mod tests {
                 "{refused}"
             );
         }
+    }
+
+    #[test]
+    fn get_and_scan_read_at_a_revision_alone() {
+        let revision = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Get { at, .. } | Command::Scan { at, .. }) => Ok(at.revision),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(error) => Err(error.kind()),
+        };
+        assert_eq!(revision(&["get", "k", "--revision", "5"]), Ok(Some(5)));
+        assert_eq!(revision(&["scan", "a", "--revision", "5"]), Ok(Some(5)));
+        assert_eq!(revision(&["get", "k"]), Ok(None));
+        let zero = revision(&["get", "k", "--revision", "0"]);
+        assert_eq!(zero, Err(ErrorKind::ValueValidation));
+        let both = revision(&["get", "k", "--revision", "5", "--min-revision", "3"]);
+        assert_eq!(both, Err(ErrorKind::ArgumentConflict));
     }
 
     #[test]

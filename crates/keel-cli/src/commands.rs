@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use keel_client::{Client, ClientOptions, ClientTls, DeleteOptions, PutOptions, WatchOptions};
-use keel_types::{Consistency, KvError, NodeId, RangeId, ReadBound, limits, validate};
+use keel_types::{Consistency, KvError, NodeId, RangeId, ReadBound, Revision, limits, validate};
 
 use crate::args::{ClusterCommand, Command, Global, TtlArg, bytes};
 use crate::input;
@@ -120,12 +120,18 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             key,
             consistency,
             bound,
+            at,
             raw,
         } => {
             let key = bytes(&key);
-            let result = client
-                .get_within(&key, consistency.into(), bound.bound()?)
-                .await?;
+            let result = match at.revision {
+                Some(revision) => client.get_at(&key, revision, consistency.into()).await?,
+                None => {
+                    client
+                        .get_within(&key, consistency.into(), bound.bound()?)
+                        .await?
+                }
+            };
             let form = output::value_form(raw, std::io::stdout().is_terminal());
             Ok(output::get(&key, &result, out, form))
         }
@@ -161,10 +167,11 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             limit,
             consistency,
             bound,
+            at,
         } => {
             let start = start.as_ref().map(bytes).unwrap_or_default();
             let end = end.as_ref().map(bytes).unwrap_or_default();
-            let read = (consistency.into(), bound.bound()?);
+            let read = (consistency.into(), bound.bound()?, at.revision);
             scan(&client, (start, end), limit, read, out).await
         }
         Command::History {
@@ -375,16 +382,25 @@ async fn scan(
     client: &Client,
     (mut start, end): (Vec<u8>, Vec<u8>),
     limit: u32,
-    (consistency, bound): (Consistency, ReadBound),
+    (consistency, bound, at): (Consistency, ReadBound, Option<Revision>),
     out: Output,
 ) -> Result<Report, KvError> {
     let mut remaining = limit;
     let mut stdout = std::io::stdout().lock();
     loop {
         let page_limit = remaining.min(limits::SCAN_LIMIT_MAX);
-        let page = client
-            .scan_within(&start, &end, page_limit, consistency, bound)
-            .await?;
+        let page = match at {
+            Some(revision) => {
+                client
+                    .scan_at(&start, &end, page_limit, revision, consistency)
+                    .await?
+            }
+            None => {
+                client
+                    .scan_within(&start, &end, page_limit, consistency, bound)
+                    .await?
+            }
+        };
         remaining = remaining.saturating_sub(page.kvs.len() as u32);
         if stdout
             .write_all(&output::scan_rows(&page.kvs, out))

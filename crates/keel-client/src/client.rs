@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{Consistency, Fence, KvError, ReadBound, SharedClock, validate};
+use keel_types::{Consistency, Fence, KvError, ReadBound, Revision, SharedClock, validate};
 use tokio::time::Instant;
 
 use crate::attempt::{self, AttemptError};
@@ -173,6 +173,31 @@ impl Client {
         consistency: Consistency,
         bound: ReadBound,
     ) -> Result<GetResult, KvError> {
+        self.get_read(key, consistency, bound, None).await
+    }
+
+    /// Reads `key` as it was at `revision` of its range (`header.revision` is that revision):
+    /// a replica that has not applied it catches up first, `FutureRevision` when no write has
+    /// made it yet, `Compacted` when changes after it may be gone from the replica's history.
+    /// A key whose TTL ran out by then but which was not removed yet reads as it was stored.
+    pub async fn get_at(
+        &self,
+        key: &[u8],
+        revision: Revision,
+        consistency: Consistency,
+    ) -> Result<GetResult, KvError> {
+        let at = validate::check_read_revision(Some(revision))?;
+        self.get_read(key, consistency, ReadBound::default(), at)
+            .await
+    }
+
+    async fn get_read(
+        &self,
+        key: &[u8],
+        consistency: Consistency,
+        bound: ReadBound,
+        revision: Option<Revision>,
+    ) -> Result<GetResult, KvError> {
         validate::check_key(key)?;
         let request = v1::GetRequest {
             key: key.to_vec(),
@@ -180,6 +205,7 @@ impl Client {
             no_forward: true,
             max_staleness_ms: bounded_staleness_ms(bound)?,
             min_revision: bound.min_revision,
+            revision,
         };
         let timeout = self.inner.options.request_timeout;
         let by = read_route(key, consistency);

@@ -526,9 +526,10 @@ fn apply_ops(
     };
     for (key, after) in writes {
         let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
+        // The row as stored, even expired: an expired row not yet removed was absent, and the
+        // event says so to its readers (`tables::decode_event`) but keeps the row for reads
+        // at a revision before the expiry.
         let before = tables::write_kv(kv, ttl, &mut state.kv, &key, after.as_ref())?;
-        // An expired row not yet cleaned up was absent: the write creates the key anew.
-        let before = before.filter(|kv| !kv.is_expired(clock_ms));
         record(
             tables,
             state,

@@ -47,8 +47,8 @@ pub use restore::SnapshotSummary;
 pub use snapshot::IncomingSnapshot;
 pub use snapshot_file::SnapshotFile;
 pub use state_machine::{
-    HistoryCounts, HistoryRead, HistoryRetention, KeyRead, QuotaCounts, RangeCounts, ScanPage,
-    SnapshotBuilder, SpanEventsPage, SpanRead, StateMachine,
+    AtRevision, HistoryCounts, HistoryRead, HistoryRetention, KeyRead, QuotaCounts, RangeCounts,
+    ScanPage, SnapshotBuilder, SpanEventsPage, SpanRead, StateMachine, Unreadable,
 };
 #[doc(hidden)]
 pub use store::WriterHold;

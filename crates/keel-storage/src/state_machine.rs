@@ -50,6 +50,8 @@ use crate::upkeep::{self, Upkeep, due_records, expired_keys, idle_sessions};
 use crate::writer::Done;
 use crate::{apply, install};
 
+pub use at_revision::{AtRevision, Unreadable};
+
 /// One page of a scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanPage {
@@ -965,5 +967,6 @@ fn quota_counts_in_rows(
     })
 }
 
+mod at_revision;
 #[cfg(test)]
 mod tests;

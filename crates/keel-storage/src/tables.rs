@@ -80,8 +80,9 @@ pub(crate) use deadlines::{
 };
 pub(crate) use fences::{FENCES, write_fence};
 pub(crate) use history::{
-    Change, CompactStep, EventBounds, HISTORY, HistoryFacts, Retention, clear_history, compact,
-    count_history, key_events, record_event, span_events,
+    Change, ChangedSince, CompactStep, EventBounds, HISTORY, HistoryFacts, Retention,
+    changed_since, clear_history, compact, count_history, key_events, record_event, span_events,
+    state_before,
 };
 pub(crate) use idempotency::IDEMPOTENCY;
 pub(crate) use keyed_rows::{Uncounted, count_rows, read_row, row_bytes};

@@ -158,8 +158,9 @@ pub enum KvError {
     #[error("revision {requested} is ahead of the range, which is at revision {current}")]
     FutureRevision { requested: u64, current: u64 },
 
-    /// A history read asked for events from revision `requested`, at or below the serving
-    /// replica's history floor `compact_revision`: some may be gone. Nothing was read.
+    /// A history read or a watch asked for events from revision `requested`, at or below the
+    /// serving replica's history floor `compact_revision`, or a read at revision `requested`
+    /// (below the floor) needs events after it: some may be gone. Nothing was read.
     #[error(
         "revision {requested} is compacted: the history kept starts after revision {compact_revision}"
     )]

@@ -78,6 +78,12 @@ pub const HISTORY_RETENTION_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
 /// Events of a range (of any key) one history page reads to find the key's: a page may come
 /// back short, even empty, with where the next starts.
 pub const HISTORY_EXAMINED_PER_PAGE: usize = 16_384;
+/// Events of a range (of any key) a read at a revision may pass over to undo the changes
+/// made after that revision; a read at a revision further back is refused.
+pub const REVISION_READ_EXAMINED_MAX: usize = 1_000_000;
+/// Keys changed after its revision whose earlier state a scan page at a revision tracks at
+/// once: past them the page ends early (with a `next_start`), so its memory stays bounded.
+pub const REVISION_READ_CHANGED_KEYS_MAX: usize = 16_384;
 /// Rows a history compaction step reads (of any range of the file) in one transaction.
 pub const HISTORY_COMPACT_ROWS_PER_TXN: usize = 4_096;
 

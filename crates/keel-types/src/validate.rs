@@ -6,6 +6,7 @@
 use crate::command::{BatchOp, Condition, ReadBound};
 use crate::coordination::{Fence, idempotency_key};
 use crate::error::KvError;
+use crate::ids::Revision;
 use crate::limits::{self, human_bytes};
 use crate::tenant::namespace_prefix_len;
 
@@ -213,6 +214,17 @@ pub fn check_read_bound(
         max_staleness_ms,
         min_revision,
     })
+}
+
+/// Checks the revision a read asks to read at (unset = the current state; 0 is refused).
+pub fn check_read_revision(revision: Option<u64>) -> Result<Option<Revision>, KvError> {
+    match revision {
+        Some(0) => Err(KvError::InvalidArgument {
+            message: "revision 0 is no revision: leave it unset to read the current state"
+                .to_string(),
+        }),
+        revision => Ok(revision),
+    }
 }
 
 /// Checks a lock TTL (1 ms to `TTL_MS_MAX`) and returns it.

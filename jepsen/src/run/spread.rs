@@ -112,6 +112,7 @@ impl Spread {
             no_forward: false,
             max_staleness_ms,
             min_revision: bound.min_revision,
+            revision: None,
         };
         let mut node = self.nodes[index].clone();
         let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, node.get(request)).await;

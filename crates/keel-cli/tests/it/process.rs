@@ -425,4 +425,20 @@ async fn cluster_split_and_ranges_change_and_show_the_table_and_scan_crosses_it(
         .collect();
     watched.sort_unstable();
     assert_eq!(watched, expected);
+
+    // A read at a revision sees a key as it was then, on a get and on a scan.
+    let overwrite = client
+        .put(b"key-25", b"w", PutOptions::default())
+        .await
+        .unwrap();
+    let then = (overwrite.revision - 1).to_string();
+    let (code, value) = keel(&endpoints, &["get", "key-25", "--revision", &then]);
+    assert_eq!((code, value.as_str()), (Some(0), "v"));
+    let (code, value) = keel(&endpoints, &["get", "key-25"]);
+    assert_eq!((code, value.as_str()), (Some(0), "w"));
+    let (code, rows) = keel(
+        &endpoints,
+        &["scan", "key-25", "key-26", "--revision", &then],
+    );
+    assert_eq!((code, rows.as_str()), (Some(0), "key-25\tv\n"));
 }

@@ -4,7 +4,7 @@
 
 use keel_proto::v1;
 use keel_proto::v1::kv_client::KvClient;
-use keel_types::{Consistency, KvError, ReadBound, validate};
+use keel_types::{Consistency, KvError, ReadBound, Revision, validate};
 use tokio::time::Instant;
 
 use super::{Client, read};
@@ -18,6 +18,8 @@ struct Bound {
     consistency: Consistency,
     max_staleness_ms: Option<i64>,
     min_revision: Option<u64>,
+    /// Read each range as it was at this revision of its own.
+    revision: Option<u64>,
 }
 
 impl Client {
@@ -52,12 +54,43 @@ impl Client {
         consistency: Consistency,
         bound: ReadBound,
     ) -> Result<ScanResult, KvError> {
-        let limit = validate::check_scan(start, end, limit)?;
         let bound = Bound {
             consistency,
             max_staleness_ms: super::bounded_staleness_ms(bound)?,
             min_revision: bound.min_revision,
+            revision: None,
         };
+        self.scan_read(start, end, limit, bound).await
+    }
+
+    /// A page as `scan` reads it, with each range read as it was at `revision` of its own
+    /// (see `get_at`). Revisions count per range, so a page is one state only within one
+    /// range: across ranges it holds each range's state at its own `revision`.
+    pub async fn scan_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: u32,
+        revision: Revision,
+        consistency: Consistency,
+    ) -> Result<ScanResult, KvError> {
+        let bound = Bound {
+            consistency,
+            max_staleness_ms: None,
+            min_revision: None,
+            revision: validate::check_read_revision(Some(revision))?,
+        };
+        self.scan_read(start, end, limit, bound).await
+    }
+
+    async fn scan_read(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: u32,
+        bound: Bound,
+    ) -> Result<ScanResult, KvError> {
+        let limit = validate::check_scan(start, end, limit)?;
         let deadline = Instant::now() + self.inner.options.request_timeout;
         let mut page = ScanPage::new(limit);
         let mut from = start.to_vec();
@@ -95,6 +128,7 @@ impl Client {
             no_forward: true,
             max_staleness_ms: bound.max_staleness_ms,
             min_revision: bound.min_revision,
+            revision: bound.revision,
         };
         let timeout = deadline.saturating_duration_since(Instant::now());
         let by = super::read_route(from, consistency);

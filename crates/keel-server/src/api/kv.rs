@@ -20,13 +20,14 @@ use keel_proto::v1::{
     ScanResponse, WatchRequest,
 };
 use keel_raft::RaftGroup;
-use keel_storage::{HistoryRead, KeyRead};
+use keel_storage::{HistoryRead, KeyRead, Unreadable};
 use keel_types::validate::{
-    check_history_limit, check_key, check_op_count, check_ops, check_read_bound, check_scan,
+    check_history_limit, check_key, check_op_count, check_ops, check_read_bound,
+    check_read_revision, check_scan,
 };
 use keel_types::{
     BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
-    RangeDescriptor, ReadBound, RequestId, Revision,
+    RangeDescriptor, ReadBound, RequestId, Revision, limits,
 };
 use tonic::{Request, Response, Status};
 
@@ -69,8 +70,12 @@ impl KvService {
     async fn serve_get(&self, request: &GetRequest) -> Result<GetResponse, KvError> {
         check_key(&request.key)?;
         let consistency = convert::consistency(request.consistency)?;
-        let bound = check_read_bound(request.max_staleness_ms, request.min_revision)?;
-        let get = |group| self.local_get(group, request, consistency, bound);
+        let (bound, at) = read_bound(
+            request.max_staleness_ms,
+            request.min_revision,
+            request.revision,
+        )?;
+        let get = |group| self.local_get(group, request, consistency, bound, at);
         self.router.on_range(&request.key, get).await
     }
 
@@ -80,9 +85,22 @@ impl KvService {
         request: &GetRequest,
         consistency: Consistency,
         bound: ReadBound,
+        at: Option<Revision>,
     ) -> Result<GetResponse, KvError> {
         group.read_barrier_within(consistency, bound).await?;
         let now_ms = self.shared.clock.now_ms();
+        if let Some(revision) = at {
+            let read = group
+                .state_machine()
+                .read_key_at(&request.key, revision)
+                .await
+                .map_err(|e| self.router.storage_failed(e))?;
+            let kv = read.map_err(|why| unreadable(why, revision, &request.key))?;
+            return Ok(GetResponse {
+                header: self.router.header(&group, revision, false),
+                kv: kv.map(|kv| convert::key_value(kv, now_ms)),
+            });
+        }
         let read = group
             .state_machine()
             .read_key(&request.key, now_ms)
@@ -106,8 +124,12 @@ impl KvService {
     async fn serve_scan(&self, request: &ScanRequest) -> Result<ScanResponse, KvError> {
         let limit = check_scan(&request.start, &request.end, request.limit)?;
         let consistency = convert::consistency(request.consistency)?;
-        let bound = check_read_bound(request.max_staleness_ms, request.min_revision)?;
-        let scan = |group| self.local_scan(group, request, limit, consistency, bound);
+        let (bound, at) = read_bound(
+            request.max_staleness_ms,
+            request.min_revision,
+            request.revision,
+        )?;
+        let scan = |group| self.local_scan(group, request, limit, consistency, (bound, at));
         self.router.on_range(&request.start, scan).await
     }
 
@@ -120,15 +142,20 @@ impl KvService {
         request: &ScanRequest,
         limit: u32,
         consistency: Consistency,
-        bound: ReadBound,
+        (bound, at): (ReadBound, Option<Revision>),
     ) -> Result<ScanResponse, KvError> {
         group.read_barrier_within(consistency, bound).await?;
         let now_ms = self.shared.clock.now_ms();
-        let page = group
-            .state_machine()
-            .scan(&request.start, &request.end, limit, now_ms)
-            .await
-            .map_err(|e| self.router.storage_failed(e))?;
+        let state_machine = group.state_machine();
+        let (start, end) = (&request.start, &request.end);
+        let page = match at {
+            None => state_machine.scan(start, end, limit, now_ms).await,
+            Some(revision) => match state_machine.scan_at(start, end, limit, revision).await {
+                Ok(read) => Ok(read.map_err(|why| unreadable(why, revision, start))?),
+                Err(e) => Err(e),
+            },
+        }
+        .map_err(|e| self.router.storage_failed(e))?;
         // Read after the page: the span only shrinks, so rows up to this end were the range's.
         let range = group.descriptor().await?;
         if !range.contains(&request.start) {
@@ -523,6 +550,44 @@ fn op_result(result: OpResult, now_ms: u64) -> BatchOpResult {
         existed: result.existed,
         previous: result.previous.map(|kv| convert::key_value(kv, now_ms)),
         counter: result.counter,
+    }
+}
+
+/// A read's bound and the revision it reads at (`revision`), which the state read must
+/// include: a replica behind it catches up as for `min_revision`.
+fn read_bound(
+    max_staleness_ms: Option<i64>,
+    min_revision: Option<u64>,
+    revision: Option<u64>,
+) -> Result<(ReadBound, Option<Revision>), KvError> {
+    let mut bound = check_read_bound(max_staleness_ms, min_revision)?;
+    let at = check_read_revision(revision)?;
+    bound.min_revision = bound.min_revision.max(at);
+    Ok((bound, at))
+}
+
+/// Why a read at `revision` starting at `key` could not be served, as its caller's error.
+fn unreadable(why: Unreadable, revision: Revision, key: &[u8]) -> KvError {
+    match why {
+        Unreadable::Outside { descriptor } => KvError::KeyOutOfRange {
+            key: key.to_vec(),
+            range: Box::new(descriptor),
+        },
+        Unreadable::Compacted { compact_revision } => KvError::Compacted {
+            requested: revision,
+            compact_revision,
+        },
+        Unreadable::Future { current } => KvError::FutureRevision {
+            requested: revision,
+            current,
+        },
+        Unreadable::TooFarBack { current } => KvError::InvalidArgument {
+            message: format!(
+                "revision {revision} is too far back: the range, at revision {current}, has \
+                 recorded more than {} events since; read at a later revision",
+                limits::REVISION_READ_EXAMINED_MAX
+            ),
+        },
     }
 }
 

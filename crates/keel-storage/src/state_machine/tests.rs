@@ -12,6 +12,7 @@ use crate::op::{Op, Outcome};
 use crate::raft_types::{Entry, TypeConfig};
 use crate::store::Store;
 
+mod at_revision;
 mod coordination;
 mod exactly_once;
 mod history;

@@ -19,6 +19,7 @@
 //! from the oldest up and raises the floor as it goes; rows at the floor that a budget left
 //! behind are removed by the next step, so every read starts at the floor, inclusive.
 
+use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
 use keel_types::{Event, EventCursor, KeyValue, Revision};
@@ -152,15 +153,86 @@ pub(crate) fn record_event(
     Ok(())
 }
 
+/// The event of `key` at `revision` as readers see it. An event stores the key's row before
+/// the change as it was, expired or not (a read at a revision needs it); a write that met an
+/// expired row created the key anew, so its event shows no state before.
 fn decode_event(revision: Revision, key: &[u8], bytes: &[u8]) -> Result<Event, StorageError> {
     let stored: StoredEvent = decode("history event", bytes)?;
+    let created_anew = |before: &StoredState| {
+        stored.after.is_some() && before.expires_at_ms.is_some_and(|at| at <= stored.clock_ms)
+    };
+    let before = stored.before.filter(|before| !created_anew(before));
     Ok(Event {
         revision,
         key: key.to_vec(),
         after: stored.after.map(|state| state.into_kv(key)),
-        before: stored.before.map(|state| state.into_kv(key)),
+        before: before.map(|state| state.into_kv(key)),
         clock_ms: stored.clock_ms,
     })
+}
+
+/// The keys of a span changed after a read's revision, each with the revision of its first
+/// change after it (`changed_since`).
+#[derive(Debug, Default)]
+pub(crate) struct ChangedSince {
+    pub first: BTreeMap<Vec<u8>, Revision>,
+    /// Keys at and after this one were left out to keep `first` within its bound: only the
+    /// keys before it may be read from these changes.
+    pub cut: Option<Vec<u8>>,
+}
+
+/// The keys of `span` with an event in `revisions`, each with its first event's revision:
+/// at most `keys_max` keys, the smallest (`cut` says where the rest begin). `None` when the
+/// read would pass over more than `examined_max` rows (of any range).
+pub(crate) fn changed_since<H>(
+    history: &H,
+    span: &KeySpan,
+    revisions: RangeInclusive<Revision>,
+    (keys_max, examined_max): (usize, usize),
+) -> Result<Option<ChangedSince>, StorageError>
+where
+    H: ReadableTable<(u64, &'static [u8]), &'static [u8]>,
+{
+    let mut changed = ChangedSince::default();
+    let rows = history
+        .range(rows_of(&revisions))
+        .map_err(|e| StorageError::redb("read history", e))?;
+    for (examined, row) in rows.enumerate() {
+        if examined == examined_max {
+            return Ok(None);
+        }
+        let (id, _) = row.map_err(|e| StorageError::redb("read history", e))?;
+        let (revision, key) = id.value();
+        let past_cut = changed.cut.as_deref().is_some_and(|cut| key >= cut);
+        if !span.contains(key) || past_cut || changed.first.contains_key(key) {
+            continue;
+        }
+        changed.first.insert(key.to_vec(), revision);
+        if changed.first.len() > keys_max {
+            changed.cut = changed.first.pop_last().map(|(key, _)| key);
+        }
+    }
+    Ok(Some(changed))
+}
+
+/// The row of `key` just before its event at `revision`, as it was stored (`None`: absent).
+pub(crate) fn state_before<H>(
+    history: &H,
+    revision: Revision,
+    key: &[u8],
+) -> Result<Option<KeyValue>, StorageError>
+where
+    H: ReadableTable<(u64, &'static [u8]), &'static [u8]>,
+{
+    let row = history
+        .get((revision, key))
+        .map_err(|e| StorageError::redb("read history", e))?
+        .ok_or_else(|| StorageError::Corrupt {
+            what: "history event",
+            detail: format!("no event at revision {revision} that a read found"),
+        })?;
+    let stored: StoredEvent = decode("history event", row.value())?;
+    Ok(stored.before.map(|state| state.into_kv(key)))
 }
 
 /// How much one read of events may take.

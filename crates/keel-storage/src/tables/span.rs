@@ -67,6 +67,18 @@ impl KeySpan {
         }
     }
 
+    /// The part of `[start, end)` (empty `end` = unbounded) inside this span (empty when
+    /// none is).
+    pub fn part(&self, start: &[u8], end: &[u8]) -> KeySpan {
+        let start = start.max(self.start.as_slice()).to_vec();
+        let end = match (end.is_empty(), self.end.as_deref()) {
+            (true, own) => own.map(<[u8]>::to_vec),
+            (false, None) => Some(end.to_vec()),
+            (false, Some(own)) => Some(end.min(own).to_vec()),
+        };
+        KeySpan { start, end }
+    }
+
     /// Whether some key lies in both spans.
     pub fn overlaps(&self, other: &KeySpan) -> bool {
         let before =
