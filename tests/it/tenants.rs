@@ -236,6 +236,35 @@ async fn a_tenant_reads_the_history_of_its_own_keys_only() {
     cluster.shutdown().await;
 }
 
+/// A tenant reading the whole keyspace at a past revision (and another tenant's stored key
+/// by name) sees its own keys only, as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenants_reads_at_a_revision_see_its_own_keys_only() {
+    let cluster = start().await;
+    let (acme, globex) = (
+        client_as(&cluster, Some(ACME)),
+        client_as(&cluster, Some(GLOBEX)),
+    );
+    put(&acme, b"secret", b"acme's").await.unwrap();
+    let then = globex
+        .put(b"secret", b"globex's", PutOptions::default())
+        .await
+        .unwrap()
+        .revision;
+    put(&globex, b"secret", b"globex's later").await.unwrap();
+    put(&acme, b"secret", b"acme's later").await.unwrap();
+    let linearizable = Consistency::Linearizable;
+    let page = acme.scan_at(b"", b"", 0, then, linearizable).await.unwrap();
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = page.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect();
+    assert_eq!(rows, vec![(b"secret".to_vec(), b"acme's".to_vec())]);
+    let crafted = stored("globex", b"secret");
+    let read = acme.get_at(&crafted, then, linearizable).await.unwrap();
+    assert_eq!(read.kv, None);
+    let theirs = globex.get_at(b"secret", then, linearizable).await.unwrap();
+    assert_eq!(theirs.kv.unwrap().value, b"globex's");
+    cluster.shutdown().await;
+}
+
 /// A tenant watching the whole keyspace (and a span named by another tenant's stored keys)
 /// sees its own changes only, named as it named them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
