@@ -190,7 +190,8 @@ pub enum Command {
     },
     /// Stream the changes of the keys of [START, END) as they happen, across every range
     /// that holds them: `revision<TAB>put<TAB>key<TAB>value` and `revision<TAB>delete<TAB>key`
-    /// lines, until --count events or Ctrl-C.
+    /// lines (with --prev-kv, the value before as one more field when the key had one),
+    /// until --count events or Ctrl-C (exit 0).
     #[command(
         after_help = "Splits, leader moves, node restarts and lost connections do not \
                       interrupt the stream: each event comes once, and a key's events in \
@@ -208,8 +209,11 @@ pub enum Command {
         #[arg(long, conflicts_with = "end")]
         prefix: bool,
         /// First revision to show (inclusive); 0 = changes from now on.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, visible_alias = "rev", default_value_t = 0)]
         from: u64,
+        /// Show each change's state before it too.
+        #[arg(long)]
+        prev_kv: bool,
         /// Stop after this many events.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,

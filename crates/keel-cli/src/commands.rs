@@ -189,6 +189,7 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             end,
             prefix,
             from,
+            prev_kv,
             count,
             no_put,
             no_delete,
@@ -201,7 +202,7 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             };
             let options = WatchOptions {
                 start_revision: from,
-                prev_kv: false,
+                prev_kv,
                 no_put,
                 no_delete,
                 progress_interval: None,
@@ -318,14 +319,23 @@ async fn watch(
     count: Option<u64>,
     out: Output,
 ) -> Result<Report, KvError> {
+    let prev_kv = options.prev_kv;
     let mut watch = client.watch(start, end, options).await?;
     let mut left = count.unwrap_or(u64::MAX);
-    while let Some(batch) = watch.next().await {
+    // Ctrl-C ends the watch cleanly: every line taken so far was written and flushed.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let batch = tokio::select! {
+            batch = watch.next() => batch,
+            _ = &mut interrupted => None,
+        };
+        let Some(batch) = batch else { break };
         let mut events = batch?.events;
         events.truncate(usize::try_from(left).unwrap_or(usize::MAX));
         left -= events.len() as u64;
         let mut stdout = std::io::stdout().lock();
-        let written = stdout.write_all(&output::watch_rows(&events, out));
+        let written = stdout.write_all(&output::watch_rows(&events, out, prev_kv));
         if written.and_then(|()| stdout.flush()).is_err() || left == 0 {
             break;
         }

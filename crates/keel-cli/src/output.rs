@@ -218,24 +218,27 @@ pub fn scan_rows(kvs: &[KeyValue], output: Output) -> Vec<u8> {
 /// `history` events: `revision<TAB>put<TAB>value` or `revision<TAB>delete` lines, or one
 /// JSON object per event (`kind`, the state after and the state before as `prev`).
 pub fn history_rows(events: &[Event], output: Output) -> Vec<u8> {
-    event_rows(events, output, false)
+    event_rows(events, output, (false, false))
 }
 
 /// `watch`: as `history_rows`, with each text line naming its key after the kind.
-pub fn watch_rows(events: &[Event], output: Output) -> Vec<u8> {
-    event_rows(events, output, true)
+/// Watched events: as history rows, with each event's key, and with the value before when
+/// `prev_kv` (text; JSON always has `prev`).
+pub fn watch_rows(events: &[Event], output: Output, prev_kv: bool) -> Vec<u8> {
+    event_rows(events, output, (true, prev_kv))
 }
 
-fn event_rows(events: &[Event], output: Output, with_key: bool) -> Vec<u8> {
+fn event_rows(events: &[Event], output: Output, (with_key, with_prev): (bool, bool)) -> Vec<u8> {
     let mut out = Vec::new();
     for event in events {
+        let prev = event.before.as_ref().filter(|_| with_prev);
         let mut text_line = |kind: &str, value: Option<&[u8]>| {
             out.extend_from_slice(format!("{}\t{kind}", event.revision).as_bytes());
             if with_key {
                 out.push(b'\t');
                 out.extend_from_slice(&event.key);
             }
-            if let Some(value) = value {
+            for value in value.into_iter().chain(prev.map(|kv| kv.value.as_slice())) {
                 out.push(b'\t');
                 out.extend_from_slice(value);
             }

@@ -578,10 +578,13 @@ fn history_prints_one_line_per_event() {
     let events = [put, removed];
     let lines = String::from_utf8(history_rows(&events, Output::Text)).unwrap();
     assert_eq!(lines, "7\tput\tv2\n9\tdelete\n");
-    let watched = String::from_utf8(watch_rows(&events, Output::Text)).unwrap();
+    let watched = String::from_utf8(watch_rows(&events, Output::Text, false)).unwrap();
     assert_eq!(watched, "7\tput\tk\tv2\n9\tdelete\tk\n");
+    // With the values before: one more field where the key had one.
+    let watched = String::from_utf8(watch_rows(&events, Output::Text, true)).unwrap();
+    assert_eq!(watched, "7\tput\tk\tv2\tv1\n9\tdelete\tk\tv2\n");
     assert_eq!(
-        watch_rows(&events, Output::Json),
+        watch_rows(&events, Output::Json, true),
         history_rows(&events, Output::Json)
     );
     let json = String::from_utf8(history_rows(&events, Output::Json)).unwrap();

@@ -4,6 +4,7 @@
 //! ranges in order.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -441,4 +442,51 @@ async fn cluster_split_and_ranges_change_and_show_the_table_and_scan_crosses_it(
         &["scan", "key-25", "key-26", "--revision", &then],
     );
     assert_eq!((code, rows.as_str()), (Some(0), "key-25\tv\n"));
+
+    // A watch with the values before, ended by Ctrl-C: exit 0 after every line it took.
+    let endpoints: Vec<&str> = endpoints.iter().map(|e| e.as_str()).collect();
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--endpoints", &endpoints.join(",")])
+        .args(["watch", "key-", "--prefix", "--rev", "1", "--prev-kv"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Lines are read on a thread of their own, so a watch that prints too few fails the
+    // test instead of hanging it.
+    let stdout = BufReader::new(watch.stdout.take().unwrap());
+    let (lines, printed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        stdout
+            .lines()
+            .map_while(Result::ok)
+            .try_for_each(|line| lines.send(line))
+    });
+    let mut overwritten = None;
+    for _ in 0..31 {
+        let line = printed
+            .recv_timeout(WAIT_LIMIT)
+            .expect("the watch printed 31 events");
+        if line.contains("\tkey-25\tw") {
+            overwritten = Some(line);
+        }
+    }
+    let expected = format!("{}\tput\tkey-25\tw\tv", overwrite.revision);
+    assert_eq!(overwritten, Some(expected));
+    let sent = Command::new("kill")
+        .args(["-INT", &watch.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -INT failed");
+    let deadline = std::time::Instant::now() + WAIT_LIMIT;
+    let status = loop {
+        if let Some(status) = watch.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            watch.kill().unwrap();
+            panic!("the watch ignored Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
 }
