@@ -1,15 +1,17 @@
 //! Five real `keel serve` processes: a write load splits the keyspace into ranges by size,
 //! the rebalancer spreads them to 3 replicas each over the nodes, one node is killed for good
-//! and its replicas are re-created on the others; every acknowledged write reads back and
-//! `keel cluster ranges` shows the healed table.
+//! and its replicas are re-created on the others; every acknowledged write reads back,
+//! `keel cluster ranges` shows the healed table, and a watcher of the written prefix,
+//! opened before the first write, received every write once and each key's in order.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use keel_client::{Client, PutOptions};
-use keel_types::{Consistency, KvError, NodeId};
+use keel_client::{Client, PutOptions, WatchOptions};
+use keel_types::{Consistency, KvError, NodeId, Revision};
+use tokio::task::JoinHandle;
 
 use crate::process::{Processes, keel};
 
@@ -115,12 +117,81 @@ pub(crate) async fn healed_on(client: &Client, nodes: &[NodeId]) -> Result<usize
     }
 }
 
+/// A change a watcher received: key, revision, value after (`None`: removed).
+type Watched = (String, Revision, Option<Vec<u8>>);
+
+/// Watches every `key-` key from now on, gathering the events into `seen` until the watch
+/// ends; returns how it ended.
+async fn watch_keys(client: &Client, seen: Arc<Mutex<Vec<Watched>>>) -> JoinHandle<KvError> {
+    let span = (b"key-".as_slice(), b"key.".as_slice());
+    let mut watch = client
+        .watch(span.0, span.1, WatchOptions::default())
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        loop {
+            let events = match watch.next().await {
+                Some(Ok(batch)) => batch.events,
+                Some(Err(error)) => {
+                    eprintln!("the watch ended with {error}");
+                    return error;
+                }
+                None => return KvError::fatal("the watch ended"),
+            };
+            let watched = events.into_iter().map(|event| {
+                let key = String::from_utf8(event.key).unwrap();
+                (key, event.revision, event.after.map(|kv| kv.value))
+            });
+            seen.lock().unwrap().extend(watched);
+        }
+    })
+}
+
+/// Whether `seen` holds every write of `written` (key → its values in write order), each
+/// once and each key's in revision order, and nothing else but writes whose outcome was
+/// unknown (at most once each); `Err` says what is missing, `panic!` what is wrong.
+fn check_watched(seen: &[Watched], written: &BTreeMap<String, Vec<Vec<u8>>>) -> Result<(), String> {
+    let mut per_key: BTreeMap<&str, Vec<(Revision, &Option<Vec<u8>>)>> = BTreeMap::new();
+    for (key, revision, value) in seen {
+        per_key.entry(key).or_default().push((*revision, value));
+    }
+    for (key, events) in &per_key {
+        let in_order = events.windows(2).all(|pair| pair[0].0 < pair[1].0);
+        assert!(in_order, "{key}'s events twice or out of order: {events:?}");
+        let unknown = !written.contains_key(*key);
+        assert!(
+            !unknown || events.len() == 1,
+            "{key} written once, watched {events:?}"
+        );
+    }
+    let mut missing = 0;
+    for (key, values) in written {
+        let got: Vec<&[u8]> = per_key.get(key.as_str()).map_or(Vec::new(), |events| {
+            events
+                .iter()
+                .filter_map(|(_, value)| value.as_deref())
+                .collect()
+        });
+        let expected: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        match expected.starts_with(&got) {
+            true => missing += expected.len() - got.len(),
+            false => panic!("{key}: watched {got:?}, written {expected:?}"),
+        }
+    }
+    match missing {
+        0 => Ok(()),
+        missing => Err(format!("{missing} writes not watched yet")),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_nodes_split_by_load_spread_and_heal_after_a_node_is_lost() {
     let mut processes = Processes::start_with(5, FLAGS);
     let all: Vec<NodeId> = processes.endpoints.keys().copied().collect();
     processes.leader().await;
     let client = processes.client(&all);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let watcher = watch_keys(&client, seen.clone()).await;
     let acknowledged = write_keys(&client).await;
     assert!(
         acknowledged.len() >= KEYS * 9 / 10,
@@ -170,6 +241,27 @@ async fn five_nodes_split_by_load_spread_and_heal_after_a_node_is_lost() {
         }
     }
     assert!(missing.is_empty(), "lost {missing:?}; {}", processes.logs());
+
+    // The watcher rode out the splits, the moves and the lost node: every acknowledged
+    // write once, and each key's in order, also for writes made after the heal.
+    let mut written: BTreeMap<String, Vec<Vec<u8>>> = acknowledged
+        .into_iter()
+        .map(|(key, value)| (key, vec![value]))
+        .collect();
+    for (key, values) in written.iter_mut().step_by(30) {
+        let value = b"written again".to_vec();
+        survivors
+            .put(key.as_bytes(), &value, PutOptions::default())
+            .await
+            .unwrap();
+        values.push(value);
+    }
+    eventually(&processes, "the watcher to see every write", || async {
+        assert!(!watcher.is_finished(), "the watch ended (see stderr)");
+        check_watched(&seen.lock().unwrap(), &written)
+    })
+    .await;
+    watcher.abort();
 
     let endpoints: Vec<&String> = alive.iter().map(|id| &processes.endpoints[id]).collect();
     let (code, table) = keel(&endpoints, &["cluster", "ranges"]);

@@ -83,6 +83,13 @@ pub(crate) async fn open(
             ),
         })?;
     let range = group.descriptor().await?;
+    // A split since the lookup may have left the range without the start.
+    if !range.contains(&request.start) {
+        return Err(KvError::KeyOutOfRange {
+            key: request.start.clone(),
+            range: Box::new(range),
+        });
+    }
     let (start, end) = covered(&range, &request.start, &request.end);
     let from = match request.start_revision {
         0 => {
