@@ -120,6 +120,9 @@ pub(crate) async fn healed_on(client: &Client, nodes: &[NodeId]) -> Result<usize
 /// A change a watcher received: key, revision, value after (`None`: removed).
 type Watched = (String, Revision, Option<Vec<u8>>);
 
+/// A key's change as watched: revision, value after.
+type KeyChange<'a> = (Revision, &'a Option<Vec<u8>>);
+
 /// Watches every `key-` key from now on, gathering the events into `seen` until the watch
 /// ends; returns how it ended.
 async fn watch_keys(client: &Client, seen: Arc<Mutex<Vec<Watched>>>) -> JoinHandle<KvError> {
@@ -151,7 +154,7 @@ async fn watch_keys(client: &Client, seen: Arc<Mutex<Vec<Watched>>>) -> JoinHand
 /// once and each key's in revision order, and nothing else but writes whose outcome was
 /// unknown (at most once each); `Err` says what is missing, `panic!` what is wrong.
 fn check_watched(seen: &[Watched], written: &BTreeMap<String, Vec<Vec<u8>>>) -> Result<(), String> {
-    let mut per_key: BTreeMap<&str, Vec<(Revision, &Option<Vec<u8>>)>> = BTreeMap::new();
+    let mut per_key: BTreeMap<&str, Vec<KeyChange>> = BTreeMap::new();
     for (key, revision, value) in seen {
         per_key.entry(key).or_default().push((*revision, value));
     }
