@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use thiserror::Error;
 
-use crate::limits;
+use crate::{fanout, limits};
 
 /// Default endpoints: those of `keel dev`, and etcd's default client port.
 const KEEL_ENDPOINTS_DEFAULT: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
@@ -67,6 +67,13 @@ pub struct Args {
     /// leader less than this long ago (`max_staleness_ms`; an older one catches up first).
     #[arg(long, value_parser = parse_duration)]
     pub max_staleness: Option<Duration>,
+    /// With `--op put`: this many watches of every data key (prefix `bench-`), opened before
+    /// the load over `--connections` clients of their own; the report adds the put events
+    /// they received in the measured window and how long after its put was sent each
+    /// arrived (each value carries its send time in its first 8 bytes). Keel's watches go
+    /// through keel-client on both routes (any replica serves one).
+    #[arg(long, default_value_t = 0)]
+    pub watchers: usize,
     /// Skip writing the keyspace before the run.
     #[arg(long)]
     pub no_preload: bool,
@@ -167,6 +174,8 @@ pub struct Config {
     pub move_leader_every: Option<Duration>,
     /// The staleness bound of Keel's follower gets.
     pub max_staleness: Option<Duration>,
+    /// Watches of the data keys during a put run.
+    pub watchers: usize,
     pub json: Option<PathBuf>,
 }
 
@@ -197,6 +206,8 @@ pub enum ConfigError {
     MovesOnEtcd,
     #[error("--max-staleness is for keel's follower gets (--target keel --op get-follower)")]
     StalenessNotFollower,
+    #[error("--watchers is for put runs (--op put): the watchers time the puts' events")]
+    WatchersNotPut,
 }
 
 impl Config {
@@ -253,6 +264,14 @@ impl Config {
                 return Err(out_of_range("max-staleness", bound, "0s", max));
             }
         }
+        check_range("watchers", args.watchers, 0, limits::WATCHERS_MAX)?;
+        if args.watchers > 0 {
+            if args.op != Op::Put {
+                return Err(ConfigError::WatchersNotPut);
+            }
+            let (min, max) = (fanout::STAMP_BYTES, limits::VALUE_BYTES_MAX);
+            check_range("value-bytes", args.value_bytes, min, max)?;
+        }
         Ok(Config {
             target: args.target,
             endpoints,
@@ -270,6 +289,7 @@ impl Config {
             preload: !args.no_preload,
             move_leader_every: args.move_leader_every,
             max_staleness: args.max_staleness,
+            watchers: args.watchers,
             json: args.json,
         })
     }

@@ -75,9 +75,20 @@ impl Revisions {
 
 /// Start and end of the measured window.
 #[derive(Debug, Clone, Copy)]
-struct Window {
-    start: Instant,
-    end: Instant,
+pub struct Window {
+    pub start: Instant,
+    pub end: Instant,
+}
+
+impl Window {
+    /// The window of a run starting now: after the warm-up, for the duration.
+    pub fn from_now(config: &Config) -> Window {
+        let start = Instant::now() + config.warmup;
+        Window {
+            start,
+            end: start + config.duration,
+        }
+    }
 }
 
 /// What the tasks counted, by whether each operation completed soon after a round of leader
@@ -109,19 +120,15 @@ impl Phased {
     }
 }
 
-/// Runs one task per worker for warm-up plus duration and merges their tallies, sorting each
+/// Runs one task per worker until `window` ends and merges their tallies, sorting each
 /// operation by `moves` when given.
 pub async fn drive<W: Worker>(
     workers: Vec<W>,
     config: &Config,
+    window: Window,
     moves: Option<Arc<Moves>>,
 ) -> Phased {
     let chooser = Arc::new(KeyChooser::new(config.distribution, config.keyspace));
-    let start = Instant::now() + config.warmup;
-    let window = Window {
-        start,
-        end: start + config.duration,
-    };
     let mut tasks = Vec::with_capacity(workers.len());
     for (index, worker) in workers.into_iter().enumerate() {
         let rng = Rng::new(config.seed.wrapping_add(index as u64));

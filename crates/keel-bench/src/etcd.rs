@@ -5,14 +5,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, LockOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, LockOptions, Txn,
+    TxnOp, TxnOpResponse, TxnResponse, WatchOptions, WatchStream,
 };
 use keel_types::Consistency;
 
 use crate::config::{Config, Op};
 use crate::driver::{Outcome, Revisions, Step, Worker, done};
 use crate::failure::{Failure, code_name};
+use crate::fanout::{self, Feed, Payload};
 use crate::keys;
 use crate::limits;
 use crate::preload;
@@ -20,7 +21,7 @@ use crate::preload;
 /// One task's view: a clone of one of the run's clients, and its lock session's lease.
 pub struct EtcdWorker {
     client: Client,
-    value: Arc<[u8]>,
+    value: Payload,
     revisions: Arc<Revisions>,
     task: usize,
     /// The lease of the task's lock session (lock ops only).
@@ -40,7 +41,7 @@ pub async fn prepare(
     if config.preload {
         preload_keyspace(&clients[0], config, revisions).await?;
     }
-    let value: Arc<[u8]> = preload::value(config.value_bytes).into();
+    let value = Payload::new(preload::value(config.value_bytes), config.watchers > 0);
     let locks = matches!(config.op, Op::Lock | Op::LockContended);
     let lease_ttl_s =
         (config.warmup + config.duration).as_secs() as i64 + limits::LOCK_LEASE_SLACK_S as i64;
@@ -116,9 +117,9 @@ impl Worker for EtcdWorker {
     async fn run(&mut self, step: Step) -> Result<Outcome, Failure> {
         match step {
             Step::Put(key) => {
-                let put = self
-                    .client
-                    .put(keys::data_key(key), self.value.to_vec(), None);
+                let put =
+                    self.client
+                        .put(keys::data_key(key), self.value.bytes().into_owned(), None);
                 put.await.map(done).map_err(failure)
             }
             Step::Get(key, Consistency::Linearizable) => {
@@ -159,7 +160,11 @@ impl EtcdWorker {
                 CompareOp::Equal,
                 expected,
             )])
-            .and_then([TxnOp::put(name.clone(), self.value.to_vec(), None)])
+            .and_then([TxnOp::put(
+                name.clone(),
+                self.value.bytes().into_owned(),
+                None,
+            )])
             .or_else([TxnOp::get(name, None)]);
         let response = self.client.txn(txn).await.map_err(failure)?;
         if response.succeeded() {
@@ -260,4 +265,44 @@ fn parse_counter(value: &[u8]) -> Result<i64, String> {
         .ok()
         .and_then(|text| text.parse().ok())
         .ok_or_else(|| "a counter key holds a non-decimal value".to_string())
+}
+
+/// One watch of the data keys through etcd-client (`fanout`).
+pub struct EtcdFeed {
+    stream: WatchStream,
+}
+
+/// Opens `config.watchers` watches of the data keys over `config.connections` clients of
+/// their own, from now on.
+pub async fn feeds(config: &Config) -> anyhow::Result<Vec<EtcdFeed>> {
+    let mut clients = Vec::with_capacity(config.connections);
+    for index in 0..config.connections {
+        clients.push(connect(&preload::rotate(&config.endpoints, index)).await?);
+    }
+    let mut feeds = Vec::with_capacity(config.watchers);
+    for index in 0..config.watchers {
+        let mut client = clients[index % clients.len()].clone();
+        let options = WatchOptions::new().with_prefix();
+        let stream = client
+            .watch(fanout::WATCHED_PREFIX, Some(options))
+            .await
+            .context("etcd watch")?;
+        feeds.push(EtcdFeed { stream });
+    }
+    Ok(feeds)
+}
+
+impl Feed for EtcdFeed {
+    async fn next(&mut self) -> Option<Result<Vec<Vec<u8>>, Failure>> {
+        let response = match self.stream.message().await {
+            Ok(response) => response?,
+            Err(error) => return Some(Err(failure(error))),
+        };
+        let puts = response
+            .events()
+            .iter()
+            .filter(|event| event.event_type() == EventType::Put)
+            .filter_map(|event| event.kv());
+        Some(Ok(puts.map(|kv| kv.value().to_vec()).collect()))
+    }
 }

@@ -6,19 +6,22 @@ use std::sync::Arc;
 use anyhow::Context;
 use std::time::Duration;
 
-use keel_client::{AcquireOptions, BatchOptions, Client, ClientOptions, PutOptions};
+use keel_client::{
+    AcquireOptions, BatchOptions, Client, ClientOptions, PutOptions, Watch, WatchOptions,
+};
 use keel_types::{BatchOp, Condition, KvError, ReadBound};
 
 use crate::config::Config;
 use crate::driver::{Outcome, Revisions, Step, Worker, done};
 use crate::failure::Failure;
+use crate::fanout::{self, Feed, Payload};
 use crate::preload;
 use crate::{keys, limits};
 
 /// One task's view: a clone of one of the run's clients.
 pub struct KeelWorker {
     client: Client,
-    value: Arc<[u8]>,
+    value: Payload,
     revisions: Arc<Revisions>,
     task: usize,
     /// The bound of its follower gets (`--max-staleness`).
@@ -56,7 +59,7 @@ pub async fn prepare(
     if config.preload {
         preload_keyspace(&clients[0], config, revisions).await?;
     }
-    let value: Arc<[u8]> = preload::value(config.value_bytes).into();
+    let value = Payload::new(preload::value(config.value_bytes), config.watchers > 0);
     let lock_ttl =
         config.warmup + config.duration + Duration::from_secs(limits::LOCK_LEASE_SLACK_S);
     Ok((0..config.clients)
@@ -132,7 +135,8 @@ impl Worker for KeelWorker {
             Step::Put(key) => {
                 let key = keys::data_key(key);
                 let options = PutOptions::default();
-                self.client.put(&key, &self.value, options).await.map(done)
+                let value = self.value.bytes();
+                self.client.put(&key, &value, options).await.map(done)
             }
             Step::Get(key, consistency) => {
                 let key = keys::data_key(key);
@@ -185,7 +189,7 @@ impl KeelWorker {
         };
         match self
             .client
-            .put(&keys::data_key(key), &self.value, options)
+            .put(&keys::data_key(key), &self.value.bytes(), options)
             .await
         {
             Ok(result) => {
@@ -205,4 +209,42 @@ impl KeelWorker {
 /// A lock still held by another task after waiting `wait`.
 pub fn not_granted(wait: Duration) -> Failure {
     Failure::bench(format!("lock not granted within {wait:?}"))
+}
+
+/// One watch of the data keys through keel-client (`fanout`).
+pub struct KeelFeed {
+    watch: Watch,
+}
+
+/// Opens `config.watchers` watches of the data keys over `config.connections` clients of
+/// their own, from now on.
+pub async fn feeds(config: &Config) -> anyhow::Result<Vec<KeelFeed>> {
+    let clients = (0..config.connections)
+        .map(|index| {
+            let endpoints = preload::rotate(&config.endpoints, index);
+            Client::new(endpoints, ClientOptions::default()).context("keel endpoints")
+        })
+        .collect::<anyhow::Result<Vec<Client>>>()?;
+    let mut feeds = Vec::with_capacity(config.watchers);
+    for index in 0..config.watchers {
+        let client = &clients[index % clients.len()];
+        let (start, end) = (fanout::WATCHED_PREFIX, fanout::WATCHED_END);
+        let watch = client
+            .watch(start, end, WatchOptions::default())
+            .await
+            .context("keel watch")?;
+        feeds.push(KeelFeed { watch });
+    }
+    Ok(feeds)
+}
+
+impl Feed for KeelFeed {
+    async fn next(&mut self) -> Option<Result<Vec<Vec<u8>>, Failure>> {
+        let batch = match self.watch.next().await? {
+            Ok(batch) => batch,
+            Err(error) => return Some(Err(Failure::from_kv(&error))),
+        };
+        let puts = batch.events.into_iter().filter_map(|event| event.after);
+        Some(Ok(puts.map(|kv| kv.value).collect()))
+    }
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 pub const CLIENTS_MAX: usize = 4_096;
 /// Most client instances (connections) the tasks share.
 pub const CONNECTIONS_MAX: usize = 256;
+/// Most watches of a fan-out run (`--watchers`).
+pub const WATCHERS_MAX: usize = 10_000;
 /// Longest measured phase.
 pub const DURATION_MAX: Duration = Duration::from_secs(60 * 60);
 /// Longest warm-up.

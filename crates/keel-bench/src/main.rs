@@ -16,6 +16,7 @@ mod driver;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod failure;
+mod fanout;
 mod keel;
 mod keys;
 mod limits;
@@ -32,9 +33,11 @@ use clap::Parser;
 use keel_client::{Client, ClientOptions};
 
 use crate::config::{Args, Config, Route, TargetKind};
-use crate::driver::{Phased, Revisions, Worker};
+use crate::driver::{Phased, Revisions, Window, Worker};
+use crate::failure::Failure;
+use crate::fanout::Feed;
 use crate::mover::Moves;
-use crate::report::{MoveReport, Summary};
+use crate::report::{MoveReport, Summary, Tally, WatchReport};
 
 fn main() -> ExitCode {
     let config = match Config::from_args(Args::parse()) {
@@ -63,8 +66,9 @@ fn main() -> ExitCode {
 
 async fn run(config: &Config) -> anyhow::Result<Summary> {
     let moves = config.move_leader_every.map(|_| Moves::new());
-    let phased = drive(config, moves.clone()).await?;
+    let (phased, watched) = drive(config, moves.clone()).await?;
     let mut summary = Summary::new(config, &phased.total());
+    summary.watch = watched.map(|tally| WatchReport::new(config.watchers, config.duration, &tally));
     if let (Some(every), Some(moves)) = (config.move_leader_every, moves) {
         summary.moves = Some(MoveReport::new(
             every,
@@ -88,7 +92,10 @@ async fn run(config: &Config) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
-async fn drive(config: &Config, moves: Option<Arc<Moves>>) -> anyhow::Result<Phased> {
+/// What the workers counted, and the watchers when there are any.
+type Driven = (Phased, Option<Tally>);
+
+async fn drive(config: &Config, moves: Option<Arc<Moves>>) -> anyhow::Result<Driven> {
     let revisions = Revisions::new(config.keyspace);
     match (config.target, config.route) {
         (TargetKind::Keel, Some(Route::Spread)) => {
@@ -102,7 +109,11 @@ async fn drive(config: &Config, moves: Option<Arc<Moves>>) -> anyhow::Result<Pha
         #[cfg(feature = "etcd")]
         (TargetKind::Etcd, _) => {
             let workers = etcd::prepare(config, &revisions).await?;
-            Ok(driver::drive(workers, config, None).await)
+            let feeds = match config.watchers {
+                0 => None,
+                _ => Some(etcd::feeds(config).await?),
+            };
+            Ok(drive_watched(workers, feeds, config, None).await)
         }
         #[cfg(not(feature = "etcd"))]
         (TargetKind::Etcd, _) => anyhow::bail!("{}", config::ConfigError::EtcdNotBuilt),
@@ -115,7 +126,11 @@ async fn drive_keel<W: Worker>(
     workers: Vec<W>,
     config: &Config,
     moves: Option<Arc<Moves>>,
-) -> anyhow::Result<Phased> {
+) -> anyhow::Result<Driven> {
+    let feeds = match config.watchers {
+        0 => None,
+        _ => Some(keel::feeds(config).await?),
+    };
     let mover = match (config.move_leader_every, &moves) {
         (Some(every), Some(moves)) => {
             let client = Client::new(config.endpoints.clone(), ClientOptions::default())
@@ -132,9 +147,30 @@ async fn drive_keel<W: Worker>(
         }
         _ => None,
     };
-    let phased = driver::drive(workers, config, moves).await;
+    let driven = drive_watched(workers, feeds, config, moves).await;
     if let Some(mover) = mover {
         mover.abort();
     }
-    Ok(phased)
+    Ok(driven)
+}
+
+/// Drives `workers` and, alongside, the watchers of `feeds`, over one measured window.
+async fn drive_watched<W: Worker, F: Feed>(
+    workers: Vec<W>,
+    feeds: Option<Vec<F>>,
+    config: &Config,
+    moves: Option<Arc<Moves>>,
+) -> Driven {
+    let window = Window::from_now(config);
+    let watchers = feeds.map(|feeds| tokio::spawn(fanout::watch(feeds, window)));
+    let phased = driver::drive(workers, config, window, moves).await;
+    let watched = match watchers {
+        None => None,
+        Some(task) => Some(task.await.unwrap_or_else(|error| {
+            let mut tally = Tally::new();
+            tally.record_error(Failure::bench(format!("the watchers failed: {error}")));
+            tally
+        })),
+    };
+    (phased, watched)
 }

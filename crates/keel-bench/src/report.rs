@@ -98,6 +98,42 @@ pub struct Summary {
     /// With `--move-leader-every`: the moves, and the operations split by whether they
     /// completed soon after a round of them.
     pub moves: Option<MoveReport>,
+    /// With `--watchers`: what the watchers received.
+    pub watch: Option<WatchReport>,
+}
+
+/// The put events a run's watchers received in the measured window (`fanout`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WatchReport {
+    pub watchers: usize,
+    /// Put events received, over all watchers (each watcher receives every put).
+    pub events: u64,
+    pub events_per_sec: f64,
+    /// From sending a put to a watcher receiving its event.
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// Watches that ended with an error (each counts once; it is not reopened).
+    pub errors: u64,
+    pub errors_by_code: BTreeMap<String, u64>,
+    pub first_error: Option<String>,
+}
+
+impl WatchReport {
+    pub fn new(watchers: usize, duration: Duration, tally: &Tally) -> WatchReport {
+        let events = tally.latencies_us.len();
+        WatchReport {
+            watchers,
+            events,
+            events_per_sec: events as f64 / duration.as_secs_f64(),
+            p50_us: quantile(&tally.latencies_us, 0.50),
+            p99_us: quantile(&tally.latencies_us, 0.99),
+            max_us: quantile(&tally.latencies_us, 1.0),
+            errors: tally.errors,
+            errors_by_code: tally.errors_by_code.clone(),
+            first_error: tally.first_error.clone(),
+        }
+    }
 }
 
 /// Leader moves during a run and what the operations around them saw.
@@ -196,6 +232,7 @@ impl Summary {
             max_us: quantile(latencies, 1.0),
             first_error: tally.first_error.clone(),
             moves: None,
+            watch: None,
         }
     }
 
@@ -268,6 +305,21 @@ impl Summary {
                     codes_text(&phase.errors_by_code)
                 );
             }
+        }
+        if let Some(watch) = &self.watch {
+            let _ = writeln!(
+                table,
+                "{} watchers: {} put events ({:.1}/s); put to event p50 {} µs, p99 {} µs, \
+                 max {} µs; {} watches ended by errors: {}",
+                watch.watchers,
+                watch.events,
+                watch.events_per_sec,
+                watch.p50_us,
+                watch.p99_us,
+                watch.max_us,
+                watch.errors,
+                codes_text(&watch.errors_by_code)
+            );
         }
         table
     }

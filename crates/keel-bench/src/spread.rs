@@ -19,6 +19,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::config::Config;
 use crate::driver::{Outcome, Revisions, Step, Worker, done};
 use crate::failure::Failure;
+use crate::fanout::Payload;
 use crate::{keel, keys, limits, preload};
 
 /// One endpoint's generated clients, sharing one channel.
@@ -55,7 +56,7 @@ impl Turns {
 pub struct SpreadWorker {
     nodes: Arc<[Node]>,
     turns: Turns,
-    value: Arc<[u8]>,
+    value: Payload,
     revisions: Arc<Revisions>,
     task: usize,
     /// `max_staleness_ms` of its follower gets.
@@ -84,7 +85,7 @@ pub async fn prepare(
     if config.preload {
         keel::preload(config, revisions).await?;
     }
-    let value: Arc<[u8]> = preload::value(config.value_bytes).into();
+    let value = Payload::new(preload::value(config.value_bytes), config.watchers > 0);
     let ttl = config.warmup + config.duration + Duration::from_secs(limits::LOCK_LEASE_SLACK_S);
     let owner = format!("keel-bench/{}", std::process::id());
     Ok((0..config.clients)
@@ -178,7 +179,7 @@ impl SpreadWorker {
     fn put_request(&self, key: usize, condition: Option<Condition>) -> v1::PutRequest {
         v1::PutRequest {
             key: keys::data_key(key),
-            value: self.value.to_vec(),
+            value: self.value.bytes().into_owned(),
             condition: condition.map(v1::Condition::from),
             return_previous: false,
             no_forward: false,

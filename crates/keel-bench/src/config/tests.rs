@@ -180,3 +180,20 @@ fn a_staleness_bound_is_for_keels_follower_gets_within_keels_limit() {
         "--max-staleness is 90000s",
     );
 }
+
+#[test]
+fn watchers_time_puts_whose_values_carry_a_stamp() {
+    let config = parse("--watchers 1000 --clients 16 --connections 8").unwrap();
+    assert_eq!(config.watchers, 1000);
+    assert_eq!(parse("").unwrap().watchers, 0);
+    check_refused("--watchers 10001", "--watchers");
+    check_refused(
+        "--watchers 1 --op get-linearizable",
+        "--watchers is for put runs",
+    );
+    check_refused("--watchers 1 --value-bytes 7", "--value-bytes is 7");
+    assert!(
+        parse("--value-bytes 7").is_ok(),
+        "no stamp without watchers"
+    );
+}

@@ -45,7 +45,9 @@ async fn window_bounds_what_is_recorded() {
             fail_every: 5,
         })
         .collect();
-    let tally = drive(workers, &config, None).await.total();
+    let tally = drive(workers, &config, Window::from_now(&config), None)
+        .await
+        .total();
     // Each task completes one op per 10 ms of paused time: 100 per task in the 1 s window,
     // of which every 5th fails.
     let completed = tally.latencies_us.len() + tally.errors;
@@ -72,7 +74,7 @@ async fn operations_completing_soon_after_a_round_of_moves_are_counted_apart() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         mover.start_round(Instant::now());
     });
-    let phased = drive(workers, &config, Some(moves)).await;
+    let phased = drive(workers, &config, Window::from_now(&config), Some(moves)).await;
     round.await.unwrap();
     // One op per 10 ms: those done in the second after the round (1 s to 2 s) are after it.
     let after = phased.after_move.latencies_us.len();
@@ -90,7 +92,9 @@ async fn a_stuck_operation_times_out() {
         calls: 0,
         fail_every: 1_000,
     }];
-    let tally = drive(workers, &config, None).await.total();
+    let tally = drive(workers, &config, Window::from_now(&config), None)
+        .await
+        .total();
     let expected = (30 / limits::OP_TIMEOUT.as_secs()) - 1;
     assert!(tally.errors >= expected, "{}", tally.errors);
     assert_eq!(tally.latencies_us.len(), 0);
