@@ -393,6 +393,42 @@ async fn a_reader_that_falls_out_of_retention_gets_compacted_not_a_gap() {
     cluster.shutdown().await;
 }
 
+/// Streams of one range standing at one cursor share their reads of its history: 20 streams
+/// see 5 writes each through far fewer reads than a read per stream and write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streams_of_a_range_share_their_reads_of_its_history() {
+    let cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let leader = cluster.leader().await;
+    let mut kv = cluster.kv(leader).await;
+    let mut streams = Vec::new();
+    for _ in 0..20 {
+        let mut stream = kv
+            .watch(span(b"fan/", b"fan0", 0))
+            .await
+            .unwrap()
+            .into_inner();
+        next(&mut stream).await.unwrap();
+        streams.push(stream);
+    }
+    let reads = |scrape: &crate::prometheus::Scrape| {
+        scrape.value("keel_watch_history_reads_total", &[]).unwrap()
+    };
+    let before = reads(&scrape(&cluster, leader).await);
+    let mut last = 0;
+    for i in 0..5 {
+        let key = format!("fan/{i}");
+        let put = client.put(key.as_bytes(), b"v", PutOptions::default());
+        last = put.await.unwrap().revision;
+    }
+    for stream in &mut streams {
+        assert_eq!(events_through(stream, last).await.unwrap().len(), 5);
+    }
+    let made = reads(&scrape(&cluster, leader).await) - before;
+    assert!(made <= 20.0, "{made} reads for 20 streams and 5 writes");
+    cluster.shutdown().await;
+}
+
 /// A replica that received its range by snapshot keeps history from there on only: the
 /// client's watch from before it, sent there first, goes on to a replica that keeps more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

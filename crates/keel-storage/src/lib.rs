@@ -48,7 +48,8 @@ pub use snapshot::IncomingSnapshot;
 pub use snapshot_file::SnapshotFile;
 pub use state_machine::{
     AtRevision, HistoryCounts, HistoryRead, HistoryRetention, KeyRead, QuotaCounts, RangeCounts,
-    ScanPage, SnapshotBuilder, SpanEventsPage, SpanRead, StateMachine, Unreadable,
+    RangeEventsPage, RangeRead, ScanPage, SnapshotBuilder, SpanEventsPage, SpanRead, StateMachine,
+    Unreadable,
 };
 #[doc(hidden)]
 pub use store::WriterHold;

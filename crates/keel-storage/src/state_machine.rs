@@ -153,6 +153,26 @@ pub enum SpanRead {
     },
 }
 
+/// The events of a range's whole span (`StateMachine::range_events`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RangeRead {
+    Events(RangeEventsPage),
+    /// Events from the asked cursor on may be gone: the range's history floor.
+    Compacted {
+        compact_revision: Revision,
+    },
+}
+
+/// A read of a range's events from a cursor on, with the range as the read found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeEventsPage {
+    /// The events of the range's whole span.
+    pub page: SpanEventsPage,
+    pub descriptor: RangeDescriptor,
+    /// The index of the last log entry the state read reflects.
+    pub applied_index: u64,
+}
+
 /// A read of a span's events from a cursor on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpanEventsPage {
@@ -351,25 +371,43 @@ impl StateMachine {
                     let descriptor = state.descriptor(range);
                     return Ok(SpanRead::Outside { descriptor });
                 }
-                if from.revision <= state.history_floor {
-                    return Ok(SpanRead::Compacted {
-                        compact_revision: state.history_floor,
-                    });
-                }
-                let history = txn
-                    .open_table(tables::HISTORY)
-                    .map_err(|e| StorageError::redb("open history", e))?;
-                let bounds = tables::EventBounds {
-                    limit,
-                    max_bytes,
-                    examined: limits::HISTORY_EXAMINED_PER_PAGE,
-                };
-                let read = tables::span_events(&history, &span, &from, state.revision, bounds)?;
-                Ok(SpanRead::Events(SpanEventsPage {
-                    events: read.events,
-                    next: read.next,
-                    revision: state.revision,
-                }))
+                Ok(
+                    match events_page(txn, &state, &span, &from, (limit, max_bytes))? {
+                        Some(page) => SpanRead::Events(page),
+                        None => SpanRead::Compacted {
+                            compact_revision: state.history_floor,
+                        },
+                    },
+                )
+            })
+            .await
+    }
+
+    /// `span_events` of the range's whole span as the read finds it, with the range's
+    /// descriptor and the log index its state reflects: a read every watch of the range on
+    /// this node can take its own part of.
+    pub async fn range_events(
+        &self,
+        from: EventCursor,
+        (limit, max_bytes): (usize, u64),
+    ) -> Result<RangeRead, StorageError> {
+        let range = self.range;
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                let bounds = (limit, max_bytes);
+                Ok(
+                    match events_page(txn, &state, &state.span, &from, bounds)? {
+                        Some(page) => RangeRead::Events(RangeEventsPage {
+                            page,
+                            descriptor: state.descriptor(range),
+                            applied_index: state.applied.map_or(0, |id| id.index),
+                        }),
+                        None => RangeRead::Compacted {
+                            compact_revision: state.history_floor,
+                        },
+                    },
+                )
             })
             .await
     }
@@ -850,6 +888,35 @@ pub(crate) fn readable_state(
         Some(_) => Err(StorageError::SnapshotInstalling { range }),
         None => Ok(state),
     }
+}
+
+/// The events of `span` from `from` on up to the range's revision, within `(limit,
+/// max_bytes)` and `HISTORY_EXAMINED_PER_PAGE` rows; `None` when events from `from` on may
+/// be gone (`from` at or below the history floor).
+fn events_page(
+    txn: &ReadTransaction,
+    state: &SmState,
+    span: &KeySpan,
+    from: &EventCursor,
+    (limit, max_bytes): (usize, u64),
+) -> Result<Option<SpanEventsPage>, StorageError> {
+    if from.revision <= state.history_floor {
+        return Ok(None);
+    }
+    let history = txn
+        .open_table(tables::HISTORY)
+        .map_err(|e| StorageError::redb("open history", e))?;
+    let bounds = tables::EventBounds {
+        limit,
+        max_bytes,
+        examined: limits::HISTORY_EXAMINED_PER_PAGE,
+    };
+    let read = tables::span_events(&history, span, from, state.revision, bounds)?;
+    Ok(Some(SpanEventsPage {
+        events: read.events,
+        next: read.next,
+        revision: state.revision,
+    }))
 }
 
 /// What ends a scan page besides its bounds.

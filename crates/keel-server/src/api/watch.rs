@@ -18,7 +18,6 @@ use futures::Stream;
 use keel_proto::convert;
 use keel_proto::v1::{WatchRequest, WatchResponse, WatchStarted};
 use keel_raft::RaftGroup;
-use keel_storage::{SpanEventsPage, SpanRead};
 use keel_types::limits::{
     WATCH_MESSAGE_BYTES_MAX, WATCH_MESSAGE_EVENTS_MAX, WATCH_STREAM_MESSAGES_BUFFERED,
     WATCHES_PER_NODE_MAX,
@@ -34,6 +33,7 @@ use tracing::debug;
 use crate::metrics::{WatchEnd, WatchSlot};
 use crate::ranges::lookup;
 use crate::shared::Shared;
+use crate::shared::watch_pages::{PageRead, RangePages};
 
 /// How often a waiting stream checks that its replica still hears from the rest of its
 /// group (`Watch::cut_off`), and how long past a missed ping the others must be silent.
@@ -55,6 +55,8 @@ struct Watch {
     end: Vec<u8>,
     request: WatchRequest,
     checked: WatchChecked,
+    /// The range's last page of events, shared with its other streams on this node.
+    pages: Arc<RangePages>,
     _slot: WatchSlot,
 }
 
@@ -118,6 +120,7 @@ pub(crate) async fn open(
     };
     let (sender, receiver) = mpsc::channel(WATCH_STREAM_MESSAGES_BUFFERED);
     let watch = Watch {
+        pages: shared.watch_pages.of(range.id),
         shared,
         group,
         start,
@@ -153,6 +156,16 @@ fn covered(range: &RangeDescriptor, start: &[u8], end: &[u8]) -> (Vec<u8>, Vec<u
     (start.to_vec(), end.to_vec())
 }
 
+/// Whether `range` holds every key of `[start, end)` (empty `end`: unbounded).
+fn covers(range: &RangeDescriptor, start: &[u8], end: &[u8]) -> bool {
+    range.contains(start)
+        && match (range.end(), end.is_empty()) {
+            (None, _) => true,
+            (Some(_), true) => false,
+            (Some(own), false) => end <= own,
+        }
+}
+
 /// Where a read leaves a stream.
 struct Step {
     /// Where the next read starts.
@@ -170,10 +183,10 @@ impl Watch {
         loop {
             // The applied index before the read: any apply after it wakes the wait below.
             let seen = self.group.applied_index();
-            let step = match self.read(&from).await {
-                Ok((page, step)) => {
+            let step = match self.read(&from, seen).await {
+                Ok((events, step)) => {
                     let complete = step.next.revision - 1;
-                    if let Some(message) = self.message(page.events, &step.next, complete) {
+                    if let Some(message) = self.message(events, &step.next, complete) {
                         let events = message.events.len();
                         if sender.send(Ok(message)).await.is_err() {
                             return WatchEnd::Closed;
@@ -261,43 +274,55 @@ impl Watch {
         !others.is_empty() && others.iter().all(lost)
     }
 
-    /// One bounded read of the covered span's events from `from` on.
-    async fn read(&self, from: &EventCursor) -> Result<(SpanEventsPage, Step), KvError> {
+    /// One bounded read of the covered span's events from `from` on, by a replica that
+    /// applied log index `seen`: this stream's part of a read of the range's whole span,
+    /// which the range's other streams at the same cursor share.
+    async fn read(&self, from: &EventCursor, seen: u64) -> Result<(Vec<Event>, Step), KvError> {
         let bounds = (WATCH_MESSAGE_EVENTS_MAX, WATCH_MESSAGE_BYTES_MAX as u64);
-        let read = self
-            .group
-            .state_machine()
-            .span_events(&self.start, &self.end, from.clone(), bounds)
-            .await;
-        match read {
-            Ok(SpanRead::Events(page)) => {
-                let step = match &page.next {
-                    Some(next) => Step {
-                        next: next.clone(),
-                        more: true,
-                    },
-                    // Read up to the range's revision; a cursor past it (a start revision
-                    // not made yet) stays where it is.
-                    None => Step {
-                        next: from.clone().max(EventCursor::at(page.revision + 1)),
-                        more: false,
-                    },
-                };
-                Ok((page, step))
+        let read = self.pages.read(&self.group, from, seen, bounds).await;
+        let page = match read {
+            Ok(PageRead::Page { page, read }) => {
+                if read {
+                    self.shared.metrics.watches.history_read();
+                }
+                page
             }
-            Ok(SpanRead::Compacted { compact_revision }) => Err(KvError::Compacted {
-                requested: from.revision,
-                compact_revision,
-            }),
-            Ok(SpanRead::Outside { descriptor }) => Err(KvError::KeyOutOfRange {
+            Ok(PageRead::Compacted { compact_revision }) => {
+                return Err(KvError::Compacted {
+                    requested: from.revision,
+                    compact_revision,
+                });
+            }
+            Err(error) => {
+                return Err(KvError::unavailable(format!(
+                    "range {}: reading its history: {error}",
+                    self.group.range()
+                )));
+            }
+        };
+        if !covers(&page.descriptor, &self.start, &self.end) {
+            return Err(KvError::KeyOutOfRange {
                 key: self.start.clone(),
-                range: Box::new(descriptor),
-            }),
-            Err(error) => Err(KvError::unavailable(format!(
-                "range {}: reading its history: {error}",
-                self.group.range()
-            ))),
+                range: Box::new(page.descriptor.clone()),
+            });
         }
+        let in_span = |event: &&Event| {
+            event.key >= self.start && (self.end.is_empty() || event.key < self.end)
+        };
+        let events = page.page.events.iter().filter(in_span).cloned().collect();
+        let step = match &page.page.next {
+            Some(next) => Step {
+                next: next.clone(),
+                more: true,
+            },
+            // Read up to the range's revision; a cursor past it (a start revision not made
+            // yet) stays where it is.
+            None => Step {
+                next: from.clone().max(EventCursor::at(page.page.revision + 1)),
+                more: false,
+            },
+        };
+        Ok((events, step))
     }
 
     /// The message of the events read before `next` (those the filters keep), complete up to

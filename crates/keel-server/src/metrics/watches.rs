@@ -1,5 +1,6 @@
 //! The node's watch streams as counted: how many are open (at most `WATCHES_PER_NODE_MAX`;
-//! a stream holds a `WatchSlot` while it lives), the events they sent and why they ended.
+//! a stream holds a `WatchSlot` while it lives), the events they sent, the history reads
+//! they made (shared by the streams of a range at one cursor) and why they ended.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -41,6 +42,7 @@ impl WatchEnd {
 pub(crate) struct WatchMetrics {
     open: AtomicUsize,
     events_sent: AtomicU64,
+    history_reads: AtomicU64,
     ended: [AtomicU64; WatchEnd::ALL.len()],
     refused: AtomicU64,
 }
@@ -78,6 +80,15 @@ impl WatchMetrics {
 
     pub fn sent(&self, events: usize) {
         self.events_sent.fetch_add(events as u64, Ordering::Relaxed);
+    }
+
+    /// A read of a range's history for its streams (one that others may share).
+    pub fn history_read(&self) {
+        self.history_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn history_reads(&self) -> u64 {
+        self.history_reads.load(Ordering::Relaxed)
     }
 
     pub fn ended(&self, end: WatchEnd) {

@@ -167,6 +167,7 @@ impl Node {
             metrics,
             events: Default::default(),
             lock_waiters: Default::default(),
+            watch_pages: Default::default(),
             access: config.access.clone(),
             tls: config.tls.clone(),
         });

@@ -17,6 +17,7 @@ pub(crate) mod prepared;
 pub(crate) mod published;
 pub(crate) mod range_tables;
 pub(crate) mod split_thresholds;
+pub(crate) mod watch_pages;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use crate::shared::prepared::Prepared;
 use crate::shared::published::Published;
 use crate::shared::range_tables::RangeTables;
 use crate::shared::split_thresholds::SplitThresholds;
+use crate::shared::watch_pages::WatchPages;
 use crate::status::{kv_error, to_status};
 
 pub(crate) struct Shared {
@@ -94,6 +96,8 @@ pub(crate) struct Shared {
     pub events: Events,
     /// Who waits for which lock on this node (for the console).
     pub lock_waiters: LockWaiters,
+    /// The last page of events of each range with a watch stream open on this node.
+    pub watch_pages: WatchPages,
     /// The tokens of `--auth-tokens`; `None` while authentication is off.
     pub access: Option<Arc<Access>>,
     /// The node's certificate, key and cluster CA when TLS is on: the server accepts TLS

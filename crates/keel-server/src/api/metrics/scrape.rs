@@ -168,6 +168,12 @@ fn write_watches(text: &mut Text, watches: &WatchMetrics) {
     );
     text.sample(&[], watches.events_sent() as f64);
     text.family(
+        "keel_watch_history_reads_total",
+        Kind::Counter,
+        "Reads of a range's history for its watch streams; the streams of a range that stand at one cursor share one.",
+    );
+    text.sample(&[], watches.history_reads() as f64);
+    text.family(
         "keel_watches_ended_total",
         Kind::Counter,
         "Watch streams that ended, by why: the client closed it, the range split, its events were compacted before it could send them (a reader too slow for the retention), or the replica stopped.",
