@@ -749,40 +749,41 @@ twice, its puts routed by keel-client (keel) and spread over the nodes (keel-spr
 watches go through keel-client both times (any replica serves a watch). Server CPU: the
 three servers' user and system time over the keel-bench run, per second of it.
 
-Run of 2026-12-05 on `cdc3371` (etcd 3.4.23; 3 repeats of 10 s after 2 s of warm-up,
+Run of 2026-12-05 on `a5b6c07` (etcd 3.4.23; 3 repeats of 10 s after 2 s of warm-up,
 medians; 256-byte values, 10k keys; 0 put errors and 0 watch errors in every run):
 
 | system | watchers | put ops/s | of none | events/s | put→event p50 | p99 | server CPU |
 |---|---:|---:|---:|---:|---:|---:|---:|
-| keel | 0 | 2,836 | 1.00 | | | | 1.36 |
-| keel | 1 | 2,935 | 1.03 | 2,935 | 5.9 ms | 11.7 ms | 1.37 |
-| keel | 100 | 1,526 | 0.54 | 152,577 | 14.1 ms | 26.5 ms | 1.55 |
-| keel | 1,000 | 272 | 0.10 | 271,594 | 88.0 ms | 196.2 ms | 1.53 |
-| keel-spread | 0 | 3,161 | 1.00 | | | | 1.40 |
-| keel-spread | 1 | 2,922 | 0.92 | 2,922 | 5.5 ms | 11.6 ms | 1.42 |
-| keel-spread | 100 | 1,516 | 0.48 | 151,673 | 13.3 ms | 25.5 ms | 1.55 |
-| keel-spread | 1,000 | 250 | 0.08 | 250,550 | 85.8 ms | 172.2 ms | 1.54 |
-| etcd | 0 | 3,634 | 1.00 | | | | 1.41 |
-| etcd | 1 | 3,794 | 1.04 | 3,793 | 4.1 ms | 9.0 ms | 1.40 |
-| etcd | 100 | 1,715 | 0.47 | 171,452 | 8.8 ms | 20.5 ms | 1.40 |
-| etcd | 1,000 | 317 | 0.09 | 317,280 | 57.2 ms | 132.5 ms | 1.32 |
+| keel | 0 | 3,140 | 1.00 | | | | 1.38 |
+| keel | 1 | 3,102 | 0.99 | 3,102 | 5.6 ms | 10.9 ms | 1.40 |
+| keel | 100 | 1,911 | 0.61 | 190,971 | 10.8 ms | 21.0 ms | 1.41 |
+| keel | 1,000 | 467 | 0.15 | 467,304 | 51.6 ms | 119.5 ms | 1.25 |
+| keel-spread | 0 | 3,448 | 1.00 | | | | 1.42 |
+| keel-spread | 1 | 3,270 | 0.95 | 3,270 | 5.0 ms | 10.4 ms | 1.42 |
+| keel-spread | 100 | 2,037 | 0.59 | 203,783 | 9.7 ms | 19.2 ms | 1.43 |
+| keel-spread | 1,000 | 452 | 0.13 | 452,855 | 49.9 ms | 117.4 ms | 1.25 |
+| etcd | 0 | 4,086 | 1.00 | | | | 1.42 |
+| etcd | 1 | 3,840 | 0.94 | 3,841 | 4.2 ms | 9.6 ms | 1.39 |
+| etcd | 100 | 2,056 | 0.50 | 205,579 | 7.3 ms | 17.7 ms | 1.40 |
+| etcd | 1,000 | 308 | 0.08 | 309,062 | 57.7 ms | 130.6 ms | 1.33 |
 
-Issue 19's targets at 1,000 watchers, all missed: events delivered 0.86× etcd's (spread
-0.79×; target ≥ 2×), put-to-event p99 1.48× etcd's (spread 1.30×; target ≤ 1×), put
-throughput with 1,000 watchers 10 % of without (etcd 9 %; target ≥ 90 %). What the run shows:
+Issue 19's targets at 1,000 watchers: events delivered 1.51× etcd's (spread 1.47×; target
+≥ 2×: missed), put-to-event p99 0.91× etcd's (spread 0.90×; target ≤ 1×: met), put
+throughput with 1,000 watchers 15 % of without (spread 13 %, etcd 8 %; target ≥ 90 %:
+missed). What the runs show:
 
+- The streams of a range share their reads of its history (`keel_watch_history_reads_total`):
+  the run before that change (`cdc3371`, the same script) delivered 271,594 events/s at
+  1,000 watchers (0.86× etcd), with a p99 of 196 ms (1.48×); each stream read the history
+  itself after every apply, and a quarter of the servers' samples were thread hand-offs of
+  those reads. Per event delivered at 1,000 watchers (puts included) Keel's servers now
+  spend 2.7 µs of CPU, etcd's 4.3 µs (5.6 µs before the change).
 - On two cores the keel-bench process that decodes every event of 1,000 streams takes what
-  the servers leave (they use 1.3 to 1.55 cores), so each system's puts, and with them its
-  events (every watcher receives every put), fall alike: to 8-10 % of the puts without
-  watchers. The put-throughput target cannot be told apart from the watchers' own client
-  on this machine.
-- Keel delivers in the ratio it puts: its puts run at 0.78-0.87× etcd's here without any
-  watcher (the write path of issue 18), and its events at 0.77-0.89×.
-- Per event delivered at 1,000 watchers (puts included), Keel's servers spend 5.6 µs of
-  CPU and etcd's 4.2 µs. Every Keel stream reads its own events from its replica's history
-  after each apply it wakes for (a read transaction per stream), where etcd hands one read
-  to all its synced watchers; a shared reader per range and replica that passes each batch
-  to every stream at the same position is the next step.
+  the servers leave (they use 1.25 to 1.45 cores), so each system's puts, and with them its
+  events (every watcher receives every put), fall: the put-throughput target cannot be told
+  apart from the watchers' own client on this machine.
+- Keel delivers in the ratio it puts up to 100 watchers: its puts run at 0.77-0.84× etcd's
+  here without any watcher (the write path of issue 18), and its events at 0.81-0.99×.
 
 Rerun: `bench/watch-fanout.sh` (`--quick` for 1 repeat of 4 s; env `WATCHERS`, `CLIENTS`,
 `REPEATS`, `DURATION`, `OUT`).
