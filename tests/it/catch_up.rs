@@ -5,7 +5,7 @@ use keel_client::PutOptions;
 use keel_server::RaftTimings;
 use keel_types::{Consistency, limits};
 
-use crate::harness::{Cluster, eventually};
+use crate::harness::Cluster;
 
 const KEYS: usize = 100;
 /// 100 values of 32 KiB: the snapshot spans several `SNAPSHOT_CHUNK_BYTES` chunks.
@@ -34,14 +34,7 @@ async fn a_node_behind_the_purged_log_catches_up_from_a_streamed_snapshot() {
             .unwrap();
     }
     const { assert!(KEYS * VALUE_BYTES > 2 * limits::SNAPSHOT_CHUNK_BYTES) };
-    eventually(
-        "the leader purges the log the lagging node needs",
-        || async {
-            let status = cluster.range_status(leader).await;
-            (status.purged_index > lagging_last).then_some(())
-        },
-    )
-    .await;
+    cluster.purged_past(leader, lagging_last).await;
 
     cluster.start_node(lagging).await;
     let last_key = format!("snap-{:03}", KEYS - 1);

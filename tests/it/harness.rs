@@ -328,6 +328,19 @@ impl Cluster {
             .expect("the node serves the first data range")
     }
 
+    /// Waits until node `leader` has purged its log of the first data range past `index`: a
+    /// node that applied only up to `index` can catch up from a snapshot alone.
+    pub async fn purged_past(&self, leader: NodeId, index: u64) {
+        eventually(
+            "the leader purges the log the lagging node needs",
+            || async {
+                let status = self.range_status(leader).await;
+                (status.purged_index > index).then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Node `id`'s view of `range`, if it runs a group for it.
     pub async fn range_status_of(&self, id: NodeId, range: RangeId) -> Option<RangeStatus> {
         let status = self.status(id).await;

@@ -455,14 +455,7 @@ async fn the_clients_watch_goes_past_a_replica_that_keeps_less_history() {
             .await
             .unwrap();
     }
-    eventually(
-        "the leader purges the log the lagging node needs",
-        || async {
-            let status = cluster.range_status(leader).await;
-            (status.purged_index > lagging_last).then_some(())
-        },
-    )
-    .await;
+    cluster.purged_past(leader, lagging_last).await;
     cluster.start_node(lagging).await;
     cluster.applied_on(lagging, b"snap/40").await;
     // The lagging node's own history starts at the snapshot.
