@@ -49,6 +49,7 @@ planted=(
     "idem-stale-complete|idempotency||"
     "unbounded-read|follower-read|partition|"
     "watch-skips-event|watch|partition|"
+    "read-at-ignores-history|watch|partition|"
     "stale-read|register|partition|--clients spread"
 )
 range_planted=(

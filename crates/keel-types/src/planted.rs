@@ -47,13 +47,16 @@ pub enum PlantedBug {
     /// A watch stream leaves out the events of every revision divisible by 7 while it
     /// reports its span complete past them: a watcher misses changes without a gap showing.
     WatchSkipsEvent,
+    /// A read of a key at a revision answers with the key's row now, ignoring the changes
+    /// made since: a read at an earlier revision sees a later write.
+    ReadAtIgnoresHistory,
 }
 
 /// How many of a range's latest revisions `SplitDropsInflight` and `SnapshotSkipTail` lose.
 pub const RECENT_REVISIONS: u64 = 8;
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 10] = [
+    pub const ALL: [PlantedBug; 11] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
@@ -64,6 +67,7 @@ impl PlantedBug {
         PlantedBug::SnapshotSkipTail,
         PlantedBug::UnboundedRead,
         PlantedBug::WatchSkipsEvent,
+        PlantedBug::ReadAtIgnoresHistory,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +82,7 @@ impl PlantedBug {
             PlantedBug::SnapshotSkipTail => "snapshot-skip-tail",
             PlantedBug::UnboundedRead => "unbounded-read",
             PlantedBug::WatchSkipsEvent => "watch-skips-event",
+            PlantedBug::ReadAtIgnoresHistory => "read-at-ignores-history",
         }
     }
 

@@ -8,7 +8,10 @@
 //! - disagrees with another watcher on what a key's revision holds,
 //! - caught up (its watch reported every key complete at or past its last acknowledged
 //!   write) yet misses an acknowledged put's value, or ends on a key's value other than the
-//!   final read's.
+//!   final read's;
+//!
+//! and when a read of a key at the revision of an acknowledged write of it (`read-at`) gives
+//! anything but the value that write left.
 //!
 //! A watcher that did not catch up (its watch failed, or the drain ran out of time) is
 //! checked for the first four only, and makes the verdict unknown when it missed an
@@ -43,6 +46,7 @@ pub fn check(history: &[Op]) -> Outcome {
     let mut finals: HashMap<&str, Value> = HashMap::new();
     let mut watchers: BTreeMap<u64, Seen> = BTreeMap::new();
     let mut problems = Vec::new();
+    let mut reads_at = 0u64;
     for (index, op) in history.iter().enumerate() {
         match &op.op {
             OpKind::Put => {
@@ -65,6 +69,16 @@ pub fn check(history: &[Op]) -> Outcome {
             OpKind::Other(kind) if kind == "watch-end" => {
                 let seen = watchers.entry(op.client).or_default();
                 seen.end = op.output.as_str().map(str::to_string);
+            }
+            OpKind::Other(kind) if kind == "read-at" && op.status() == Status::Ok => {
+                reads_at += 1;
+                if op.output != op.expect {
+                    problems.push(json!({
+                        "kind": "read-at-revision-wrong", "key": op.key,
+                        "revision": op.extra.get("revision"), "expected": op.expect,
+                        "read": op.output, "evidence": quote(history, index),
+                    }));
+                }
             }
             _ => {}
         }
@@ -143,6 +157,7 @@ pub fn check(history: &[Op]) -> Outcome {
     let mut fields = Map::new();
     fields.insert("watchers".into(), Value::from(watchers.len()));
     fields.insert("events".into(), Value::from(events));
+    fields.insert("reads_at_revision".into(), Value::from(reads_at));
     let ends: Vec<Value> = watchers
         .iter()
         .map(|(watcher, seen)| json!({"watcher": watcher, "end": seen.end}))
@@ -150,7 +165,8 @@ pub fn check(history: &[Op]) -> Outcome {
     fields.insert("ends".into(), Value::Array(ends));
     if !problems.is_empty() {
         let summary = format!(
-            "{} problem(s) in what the watchers received (first: {})",
+            "{} problem(s) in what the watchers received or the reads at a revision gave \
+             (first: {})",
             problems.len(),
             problems[0]["kind"]
         );
@@ -174,7 +190,8 @@ pub fn check(history: &[Op]) -> Outcome {
     }
     let summary = format!(
         "{} watchers received {events} events: each once, each key's in order, every \
-         acknowledged put, no value that was not written",
+         acknowledged put, no value that was not written; {reads_at} reads at a write's \
+         revision gave its value",
         watchers.len()
     );
     Outcome::new(Verdict::Valid, summary, fields)
@@ -327,6 +344,36 @@ mod tests {
         // One that did not catch up leaves the verdict unknown.
         history[8] = end(101, "timeout");
         assert_eq!(verdict(&history).0, Verdict::Unknown);
+    }
+
+    #[test]
+    fn a_read_at_a_writes_revision_must_give_its_value() {
+        let read_at = |expected: Value, read: Value| {
+            let mut op = op(
+                9,
+                OpKind::Other("read-at".into()),
+                "w1",
+                Value::Null,
+                Some(true),
+            );
+            op.expect = expected;
+            op.output = read;
+            op.extra.insert("revision".into(), Value::from(5));
+            op
+        };
+        let mut history = valid();
+        history.push(read_at(Value::from(2), Value::from(2)));
+        history.push(read_at(Value::Null, Value::Null));
+        assert_eq!(
+            verdict(&history).0,
+            Verdict::Valid,
+            "{:?}",
+            verdict(&history)
+        );
+        history.push(read_at(Value::from(2), Value::from(1)));
+        let (result, summary) = verdict(&history);
+        assert_eq!(result, Verdict::Invalid);
+        assert!(summary.contains("read-at-revision-wrong"), "{summary}");
     }
 
     #[test]

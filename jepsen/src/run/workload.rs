@@ -64,9 +64,10 @@ pub struct Workload {
     /// Holds (fencing) or attempts (idempotency) begun so far, which numbers each one's
     /// owner.
     pub holds: AtomicU64,
-    /// The highest revision an acknowledged put of each key returned (follower-read: the
-    /// revision its bounded reads ask for).
-    acked: Mutex<HashMap<String, u64>>,
+    /// The acknowledged write of each key with the highest revision, and the value it left
+    /// (null: a delete): follower-read's bounded reads ask for its revision, watch's reads at
+    /// a revision check its value.
+    acked: Mutex<HashMap<String, (u64, Value)>>,
 }
 
 /// The nodes (by index) that are members of the cluster now. The nemesis changes it when it
@@ -260,17 +261,25 @@ impl Workload {
         }
     }
 
-    /// A put of `key` was acknowledged at `revision`.
-    pub fn acknowledged(&self, key: &str, revision: u64) {
+    /// A write of `key` that left `value` (null: a delete) was acknowledged at `revision`.
+    pub fn acknowledged(&self, key: &str, revision: u64, value: Value) {
         let mut acked = self.acked.lock().expect("acked lock poisoned");
-        let highest = acked.entry(key.to_owned()).or_default();
-        *highest = (*highest).max(revision);
+        let highest = acked.entry(key.to_owned()).or_insert((0, Value::Null));
+        if revision > highest.0 {
+            *highest = (revision, value);
+        }
     }
 
-    /// The highest revision an acknowledged put of `key` returned so far.
+    /// The highest revision an acknowledged write of `key` returned so far.
     pub fn acknowledged_revision(&self, key: &str) -> Option<u64> {
+        self.acknowledged_write(key).map(|(revision, _)| revision)
+    }
+
+    /// The acknowledged write of `key` with the highest revision so far: that revision and
+    /// the value the write left (null: a delete).
+    pub fn acknowledged_write(&self, key: &str) -> Option<(u64, Value)> {
         let acked = self.acked.lock().expect("acked lock poisoned");
-        acked.get(key).copied()
+        acked.get(key).cloned()
     }
 
     /// The prefixes, in key order, of the keys the workload's requests are routed by: its

@@ -73,7 +73,7 @@ pub(super) async fn step(
     let status = match &answer {
         Ok(revision) => {
             op.extra.insert("revision".into(), Value::from(*revision));
-            workload.acknowledged(&pick.key, *revision);
+            workload.acknowledged(&pick.key, *revision, value.clone());
             Status::Ok
         }
         Err(error) => outcome::write_status(error),

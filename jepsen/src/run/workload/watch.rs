@@ -1,5 +1,7 @@
-//! The watch workload: clients put unique values to a few keys and delete them now and then
-//! (through keel-client or raw round robin, as register does), while `WATCHERS` keel-client
+//! The watch workload: clients put unique values to a few keys, delete them now and then
+//! (through keel-client or raw round robin, as register does) and now and then read a key at
+//! the revision of its last acknowledged write (`read-at`: a follower read through
+//! keel-client, which must give the value that write left), while `WATCHERS` keel-client
 //! watches of the workload's whole keyspace, opened from its first revision when the run
 //! begins, record every batch they receive as a `watch` op (`output`: the events as
 //! `[key, revision, value or null]`). After the faults healed the watchers drain: each goes
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_client::{Client, WatchBatch, WatchOptions};
-use keel_types::KvError;
+use keel_types::{Consistency, KvError};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -26,8 +28,10 @@ use crate::run::workload::{Clients, Workload, called, client_options, returned};
 
 /// Keys in use; none retires (the watch checker has no per-key search to bound).
 pub const KEYS: usize = 8;
-/// Share of deletes among writes, per mille; the rest are puts.
+/// Share of deletes among the ops, per mille; the rest are puts, and reads at a revision.
 pub const DELETE_PER_MILLE: u64 = 100;
+/// Share of reads at the revision of a key's last acknowledged write, per mille.
+pub const READ_AT_PER_MILLE: u64 = 100;
 /// Watches running side by side, each its own client.
 pub const WATCHERS: u64 = 2;
 /// Longest a watcher drains after the run before it gives up.
@@ -45,7 +49,13 @@ pub(super) async fn step(
     clock: &RunClock,
 ) -> Op {
     let pick = workload.keys.pick(rng);
-    if rng.below(1000) < DELETE_PER_MILLE {
+    let roll = rng.below(1000);
+    if roll < READ_AT_PER_MILLE
+        && let Some((revision, expected)) = workload.acknowledged_write(&pick.key)
+    {
+        return read_at(clients, (&pick.key, revision, expected), who, clock).await;
+    }
+    if roll < READ_AT_PER_MILLE + DELETE_PER_MILLE {
         let op = called(who, OpKind::Del, &pick.key, Value::Null, Value::Null, clock);
         let answer = clients
             .main
@@ -68,11 +78,42 @@ pub(super) async fn step(
     written(workload, op, answer, clock)
 }
 
+/// A follower read of `key` at the revision of its last acknowledged write, which must give
+/// the value that write left (`expected`; null: a delete): a `read-at` op (`extra.revision`,
+/// `output`: the value read, null when absent).
+async fn read_at(
+    clients: &Clients,
+    (key, revision, expected): (&str, u64, Value),
+    who: u64,
+    clock: &RunClock,
+) -> Op {
+    let mut op = called(
+        who,
+        OpKind::Other("read-at".into()),
+        key,
+        Value::Null,
+        expected,
+        clock,
+    );
+    op.extra.insert("revision".into(), Value::from(revision));
+    let answer = clients
+        .main
+        .get_at(key.as_bytes(), revision, Consistency::Follower)
+        .await;
+    match answer {
+        Ok(read) => {
+            let value = read.kv.map_or(Value::Null, |kv| decode(&kv.value));
+            returned(op, Status::Ok, value, clock)
+        }
+        Err(_) => returned(op, Status::Fail, Value::Null, clock),
+    }
+}
+
 /// Completes a write with its answer; an acknowledged one is what the watchers must see.
 fn written(workload: &Workload, op: Op, answer: Result<u64, KvError>, clock: &RunClock) -> Op {
     match answer {
         Ok(revision) => {
-            workload.acknowledged(&op.key, revision);
+            workload.acknowledged(&op.key, revision, op.value.clone());
             returned(op, Status::Ok, Value::Null, clock)
         }
         Err(error) => returned(op, outcome::write_status(&error), Value::Null, clock),
