@@ -273,10 +273,7 @@ impl StateMachine {
         limit: u32,
         now_ms: u64,
     ) -> Result<ScanPage, StorageError> {
-        let limit = match limit {
-            0 => limits::SCAN_LIMIT_DEFAULT,
-            limit => limit.min(limits::SCAN_LIMIT_MAX),
-        } as usize;
+        let limit = page_rows(limit);
         let range = self.range;
         let (start, end) = (start.to_vec(), end.to_vec());
         self.store
@@ -917,6 +914,16 @@ fn events_page(
         next: read.next,
         revision: state.revision,
     }))
+}
+
+/// The rows of a scan page with `limit`: 0 means `SCAN_LIMIT_DEFAULT`, capped at
+/// `SCAN_LIMIT_MAX`.
+pub(crate) fn page_rows(limit: u32) -> usize {
+    let rows = match limit {
+        0 => limits::SCAN_LIMIT_DEFAULT,
+        limit => limit.min(limits::SCAN_LIMIT_MAX),
+    };
+    rows as usize
 }
 
 /// What ends a scan page besides its bounds.

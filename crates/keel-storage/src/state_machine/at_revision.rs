@@ -11,7 +11,7 @@ use keel_types::planted::{self, PlantedBug};
 use keel_types::{KeyValue, RangeDescriptor, Revision, limits};
 use redb::ReadTransaction;
 
-use super::{ScanPage, StateMachine, readable_state};
+use super::{ScanPage, StateMachine, page_rows, readable_state};
 use crate::error::StorageError;
 use crate::tables::{self, ChangedSince, HISTORY, KV, KeySpan, SmState};
 
@@ -93,10 +93,7 @@ impl StateMachine {
         (limit, revision): (u32, Revision),
         keys_max: usize,
     ) -> Result<AtRevision<ScanPage>, StorageError> {
-        let limit = match limit {
-            0 => limits::SCAN_LIMIT_DEFAULT,
-            limit => limit.min(limits::SCAN_LIMIT_MAX),
-        } as usize;
+        let limit = page_rows(limit);
         let range = self.range;
         let (start, end) = (start.to_vec(), end.to_vec());
         self.store

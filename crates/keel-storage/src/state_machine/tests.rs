@@ -37,6 +37,22 @@ pub(super) fn put(key: &str, value: &str, condition: Option<Condition>) -> Batch
     }
 }
 
+/// The stored state of `key`: `value`, its revisions, no TTL.
+pub(super) fn kv(
+    key: &str,
+    value: &str,
+    create_revision: Revision,
+    mod_revision: Revision,
+) -> KeyValue {
+    KeyValue {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        create_revision,
+        mod_revision,
+        expires_at_ms: None,
+    }
+}
+
 pub(super) fn delete(key: &str, condition: Option<Condition>) -> BatchOp {
     BatchOp::Delete {
         key: key.as_bytes().to_vec(),

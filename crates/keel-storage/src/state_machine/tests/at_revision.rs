@@ -5,18 +5,8 @@
 use keel_types::{Cleanup, Command, ExpiredKey, KeyValue, Revision};
 
 use super::exactly_once::{Applier, at, put_ttl};
-use super::{delete, open, put};
+use super::{delete, kv, open, put};
 use crate::state_machine::{AtRevision, HistoryRetention, ScanPage, StateMachine, Unreadable};
-
-fn kv(key: &str, value: &str, create_revision: Revision, mod_revision: Revision) -> KeyValue {
-    KeyValue {
-        key: key.as_bytes().to_vec(),
-        value: value.as_bytes().to_vec(),
-        create_revision,
-        mod_revision,
-        expires_at_ms: None,
-    }
-}
 
 async fn get_at(sm: &StateMachine, key: &str, revision: Revision) -> AtRevision<Option<KeyValue>> {
     sm.read_key_at(key.as_bytes(), revision).await.unwrap()

@@ -10,18 +10,8 @@ use keel_types::{
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 use super::exactly_once::{Applier, at, put_ttl};
-use super::{delete, open, put};
+use super::{delete, kv, open, put};
 use crate::state_machine::{HistoryRead, HistoryRetention, SpanEventsPage, SpanRead, StateMachine};
-
-fn kv(key: &str, value: &str, create_revision: Revision, mod_revision: Revision) -> KeyValue {
-    KeyValue {
-        key: key.as_bytes().to_vec(),
-        value: value.as_bytes().to_vec(),
-        create_revision,
-        mod_revision,
-        expires_at_ms: None,
-    }
-}
 
 fn event(
     revision: Revision,
