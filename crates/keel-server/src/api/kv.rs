@@ -148,14 +148,18 @@ impl KvService {
         let now_ms = self.shared.clock.now_ms();
         let state_machine = group.state_machine();
         let (start, end) = (&request.start, &request.end);
+        let storage_failed = |e| self.router.storage_failed(e);
         let page = match at {
-            None => state_machine.scan(start, end, limit, now_ms).await,
-            Some(revision) => match state_machine.scan_at(start, end, limit, revision).await {
-                Ok(read) => Ok(read.map_err(|why| unreadable(why, revision, start))?),
-                Err(e) => Err(e),
-            },
-        }
-        .map_err(|e| self.router.storage_failed(e))?;
+            None => state_machine
+                .scan(start, end, limit, now_ms)
+                .await
+                .map_err(storage_failed)?,
+            Some(revision) => state_machine
+                .scan_at(start, end, limit, revision)
+                .await
+                .map_err(storage_failed)?
+                .map_err(|why| unreadable(why, revision, start))?,
+        };
         // Read after the page: the span only shrinks, so rows up to this end were the range's.
         let range = group.descriptor().await?;
         if !range.contains(&request.start) {
