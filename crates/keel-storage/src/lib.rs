@@ -48,7 +48,7 @@ pub use snapshot::IncomingSnapshot;
 pub use snapshot_file::SnapshotFile;
 pub use state_machine::{
     AtRevision, HistoryCounts, HistoryRead, HistoryRetention, KeyRead, QuotaCounts, RangeCounts,
-    RangeEventsPage, RangeRead, ScanPage, SnapshotBuilder, SpanEventsPage, SpanRead, StateMachine,
+    RangeEventsPage, RangeRead, ScanPage, SnapshotBuilder, SpanEventsPage, StateMachine,
     Unreadable,
 };
 #[doc(hidden)]

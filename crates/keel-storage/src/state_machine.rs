@@ -139,20 +139,6 @@ pub enum HistoryRead {
     },
 }
 
-/// The events of a span as a range's replica holds them (`StateMachine::span_events`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SpanRead {
-    Events(SpanEventsPage),
-    /// Events from the asked cursor on may be gone: the range's history floor.
-    Compacted {
-        compact_revision: Revision,
-    },
-    /// The range no longer holds the whole span (it split since the span was taken from it).
-    Outside {
-        descriptor: RangeDescriptor,
-    },
-}
-
 /// The events of a range's whole span (`StateMachine::range_events`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RangeRead {
@@ -173,7 +159,7 @@ pub struct RangeEventsPage {
     pub applied_index: u64,
 }
 
-/// A read of a span's events from a cursor on.
+/// Events from a cursor on (`RangeEventsPage`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpanEventsPage {
     /// In revision order, key order within a revision.
@@ -343,46 +329,13 @@ impl StateMachine {
             .await
     }
 
-    /// The events of `[start, end)` (empty `end` = unbounded) from `from` on, up to the
-    /// range's revision: at most `limit` events and about `max_bytes` of them (at least one),
-    /// read through at most `HISTORY_EXAMINED_PER_PAGE` events of the range, so a read may
-    /// stop inside a revision and come back short, even empty, with the cursor to go on
-    /// from. `Compacted` when events from `from` on may be gone (`from` at or below the
-    /// history floor), `Outside` when the range does not hold the whole span.
-    pub async fn span_events(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        from: EventCursor,
-        (limit, max_bytes): (usize, u64),
-    ) -> Result<SpanRead, StorageError> {
-        let range = self.range;
-        let span = KeySpan {
-            start: start.to_vec(),
-            end: (!end.is_empty()).then(|| end.to_vec()),
-        };
-        self.store
-            .read(move |txn| {
-                let state = readable_state(txn, range)?;
-                if !state.span.covers(&span) {
-                    let descriptor = state.descriptor(range);
-                    return Ok(SpanRead::Outside { descriptor });
-                }
-                Ok(
-                    match events_page(txn, &state, &span, &from, (limit, max_bytes))? {
-                        Some(page) => SpanRead::Events(page),
-                        None => SpanRead::Compacted {
-                            compact_revision: state.history_floor,
-                        },
-                    },
-                )
-            })
-            .await
-    }
-
-    /// `span_events` of the range's whole span as the read finds it, with the range's
-    /// descriptor and the log index its state reflects: a read every watch of the range on
-    /// this node can take its own part of.
+    /// The events of the range's whole span as the read finds it from `from` on, up to the
+    /// range's revision: at most `limit` events and about `max_bytes` of them (at least
+    /// one), read through at most `HISTORY_EXAMINED_PER_PAGE` events of the file, so a read
+    /// may stop inside a revision and come back short, even empty, with the cursor to go on
+    /// from; with the range's descriptor and the log index its state reflects (a read every
+    /// watch of the range on this node can take its own part of). `Compacted` when events
+    /// from `from` on may be gone (`from` at or below the history floor).
     pub async fn range_events(
         &self,
         from: EventCursor,

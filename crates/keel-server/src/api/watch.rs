@@ -1,6 +1,7 @@
 //! `Kv.Watch`: one stream of the changes of a span that one range holds, served from this
 //! node's replica of the range (any replica: no leader load) by a task that reads the
-//! range's history from a cursor, sends what it read, and waits for the replica to apply
+//! range's history from a cursor (its part of a read the range's streams at that cursor
+//! share: `shared::watch_pages`), sends what it read, and waits for the replica to apply
 //! more. A stream never holds events in memory beyond its few messages ready to send
 //! (`WATCH_STREAM_MESSAGES_BUFFERED`): a slow reader leaves its task waiting on the send, the
 //! history it has not read stays in storage, and writes never wait for it. A reader that

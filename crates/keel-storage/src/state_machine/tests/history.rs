@@ -11,7 +11,9 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 use super::exactly_once::{Applier, at, put_ttl};
 use super::{delete, kv, open, put};
-use crate::state_machine::{HistoryRead, HistoryRetention, SpanEventsPage, SpanRead, StateMachine};
+use crate::state_machine::{
+    HistoryRead, HistoryRetention, RangeEventsPage, RangeRead, StateMachine,
+};
 
 fn event(
     revision: Revision,
@@ -333,21 +335,13 @@ async fn a_key_page_that_stops_inside_a_revision_after_the_keys_event_goes_on_pa
     assert_eq!(revisions(&sm, "a").await, vec![1, 2]);
 }
 
-async fn span(
-    sm: &StateMachine,
-    start: &str,
-    end: &str,
-    from: EventCursor,
-    limit: usize,
-) -> SpanRead {
-    sm.span_events(start.as_bytes(), end.as_bytes(), from, (limit, u64::MAX))
-        .await
-        .unwrap()
+async fn range_read(sm: &StateMachine, from: EventCursor, limit: usize) -> RangeRead {
+    sm.range_events(from, (limit, u64::MAX)).await.unwrap()
 }
 
-fn page_of(read: SpanRead) -> SpanEventsPage {
-    match read {
-        SpanRead::Events(page) => page,
+async fn page_from(sm: &StateMachine, from: EventCursor, limit: usize) -> RangeEventsPage {
+    match range_read(sm, from, limit).await {
+        RangeRead::Events(page) => page,
         other => panic!("expected events, got {other:?}"),
     }
 }
@@ -358,7 +352,7 @@ fn keys_at(events: &[Event]) -> Vec<(Revision, String)> {
 }
 
 #[tokio::test]
-async fn a_span_read_resumes_inside_a_revision_without_repeating_an_event() {
+async fn a_range_read_resumes_inside_a_revision_without_repeating_an_event() {
     let (_dir, store) = open();
     let mut applier = Applier::new(&store);
     let ops = vec![
@@ -371,33 +365,36 @@ async fn a_span_read_resumes_inside_a_revision_without_repeating_an_event() {
         .apply(at(1_000, vec![put("c", "1", None), put("b", "2", None)]))
         .await;
     let sm = applier.sm();
-    // [a, d) at most one event at a time: "z" is outside the span.
+    // At most one event at a time.
     let mut cursor = EventCursor::at(1);
     let mut seen = Vec::new();
     loop {
-        let page = page_of(span(&sm, "a", "d", cursor.clone(), 1).await);
-        assert_eq!(page.revision, 2);
-        seen.extend(keys_at(&page.events));
-        match page.next {
+        let page = page_from(&sm, cursor.clone(), 1).await;
+        assert_eq!(page.page.revision, 2);
+        seen.extend(keys_at(&page.page.events));
+        match page.page.next {
             Some(next) => cursor = next,
             None => break,
         }
     }
-    let expected = [(1, "a"), (1, "b"), (2, "b"), (2, "c")];
+    let expected = [(1, "a"), (1, "b"), (1, "z"), (2, "b"), (2, "c")];
     let expected: Vec<_> = expected.iter().map(|(r, k)| (*r, k.to_string())).collect();
     assert_eq!(seen, expected);
     // A cursor just after an event starts at the next one.
-    let after_b =
-        EventCursor::after(&page_of(span(&sm, "b", "c", EventCursor::at(1), 1).await).events[0]);
-    let rest = page_of(span(&sm, "a", "", after_b, 10).await);
-    assert_eq!(keys_at(&rest.events)[0], (1, "z".to_string()));
+    let b = EventCursor {
+        revision: 1,
+        key: b"b".to_vec(),
+    };
+    let after_b = EventCursor::after(&page_from(&sm, b, 1).await.page.events[0]);
+    let rest = page_from(&sm, after_b, 10).await;
+    assert_eq!(keys_at(&rest.page.events)[0], (1, "z".to_string()));
     // From past the range's revision: nothing yet, and nothing to go on to.
-    let ahead = page_of(span(&sm, "a", "", EventCursor::at(3), 10).await);
-    assert!(ahead.events.is_empty() && ahead.next.is_none());
+    let ahead = page_from(&sm, EventCursor::at(3), 10).await;
+    assert!(ahead.page.events.is_empty() && ahead.page.next.is_none());
 }
 
 #[tokio::test]
-async fn a_span_read_below_the_floor_is_compacted_and_one_across_a_split_is_outside() {
+async fn a_range_read_below_the_floor_is_compacted_and_one_after_a_split_reads_its_half() {
     let (_dir, store) = open();
     let mut applier = Applier::new(&store);
     for value in ["1", "2", "3"] {
@@ -411,14 +408,17 @@ async fn a_span_read_below_the_floor_is_compacted_and_one_across_a_split_is_outs
     };
     sm.compact_history(2_000, everything).await.unwrap();
     assert_eq!(
-        span(&sm, "a", "", EventCursor::at(3), 10).await,
-        SpanRead::Compacted {
+        range_read(&sm, EventCursor::at(3), 10).await,
+        RangeRead::Compacted {
             compact_revision: 3
         }
     );
-    applier.apply(at(3_000, vec![put("a", "4", None)])).await;
-    let page = page_of(span(&sm, "a", "", EventCursor::at(4), 10).await);
-    assert_eq!(keys_at(&page.events), vec![(4, "a".to_string())]);
+    applier
+        .apply(at(3_000, vec![put("a", "4", None), put("m", "4", None)]))
+        .await;
+    let page = page_from(&sm, EventCursor::at(4), 10).await;
+    let both = vec![(4, "a".to_string()), (4, "m".to_string())];
+    assert_eq!(keys_at(&page.page.events), both);
 
     let split = Command::Split(Split {
         at: b"k".to_vec(),
@@ -426,11 +426,9 @@ async fn a_span_read_below_the_floor_is_compacted_and_one_across_a_split_is_outs
         expected_epoch: 0,
     });
     applier.apply(split).await;
-    match span(&sm, "a", "", EventCursor::at(4), 10).await {
-        SpanRead::Outside { descriptor } => assert_eq!(descriptor.end, Some(b"k".to_vec())),
-        other => panic!("expected outside, got {other:?}"),
-    }
-    // The part that stayed is still read.
-    let left = page_of(span(&sm, "a", "k", EventCursor::at(4), 10).await);
-    assert_eq!(keys_at(&left.events), vec![(4, "a".to_string())]);
+    // The part that stayed, and the range as it is now.
+    let left = page_from(&sm, EventCursor::at(4), 10).await;
+    assert_eq!(keys_at(&left.page.events), vec![(4, "a".to_string())]);
+    assert_eq!(left.descriptor.end, Some(b"k".to_vec()));
+    assert!(left.applied_index > page.applied_index);
 }
