@@ -485,6 +485,39 @@ pub async fn final_reads(
     Ok(done)
 }
 
+/// Puts `pick`'s value, unique to its key (through `clients.put`): the `put` op, completed.
+/// An acknowledged one carries its revision (`extra.revision`) and is noted as the key's
+/// acknowledged write (`Workload::acknowledged`).
+pub(super) async fn put_unique(
+    workload: &Workload,
+    clients: &Clients,
+    pick: &keys::Pick,
+    who: u64,
+    clock: &RunClock,
+) -> Op {
+    let value = Value::from(pick.value);
+    let mut op = called(
+        who,
+        OpKind::Put,
+        &pick.key,
+        value.clone(),
+        Value::Null,
+        clock,
+    );
+    let answer = clients
+        .put(pick.key.as_bytes(), &register::encode(&value), None)
+        .await;
+    let status = match &answer {
+        Ok(revision) => {
+            op.extra.insert("revision".into(), Value::from(*revision));
+            workload.acknowledged(&pick.key, *revision, value);
+            Status::Ok
+        }
+        Err(error) => outcome::write_status(error),
+    };
+    returned(op, status, Value::Null, clock)
+}
+
 /// A new op record: called now, not yet returned.
 pub fn called(
     who: u64,

@@ -18,8 +18,8 @@ use crate::run::outcome;
 use crate::run::recorder::Recorder;
 use crate::run::rng::Rng;
 use crate::run::spread::Read;
-use crate::run::workload::register::{decode, encode};
-use crate::run::workload::{Clients, Workload, called, read, returned};
+use crate::run::workload::register::decode;
+use crate::run::workload::{Clients, Workload, called, put_unique, read, returned};
 
 /// Keys in use at once.
 pub const KEYS_ACTIVE: usize = 4;
@@ -58,27 +58,7 @@ pub(super) async fn step(
         let (index, answer) = clients.follower_get(rng, pick.key.as_bytes(), bound).await;
         return follower_got(op, index, answer, clock);
     }
-    let value = Value::from(pick.value);
-    let mut op = called(
-        who,
-        OpKind::Put,
-        &pick.key,
-        value.clone(),
-        Value::Null,
-        clock,
-    );
-    let answer = clients
-        .put(pick.key.as_bytes(), &encode(&value), None)
-        .await;
-    let status = match &answer {
-        Ok(revision) => {
-            op.extra.insert("revision".into(), Value::from(*revision));
-            workload.acknowledged(&pick.key, *revision, value.clone());
-            Status::Ok
-        }
-        Err(error) => outcome::write_status(error),
-    };
-    returned(op, status, Value::Null, clock)
+    put_unique(workload, clients, &pick, who, clock).await
 }
 
 /// The bound of a follower get of `key`, if it gets one (`BOUNDED_PER_MILLE`).

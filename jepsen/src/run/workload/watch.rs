@@ -23,8 +23,8 @@ use crate::run::clock::RunClock;
 use crate::run::outcome;
 use crate::run::recorder::Recorder;
 use crate::run::rng::Rng;
-use crate::run::workload::register::{decode, encode};
-use crate::run::workload::{Clients, Workload, called, client_options, returned};
+use crate::run::workload::register::decode;
+use crate::run::workload::{Clients, Workload, called, client_options, put_unique, returned};
 
 /// Keys in use; none retires (the watch checker has no per-key search to bound).
 pub const KEYS: usize = 8;
@@ -61,21 +61,9 @@ pub(super) async fn step(
             .main
             .delete(pick.key.as_bytes(), Default::default())
             .await;
-        return written(workload, op, answer.map(|deleted| deleted.revision), clock);
+        return deleted(workload, op, answer.map(|deleted| deleted.revision), clock);
     }
-    let value = Value::from(pick.value);
-    let op = called(
-        who,
-        OpKind::Put,
-        &pick.key,
-        value.clone(),
-        Value::Null,
-        clock,
-    );
-    let answer = clients
-        .put(pick.key.as_bytes(), &encode(&value), None)
-        .await;
-    written(workload, op, answer, clock)
+    put_unique(workload, clients, &pick, who, clock).await
 }
 
 /// A follower read of `key` at the revision of its last acknowledged write, which must give
@@ -109,8 +97,8 @@ async fn read_at(
     }
 }
 
-/// Completes a write with its answer; an acknowledged one is what the watchers must see.
-fn written(workload: &Workload, op: Op, answer: Result<u64, KvError>, clock: &RunClock) -> Op {
+/// Completes a delete with its answer; an acknowledged one is what the watchers must see.
+fn deleted(workload: &Workload, op: Op, answer: Result<u64, KvError>, clock: &RunClock) -> Op {
     match answer {
         Ok(revision) => {
             workload.acknowledged(&op.key, revision, op.value.clone());
