@@ -265,8 +265,9 @@ async fn a_tenants_reads_at_a_revision_see_its_own_keys_only() {
     cluster.shutdown().await;
 }
 
-/// A tenant watching the whole keyspace (and a span named by another tenant's stored keys)
-/// sees its own changes only, named as it named them.
+/// A tenant watching the whole keyspace (and a span named by another tenant's stored keys),
+/// reclaims included, sees its own changes only, named as it named them: not another
+/// tenant's keys, nor the reclaim of its lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenants_watch_of_everything_streams_its_own_keys_only() {
     let cluster = start().await;
@@ -277,17 +278,19 @@ async fn a_tenants_watch_of_everything_streams_its_own_keys_only() {
     let mut kv = KvClient::new(cluster.tls_channel(cluster.leader().await).await);
     let everything = v1::WatchRequest {
         prev_kv: true,
+        reclaims: true,
         progress_interval_ms: 100,
         ..v1::WatchRequest::default()
     };
     let crafted = v1::WatchRequest {
         start: stored("globex", b""),
         end: stored("globex", b"\xff"),
+        reclaims: true,
         progress_interval_ms: 100,
         ..v1::WatchRequest::default()
     };
     let mut streams = Vec::new();
-    for request in [everything, crafted] {
+    for request in [everything.clone(), crafted] {
         let mut stream = kv.watch(with_token(request)).await.unwrap().into_inner();
         stream.message().await.unwrap().unwrap().started.unwrap();
         streams.push(stream);
@@ -295,6 +298,26 @@ async fn a_tenants_watch_of_everything_streams_its_own_keys_only() {
     put(&globex, b"secret", b"globex's").await.unwrap();
     put(&acme, b"mine", b"acme's").await.unwrap();
     put(&globex, b"secret", b"globex's too").await.unwrap();
+    // Globex's lock runs out and is reclaimed; globex's own watch sees it go first.
+    let mut own = KvClient::new(cluster.tls_channel(cluster.leader().await).await);
+    let request = with_bearer(GLOBEX, everything);
+    let mut own = own.watch(request).await.unwrap().into_inner();
+    own.message().await.unwrap().unwrap().started.unwrap();
+    let lock = AcquireOptions {
+        ttl: Duration::from_secs(1),
+        lock_delay: Duration::ZERO,
+        ..AcquireOptions::default()
+    };
+    assert!(globex.acquire(b"held", lock).await.unwrap().acquired);
+    cluster.advance_clocks_ms(2_000);
+    let reclaimed = loop {
+        let message = own.message().await.unwrap().unwrap();
+        let found = message.events.into_iter().find(|event| event.kind != 0);
+        if let Some(event) = found {
+            break event;
+        }
+    };
+    assert_eq!(reclaimed.key, b"held", "named as globex named it");
     let last = acme
         .put(b"\xffmine", b"acme's", PutOptions::default())
         .await

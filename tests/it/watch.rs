@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use keel_client::{PutOptions, WatchOptions};
+use keel_client::{AcquireOptions, BeginResult, PutOptions, WatchOptions};
 use keel_proto::v1;
 use keel_server::{KvSettings, RaftTimings, status};
-use keel_types::{BatchOp, Consistency, KvError, ReadBound, Revision};
+use keel_types::{BatchOp, Consistency, EventKind, KvError, ReadBound, Revision};
 use tonic::Streaming;
 
 use crate::harness::{Cluster, eventually, quick_timings};
@@ -532,5 +532,131 @@ async fn a_replica_that_hears_from_no_other_ends_its_streams() {
     }
     let ended = ended.expect("the stream ends");
     assert!(matches!(ended, KvError::Unavailable { .. }), "{ended:?}");
+    cluster.shutdown().await;
+}
+
+/// The reclaims a watch of `span` delivers until it has `count` of them, with the key events
+/// it passed on the way: (revision, key, kind, token) of each event.
+async fn reclaims(
+    watch: &mut keel_client::Watch,
+    count: usize,
+) -> Vec<(Revision, Vec<u8>, EventKind)> {
+    let mut seen = Vec::new();
+    while seen
+        .iter()
+        .filter(|(_, _, kind)| *kind != EventKind::Key)
+        .count()
+        < count
+    {
+        let batch = tokio::time::timeout(MESSAGE_WAIT, watch.next())
+            .await
+            .expect("a watch batch within the wait")
+            .expect("the watch goes on")
+            .unwrap();
+        seen.extend(
+            batch
+                .events
+                .into_iter()
+                .map(|e| (e.revision, e.key, e.kind)),
+        );
+    }
+    seen
+}
+
+/// A watch that asks for reclaims sees an expired lock and an expired idempotency record go
+/// (one reclaim: the lock at a revision, the record at the next), named as the client named
+/// them; a watch that does not ask sees only the keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_asks_for_reclaims_sees_locks_and_records_go() {
+    const RESULT_TTL: Duration = Duration::from_secs(60);
+    let cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let first = client
+        .put(b"w/first", b"1", PutOptions::default())
+        .await
+        .unwrap();
+    let options = |reclaims| WatchOptions {
+        start_revision: first.revision,
+        reclaims,
+        ..WatchOptions::default()
+    };
+    let mut with = client.watch(b"w/", b"w0", options(true)).await.unwrap();
+    let mut without = client.watch(b"w/", b"w0", options(false)).await.unwrap();
+
+    // A holder that never releases: the lock goes once its TTL has run out.
+    let acquire = AcquireOptions {
+        ttl: Duration::from_secs(30),
+        lock_delay: Duration::ZERO,
+        ..AcquireOptions::default()
+    };
+    let acquired = client.acquire(b"w/lock", acquire).await.unwrap();
+    let lock_token = acquired.holder.unwrap().token;
+    let BeginResult::Started {
+        token: record_token,
+        ..
+    } = client
+        .begin(b"w/jobs", b"1", None, RESULT_TTL)
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh record starts");
+    };
+    client
+        .complete(b"w/jobs", b"1", record_token, b"done", RESULT_TTL)
+        .await
+        .unwrap();
+    cluster.advance_clocks_ms(RESULT_TTL.as_millis() as u64);
+
+    let seen = reclaims(&mut with, 2).await;
+    let last = client
+        .put(b"w/last", b"1", PutOptions::default())
+        .await
+        .unwrap();
+    let gone: Vec<_> = seen
+        .iter()
+        .filter(|(_, _, kind)| *kind != EventKind::Key)
+        .collect();
+    let record_key = keel_types::coordination::idempotency_key(b"w/jobs", b"1");
+    assert_eq!(
+        (&gone[0].1, gone[0].2),
+        (
+            &b"w/lock".to_vec(),
+            EventKind::LockReclaimed { token: lock_token }
+        )
+    );
+    assert_eq!(
+        (&gone[1].1, gone[1].2),
+        (
+            &record_key,
+            EventKind::RecordReclaimed {
+                token: record_token
+            }
+        )
+    );
+    assert!(first.revision < gone[0].0 && gone[1].0 < last.revision);
+    assert_eq!(
+        gone[0].0 + 1,
+        gone[1].0,
+        "one reclaim: the lock, then the record"
+    );
+
+    // Without reclaims: the two keys alone.
+    let mut keys = Vec::new();
+    while keys.len() < 2 {
+        let batch = tokio::time::timeout(MESSAGE_WAIT, without.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(batch.events.iter().all(|e| e.kind == EventKind::Key));
+        keys.extend(batch.events.into_iter().map(|e| (e.revision, e.key)));
+    }
+    assert_eq!(
+        keys,
+        vec![
+            (first.revision, b"w/first".to_vec()),
+            (last.revision, b"w/last".to_vec())
+        ]
+    );
     cluster.shutdown().await;
 }

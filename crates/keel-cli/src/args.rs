@@ -220,9 +220,13 @@ pub enum Command {
         /// Leave out puts (and increments).
         #[arg(long)]
         no_put: bool,
-        /// Leave out deletes and expiries.
+        /// Leave out deletes, expiries and reclaims.
         #[arg(long)]
         no_delete: bool,
+        /// Also show the reclaims of free locks and expired idempotency records whose
+        /// names lie in the watched span.
+        #[arg(long)]
+        reclaims: bool,
     },
     /// Locks with fencing tokens: acquire, renew, release, inspect.
     #[command(subcommand)]

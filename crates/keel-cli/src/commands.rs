@@ -193,6 +193,7 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             count,
             no_put,
             no_delete,
+            reclaims,
         } => {
             let start = bytes(&start);
             let end = match (prefix, end) {
@@ -205,6 +206,7 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
                 prev_kv,
                 no_put,
                 no_delete,
+                reclaims,
                 progress_interval: None,
             };
             watch(&client, (&start, &end), options, count, out).await

@@ -3,7 +3,7 @@
 
 use keel_client::{DeleteResult, GetResult, IncrementResult, PutResult};
 use keel_proto::v1;
-use keel_types::{ConditionFailed, Event, KeyValue, KvError, validate::show_key};
+use keel_types::{ConditionFailed, Event, EventKind, KeyValue, KvError, validate::show_key};
 use serde_json::{Value, json};
 
 use crate::duration;
@@ -231,6 +231,10 @@ pub fn watch_rows(events: &[Event], output: Output, prev_kv: bool) -> Vec<u8> {
 fn event_rows(events: &[Event], output: Output, (with_key, with_prev): (bool, bool)) -> Vec<u8> {
     let mut out = Vec::new();
     for event in events {
+        if let Some(line) = reclaim_row(event, output) {
+            out.extend(line);
+            continue;
+        }
         let prev = event.before.as_ref().filter(|_| with_prev);
         let mut text_line = |kind: &str, value: Option<&[u8]>| {
             out.extend_from_slice(format!("{}\t{kind}", event.revision).as_bytes());
@@ -268,6 +272,49 @@ fn event_rows(events: &[Event], output: Output, (with_key, with_prev): (bool, bo
         }
     }
     out
+}
+
+/// The row of a reclaim (`None` for a key's event): `revision<TAB>lock-reclaimed<TAB>name
+/// <TAB>token` or `revision<TAB>record-reclaimed<TAB>scope<TAB>id<TAB>token`, or a JSON
+/// object with the kind, the key, the token and (for a record) its scope and id.
+fn reclaim_row(event: &Event, output: Output) -> Option<Vec<u8>> {
+    let (kind, token, parts) = match event.kind {
+        EventKind::Key => return None,
+        EventKind::LockReclaimed { token } => ("lock-reclaimed", token, vec![&event.key[..]]),
+        EventKind::RecordReclaimed { token } => {
+            // scope, a 0 byte, id (a key without one is all scope).
+            let zero = event.key.iter().position(|&byte| byte == 0);
+            let (scope, id) = zero.map_or((&event.key[..], &[][..]), |at| {
+                (&event.key[..at], &event.key[at + 1..])
+            });
+            ("record-reclaimed", token, vec![scope, id])
+        }
+    };
+    Some(match output {
+        Output::Text => {
+            let mut line = format!("{}\t{kind}", event.revision).into_bytes();
+            for part in parts {
+                line.push(b'\t');
+                line.extend_from_slice(part);
+            }
+            line.extend_from_slice(format!("\t{token}\n").as_bytes());
+            line
+        }
+        Output::Json => {
+            let mut value = json!({
+                "revision": event.revision,
+                "key": bytes(&event.key),
+                "kind": kind,
+                "token": token,
+                "clock_ms": event.clock_ms,
+            });
+            if let [scope, id] = parts[..] {
+                value["scope"] = bytes(scope);
+                value["id"] = bytes(id);
+            }
+            json_line(&value)
+        }
+    })
 }
 
 /// The answer of one endpoint to `cluster status`.

@@ -9,8 +9,8 @@
 
 use keel_types::validate::check_fence;
 use keel_types::{
-    BatchOp, Condition, ConditionFailed, Consistency, Event, Fence, KeyValue, KvError, LockHold,
-    NodeAddr, RangeDescriptor, RangeId, RequestId, validate,
+    BatchOp, Condition, ConditionFailed, Consistency, Event, EventKind, Fence, KeyValue, KvError,
+    LockHold, NodeAddr, RangeDescriptor, RangeId, RequestId, validate,
 };
 
 use crate::v1;
@@ -32,23 +32,40 @@ pub fn key_value(kv: KeyValue, now_ms: u64) -> v1::KeyValue {
 
 /// `event` as sent to a client: each state's TTL counted from the change (`clock_ms`).
 pub fn event(event: Event) -> v1::Event {
+    let (kind, token) = match event.kind {
+        EventKind::Key => (v1::EventKind::Key, 0),
+        EventKind::LockReclaimed { token } => (v1::EventKind::LockReclaimed, token),
+        EventKind::RecordReclaimed { token } => (v1::EventKind::IdempotencyRecordReclaimed, token),
+    };
     v1::Event {
         revision: event.revision,
         key: event.key,
         kv: event.after.map(|kv| key_value(kv, event.clock_ms)),
         prev_kv: event.before.map(|kv| key_value(kv, event.clock_ms)),
         clock_ms: event.clock_ms,
+        kind: kind.into(),
+        token,
     }
 }
 
+/// An event from the wire. A kind this build does not know reads as a key's change: a
+/// server sends kinds other than `Key` only to a watch that asked for them.
 impl From<v1::Event> for Event {
     fn from(event: v1::Event) -> Self {
+        let kind = match v1::EventKind::try_from(event.kind) {
+            Ok(v1::EventKind::LockReclaimed) => EventKind::LockReclaimed { token: event.token },
+            Ok(v1::EventKind::IdempotencyRecordReclaimed) => {
+                EventKind::RecordReclaimed { token: event.token }
+            }
+            Ok(v1::EventKind::Key) | Err(_) => EventKind::Key,
+        };
         Event {
             revision: event.revision,
             key: event.key,
             after: event.kv.map(KeyValue::from),
             before: event.prev_kv.map(KeyValue::from),
             clock_ms: event.clock_ms,
+            kind,
         }
     }
 }

@@ -192,7 +192,7 @@ fn entry_bytes(entry: &Entry) -> usize {
         EntryPayload::Normal(Command::Coordinate(coordination)) => {
             coordination_bytes(&coordination.op) + FRAMING_BYTES * 2
         }
-        EntryPayload::Normal(Command::Reclaim(reclaim)) => {
+        EntryPayload::Normal(Command::Reclaim(reclaim) | Command::ReclaimUnrecorded(reclaim)) => {
             let records = reclaim.locks.iter().chain(&reclaim.records);
             let keys: usize = records.clone().map(|record| record.key.len()).sum();
             keys + FRAMING_BYTES * (records.count() + 1)

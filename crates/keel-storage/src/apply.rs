@@ -209,7 +209,8 @@ fn apply_command(
     };
     match command {
         Command::Cleanup(cleanup) => apply_cleanup(tables, state, range, cleanup),
-        Command::Reclaim(reclaim) => apply_reclaim(tables, state, reclaim),
+        Command::Reclaim(reclaim) => apply_reclaim(tables, state, reclaim, Recorded::Yes),
+        Command::ReclaimUnrecorded(reclaim) => apply_reclaim(tables, state, reclaim, Recorded::No),
         Command::Meta(command) if range == RangeId::META => {
             let mut table = tables
                 .txn
@@ -279,9 +280,11 @@ fn apply_data_command(
                 apply_coordination(tables, state, &coordination.op, clock_ms)
             })
         }
-        Command::Cleanup(_) | Command::Reclaim(_) | Command::Split(_) | Command::Meta(_) => {
-            unreachable!("{command} is not a data command")
-        }
+        Command::Cleanup(_)
+        | Command::Reclaim(_)
+        | Command::ReclaimUnrecorded(_)
+        | Command::Split(_)
+        | Command::Meta(_) => unreachable!("{command} is not a data command"),
     }
 }
 
@@ -555,12 +558,15 @@ fn record(
     before: Option<KeyValue>,
     after: Option<&KeyValue>,
 ) -> Result<(), StorageError> {
+    let what = tables::Changed::Key {
+        before: before.as_ref(),
+        after,
+    };
     let change = tables::Change {
         revision,
         clock_ms,
         key,
-        before: before.as_ref(),
-        after,
+        what,
     };
     tables::record_event(&mut tables.history, &mut state.history_bytes, change)
 }
@@ -632,38 +638,85 @@ fn apply_cleanup(
     Ok(CommandOutcome::Internal)
 }
 
+/// Whether a reclaim takes revisions and records events (`Command::Reclaim`) or not (the
+/// format-8 `Command::ReclaimUnrecorded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    Yes,
+    No,
+}
+
 /// Removes the listed locks still stored with the listed free instant and the listed
 /// idempotency records still stored with the listed expiry, where that instant has passed
-/// at the clock. Uses no revision.
+/// at the clock. Recorded, the locks it removes are events of one new revision and the
+/// records events of the next (none if it removes none of a kind).
 fn apply_reclaim(
     tables: &mut Tables,
     state: &mut SmState,
     reclaim: &Reclaim,
+    recorded: Recorded,
 ) -> Result<CommandOutcome, StorageError> {
     let clock_ms = state.advance_clock(reclaim.now_ms);
     let span = state.span.clone();
     let due = |item: &ExpiredRecord| span.contains(&item.key) && item.at_ms <= clock_ms;
+    let mut removed = Vec::new();
     for item in reclaim.locks.iter().filter(|item| due(item)) {
         let stored: Option<LockHold> = tables::read_row(&tables.locks, &item.key, "lock")?;
-        if stored.is_some_and(|hold| hold.available_at_ms() == item.at_ms) {
+        if let Some(hold) = stored.filter(|hold| hold.available_at_ms() == item.at_ms) {
             let (locks, deadlines) = (&mut tables.locks, &mut tables.deadlines);
             let counts = state.lock_counts();
             tables::write_deadlined::<LockHold>(locks, deadlines, counts, &item.key, None)?;
+            let what = tables::Changed::LockReclaimed { token: hold.token };
+            removed.push((item.key.as_slice(), what));
         }
+    }
+    if recorded == Recorded::Yes {
+        record_reclaimed(tables, state, clock_ms, &mut removed)?;
     }
     for item in reclaim.records.iter().filter(|item| due(item)) {
         let what = "idempotency record";
         let stored: Option<IdempotencyRecord> =
             tables::read_row(&tables.idempotency, &item.key, what)?;
-        if stored.is_some_and(|record| record.expires_at_ms() == item.at_ms) {
+        if let Some(record) = stored.filter(|record| record.expires_at_ms() == item.at_ms) {
             let (records, deadlines) = (&mut tables.idempotency, &mut tables.deadlines);
             let counts = state.record_counts();
             tables::write_deadlined::<IdempotencyRecord>(
                 records, deadlines, counts, &item.key, None,
             )?;
+            let what = tables::Changed::RecordReclaimed {
+                token: record.token(),
+            };
+            removed.push((item.key.as_slice(), what));
         }
     }
+    if recorded == Recorded::Yes {
+        record_reclaimed(tables, state, clock_ms, &mut removed)?;
+    }
     Ok(CommandOutcome::Internal)
+}
+
+/// Records `removed` (drained) as the events of one new revision, if there are any.
+fn record_reclaimed(
+    tables: &mut Tables,
+    state: &mut SmState,
+    clock_ms: u64,
+    removed: &mut Vec<(&[u8], tables::Changed)>,
+) -> Result<(), StorageError> {
+    if removed.is_empty() {
+        return Ok(());
+    }
+    let revision = state.revision + 1;
+    for (key, what) in removed.drain(..) {
+        let change = tables::Change {
+            revision,
+            clock_ms,
+            key,
+            what,
+        };
+        tables::record_event(&mut tables.history, &mut state.history_bytes, change)?;
+    }
+    state.revision = revision;
+    Ok(())
 }
 
 pub(crate) fn read_kv<R>(kv: &R, key: &[u8]) -> Result<Option<KeyValue>, StorageError>

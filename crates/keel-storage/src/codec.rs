@@ -47,6 +47,12 @@
 //!   build replays with its cleanups taking revisions). Snapshot files are unchanged but for
 //!   the version byte. A build of format 7 refuses a file of format 8, so it cannot drop
 //!   events from a history it does not keep.
+//! - 9: reclaims are events. A `history` row holds a `StoredEvent` enum: a key's change (the
+//!   format-8 event's fields, after a 0 tag) or a lock or idempotency record a reclaim
+//!   removed; rows of format 8 stay and read as key changes. Log entries may hold the
+//!   variant `Command::Reclaim`, whose locks take one revision and records the next; the
+//!   format-8 variant, now `Command::ReclaimUnrecorded`, still applies from old logs as it
+//!   did (no revision). A node of format 8 cannot decode the new variant.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -57,7 +63,7 @@ use sha2::{Digest as _, Sha256};
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 8;
+pub(crate) const FORMAT_VERSION: u8 = 9;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

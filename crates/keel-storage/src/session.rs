@@ -75,6 +75,7 @@ pub(crate) fn request_digest(command: &Command) -> Digest {
         Command::Write { .. }
         | Command::Cleanup(_)
         | Command::Reclaim(_)
+        | Command::ReclaimUnrecorded(_)
         | Command::Split(_)
         | Command::Meta(_) => Digest::of("internal"),
     }

@@ -80,7 +80,7 @@ pub(crate) use deadlines::{
 };
 pub(crate) use fences::{FENCES, write_fence};
 pub(crate) use history::{
-    Change, ChangedSince, CompactStep, EventBounds, HISTORY, HistoryFacts, Retention,
+    Change, Changed, ChangedSince, CompactStep, EventBounds, HISTORY, HistoryFacts, Retention,
     changed_since, clear_history, compact, count_history, key_events, record_event, span_events,
     state_before,
 };

@@ -200,12 +200,16 @@ pub enum Command {
     FencedMutate { fence: Fence, mutation: Mutation },
     /// A lock or idempotency operation.
     Coordinate(Coordination),
-    /// Removal of free lock records and expired idempotency records.
-    Reclaim(Reclaim),
+    /// Removal of free lock records and expired idempotency records, taking no revision and
+    /// recording no event (formats 3-8). Still applied from old logs, never proposed.
+    ReclaimUnrecorded(Reclaim),
     /// Split the range at a key (see `Split`).
     Split(Split),
     /// A command of the meta range.
     Meta(MetaCommand),
+    /// (format 9) Removal of free lock records and expired idempotency records: the locks it
+    /// removes take one revision and the records the next, each removal an event.
+    Reclaim(Reclaim),
 }
 
 impl std::fmt::Display for Command {
@@ -236,6 +240,12 @@ impl std::fmt::Display for Command {
             Command::Reclaim(reclaim) => write!(
                 f,
                 "reclaim({} locks, {} records)",
+                reclaim.locks.len(),
+                reclaim.records.len()
+            ),
+            Command::ReclaimUnrecorded(reclaim) => write!(
+                f,
+                "reclaim-v8({} locks, {} records)",
                 reclaim.locks.len(),
                 reclaim.records.len()
             ),

@@ -257,7 +257,9 @@ pub struct ExpiredRecord {
 
 /// Leader-proposed removal of lock records that became free and idempotency records that
 /// expired. Applying it checks each again (still stored with that time, and the time has
-/// passed at the range clock). Uses no revision.
+/// passed at the range clock). As `Command::Reclaim` the locks it removes take one revision
+/// and the records the next, each removal an event (`EventKind`); as the format-8
+/// `Command::ReclaimUnrecorded` it takes none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reclaim {
     pub now_ms: u64,

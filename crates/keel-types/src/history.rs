@@ -1,7 +1,9 @@
 //! The changes a range records (`Event`) and a page of one key's changes (`KeyHistory`).
 //! Every write of a key (put, delete, increment, and the removal of an expired key) is an
 //! event at the revision of the write that made it; each event carries the key's state
-//! after it (`None` for a removal) and before it (`None` when the key was absent).
+//! after it (`None` for a removal) and before it (`None` when the key was absent). So is
+//! the removal of a free lock or an expired idempotency record by a reclaim (`EventKind`),
+//! whose name routes like a key.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,12 +22,33 @@ pub struct Event {
     pub before: Option<KeyValue>,
     /// The range clock of the write (Unix milliseconds, on the leader's clock).
     pub clock_ms: u64,
+    /// What changed: a key, or a lock or idempotency record `key` names.
+    pub kind: EventKind,
+}
+
+/// What an event changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    /// The key `key` (`after` and `before` are its states).
+    #[default]
+    Key,
+    /// A reclaim removed the lock named `key`, free since its last holder's time ran out or
+    /// it was released; `token` was its last holder's. `after` and `before` are `None`.
+    LockReclaimed { token: u64 },
+    /// A reclaim removed the expired idempotency record of `key` (its scope, a 0 byte, its
+    /// id); `token` was the record's. `after` and `before` are `None`.
+    RecordReclaimed { token: u64 },
 }
 
 impl Event {
-    /// Whether the change removed the key (a delete or an expiry).
+    /// Whether the change removed what it names (a delete, an expiry or a reclaim).
     pub fn is_removal(&self) -> bool {
         self.after.is_none()
+    }
+
+    /// Whether the event is a key's change (not a reclaim).
+    pub fn is_key(&self) -> bool {
+        self.kind == EventKind::Key
     }
 }
 

@@ -25,7 +25,7 @@ pub use coordination::{
     Fence, IdempotencyRecord, LockHold, LockPhase, Reclaim,
 };
 pub use error::KvError;
-pub use history::{Event, EventCursor, KeyHistory};
+pub use history::{Event, EventCursor, EventKind, KeyHistory};
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};
 pub use range::{
     LedRange, MetaCommand, MetaMembers, MetaOutcome, NodeDescriptor, NodeReport, NodeState,

@@ -567,6 +567,7 @@ fn history_prints_one_line_per_event() {
         }),
         before: Some(kv(b"k", b"v1")),
         clock_ms: 5_000,
+        kind: EventKind::Key,
     };
     let removed = Event {
         revision: 9,
@@ -604,4 +605,46 @@ fn history_prints_one_line_per_event() {
         (&json!("delete"), &Value::Null)
     );
     assert_eq!(rows[1]["prev"]["expires_at_ms"], json!(9_000));
+}
+
+#[test]
+fn watch_prints_reclaims_with_their_token() {
+    let reclaimed = |key: &[u8], kind| Event {
+        revision: 12,
+        key: key.to_vec(),
+        after: None,
+        before: None,
+        clock_ms: 8_000,
+        kind,
+    };
+    let events = [
+        reclaimed(b"leader", EventKind::LockReclaimed { token: 4 }),
+        reclaimed(b"pay\0order-1", EventKind::RecordReclaimed { token: 9 }),
+    ];
+    let lines = String::from_utf8(watch_rows(&events, Output::Text, true)).unwrap();
+    assert_eq!(
+        lines,
+        "12\tlock-reclaimed\tleader\t4\n12\trecord-reclaimed\tpay\torder-1\t9\n"
+    );
+    let json = String::from_utf8(watch_rows(&events, Output::Json, false)).unwrap();
+    let rows: Vec<Value> = json.lines().map(parsed).collect();
+    assert_eq!(
+        rows[0],
+        json!({"revision": 12, "key": "leader", "kind": "lock-reclaimed", "token": 4,
+               "clock_ms": 8_000})
+    );
+    assert_eq!(
+        (
+            &rows[1]["kind"],
+            &rows[1]["scope"],
+            &rows[1]["id"],
+            &rows[1]["token"]
+        ),
+        (
+            &json!("record-reclaimed"),
+            &json!("pay"),
+            &json!("order-1"),
+            &json!(9)
+        )
+    );
 }

@@ -49,8 +49,11 @@ pub struct WatchOptions {
     pub prev_kv: bool,
     /// Leave out puts (and increments).
     pub no_put: bool,
-    /// Leave out removals (deletes and expiries).
+    /// Leave out removals (deletes, expiries and reclaims).
     pub no_delete: bool,
+    /// Also deliver the reclaims of locks and idempotency records whose names lie in the
+    /// span (`Event::kind`).
+    pub reclaims: bool,
     /// Deliver a progress batch (no events) from a range after this long without one; None
     /// = never; 100 ms to 1 hour.
     pub progress_interval: Option<Duration>,
@@ -349,6 +352,7 @@ impl Watcher {
             prev_kv: self.options.prev_kv,
             no_put: self.options.no_put,
             no_delete: self.options.no_delete,
+            reclaims: self.options.reclaims,
             progress_interval_ms: self.progress_ms,
         }
     }

@@ -462,6 +462,7 @@ impl Kv for Service {
             }),
             prev_kv: None,
             clock_ms: HISTORY_CLOCK_MS,
+            ..v1::Event::default()
         };
         let response = v1::HistoryResponse {
             header: self.0.header(9, false),

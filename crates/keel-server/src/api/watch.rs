@@ -341,6 +341,7 @@ impl Watch {
         let events: Vec<_> = events
             .into_iter()
             .filter(|event| !(skip && event.revision.is_multiple_of(7)))
+            .filter(|event| request.reclaims || event.is_key())
             .filter(|event| match event.is_removal() {
                 true => !request.no_delete,
                 false => !request.no_put,

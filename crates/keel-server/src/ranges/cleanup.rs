@@ -2,7 +2,9 @@
 //! (never the meta range) looks for keys whose TTL has passed, client sessions idle longer
 //! than the dedup window, lock records that became free and idempotency records that expired,
 //! and proposes their removal through Raft in bounded batches. All of them are already hidden
-//! from reads; this only reclaims their space. Knows nothing of gRPC.
+//! from reads; this reclaims their space, and records their removals as events of the
+//! range's history (expired keys, free locks and expired records; not idle sessions). Knows
+//! nothing of gRPC.
 //!
 //! One read plans both commands and says when the range's next item falls due
 //! (`StateMachine::plan_upkeep`). A range whose applied index has not moved since is left

@@ -22,12 +22,12 @@
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
-use keel_types::{Event, EventCursor, KeyValue, Revision};
+use keel_types::{Event, EventCursor, EventKind, KeyValue, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::span::KeySpan;
-use crate::codec::{decode, encode};
+use crate::codec::{decode_body, encode, split_version};
 use crate::error::StorageError;
 
 /// Key (revision, user key) → the encoded `StoredEvent`.
@@ -64,11 +64,81 @@ impl StoredState {
     }
 }
 
+/// An event as format 8 stored it: a key's change.
 #[derive(Deserialize)]
-struct StoredEvent {
+struct StoredEventV8 {
     clock_ms: u64,
     before: Option<StoredState>,
     after: Option<StoredState>,
+}
+
+/// An event as stored from format 9 on: a key's change, or a lock or idempotency record a
+/// reclaim removed. `Key` is the first variant, so a key's event starts its body with a 0
+/// byte (`is_key_row`).
+#[derive(Deserialize)]
+enum StoredEvent {
+    Key {
+        clock_ms: u64,
+        before: Option<StoredState>,
+        after: Option<StoredState>,
+    },
+    LockReclaimed {
+        clock_ms: u64,
+        token: u64,
+    },
+    RecordReclaimed {
+        clock_ms: u64,
+        token: u64,
+    },
+}
+
+/// The postcard tag of `StoredEvent::Key`.
+const KEY_TAG: u8 = 0;
+
+impl StoredEvent {
+    /// Decodes a row of any format that has events.
+    fn decode(bytes: &[u8]) -> Result<StoredEvent, StorageError> {
+        let what = "history event";
+        let (version, body) = split_version(what, bytes)?;
+        if version <= 8 {
+            let StoredEventV8 {
+                clock_ms,
+                before,
+                after,
+            } = decode_body(what, body)?;
+            return Ok(StoredEvent::Key {
+                clock_ms,
+                before,
+                after,
+            });
+        }
+        decode_body(what, body)
+    }
+
+    fn clock_ms(&self) -> u64 {
+        match self {
+            StoredEvent::Key { clock_ms, .. }
+            | StoredEvent::LockReclaimed { clock_ms, .. }
+            | StoredEvent::RecordReclaimed { clock_ms, .. } => *clock_ms,
+        }
+    }
+
+    /// `event_bytes` of the event of `key`.
+    fn bytes(&self, key: &[u8]) -> u64 {
+        let value = |state: &Option<StoredState>| state.as_ref().map_or(0, |s| s.value.len());
+        match self {
+            StoredEvent::Key { before, after, .. } => bytes_of(key, value(before), value(after)),
+            StoredEvent::LockReclaimed { .. } | StoredEvent::RecordReclaimed { .. } => {
+                bytes_of(key, 0, 0)
+            }
+        }
+    }
+}
+
+/// Whether a row holds a key's event (not a reclaim), read from its first bytes alone.
+fn is_key_row(bytes: &[u8]) -> Result<bool, StorageError> {
+    let (version, body) = split_version("history event", bytes)?;
+    Ok(version <= 8 || body.first() == Some(&KEY_TAG))
 }
 
 /// `StoredState` as an apply writes it, borrowed from the key's row (the same encoding).
@@ -94,18 +164,20 @@ impl<'a> StateOf<'a> {
 
 /// `StoredEvent` as an apply writes it (the same encoding).
 #[derive(Serialize)]
-struct EventOf<'a> {
-    clock_ms: u64,
-    before: Option<StateOf<'a>>,
-    after: Option<StateOf<'a>>,
-}
-
-impl StoredEvent {
-    /// `event_bytes` of the event of `key`.
-    fn bytes(&self, key: &[u8]) -> u64 {
-        let value = |state: &Option<StoredState>| state.as_ref().map_or(0, |s| s.value.len());
-        bytes_of(key, value(&self.before), value(&self.after))
-    }
+enum EventOf<'a> {
+    Key {
+        clock_ms: u64,
+        before: Option<StateOf<'a>>,
+        after: Option<StateOf<'a>>,
+    },
+    LockReclaimed {
+        clock_ms: u64,
+        token: u64,
+    },
+    RecordReclaimed {
+        clock_ms: u64,
+        token: u64,
+    },
 }
 
 /// What an event adds to its range's history bytes: the key and the values before and after.
@@ -118,14 +190,27 @@ fn bytes_of(key: &[u8], before_len: usize, after_len: usize) -> u64 {
     (key.len() + before_len + after_len) as u64
 }
 
-/// One change of one key, as an apply records it.
+/// One change, as an apply records it.
 pub(crate) struct Change<'a> {
     pub revision: Revision,
     /// The range clock of the write.
     pub clock_ms: u64,
+    /// A key, or the name of what a reclaim removed.
     pub key: &'a [u8],
-    pub before: Option<&'a KeyValue>,
-    pub after: Option<&'a KeyValue>,
+    pub what: Changed<'a>,
+}
+
+/// What a `Change` changed.
+pub(crate) enum Changed<'a> {
+    /// The key, from state `before` to state `after` (`None`: absent).
+    Key {
+        before: Option<&'a KeyValue>,
+        after: Option<&'a KeyValue>,
+    },
+    /// A reclaim removed the lock `key` names, last granted with `token`.
+    LockReclaimed { token: u64 },
+    /// A reclaim removed the idempotency record of `key`, of `token`.
+    RecordReclaimed { token: u64 },
 }
 
 /// Records `change` as an event, counting its bytes into `bytes`.
@@ -138,18 +223,30 @@ pub(crate) fn record_event(
         revision,
         clock_ms,
         key,
-        before,
-        after,
+        what,
     } = change;
-    let event = EventOf {
-        clock_ms,
-        before: before.map(StateOf::of),
-        after: after.map(StateOf::of),
+    let (event, size) = match what {
+        Changed::Key { before, after } => {
+            let event = EventOf::Key {
+                clock_ms,
+                before: before.map(StateOf::of),
+                after: after.map(StateOf::of),
+            };
+            (event, event_bytes(key, before, after))
+        }
+        Changed::LockReclaimed { token } => (
+            EventOf::LockReclaimed { clock_ms, token },
+            event_bytes(key, None, None),
+        ),
+        Changed::RecordReclaimed { token } => (
+            EventOf::RecordReclaimed { clock_ms, token },
+            event_bytes(key, None, None),
+        ),
     };
     history
         .insert((revision, key), encode(&event).as_slice())
         .map_err(|e| StorageError::redb("write history", e))?;
-    *bytes += event_bytes(key, before, after);
+    *bytes += size;
     Ok(())
 }
 
@@ -157,17 +254,38 @@ pub(crate) fn record_event(
 /// the change as it was, expired or not (a read at a revision needs it); a write that met an
 /// expired row created the key anew, so its event shows no state before.
 fn decode_event(revision: Revision, key: &[u8], bytes: &[u8]) -> Result<Event, StorageError> {
-    let stored: StoredEvent = decode("history event", bytes)?;
-    let created_anew = |before: &StoredState| {
-        stored.after.is_some() && before.expires_at_ms.is_some_and(|at| at <= stored.clock_ms)
+    let reclaimed = |clock_ms, kind| Event {
+        revision,
+        key: key.to_vec(),
+        after: None,
+        before: None,
+        clock_ms,
+        kind,
     };
-    let before = stored.before.filter(|before| !created_anew(before));
+    let (clock_ms, before, after) = match StoredEvent::decode(bytes)? {
+        StoredEvent::Key {
+            clock_ms,
+            before,
+            after,
+        } => (clock_ms, before, after),
+        StoredEvent::LockReclaimed { clock_ms, token } => {
+            return Ok(reclaimed(clock_ms, EventKind::LockReclaimed { token }));
+        }
+        StoredEvent::RecordReclaimed { clock_ms, token } => {
+            return Ok(reclaimed(clock_ms, EventKind::RecordReclaimed { token }));
+        }
+    };
+    let created_anew = |before: &StoredState| {
+        after.is_some() && before.expires_at_ms.is_some_and(|at| at <= clock_ms)
+    };
+    let before = before.filter(|before| !created_anew(before));
     Ok(Event {
         revision,
         key: key.to_vec(),
-        after: stored.after.map(|state| state.into_kv(key)),
+        after: after.map(|state| state.into_kv(key)),
         before: before.map(|state| state.into_kv(key)),
-        clock_ms: stored.clock_ms,
+        clock_ms,
+        kind: EventKind::Key,
     })
 }
 
@@ -183,7 +301,8 @@ pub(crate) struct ChangedSince {
 
 /// The keys of `span` with an event in `revisions`, each with its first event's revision:
 /// at most `keys_max` keys, the smallest (`cut` says where the rest begin). `None` when the
-/// read would pass over more than `examined_max` rows (of any range).
+/// read would pass over more than `examined_max` rows (of any range). Reclaims change no
+/// key and are passed over.
 pub(crate) fn changed_since<H>(
     history: &H,
     span: &KeySpan,
@@ -201,10 +320,13 @@ where
         if examined == examined_max {
             return Ok(None);
         }
-        let (id, _) = row.map_err(|e| StorageError::redb("read history", e))?;
+        let (id, value) = row.map_err(|e| StorageError::redb("read history", e))?;
         let (revision, key) = id.value();
         let past_cut = changed.cut.as_deref().is_some_and(|cut| key >= cut);
         if !span.contains(key) || past_cut || changed.first.contains_key(key) {
+            continue;
+        }
+        if !is_key_row(value.value())? {
             continue;
         }
         changed.first.insert(key.to_vec(), revision);
@@ -231,8 +353,13 @@ where
             what: "history event",
             detail: format!("no event at revision {revision} that a read found"),
         })?;
-    let stored: StoredEvent = decode("history event", row.value())?;
-    Ok(stored.before.map(|state| state.into_kv(key)))
+    match StoredEvent::decode(row.value())? {
+        StoredEvent::Key { before, .. } => Ok(before.map(|state| state.into_kv(key))),
+        _ => Err(StorageError::Corrupt {
+            what: "history event",
+            detail: format!("the event at revision {revision} that a read found is a reclaim"),
+        }),
+    }
 }
 
 /// How much one read of events may take.
@@ -306,7 +433,8 @@ pub(crate) struct KeyEvents {
 }
 
 /// Events of `key` with a revision in `revisions`, oldest first (`span_events` over the key
-/// alone), so a page may come back short, even empty, with a `next` revision to go on from.
+/// alone, reclaims of a lock or record of the same name left out), so a page may come back
+/// short, even empty, with a `next` revision to go on from.
 pub(crate) fn key_events<H>(
     history: &H,
     key: &[u8],
@@ -329,10 +457,9 @@ where
         true => cursor.revision + 1,
         false => cursor.revision,
     });
-    Ok(KeyEvents {
-        events: read.events,
-        next,
-    })
+    let mut events = read.events;
+    events.retain(Event::is_key);
+    Ok(KeyEvents { events, next })
 }
 
 /// The bytes of the events of `span` with a revision in `revisions` (rows of other ranges
@@ -353,8 +480,7 @@ where
         let (id, value) = row.map_err(|e| StorageError::redb("count history", e))?;
         let key = id.value().1;
         if span.contains(key) {
-            let stored: StoredEvent = decode("history event", value.value())?;
-            bytes += stored.bytes(key);
+            bytes += StoredEvent::decode(value.value())?.bytes(key);
         }
     }
     Ok(bytes)
@@ -446,13 +572,13 @@ pub(crate) fn compact(
         if !span.contains(key) {
             continue;
         }
-        let stored: StoredEvent = decode("history event", value.value())?;
+        let stored = StoredEvent::decode(value.value())?;
         if revision > floor {
             // A revision not yet begun goes whole if the retention lets its first event go.
-            let old = stored.clock_ms < retention.before_ms;
+            let old = stored.clock_ms() < retention.before_ms;
             if !old && pending_bytes <= retention.max_bytes {
                 step = CompactStep::Kept {
-                    clock_ms: stored.clock_ms,
+                    clock_ms: stored.clock_ms(),
                 };
                 break;
             }

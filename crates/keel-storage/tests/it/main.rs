@@ -9,6 +9,7 @@ mod fixture_v5;
 mod fixture_v6;
 mod fixture_v7;
 mod fixture_v8;
+mod fixture_v9;
 mod group_commit;
 mod poison;
 mod restart;

@@ -4,12 +4,13 @@
 use keel_types::coordination::idempotency_key;
 use keel_types::{
     Acquirer, BatchOp, Command, CommandOutcome, Condition, Coordination, CoordinationCounts,
-    CoordinationOp, CoordinationResult, ExpiredRecord, Fence, IdempotencyRecord, LockHold,
-    Mutation, RangeId, Reclaim, Rejection, RequestId, Revision, Split,
+    CoordinationOp, CoordinationResult, EventCursor, EventKind, ExpiredRecord, Fence,
+    IdempotencyRecord, LockHold, Mutation, RangeId, Reclaim, Rejection, RequestId, Revision, Split,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 use super::exactly_once::Applier;
+use super::history::{page_from, revisions as key_revisions};
 use super::{delete, mutate, open, put};
 use crate::state_machine::StateMachine;
 
@@ -509,6 +510,8 @@ async fn stored_locks_fences_and_records_count_their_bytes() {
 async fn reclaim_removes_only_free_locks_and_expired_records() {
     let (_dir, store) = open();
     let mut applier = Applier::new(&store);
+    // A key of the same name as a lock: a reclaim of the lock is not the key's event.
+    applier.apply(mutate(vec![put("free", "v", None)])).await;
     for op in [
         acquire("free", "a", 100, 0),
         acquire("delayed", "a", 100, 5_000),
@@ -538,11 +541,35 @@ async fn reclaim_removes_only_free_locks_and_expired_records() {
         applier.apply(Command::Reclaim(reclaim)).await,
         CommandOutcome::Internal
     );
-    assert_eq!(
-        applier.revision().await,
-        revision,
-        "reclaim uses no revision"
+    // The lock it removed is an event of one revision, the record of the next.
+    assert_eq!(applier.revision().await, revision + 2);
+    let page = page_from(&applier.sm(), EventCursor::at(revision + 1), 10).await;
+    let reclaimed: Vec<(Revision, &[u8], EventKind)> = page
+        .page
+        .events
+        .iter()
+        .map(|event| (event.revision, event.key.as_slice(), event.kind))
+        .collect();
+    let expected: Vec<(Revision, &[u8], EventKind)> = vec![
+        (revision + 1, b"free", EventKind::LockReclaimed { token: 2 }),
+        (
+            revision + 2,
+            b"r-expired",
+            EventKind::RecordReclaimed { token: 6 },
+        ),
+    ];
+    assert_eq!(reclaimed, expected);
+    assert!(
+        page.page
+            .events
+            .iter()
+            .all(|e| e.after.is_none() && e.before.is_none())
     );
+    // The key "free" keeps its own history and its state before the reclaim.
+    let sm = applier.sm();
+    assert_eq!(key_revisions(&sm, "free").await, vec![1]);
+    let before = sm.read_key_at(b"free", revision).await.unwrap();
+    assert_eq!(before.unwrap().map(|kv| kv.value), Some(b"v".to_vec()));
     let expected = CoordinationCounts {
         locks: 3,
         fenced_keys: 0,
@@ -556,6 +583,13 @@ async fn reclaim_removes_only_free_locks_and_expired_records() {
         later.locks,
         vec![due("retaken", 2_100), due("delayed", 6_100)]
     );
+    // A reclaim of a format-8 log removes as it did, at no revision and with no event.
+    let revision = applier.revision().await;
+    applier.apply(Command::ReclaimUnrecorded(later)).await;
+    assert_eq!(applier.revision().await, revision);
+    assert_eq!(counts(&applier).await.locks, 1);
+    let page = page_from(&applier.sm(), EventCursor::at(revision + 1), 10).await;
+    assert!(page.page.events.is_empty());
 }
 
 #[tokio::test]

@@ -4,8 +4,8 @@
 //! starts the replica's history at the snapshot.
 
 use keel_types::{
-    Cleanup, Command, CommandOutcome, Condition, Event, EventCursor, ExpiredKey, KeyHistory,
-    KeyValue, RangeId, Revision, Split,
+    Cleanup, Command, CommandOutcome, Condition, Event, EventCursor, EventKind, ExpiredKey,
+    KeyHistory, KeyValue, RangeId, Revision, Split,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
@@ -28,6 +28,7 @@ fn event(
         after,
         before,
         clock_ms,
+        kind: EventKind::Key,
     }
 }
 
@@ -39,7 +40,7 @@ async fn history(sm: &StateMachine, key: &str, from: Revision, limit: u32) -> Ke
 }
 
 /// The revisions of `key`'s events from the oldest kept.
-async fn revisions(sm: &StateMachine, key: &str) -> Vec<Revision> {
+pub(super) async fn revisions(sm: &StateMachine, key: &str) -> Vec<Revision> {
     let page = history(sm, key, 0, 0).await;
     page.events.iter().map(|event| event.revision).collect()
 }
@@ -339,7 +340,11 @@ async fn range_read(sm: &StateMachine, from: EventCursor, limit: usize) -> Range
     sm.range_events(from, (limit, u64::MAX)).await.unwrap()
 }
 
-async fn page_from(sm: &StateMachine, from: EventCursor, limit: usize) -> RangeEventsPage {
+pub(super) async fn page_from(
+    sm: &StateMachine,
+    from: EventCursor,
+    limit: usize,
+) -> RangeEventsPage {
     match range_read(sm, from, limit).await {
         RangeRead::Events(page) => page,
         other => panic!("expected events, got {other:?}"),
