@@ -16,7 +16,7 @@
 //! | `fences`      | user key (format 3)                   | `Fence`: the lock and highest token accepted |
 //! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
 //! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3) | empty |
-//! | `history`     | revision (u64) + user key (format 8)   | the event: range clock, the key's state before and after |
+//! | `history`     | revision (u64) + user key (format 8), or a lock name or idempotency key (format 9) | the event: range clock, the key's state before and after; or (format 9) the reclaim of that lock or record, with its token |
 //! | `meta`        | kind (u8) + range or node id (u64 BE) (format 4) | `RangeDescriptor` / `NodeDescriptor` / next range id (kind 3, id 0) |
 //!
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
