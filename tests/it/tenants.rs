@@ -13,7 +13,7 @@ use keel_server::Access;
 use keel_types::tenant::{Namespace, TenantName};
 use keel_types::{Consistency, KvError, ReadBound};
 
-use crate::harness::{Cluster, WAIT_LIMIT, with_bearer};
+use crate::harness::{Cluster, WAIT_LIMIT, eventually, with_bearer};
 
 const ADMIN: &str = "admin-token-0123456789";
 const ACME: &str = "acme-token-0123456789";
@@ -47,6 +47,29 @@ max_keys = 5
 
 async fn start() -> Cluster {
     Cluster::start_authenticated(3, Access::parse(TOKENS).unwrap(), ADMIN).await
+}
+
+/// Waits until the namespace of each tenant named is a range of its own.
+async fn ranges_of_their_own(cluster: &Cluster, tenants: &[&str]) {
+    let admin = cluster.client();
+    let namespaces: Vec<Namespace> = tenants
+        .iter()
+        .map(|name| Namespace::of(&TenantName::new(name).unwrap()))
+        .collect();
+    eventually("the namespaces split off", || {
+        let (admin, namespaces) = (admin.clone(), namespaces.clone());
+        async move {
+            let ranges = admin.ranges().await.ok()?;
+            let whole = |namespace: &Namespace| {
+                ranges.iter().any(|info| {
+                    info.descriptor.start == namespace.start()
+                        && info.descriptor.end() == Some(namespace.end())
+                })
+            };
+            namespaces.iter().all(whole).then_some(())
+        }
+    })
+    .await;
 }
 
 fn client_as(cluster: &Cluster, token: Option<&str>) -> Client {
@@ -271,6 +294,8 @@ async fn a_tenants_reads_at_a_revision_see_its_own_keys_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenants_watch_of_everything_streams_its_own_keys_only() {
     let cluster = start().await;
+    // A raw stream ends at a split: let the split driver cut both namespaces off first.
+    ranges_of_their_own(&cluster, &["acme", "globex"]).await;
     let (acme, globex) = (
         client_as(&cluster, Some(ACME)),
         client_as(&cluster, Some(GLOBEX)),
@@ -337,6 +362,32 @@ async fn a_tenants_watch_of_everything_streams_its_own_keys_only() {
         }
         assert_eq!(keys, expected);
     }
+    cluster.shutdown().await;
+}
+
+/// A tenant that learns another tenant's watch id cannot ask that stream for anything: it
+/// gets the answer an unknown id gets, and the owner's stream sends only what its owner asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_may_not_ask_another_tenants_watch_for_progress() {
+    let cluster = start().await;
+    ranges_of_their_own(&cluster, &["acme"]).await;
+    let mut kv = KvClient::new(cluster.tls_channel(cluster.leader().await).await);
+    let request = with_token(v1::WatchRequest::default());
+    let mut stream = kv.watch(request).await.unwrap().into_inner();
+    let started = stream.message().await.unwrap().unwrap().started.unwrap();
+    let ask = |token| {
+        let request = v1::WatchProgressRequest {
+            watch_id: started.watch_id,
+        };
+        with_bearer(token, request)
+    };
+    for intruder in [GLOBEX, ADMIN] {
+        let refused = kv.watch_progress(ask(intruder)).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{intruder}");
+    }
+    kv.watch_progress(ask(ACME)).await.unwrap();
+    let progress = stream.message().await.unwrap().unwrap();
+    assert!(progress.requested && progress.events.is_empty());
     cluster.shutdown().await;
 }
 

@@ -660,3 +660,66 @@ async fn a_watch_that_asks_for_reclaims_sees_locks_and_records_go() {
     );
     cluster.shutdown().await;
 }
+
+/// Progress on request: a raw stream asked by its id sends a progress message marked
+/// requested; an unknown id is refused; keel-client's watch asks each range's stream and
+/// delivers their progress batches although it asked for no periodic progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_sends_progress_when_asked() {
+    let cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let written = client
+        .put(b"p/a", b"1", PutOptions::default())
+        .await
+        .unwrap();
+    let node = cluster.leader().await;
+    let mut kv = cluster.kv(node).await;
+    let mut stream = kv.watch(span(b"p/", b"p0", 0)).await.unwrap().into_inner();
+    let started = next(&mut stream).await.unwrap().started.unwrap();
+    assert_ne!(started.watch_id, 0);
+    let ask = |watch_id| v1::WatchProgressRequest { watch_id };
+    kv.watch_progress(ask(started.watch_id)).await.unwrap();
+    let progress = next(&mut stream).await.unwrap();
+    assert!(progress.requested && progress.events.is_empty());
+    assert_eq!(progress.complete_revision, written.revision);
+    let unknown = kv
+        .watch_progress(ask(started.watch_id ^ 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        status::kv_error(&unknown),
+        Some(KvError::InvalidArgument { .. })
+    ));
+
+    // keel-client: a span of two ranges, no periodic progress; one batch per range, asked.
+    client.split(b"p/m").await.unwrap();
+    let mut watch = client
+        .watch(b"p/", b"p0", WatchOptions::default())
+        .await
+        .unwrap();
+    client
+        .put(b"p/z", b"1", PutOptions::default())
+        .await
+        .unwrap();
+    let mut progress = std::collections::BTreeSet::new();
+    let mut asked = 0;
+    // Bounded: 150 rounds of at most 200 ms.
+    for _ in 0..150 {
+        if progress.len() == 2 {
+            break;
+        }
+        if asked < 2 {
+            // A part's stream may still be opening: ask until both were.
+            asked = watch.request_progress().await;
+        }
+        let wait = Duration::from_millis(200);
+        if let Ok(batch) = tokio::time::timeout(wait, watch.next()).await {
+            let batch = batch.unwrap().unwrap();
+            if batch.events.is_empty() {
+                progress.insert(batch.range_id);
+            }
+        }
+    }
+    assert_eq!(progress.len(), 2, "a progress batch from each range");
+    cluster.shutdown().await;
+}

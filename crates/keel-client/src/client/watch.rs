@@ -7,8 +7,10 @@
 //! history, so the cursor carries over). Every event is delivered once, and a key's events in
 //! order: a key belongs to one part at a time, and a part never goes back behind its cursor.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use keel_proto::v1;
@@ -77,9 +79,51 @@ pub struct WatchBatch {
 /// A running watch; dropping it stops its streams.
 pub struct Watch {
     batches: mpsc::Receiver<Result<WatchBatch, KvError>>,
+    streams: OpenStreams,
+}
+
+/// The streams of a watch open now, by serving node and stream id, each with the client of
+/// its node (for `Kv.WatchProgress`).
+type OpenStreams = Arc<Mutex<HashMap<(NodeId, u64), KvClient<Transport>>>>;
+
+/// A part's stream in `OpenStreams` while the part follows it.
+struct Listed {
+    streams: OpenStreams,
+    key: (NodeId, u64),
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        lock(&self.streams).remove(&self.key);
+    }
+}
+
+fn lock(streams: &OpenStreams) -> MutexGuard<'_, HashMap<(NodeId, u64), KvClient<Transport>>> {
+    streams.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Watch {
+    /// Asks every stream open now for a progress message: each sends a batch (no events,
+    /// its part's `complete_revision`) after what it has sent, whatever
+    /// `WatchOptions::progress_interval` says. A part whose stream is reopening at the call
+    /// (after a split, a move or a lost connection) is not asked; its next batch says how
+    /// far it is complete. Returns how many streams were asked.
+    pub async fn request_progress(&self) -> usize {
+        let streams: Vec<_> = lock(&self.streams)
+            .iter()
+            .map(|(&(_, watch_id), kv)| (watch_id, kv.clone()))
+            .collect();
+        let mut asked = 0;
+        for (watch_id, mut kv) in streams {
+            // A stream that ended meanwhile is reopening: nothing to ask.
+            let request = v1::WatchProgressRequest { watch_id };
+            if kv.watch_progress(request).await.is_ok() {
+                asked += 1;
+            }
+        }
+        asked
+    }
+
     /// The next batch; an error ends the watch: `Compacted` (events from where a part stood
     /// are gone from every replica of its range: read the current state and watch again
     /// from its revision), or what made the span unwatchable (such as `PermissionDenied`).
@@ -98,10 +142,11 @@ struct Part {
     cursor: Option<EventCursor>,
 }
 
-/// A stream opened and its first message read.
+/// A stream opened and its first message read, with the client of the node serving it.
 struct Opened {
     started: v1::WatchStarted,
     stream: Streaming<v1::WatchResponse>,
+    kv: KvClient<Transport>,
 }
 
 impl Served for Opened {
@@ -164,14 +209,16 @@ impl Client {
             end: end.to_vec(),
             cursor: (options.start_revision != 0).then(|| EventCursor::at(options.start_revision)),
         };
+        let streams = OpenStreams::default();
         let watcher = Watcher {
             client: self.clone(),
             options,
             progress_ms,
             sender,
+            streams: streams.clone(),
         };
         tokio::spawn(watcher.run(part));
-        Ok(Watch { batches })
+        Ok(Watch { batches, streams })
     }
 
     /// Opens `request`'s stream on a replica of the range holding its start, as a follower
@@ -229,7 +276,11 @@ async fn open(
     let mut stream = kv.watch(request).await?.into_inner();
     let first = stream.message().await?;
     match first.and_then(|first| first.started) {
-        Some(started) => Ok(tonic::Response::new(Opened { started, stream })),
+        Some(started) => Ok(tonic::Response::new(Opened {
+            started,
+            stream,
+            kv,
+        })),
         None => Err(tonic::Status::internal(
             "a watch stream whose first message does not say what it covers",
         )),
@@ -243,6 +294,7 @@ struct Watcher {
     options: WatchOptions,
     progress_ms: u64,
     sender: mpsc::Sender<Result<WatchBatch, KvError>>,
+    streams: OpenStreams,
 }
 
 impl Watcher {
@@ -368,7 +420,14 @@ impl Watcher {
         let Opened {
             started,
             mut stream,
+            kv,
         } = opened;
+        let key = (started.served_by, started.watch_id);
+        lock(&self.streams).insert(key, kv);
+        let _listed = Listed {
+            streams: self.streams.clone(),
+            key,
+        };
         let cursor = part
             .cursor
             .get_or_insert_with(|| EventCursor::at(started.start_revision));
@@ -424,7 +483,8 @@ impl Watcher {
                 events,
                 complete_revision: complete,
             };
-            if batch.events.is_empty() && self.options.progress_interval.is_none() {
+            let progress_asked = message.requested || self.options.progress_interval.is_some();
+            if batch.events.is_empty() && !progress_asked {
                 continue;
             }
             if self.sender.send(Ok(batch)).await.is_err() {

@@ -484,6 +484,13 @@ impl Kv for Service {
         Err(Status::unimplemented("the fake serves no watch"))
     }
 
+    async fn watch_progress(
+        &self,
+        _request: Request<v1::WatchProgressRequest>,
+    ) -> Result<Response<v1::WatchProgressResponse>, Status> {
+        Err(Status::unimplemented("the fake serves no watch"))
+    }
+
     async fn put(
         &self,
         request: Request<v1::PutRequest>,

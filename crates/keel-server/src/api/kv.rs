@@ -17,7 +17,7 @@ use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
     GetResponse, HistoryRequest, HistoryResponse, IncrementRequest, IncrementResponse,
     OpenSessionRequest, OpenSessionResponse, PutRequest, PutResponse, ResponseHeader, ScanRequest,
-    ScanResponse, WatchRequest,
+    ScanResponse, WatchProgressRequest, WatchProgressResponse, WatchRequest,
 };
 use keel_raft::RaftGroup;
 use keel_storage::{HistoryRead, KeyRead, Unreadable};
@@ -459,13 +459,31 @@ impl Kv for KvService {
         let caller = self.shared.admit(&request, Call::Read)?;
         let request = caller.confine(request.into_inner());
         let router = self.router.clone();
-        let stream = match watch::open(self.shared.clone(), request).await {
+        let namespace = caller.namespace().cloned();
+        let stream = match watch::open(self.shared.clone(), request, namespace).await {
             Ok(stream) => stream,
             Err(error) => return Err(caller.reveal_status(router.status(&error))),
         };
         let stream = stream
             .map(move |sent| caller.reveal_message(sent.map_err(|error| router.status(&error))));
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    /// Served here, never forwarded: the stream lives on this node.
+    async fn watch_progress(
+        &self,
+        request: Request<WatchProgressRequest>,
+    ) -> Result<Response<WatchProgressResponse>, Status> {
+        let caller = self.shared.admit(&request, Call::Read)?;
+        let id = request.get_ref().watch_id;
+        let asked = self
+            .shared
+            .watch_ids
+            .ask(id, caller.namespace(), self.shared.node_id);
+        match asked {
+            Ok(()) => Ok(Response::new(WatchProgressResponse {})),
+            Err(error) => Err(caller.reveal_status(self.router.status(&error))),
+        }
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {

@@ -24,6 +24,7 @@ use keel_types::limits::{
     WATCHES_PER_NODE_MAX,
 };
 use keel_types::planted::{self, PlantedBug};
+use keel_types::tenant::Namespace;
 use keel_types::validate::{WatchChecked, check_watch};
 use keel_types::{Event, EventCursor, KvError, NodeId, RangeDescriptor, Revision};
 use tokio::sync::mpsc;
@@ -35,6 +36,7 @@ use crate::metrics::{WatchEnd, WatchSlot};
 use crate::ranges::lookup;
 use crate::shared::Shared;
 use crate::shared::watch_pages::{PageRead, RangePages};
+use crate::shared::watch_progress::WatchId;
 
 /// How often a waiting stream checks that its replica still hears from the rest of its
 /// group (`Watch::cut_off`), and how long past a missed ping the others must be silent.
@@ -58,15 +60,18 @@ struct Watch {
     checked: WatchChecked,
     /// The range's last page of events, shared with its other streams on this node.
     pages: Arc<RangePages>,
+    /// The stream's id, and the progress asked of it (`Kv.WatchProgress`).
+    id: WatchId,
     _slot: WatchSlot,
 }
 
-/// Opens a watch on this node's replica of the range holding `request.start`: a task sends
-/// its messages until the stream ends (with the error it ends with, if any), and the
-/// returned stream yields them as they come.
+/// Opens a watch on this node's replica of the range holding `request.start` for a caller of
+/// `namespace`: a task sends its messages until the stream ends (with the error it ends
+/// with, if any), and the returned stream yields them as they come.
 pub(crate) async fn open(
     shared: Arc<Shared>,
     request: WatchRequest,
+    namespace: Option<Namespace>,
 ) -> Result<impl Stream<Item = Sent> + Send + 'static, KvError> {
     let checked = check_watch(
         &request.start,
@@ -108,6 +113,7 @@ pub(crate) async fn open(
             key: request.resume_key.clone(),
         },
     };
+    let id = shared.watch_ids.register(namespace);
     let started = WatchResponse {
         started: Some(WatchStarted {
             range_id: range.id.0,
@@ -115,6 +121,7 @@ pub(crate) async fn open(
             start: start.clone(),
             end: end.clone(),
             start_revision: from.revision,
+            watch_id: id.id,
         }),
         complete_revision: from.revision - 1,
         ..WatchResponse::default()
@@ -128,6 +135,7 @@ pub(crate) async fn open(
         end,
         request,
         checked,
+        id,
         _slot: slot,
     };
     tokio::spawn(async move {
@@ -220,9 +228,10 @@ impl Watch {
                         return WatchEnd::Unavailable;
                     }
                 }
-                () = sleep_until(progress_due) => {
+                requested = progress_asked(progress_due, &self.id) => {
                     let message = WatchResponse {
                         complete_revision: from.revision - 1,
+                        requested,
                         ..WatchResponse::default()
                     };
                     if sender.send(Ok(message)).await.is_err() {
@@ -355,17 +364,25 @@ impl Watch {
             .collect();
         let last = events.last()?.revision;
         Some(WatchResponse {
-            started: None,
             fragment: last == next.revision,
             complete_revision: complete,
             events,
+            ..WatchResponse::default()
         })
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// Completes when a progress message is due: at `due` (false), or when progress is asked
+/// of the stream (true).
+async fn progress_asked(due: Option<Instant>, id: &WatchId) -> bool {
+    let due = async {
+        match due {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = due => false,
+        () = id.asked() => true,
     }
 }

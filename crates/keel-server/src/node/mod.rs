@@ -168,6 +168,7 @@ impl Node {
             events: Default::default(),
             lock_waiters: Default::default(),
             watch_pages: Default::default(),
+            watch_ids: Default::default(),
             access: config.access.clone(),
             tls: config.tls.clone(),
         });

@@ -18,6 +18,7 @@ pub(crate) mod published;
 pub(crate) mod range_tables;
 pub(crate) mod split_thresholds;
 pub(crate) mod watch_pages;
+pub(crate) mod watch_progress;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use crate::shared::published::Published;
 use crate::shared::range_tables::RangeTables;
 use crate::shared::split_thresholds::SplitThresholds;
 use crate::shared::watch_pages::WatchPages;
+use crate::shared::watch_progress::WatchIds;
 use crate::status::{kv_error, to_status};
 
 pub(crate) struct Shared {
@@ -98,6 +100,8 @@ pub(crate) struct Shared {
     pub lock_waiters: LockWaiters,
     /// The last page of events of each range with a watch stream open on this node.
     pub watch_pages: WatchPages,
+    /// The watch streams open on this node by id, for `Kv.WatchProgress`.
+    pub watch_ids: WatchIds,
     /// The tokens of `--auth-tokens`; `None` while authentication is off.
     pub access: Option<Arc<Access>>,
     /// The node's certificate, key and cluster CA when TLS is on: the server accepts TLS
