@@ -723,3 +723,42 @@ async fn a_watch_sends_progress_when_asked() {
     assert_eq!(progress.len(), 2, "a progress batch from each range");
     cluster.shutdown().await;
 }
+
+/// Enough streams of one range on one node that they linger after each apply
+/// (`limits::WATCH_LINGER_PER_STREAM_US`): every stream still sends every event once, in
+/// order, while the writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_of_a_range_each_send_every_event_once() {
+    const STREAMS: usize = 40;
+    let cluster = Cluster::start_with(3, quick_timings()).await;
+    let client = cluster.client();
+    let first = client
+        .put(b"m/0", b"0", PutOptions::default())
+        .await
+        .unwrap();
+    let mut kv = cluster.kv(cluster.leader().await).await;
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let request = span(b"m/", b"m0", first.revision);
+        let mut stream = kv.watch(request).await.unwrap().into_inner();
+        next(&mut stream).await.unwrap().started.unwrap();
+        streams.push(stream);
+    }
+    let mut expected = vec![owned(first.revision, "m/0", Some("0"), None)];
+    for i in 1..=30u32 {
+        let (key, value) = (format!("m/{}", i % 4), i.to_string());
+        let before = expected
+            .iter()
+            .rev()
+            .find(|seen| seen.1 == key)
+            .and_then(|seen| seen.2.clone());
+        let put = client.put(key.as_bytes(), value.as_bytes(), PutOptions::default());
+        let revision = put.await.unwrap().revision;
+        expected.push((revision, key, Some(value), before));
+    }
+    let last = expected.last().unwrap().0;
+    for stream in &mut streams {
+        assert_eq!(events_through(stream, last).await.unwrap(), expected);
+    }
+    cluster.shutdown().await;
+}

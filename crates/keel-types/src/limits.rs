@@ -98,6 +98,13 @@ pub const WATCH_MESSAGE_EVENTS_MAX: usize = 1_000;
 /// Messages a watch stream holds ready for a slow reader; past them the stream reads no
 /// more history until the reader takes one (it never holds events in memory beyond these).
 pub const WATCH_STREAM_MESSAGES_BUFFERED: usize = 2;
+/// How long a range's watch streams on one node that are caught up wait after an apply before
+/// they read the next page, per stream (`shared::watch_pages`), at most
+/// `WATCH_LINGER_MAX_MS`; none when it comes to less than a millisecond (fewer than 34
+/// streams). The wait lets more applies into one message for each stream: at 1,000 watchers
+/// a message per apply per stream is the servers' main cost (docs/BENCHMARKS.md).
+pub const WATCH_LINGER_PER_STREAM_US: u64 = 30;
+pub const WATCH_LINGER_MAX_MS: u64 = 10;
 /// Shortest and longest pause between a watch's progress messages.
 pub const WATCH_PROGRESS_MS_MIN: u64 = 100;
 pub const WATCH_PROGRESS_MS_MAX: u64 = 60 * 60 * 1000;

@@ -289,7 +289,12 @@ impl Watch {
     /// which the range's other streams at the same cursor share.
     async fn read(&self, from: &EventCursor, seen: u64) -> Result<(Vec<Event>, Step), KvError> {
         let bounds = (WATCH_MESSAGE_EVENTS_MAX, WATCH_MESSAGE_BYTES_MAX as u64);
-        let read = self.pages.read(&self.group, from, seen, bounds).await;
+        // The range's streams on this node (each holds the pages once).
+        let streams = Arc::strong_count(&self.pages);
+        let read = self
+            .pages
+            .read(&self.group, (from, seen), bounds, streams)
+            .await;
         let page = match read {
             Ok(PageRead::Page { page, read }) => {
                 if read {

@@ -3,13 +3,19 @@
 //! after each apply) take one read of the range's whole span between them, each keeping its
 //! own part, instead of a read each. A range keeps its last page while a stream of it is
 //! open; a stream that finds the page read from another cursor, or before an apply it knows
-//! of, reads a new one. Knows nothing of gRPC or of the streams' filters.
+//! of, reads a new one. When it reads the page that follows the last one (the streams are
+//! caught up and an apply woke them) it first lingers in proportion to the range's streams
+//! (`linger`), so that each of them sends one message for several applies instead of one
+//! per apply. Knows nothing of gRPC or of the streams' filters.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use std::time::Duration;
+
 use keel_raft::RaftGroup;
 use keel_storage::{RangeEventsPage, RangeRead, StorageError};
+use keel_types::limits::{WATCH_LINGER_MAX_MS, WATCH_LINGER_PER_STREAM_US};
 use keel_types::{EventCursor, RangeId};
 
 /// Every range's `RangePages` that some stream holds.
@@ -54,23 +60,29 @@ impl RangePages {
     /// The range's events from `from` on, within `bounds` (`StateMachine::range_events`),
     /// read by `group` after it applied log index `seen`: the last page when it was read
     /// from `from` with that apply in it, else a new read (which becomes the last page).
-    /// One read at a time per range: the streams that wait for it take its page.
+    /// One read at a time per range: the streams that wait for it take its page. A read of
+    /// the page right after the last complete one first waits `linger(streams)`, `streams`
+    /// being how many streams of the range are open on this node.
     pub async fn read(
         &self,
         group: &RaftGroup,
-        from: &EventCursor,
-        seen: u64,
+        (from, seen): (&EventCursor, u64),
         bounds: (usize, u64),
+        streams: usize,
     ) -> Result<PageRead, StorageError> {
         let mut last = self.last.lock().await;
-        if let Some((cursor, page)) = last.as_ref()
-            && cursor == from
-            && page.applied_index >= seen
-        {
-            return Ok(PageRead::Page {
-                page: page.clone(),
-                read: false,
-            });
+        if let Some((cursor, page)) = last.as_ref() {
+            if cursor == from && page.applied_index >= seen {
+                return Ok(PageRead::Page {
+                    page: page.clone(),
+                    read: false,
+                });
+            }
+            let follows =
+                page.page.next.is_none() && *from == EventCursor::at(page.page.revision + 1);
+            if let Some(wait) = linger(streams).filter(|_| follows) {
+                tokio::time::sleep(wait).await;
+            }
         }
         match group
             .state_machine()
@@ -86,5 +98,28 @@ impl RangePages {
                 Ok(PageRead::Compacted { compact_revision })
             }
         }
+    }
+}
+
+/// How long caught-up streams of a range linger after an apply, when `streams` of them are
+/// open on this node: `WATCH_LINGER_PER_STREAM_US` each, at most `WATCH_LINGER_MAX_MS`; none
+/// under a millisecond (the timer's grain).
+fn linger(streams: usize) -> Option<Duration> {
+    let wait = Duration::from_micros(WATCH_LINGER_PER_STREAM_US.saturating_mul(streams as u64))
+        .min(Duration::from_millis(WATCH_LINGER_MAX_MS));
+    (wait >= Duration::from_millis(1)).then_some(wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lingering_grows_with_the_streams_from_a_millisecond_up_to_its_bound() {
+        assert_eq!(linger(1), None);
+        assert_eq!(linger(33), None);
+        assert_eq!(linger(34), Some(Duration::from_micros(1_020)));
+        assert_eq!(linger(100), Some(Duration::from_millis(3)));
+        assert_eq!(linger(1_000), Some(Duration::from_millis(10)));
     }
 }
