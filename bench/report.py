@@ -749,41 +749,48 @@ twice, its puts routed by keel-client (keel) and spread over the nodes (keel-spr
 watches go through keel-client both times (any replica serves a watch). Server CPU: the
 three servers' user and system time over the keel-bench run, per second of it.
 
-Run of 2026-12-05 on `a5b6c07` (etcd 3.4.23; 3 repeats of 10 s after 2 s of warm-up,
+Run of 2026-12-05 on `777f70b` (etcd 3.4.23; 3 repeats of 10 s after 2 s of warm-up,
 medians; 256-byte values, 10k keys; 0 put errors and 0 watch errors in every run):
 
 | system | watchers | put ops/s | of none | events/s | put→event p50 | p99 | server CPU |
 |---|---:|---:|---:|---:|---:|---:|---:|
-| keel | 0 | 3,140 | 1.00 | | | | 1.38 |
-| keel | 1 | 3,102 | 0.99 | 3,102 | 5.6 ms | 10.9 ms | 1.40 |
-| keel | 100 | 1,911 | 0.61 | 190,971 | 10.8 ms | 21.0 ms | 1.41 |
-| keel | 1,000 | 467 | 0.15 | 467,304 | 51.6 ms | 119.5 ms | 1.25 |
-| keel-spread | 0 | 3,448 | 1.00 | | | | 1.42 |
-| keel-spread | 1 | 3,270 | 0.95 | 3,270 | 5.0 ms | 10.4 ms | 1.42 |
-| keel-spread | 100 | 2,037 | 0.59 | 203,783 | 9.7 ms | 19.2 ms | 1.43 |
-| keel-spread | 1,000 | 452 | 0.13 | 452,855 | 49.9 ms | 117.4 ms | 1.25 |
-| etcd | 0 | 4,086 | 1.00 | | | | 1.42 |
-| etcd | 1 | 3,840 | 0.94 | 3,841 | 4.2 ms | 9.6 ms | 1.39 |
-| etcd | 100 | 2,056 | 0.50 | 205,579 | 7.3 ms | 17.7 ms | 1.40 |
-| etcd | 1,000 | 308 | 0.08 | 309,062 | 57.7 ms | 130.6 ms | 1.33 |
+| keel | 0 | 3,440 | 1.00 | | | | 1.37 |
+| keel | 1 | 2,981 | 0.87 | 2,981 | 5.8 ms | 11.0 ms | 1.40 |
+| keel | 100 | 2,324 | 0.68 | 232,482 | 9.7 ms | 19.0 ms | 1.40 |
+| keel | 1,000 | 727 | 0.21 | 726,129 | 42.1 ms | 86.6 ms | 1.14 |
+| keel-spread | 0 | 3,475 | 1.00 | | | | 1.42 |
+| keel-spread | 1 | 3,387 | 0.97 | 3,389 | 4.8 ms | 10.2 ms | 1.43 |
+| keel-spread | 100 | 2,264 | 0.65 | 226,406 | 9.6 ms | 18.5 ms | 1.41 |
+| keel-spread | 1,000 | 733 | 0.21 | 731,654 | 41.5 ms | 86.3 ms | 1.15 |
+| etcd | 0 | 3,654 | 1.00 | | | | 1.46 |
+| etcd | 1 | 3,679 | 1.01 | 3,679 | 4.0 ms | 8.4 ms | 1.45 |
+| etcd | 100 | 1,831 | 0.50 | 183,155 | 8.2 ms | 19.0 ms | 1.40 |
+| etcd | 1,000 | 319 | 0.09 | 318,329 | 56.7 ms | 132.1 ms | 1.30 |
 
-Issue 19's targets at 1,000 watchers: events delivered 1.51× etcd's (spread 1.47×; target
-≥ 2×: missed), put-to-event p99 0.91× etcd's (spread 0.90×; target ≤ 1×: met), put
-throughput with 1,000 watchers 15 % of without (spread 13 %, etcd 8 %; target ≥ 90 %:
+Issue 19's targets at 1,000 watchers: events delivered 2.28× etcd's (spread 2.30×; target
+≥ 2×: met), put-to-event p99 0.66× etcd's (spread 0.65×; target ≤ 1×: met), put
+throughput with 1,000 watchers 21 % of without (spread 21 %, etcd 9 %; target ≥ 90 %:
 missed). What the runs show:
 
-- The streams of a range share their reads of its history (`keel_watch_history_reads_total`):
-  the run before that change (`cdc3371`, the same script) delivered 271,594 events/s at
-  1,000 watchers (0.86× etcd), with a p99 of 196 ms (1.48×); each stream read the history
-  itself after every apply, and a quarter of the servers' samples were thread hand-offs of
-  those reads. Per event delivered at 1,000 watchers (puts included) Keel's servers now
-  spend 2.7 µs of CPU, etcd's 4.3 µs (5.6 µs before the change).
+- A range's streams on a node linger after an apply before they read it when there are 34
+  or more of them (30 µs per stream, at most 10 ms; `limits::WATCH_LINGER_PER_STREAM_US`),
+  so each message carries several applies. Before that change (`ae87a83`; the run above is
+  the same script on the build after it) each stream sent a message per apply: about 95,000
+  socket writes a second across the three servers at 1,000 watchers, a quarter of their CPU
+  in the kernel's send path. Two 1,000-watcher runs of 2 repeats of 6 s, one after the
+  other the same morning: 1.52× etcd's events with a p99 of 0.92× without the linger, 2.17×
+  and 0.74× with a fixed 10 ms one.
+- Per event delivered at 1,000 watchers (puts included) Keel's servers spend 1.6 µs of CPU,
+  etcd's 4.1 µs. The streams of a range also share their reads of its history
+  (`keel_watch_history_reads_total`): before that (`cdc3371`) Keel delivered 0.86× etcd's
+  events at 1,000 watchers and spent 5.6 µs per event.
 - On two cores the keel-bench process that decodes every event of 1,000 streams takes what
-  the servers leave (they use 1.25 to 1.45 cores), so each system's puts, and with them its
+  the servers leave (they use 1.1 to 1.5 cores), so each system's puts, and with them its
   events (every watcher receives every put), fall: the put-throughput target cannot be told
   apart from the watchers' own client on this machine.
-- Keel delivers in the ratio it puts up to 100 watchers: its puts run at 0.77-0.84× etcd's
-  here without any watcher (the write path of issue 18), and its events at 0.81-0.99×.
+- Up to 100 watchers no stream lingers (33 or fewer per range per node). At 1 watcher Keel's
+  puts, and so its events, run at 0.81-0.92× etcd's (the write path of issue 18); at 100 it
+  delivers 1.24-1.27× etcd's events at the same p99.
 
 Rerun: `bench/watch-fanout.sh` (`--quick` for 1 repeat of 4 s; env `WATCHERS`, `CLIENTS`,
 `REPEATS`, `DURATION`, `OUT`).
