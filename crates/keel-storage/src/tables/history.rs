@@ -75,15 +75,16 @@ struct StoredEventV8 {
     after: Option<StoredState>,
 }
 
-/// An event as stored from format 9 on: a key's change, or a lock or idempotency record a
-/// reclaim removed. `Key` is the first variant, so a key's event starts its body with a 0
-/// byte (`is_key_row`).
-#[derive(Deserialize)]
-enum StoredEvent {
+/// An event as stored from format 9 on: a key's change (its states `S`), or a lock or
+/// idempotency record a reclaim removed. `Key` is the first variant, so a key's event starts
+/// its body with a 0 byte (`is_key_row`). Read with `StoredState`s, written with `StateOf`s
+/// (the same encoding).
+#[derive(Serialize, Deserialize)]
+enum EventRow<S> {
     Key {
         clock_ms: u64,
-        before: Option<StoredState>,
-        after: Option<StoredState>,
+        before: Option<S>,
+        after: Option<S>,
     },
     LockReclaimed {
         clock_ms: u64,
@@ -94,6 +95,9 @@ enum StoredEvent {
         token: u64,
     },
 }
+
+/// An event as read.
+type StoredEvent = EventRow<StoredState>;
 
 /// The postcard tag of `StoredEvent::Key`.
 const KEY_TAG: u8 = 0;
@@ -165,24 +169,6 @@ impl<'a> StateOf<'a> {
     }
 }
 
-/// `StoredEvent` as an apply writes it (the same encoding).
-#[derive(Serialize)]
-enum EventOf<'a> {
-    Key {
-        clock_ms: u64,
-        before: Option<StateOf<'a>>,
-        after: Option<StateOf<'a>>,
-    },
-    LockReclaimed {
-        clock_ms: u64,
-        token: u64,
-    },
-    RecordReclaimed {
-        clock_ms: u64,
-        token: u64,
-    },
-}
-
 /// What an event adds to its range's history bytes: the key and the values before and after.
 pub(crate) fn event_bytes(key: &[u8], before: Option<&KeyValue>, after: Option<&KeyValue>) -> u64 {
     let value = |kv: Option<&KeyValue>| kv.map_or(0, |kv| kv.value.len());
@@ -230,7 +216,7 @@ pub(crate) fn record_event(
     } = change;
     let (event, size) = match what {
         Changed::Key { before, after } => {
-            let event = EventOf::Key {
+            let event = EventRow::Key {
                 clock_ms,
                 before: before.map(StateOf::of),
                 after: after.map(StateOf::of),
@@ -238,11 +224,11 @@ pub(crate) fn record_event(
             (event, event_bytes(key, before, after))
         }
         Changed::LockReclaimed { token } => (
-            EventOf::LockReclaimed { clock_ms, token },
+            EventRow::LockReclaimed { clock_ms, token },
             event_bytes(key, None, None),
         ),
         Changed::RecordReclaimed { token } => (
-            EventOf::RecordReclaimed { clock_ms, token },
+            EventRow::RecordReclaimed { clock_ms, token },
             event_bytes(key, None, None),
         ),
     };
