@@ -659,7 +659,13 @@ fn apply_reclaim(
     let clock_ms = state.advance_clock(reclaim.now_ms);
     let span = state.span.clone();
     let due = |item: &ExpiredRecord| span.contains(&item.key) && item.at_ms <= clock_ms;
+    // What this reclaim records (nothing, unrecorded), of one kind at a time.
     let mut removed = Vec::new();
+    let note = |removed: &mut Vec<_>, key, what| {
+        if recorded == Recorded::Yes {
+            removed.push((key, what));
+        }
+    };
     for item in reclaim.locks.iter().filter(|item| due(item)) {
         let stored: Option<LockHold> = tables::read_row(&tables.locks, &item.key, "lock")?;
         if let Some(hold) = stored.filter(|hold| hold.available_at_ms() == item.at_ms) {
@@ -667,12 +673,10 @@ fn apply_reclaim(
             let counts = state.lock_counts();
             tables::write_deadlined::<LockHold>(locks, deadlines, counts, &item.key, None)?;
             let what = tables::Changed::LockReclaimed { token: hold.token };
-            removed.push((item.key.as_slice(), what));
+            note(&mut removed, item.key.as_slice(), what);
         }
     }
-    if recorded == Recorded::Yes {
-        record_reclaimed(tables, state, clock_ms, &mut removed)?;
-    }
+    record_reclaimed(tables, state, clock_ms, &mut removed)?;
     for item in reclaim.records.iter().filter(|item| due(item)) {
         let what = "idempotency record";
         let stored: Option<IdempotencyRecord> =
@@ -686,12 +690,10 @@ fn apply_reclaim(
             let what = tables::Changed::RecordReclaimed {
                 token: record.token(),
             };
-            removed.push((item.key.as_slice(), what));
+            note(&mut removed, item.key.as_slice(), what);
         }
     }
-    if recorded == Recorded::Yes {
-        record_reclaimed(tables, state, clock_ms, &mut removed)?;
-    }
+    record_reclaimed(tables, state, clock_ms, &mut removed)?;
     Ok(CommandOutcome::Internal)
 }
 

@@ -9,7 +9,9 @@
 //! The stream ends too when a split leaves the range without the whole covered span
 //! (`KeyOutOfRange`, naming the range as it is now), when the replica stops, or when it
 //! hears from no other replica of its group (cut off by a partition, it would fall behind
-//! without a word: `Unavailable`, so the client watches on another).
+//! without a word: `Unavailable`, so the client watches on another). A stream sends a
+//! progress message at the interval its request asks, and when a caller of its namespace
+//! asks by its id (`Kv.WatchProgress`, `shared::watch_progress`).
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-
 use std::time::Duration;
 
 use keel_raft::RaftGroup;
