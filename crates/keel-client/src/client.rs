@@ -34,6 +34,7 @@ mod idempotency;
 mod idempotent;
 mod leader_probe;
 mod lock;
+mod replicas;
 mod route;
 mod scan;
 mod watch;
@@ -209,17 +210,21 @@ impl Client {
         };
         let timeout = self.inner.options.request_timeout;
         let by = read_route(key, consistency);
-        let response = self
-            .call(
-                read(consistency),
-                by,
-                timeout,
-                |mut kv: KvClient<Transport>| {
-                    let request = request.clone();
-                    async move { kv.get(request).await }
-                },
-            )
-            .await?;
+        let send = |mut kv: KvClient<Transport>, consistency: v1::Consistency| {
+            let request = v1::GetRequest {
+                consistency: consistency.into(),
+                ..request.clone()
+            };
+            async move { kv.get(request).await }
+        };
+        let asked = v1::Consistency::from(consistency);
+        let response = match self
+            .call(read(consistency), by, timeout, |kv| send(kv, asked))
+            .await
+        {
+            Err(error) if revision.is_some() => self.read_at_elsewhere(key, error, send).await?,
+            answer => answer?,
+        };
         results::get(response)
     }
 

@@ -132,17 +132,23 @@ impl Client {
         };
         let timeout = deadline.saturating_duration_since(Instant::now());
         let by = super::read_route(from, consistency);
-        let response = self
-            .call(
-                read(consistency),
-                by,
-                timeout,
-                |mut kv: KvClient<Transport>| {
-                    let request = request.clone();
-                    async move { kv.scan(request).await }
-                },
-            )
-            .await?;
+        let send = |mut kv: KvClient<Transport>, consistency: v1::Consistency| {
+            let request = v1::ScanRequest {
+                consistency: consistency.into(),
+                ..request.clone()
+            };
+            async move { kv.scan(request).await }
+        };
+        let asked = v1::Consistency::from(consistency);
+        let response = match self
+            .call(read(consistency), by, timeout, |kv| send(kv, asked))
+            .await
+        {
+            Err(error) if bound.revision.is_some() => {
+                self.read_at_elsewhere(from, error, send).await?
+            }
+            answer => answer?,
+        };
         results::scan(response)
     }
 }

@@ -19,13 +19,13 @@ use keel_types::{Consistency, Event, EventCursor, KvError, NodeId, RangeId, Revi
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
+use super::replicas::REPLICAS_ASKED_MAX;
 use super::route::RouteBy;
 use super::{Client, read};
 use crate::attempt::{self, AttemptError};
-use crate::range_table::Picked;
 use crate::results::Served;
 use crate::retry;
-use crate::stub::{Stub, Transport};
+use crate::stub::Transport;
 
 /// Batches a watch holds ready for a slow caller; its streams wait for the caller beyond that.
 const BATCHES_BUFFERED: usize = 16;
@@ -37,8 +37,6 @@ const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// when its connection did not break, and the part opens again elsewhere.
 const LIVENESS_PROGRESS_MS: u64 = 1_000;
 const SILENCE_MAX: Duration = Duration::from_secs(5);
-/// Replicas of a range a part asks after one answered `Compacted`, before it gives up.
-const REPLICAS_ASKED_MAX: usize = 7;
 
 /// What a watch sends and from where.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -235,36 +233,14 @@ impl Client {
     }
 
     /// Opens `request`'s stream on the `index`th replica the range table names for the
-    /// range holding its start (after another answered `Compacted`: a replica that received
-    /// the range by snapshot keeps less history than the others). `None` past the last.
+    /// range holding its start (after another answered `Compacted`). `None` past the last.
     async fn open_watch_on_replica(
         &self,
         request: &v1::WatchRequest,
         index: usize,
     ) -> Option<Result<Opened, KvError>> {
-        let (picked, _, _) = self.inner.ranges.pick(Some(&request.start), &[], &[], 0);
-        let Picked::Range(range) = picked else {
-            return None;
-        };
-        let uri = self
-            .inner
-            .ranges
-            .replica_uris(range)
-            .into_iter()
-            .nth(index)?;
-        let opened = async {
-            let channel = self.inner.pool.channel(&uri)?;
-            let kv = Stub::on(channel, self.inner.credentials.clone());
-            let timeout = self.inner.options.request_timeout;
-            match tokio::time::timeout(timeout, open(kv, request.clone())).await {
-                Ok(Ok(opened)) => Ok(opened.into_inner()),
-                Ok(Err(status)) => Err(retry::final_error(&attempt::from_status(&status))),
-                Err(_) => Err(KvError::Timeout {
-                    message: format!("opening a watch on {uri}"),
-                }),
-            }
-        };
-        Some(opened.await)
+        let open = |kv: KvClient<Transport>| open(kv, request.clone());
+        self.call_replica(&request.start, index, open).await
     }
 }
 
