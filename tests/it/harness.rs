@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use keel_client::{Client, ClientOptions, GetResult};
+use keel_client::{Client, ClientOptions, GetResult, PutOptions};
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{RangeStatus, StatusRequest, StatusResponse};
 use keel_server::{
     Access, Faults, KvSettings, LogSettings, Node, NodeConfig, PlacementSettings, RaftTimings,
 };
-use keel_types::{Clock, Consistency, ManualClock, NodeId, RangeId};
+use keel_types::{Clock, Consistency, ManualClock, NodeId, RangeId, Revision};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::pki::Pki;
@@ -339,6 +339,35 @@ impl Cluster {
             },
         )
         .await;
+    }
+
+    /// A 3-node cluster (quick timings, a snapshot every 20 entries, no log kept after one)
+    /// in which one follower received the first range by snapshot: it was stopped after the
+    /// put of `snap/0` and missed those of `snap/1` to `snap/40`, so its history starts at
+    /// the snapshot while the others keep every event. The cluster, that follower, and the
+    /// revision of `snap/0`.
+    pub async fn with_a_replica_that_keeps_less_history() -> (Cluster, NodeId, Revision) {
+        let timings = RaftTimings {
+            snapshot_logs_since_last: 20,
+            logs_kept_after_snapshot: 0,
+            ..quick_timings()
+        };
+        let mut cluster = Cluster::start_with(3, timings).await;
+        let leader = cluster.leader().await;
+        let lagging = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+        let lagging_last = cluster.range_status(lagging).await.last_log_index;
+        let client = cluster.client();
+        let first = client.put(b"snap/0", b"0", PutOptions::default()).await;
+        cluster.stop_node(lagging).await;
+        for i in 1..=40 {
+            let key = format!("snap/{i}");
+            let put = client.put(key.as_bytes(), b"v", PutOptions::default());
+            put.await.unwrap();
+        }
+        cluster.purged_past(leader, lagging_last).await;
+        cluster.start_node(lagging).await;
+        cluster.applied_on(lagging, b"snap/40").await;
+        (cluster, lagging, first.unwrap().revision)
     }
 
     /// Node `id`'s view of `range`, if it runs a group for it.

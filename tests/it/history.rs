@@ -340,37 +340,13 @@ async fn a_bad_history_request_is_refused_and_changes_nothing() {
 /// does: keel-client goes round the range's replicas on `Compacted`, as its watch does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_at_a_revision_goes_past_a_replica_that_keeps_less_history() {
-    let timings = RaftTimings {
-        snapshot_logs_since_last: 20,
-        logs_kept_after_snapshot: 0,
-        ..quick_timings()
-    };
-    let mut cluster = Cluster::start_with(3, timings).await;
-    let leader = cluster.leader().await;
-    let lagging = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
-    let lagging_last = cluster.range_status(lagging).await.last_log_index;
-    let client = cluster.client();
-    let first = client
-        .put(b"snap/0", b"0", PutOptions::default())
-        .await
-        .unwrap();
-    cluster.stop_node(lagging).await;
-    for i in 1..=40 {
-        let key = format!("snap/{i}");
-        client
-            .put(key.as_bytes(), b"v", PutOptions::default())
-            .await
-            .unwrap();
-    }
-    cluster.purged_past(leader, lagging_last).await;
-    cluster.start_node(lagging).await;
-    cluster.applied_on(lagging, b"snap/40").await;
+    let (cluster, lagging, first) = Cluster::with_a_replica_that_keeps_less_history().await;
     // The lagging node itself refuses the read: its history starts at the snapshot.
     let mut kv = cluster.kv(lagging).await;
     let raw = v1::GetRequest {
         key: b"snap/0".to_vec(),
         consistency: v1::Consistency::Follower.into(),
-        revision: Some(first.revision),
+        revision: Some(first),
         no_forward: true,
         ..v1::GetRequest::default()
     };
@@ -381,12 +357,12 @@ async fn a_read_at_a_revision_goes_past_a_replica_that_keeps_less_history() {
     let on_lagging = cluster.client_of(lagging);
     for consistency in [Consistency::Follower, Consistency::Linearizable] {
         let got = on_lagging
-            .get_at(b"snap/0", first.revision, consistency)
+            .get_at(b"snap/0", first, consistency)
             .await
             .unwrap();
         assert_eq!(got.kv.unwrap().value, b"0", "{consistency:?}");
         let page = on_lagging
-            .scan_at(b"snap/", b"snap0", 0, first.revision, consistency)
+            .scan_at(b"snap/", b"snap0", 0, first, consistency)
             .await
             .unwrap();
         let keys: Vec<&[u8]> = page.kvs.iter().map(|kv| kv.key.as_slice()).collect();

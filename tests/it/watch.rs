@@ -433,35 +433,11 @@ async fn the_streams_of_a_range_share_their_reads_of_its_history() {
 /// client's watch from before it, sent there first, goes on to a replica that keeps more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clients_watch_goes_past_a_replica_that_keeps_less_history() {
-    let timings = RaftTimings {
-        snapshot_logs_since_last: 20,
-        logs_kept_after_snapshot: 0,
-        ..quick_timings()
-    };
-    let mut cluster = Cluster::start_with(3, timings).await;
-    let leader = cluster.leader().await;
-    let lagging = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
-    let lagging_last = cluster.range_status(lagging).await.last_log_index;
-    let client = cluster.client();
-    let first = client
-        .put(b"snap/0", b"0", PutOptions::default())
-        .await
-        .unwrap();
-    cluster.stop_node(lagging).await;
-    for i in 1..=40 {
-        let key = format!("snap/{i}");
-        client
-            .put(key.as_bytes(), b"v", PutOptions::default())
-            .await
-            .unwrap();
-    }
-    cluster.purged_past(leader, lagging_last).await;
-    cluster.start_node(lagging).await;
-    cluster.applied_on(lagging, b"snap/40").await;
+    let (cluster, lagging, first) = Cluster::with_a_replica_that_keeps_less_history().await;
     // The lagging node's own history starts at the snapshot.
     let mut kv = cluster.kv(lagging).await;
     let mut on_lagging = kv
-        .watch(span(b"snap/", b"snap0", first.revision))
+        .watch(span(b"snap/", b"snap0", first))
         .await
         .unwrap()
         .into_inner();
@@ -470,7 +446,7 @@ async fn the_clients_watch_goes_past_a_replica_that_keeps_less_history() {
     assert!(matches!(refused, KvError::Compacted { .. }), "{refused:?}");
 
     let options = WatchOptions {
-        start_revision: first.revision,
+        start_revision: first,
         ..WatchOptions::default()
     };
     let mut watch = cluster
