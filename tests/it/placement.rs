@@ -1,15 +1,16 @@
 //! Growing, shrinking and healing a real in-process cluster: a node that joins takes its share
 //! of replicas and leaders; a node that stays dead past the timeout has its replicas
 //! re-created elsewhere; a drained node ends with nothing. After each, every range has 3
-//! voters on distinct nodes and every acknowledged write reads back.
+//! voters on distinct nodes and every acknowledged write reads back. A node back from a
+//! restart reports ready only once the leaders settled.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keel_client::{Client, PutOptions};
-use keel_proto::v1::MembersResponse;
+use keel_proto::v1::{MembersResponse, StatusResponse};
 use keel_server::PlacementSettings;
-use keel_types::{Consistency, NodeId};
+use keel_types::{Consistency, NodeId, RangeId};
 
 use crate::harness::{Cluster, eventually_within};
 
@@ -218,5 +219,60 @@ async fn a_removed_node_is_drained_of_every_replica_and_leader() {
         &written,
     )
     .await;
+    cluster.shutdown().await;
+}
+
+/// The data ranges `node` leads, as the meta range's leader reports them.
+async fn data_ranges_led_by(client: &Client, node: NodeId) -> Option<usize> {
+    let ranges = client.ranges().await.ok()?;
+    let data = ranges.iter().filter(|r| r.descriptor.id != RangeId::META);
+    Some(data.filter(|r| r.leader == Some(node)).count())
+}
+
+/// Whether node `id`'s own status names it the leader of a data range.
+fn leads_a_data_range(status: &StatusResponse) -> bool {
+    let data = status
+        .ranges
+        .iter()
+        .filter(|r| r.range_id != RangeId::META.0);
+    data.into_iter().any(|range| range.role == "leader")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_reports_ready_only_once_it_leads_its_share_again() {
+    // The default dead timeout: node 3 stays a live replica holder while it is down.
+    let placement = PlacementSettings {
+        rebalance_interval_ms: 200,
+        ..PlacementSettings::default()
+    };
+    let mut cluster = Cluster::start_placed(3, placement).await;
+    let client = cluster.client();
+    for at in [10, 20] {
+        client.split(&key(at)).await.unwrap();
+    }
+    eventually_within(MOVES_LIMIT, "node 3 leads a data range", || async {
+        (data_ranges_led_by(&client, 3).await? >= 1).then_some(())
+    })
+    .await;
+
+    cluster.stop_node(3).await;
+    eventually_within(MOVES_LIMIT, "node 3's leaderships moved", || async {
+        (data_ranges_led_by(&client, 3).await? == 0).then_some(())
+    })
+    .await;
+    cluster.start_node(3).await;
+
+    // Until node 3 reports ready, its status may say anything; the first status that says
+    // ready must come from a node that leads a data range again (3 ranges over 3 nodes: the
+    // rebalancer hands it one).
+    let status = eventually_within(MOVES_LIMIT, "node 3 reports ready", || async {
+        let status = cluster.status(3).await;
+        status.ready.then_some(status)
+    })
+    .await;
+    assert!(
+        leads_a_data_range(&status),
+        "node 3 reported ready before the leaders settled: {status:?}"
+    );
     cluster.shutdown().await;
 }

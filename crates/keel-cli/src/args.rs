@@ -363,8 +363,9 @@ pub enum IdemCommand {
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// The nodes: state (active, draining, removed), liveness, replicas and leaders each
-    /// holds, as the meta range's leader knows them. With --ranges: every endpoint's own view
-    /// of each range it hosts (role, leader, term, commit and applied index, revision).
+    /// holds, as the meta range's leader knows them. With --ranges: every endpoint's own view:
+    /// whether it is healthy and ready (with the reason when not), and each range it hosts
+    /// (role, leader, term, commit and applied index, revision).
     Status {
         /// Ask every endpoint for its view of each range it hosts instead.
         #[arg(long)]

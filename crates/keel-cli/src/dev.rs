@@ -18,11 +18,12 @@ use tokio::time::Instant;
 
 use crate::args::{DevArgs, ENDPOINTS_DEFAULT};
 
-/// How long the cluster may take to elect its first leader.
-const LEADER_WAIT: Duration = Duration::from_secs(30);
+/// How long the cluster may take to be ready: leaders elected and settled (a node waits at
+/// most `LEADERS_SETTLE_WAIT_MAX_MS` for the latter).
+const READY_WAIT: Duration = Duration::from_secs(60);
 /// How long children get to stop after SIGTERM before they get SIGKILL.
 const STOP_WAIT: Duration = Duration::from_secs(10);
-/// Pause between two rounds of status requests while waiting for a leader.
+/// Pause between two rounds of status requests while waiting for the cluster to be ready.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// A node of a dev cluster is dead after 30 s without a heartbeat (a production node after
 /// 5 minutes), so that killing one shows its ranges healing while you watch.
@@ -253,14 +254,14 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Waits for a leader and prints the banner, then serves until a signal. A node that exits
-    /// before the first leader stops the whole cluster; one that exits later (say, killed to
+    /// Waits until every node is ready and prints the banner, then serves until a signal. A
+    /// node that exits before that stops the whole cluster; one that exits later (say, killed to
     /// watch a failover) is reported with the command that restarts it, and the rest keep
     /// serving until no node is left.
     async fn serve(&mut self, plan: &Plan, tls: Option<ClientTls>) -> anyhow::Result<()> {
         let endpoints = plan.endpoints();
         let leader = tokio::select! {
-            leader = wait_for_leader(&endpoints, tls) => leader?,
+            leader = wait_for_ready(&endpoints, tls) => leader?,
             exit = self.exits.recv() => return Err(self.died(exit)),
         };
         print!("{}", banner(plan, leader, &self.alive));
@@ -398,8 +399,9 @@ fn signal_all(children: &[(NodeId, u32)], signal: libc::c_int) {
     }
 }
 
-/// Polls the nodes' status until one reports a leader, for at most `LEADER_WAIT`.
-async fn wait_for_leader(endpoints: &[String], tls: Option<ClientTls>) -> anyhow::Result<NodeId> {
+/// Polls every node's status until each reports ready (each range it hosts knows a leader
+/// and the cluster's leaders settled), for at most `READY_WAIT`; returns a leader they name.
+async fn wait_for_ready(endpoints: &[String], tls: Option<ClientTls>) -> anyhow::Result<NodeId> {
     let options = ClientOptions {
         request_timeout: Duration::from_millis(500),
         read_attempt_timeout: Duration::from_millis(500),
@@ -408,21 +410,35 @@ async fn wait_for_leader(endpoints: &[String], tls: Option<ClientTls>) -> anyhow
         ..ClientOptions::default()
     };
     let client = Client::new(endpoints.to_vec(), options)?;
-    let deadline = Instant::now() + LEADER_WAIT;
+    let deadline = Instant::now() + READY_WAIT;
+    let mut waiting_on = String::from("no node answered");
     while Instant::now() < deadline {
+        let mut leader = None;
+        let mut ready = true;
         for endpoint in endpoints {
-            let Ok(status) = client.status(endpoint).await else {
-                continue;
-            };
-            if let Some(leader) = status.ranges.iter().find_map(|range| range.leader_id) {
-                return Ok(leader);
+            match client.status(endpoint).await {
+                Ok(status) if status.ready => {
+                    let named = status.ranges.iter().find_map(|range| range.leader_id);
+                    leader = leader.or(named);
+                }
+                Ok(status) => {
+                    ready = false;
+                    waiting_on = format!("{endpoint}: {}", status.ready_message);
+                }
+                Err(error) => {
+                    ready = false;
+                    waiting_on = format!("{endpoint}: {error}");
+                }
             }
+        }
+        if let Some(leader) = leader.filter(|_| ready) {
+            return Ok(leader);
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
     bail!(
-        "no leader within {} s; see the nodes' keel.log",
-        LEADER_WAIT.as_secs()
+        "the cluster was not ready within {} s (last: {waiting_on}); see the nodes' keel.log",
+        READY_WAIT.as_secs()
     )
 }
 

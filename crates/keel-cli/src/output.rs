@@ -338,13 +338,22 @@ pub fn status(rows: &[StatusRow], output: Output) -> Report {
 
 fn status_table(rows: &[StatusRow]) -> Vec<u8> {
     let header = [
-        "node", "addr", "healthy", "role", "leader", "term", "commit", "applied", "revision",
+        "node", "addr", "healthy", "ready", "role", "leader", "term", "commit", "applied",
+        "revision",
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     let mut notes = String::new();
     for (endpoint, answer) in rows {
         match answer {
-            Ok(status) => table.extend(status_cells(status)),
+            Ok(status) => {
+                table.extend(status_cells(status));
+                if !status.ready {
+                    notes.push_str(&format!(
+                        "{endpoint}: not ready: {}\n",
+                        status.ready_message
+                    ));
+                }
+            }
             Err(error) => {
                 table.push(unreachable_cells(endpoint));
                 notes.push_str(&format!("{endpoint}: {error}\n"));
@@ -365,6 +374,7 @@ fn status_cells(status: &v1::StatusResponse) -> Vec<Vec<String>> {
             status.node_id.to_string(),
             status.addr.clone(),
             if status.healthy { "yes" } else { "no" }.to_string(),
+            if status.ready { "yes" } else { "no" }.to_string(),
             range.map_or("-".to_string(), |r| r.role.clone()),
             leader,
             number(|r| r.term),
@@ -389,7 +399,7 @@ fn unreachable_cells(endpoint: &str) -> Vec<String> {
         endpoint.to_string(),
         "unreachable".to_string(),
     ];
-    cells.extend(std::iter::repeat_n("-".to_string(), 6));
+    cells.extend(std::iter::repeat_n("-".to_string(), 7));
     cells
 }
 
@@ -445,7 +455,8 @@ fn status_json((endpoint, answer): &StatusRow) -> Value {
         .collect();
     json!({
         "endpoint": endpoint, "node_id": status.node_id, "addr": status.addr,
-        "healthy": status.healthy, "message": status.message, "version": status.version,
+        "healthy": status.healthy, "message": status.message, "ready": status.ready,
+        "ready_message": status.ready_message, "version": status.version,
         "ranges": ranges,
     })
 }

@@ -164,6 +164,11 @@ pub const FORWARD_BACKOFF_MAX_MS: u64 = 200;
 /// timeout, and the caller's own retry covers that. Well below the client's per-attempt
 /// timeout.
 pub const ELECTION_WAIT_MAX_MS: u64 = 300;
+/// Longest a starting node waits, before it reports ready, for the meta range's leader to
+/// say the cluster's leaders settled (its rebalancer planned nothing, with this node
+/// healthy). It reports ready at this bound without that word: a rebalancer that keeps
+/// failing an action must not keep a node out of service.
+pub const LEADERS_SETTLE_WAIT_MAX_MS: u64 = 30_000;
 /// How long a node that forwarded a write to a leader still waits for its answer once it
 /// knows another leader was elected since: a deposed leader that is up answers its pending
 /// writes at once (a leader transfer), one that is paused or cut off never does, and the

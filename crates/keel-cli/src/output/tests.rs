@@ -393,6 +393,8 @@ fn node_status(node_id: u64, leader: Option<u64>) -> v1::StatusResponse {
         }],
         version: "0.1.0".to_string(),
         peer_addr: format!("127.0.0.1:710{node_id}"),
+        ready: true,
+        ready_message: String::new(),
     }
 }
 
@@ -410,7 +412,7 @@ fn cluster_status_is_a_table_with_unreachable_rows() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4);
     assert!(
-        lines[0].starts_with("node  addr            healthy"),
+        lines[0].starts_with("node  addr            healthy      ready"),
         "{table}"
     );
     let cells: Vec<&str> = lines[1].split_whitespace().collect();
@@ -419,6 +421,7 @@ fn cluster_status_is_a_table_with_unreachable_rows() {
         [
             "1",
             "127.0.0.1:7001",
+            "yes",
             "yes",
             "leader",
             "1",
@@ -442,6 +445,25 @@ fn cluster_status_is_a_table_with_unreachable_rows() {
         json[1],
         parsed(r#"{"endpoint":"127.0.0.1:7002","error":"unavailable: refused"}"#)
     );
+}
+
+#[test]
+fn cluster_status_says_why_a_node_is_not_ready() {
+    let mut waiting = node_status(2, Some(1));
+    waiting.ready = false;
+    waiting.ready_message = "range r1 has no leader".to_string();
+    let rows: Vec<StatusRow> = vec![("127.0.0.1:7002".into(), Ok(waiting))];
+    let report = status(&rows, Output::Text);
+    let table = text(&report);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[1].split_whitespace().nth(3), Some("no"), "{table}");
+    assert_eq!(
+        lines[2],
+        "127.0.0.1:7002: not ready: range r1 has no leader"
+    );
+    let json = parsed(&text(&status(&rows, Output::Json)));
+    assert_eq!(json[0]["ready"], false);
+    assert_eq!(json[0]["ready_message"], "range r1 has no leader");
 }
 
 #[test]

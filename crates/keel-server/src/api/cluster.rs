@@ -27,6 +27,7 @@ use tonic::{Request, Response, Status};
 
 use crate::access::Call;
 use crate::api::backup::{self, BackupStream};
+use crate::api::health;
 use crate::cluster::nodes;
 use crate::cluster::placement::{self, ClusterView};
 use crate::peer::channels::PeerChannel;
@@ -401,6 +402,7 @@ impl Cluster for ClusterService {
         request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
         self.shared.admit(&request, Call::Admin)?;
+        let ready = health::verdict(&self.shared);
         let (mut healthy, mut message) = self.shared.health.summary();
         let mut ranges = Vec::new();
         for group in self.shared.groups.all() {
@@ -423,6 +425,8 @@ impl Cluster for ClusterService {
             ranges,
             version: env!("CARGO_PKG_VERSION").to_string(),
             peer_addr: self.shared.addr.clone(),
+            ready: ready.is_ok(),
+            ready_message: ready.err().unwrap_or_default(),
         }))
     }
 

@@ -1,7 +1,8 @@
 //! The standard `grpc.health.v1` statuses: the overall service "" and each `keel.v1` service
 //! are SERVING while the node is healthy (store not poisoned, no Raft group stopped, not
 //! shutting down) and every range it hosts has a leader it can count on; NOT_SERVING
-//! otherwise (an election, a node cut off from its peers, a failure). `keel.raft.v1.Raft`
+//! otherwise (an election, a node cut off from its peers, a failure). Until it first serves,
+//! a node also waits for the cluster's leaders to settle (`LeaderSettling`). `keel.raft.v1.Raft`
 //! follows the node's health alone: peers need it most while a range has no leader. A
 //! background task re-judges every `HEALTH_REPORT_INTERVAL_MS` and changes a status only when
 //! the verdict changes.
@@ -35,7 +36,8 @@ pub(crate) const PUBLIC: &[&str] = &[
 /// The service whose status follows the node's health alone.
 pub(crate) const RAFT: &str = raft_server::SERVICE_NAME;
 
-/// Whether the node serves, or why not.
+/// Whether the node serves, or why not. The first time it does, leader settling stops
+/// holding it back.
 pub(crate) fn verdict(shared: &Shared) -> Result<(), String> {
     let (healthy, message) = shared.health.summary();
     if !healthy {
@@ -51,6 +53,8 @@ pub(crate) fn verdict(shared: &Shared) -> Result<(), String> {
             return Err(format!("range {} has no leader", group.range()));
         }
     }
+    shared.settling.gate(Instant::now())?;
+    shared.settling.pass();
     Ok(())
 }
 

@@ -57,8 +57,8 @@ trait Subject: Send + Sync + 'static {
     /// For `/healthz`: whether the node is healthy (what `keel.raft.v1.Raft`'s health status
     /// says), else why not.
     fn live(&self) -> Result<(), String>;
-    /// For `/readyz`: whether the node is healthy and every range hosted knows a leader (the
-    /// `""` status), else why not.
+    /// For `/readyz`: whether the node is healthy, every range hosted knows a leader and,
+    /// until it first was, the leaders settled (the `""` status), else why not.
     fn ready(&self) -> Result<(), String>;
     /// For `/console/state.json`: the console's data, as JSON.
     fn console(self: Arc<Self>) -> impl Future<Output = String> + Send;

@@ -246,10 +246,12 @@ impl Raft for RaftService {
         let agreed = quiescence::answer(&self.shared, from, &listed);
         self.shared.heartbeats.record(from, report, client_addr);
         let members = self.shared.meta_members();
+        let leads_meta = (self.shared.groups.get(RangeId::META)).is_some_and(|g| g.is_leader());
         let internal = |e: wire::WireError| Status::internal(e.to_string());
         Ok(Response::new(HeartbeatReply {
             payload: wire::encode(&members).map_err(internal)?,
             quiet: quiescence::encode(&agreed).map_err(internal)?,
+            leaders_settled: leads_meta && self.shared.settling.settled_for(from),
         }))
     }
 

@@ -7,6 +7,7 @@
 //! also carry quiescence (`quiescence.rs`): to each peer, the idle ranges this node leads
 //! that the peer follows; back, the ones the peer agreed to keep quiet. And each names the
 //! sender's client address, which its peers tell clients in its place (`Shared::client_addr`).
+//! The meta range's leader answers whether the cluster's leaders settled (`LeaderSettling`).
 //! Between heartbeats, every `PING_INTERVAL_MS` each node pings every peer (`Raft.Ping`, no
 //! payload): the followers of the ranges it keeps quiet judge by the pings whether it fell
 //! silent (`quiescence::watch`). Knows nothing of what the rebalancer decides.
@@ -65,6 +66,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         for answer in join_all(sends).await {
             match answer {
                 Ok(answer) => {
+                    if answer.leaders_settled {
+                        shared.settling.hear();
+                    }
                     learn_meta(&shared, answer.from, answer.members);
                     agreed.insert(answer.from, answer.quiet.into_iter().collect());
                 }
@@ -179,6 +183,9 @@ struct Answer {
     members: MetaMembers,
     /// The listed ranges the peer agreed to keep quiet.
     quiet: Vec<QuietRange>,
+    /// The peer leads the meta range and found the cluster's leaders settled with this node
+    /// healthy (`LeaderSettling`).
+    leaders_settled: bool,
 }
 
 /// Sends one heartbeat, listing `quiet`, within one heartbeat interval.
@@ -205,5 +212,6 @@ async fn send(
         from: node,
         members: wire::decode(&reply.payload).map_err(garbled)?,
         quiet: quiescence::decode(&reply.quiet).map_err(garbled)?,
+        leaders_settled: reply.leaders_settled,
     })
 }

@@ -47,6 +47,18 @@ impl ClusterView {
             .collect()
     }
 
+    /// The nodes that take replicas and leaderships: Active and Live.
+    pub fn healthy(&self) -> BTreeSet<NodeId> {
+        let healthy = |entry: &NodeEntry| {
+            entry.state == NodeState::Active && entry.liveness == Liveness::Live
+        };
+        self.nodes
+            .iter()
+            .filter(|(_, entry)| healthy(entry))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// The leader of `range`, if known.
     pub fn leader_of(&self, range: RangeId) -> Option<NodeId> {
         let view = self.ranges.iter().find(|view| view.id == range)?;

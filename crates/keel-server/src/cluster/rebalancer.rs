@@ -1,12 +1,14 @@
-//! The rebalancer: on the meta range's leader, every `rebalance_interval_ms`, it gathers the
-//! cluster (`placement::gather`), asks `keel_meta::plan_rebalance` what to change, and
-//! carries the actions out through each range's leader (`Raft.ChangeReplicas`, or
-//! `Cluster.TransferLeader`), at most `RebalancePolicy::actions_max` at a time and one per
-//! range. A range is left alone for a short while after its action, so the next plan sees
-//! the heartbeats that report the change. A draining node that holds nothing any more is
-//! marked removed. Knows nothing of how a replica is moved.
+//! The rebalancer: on the meta range's leader, as soon as it leads and then every
+//! `rebalance_interval_ms`, it gathers the cluster (`placement::gather`), asks
+//! `keel_meta::plan_rebalance` what to change, and carries the actions out through each
+//! range's leader (`Raft.ChangeReplicas`, or `Cluster.TransferLeader`), at most
+//! `RebalancePolicy::actions_max` at a time and one per range. A range is left alone for a
+//! short while after its action, so the next plan sees the heartbeats that report the
+//! change. A draining node that holds nothing any more is marked removed. After each look it
+//! judges whether the leaders settled (`LeaderSettling`). Knows nothing of how a replica is
+//! moved.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,7 +29,7 @@ use crate::peer::call::PeerCall;
 use crate::ranges::meta;
 use crate::ranges::replicas;
 use crate::shared::Shared;
-use crate::shared::heartbeats::HEARTBEAT_INTERVAL_MS;
+use crate::shared::heartbeats::{HEARTBEAT_INTERVAL_MS, PING_INTERVAL_MS};
 
 /// After its action succeeded, a range is left alone this long: the heartbeats of its leader
 /// report the change within it.
@@ -76,22 +78,45 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let interval = Duration::from_millis(shared.placement.rebalance_interval_ms);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut leading = false;
     loop {
-        tick.tick().await;
+        // A node that takes the meta range looks at once, then every interval: starting
+        // nodes wait for that look to report ready (`LeaderSettling`).
+        if leading {
+            tick.tick().await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(PING_INTERVAL_MS)).await;
+        }
         if shared.health.check().is_err() {
             continue;
         }
         let Some(meta) = shared.groups.get(RangeId::META).filter(|g| g.is_leader()) else {
+            leading = false;
+            shared.settling.judge(None);
             continue;
         };
-        if let Err(error) = round(&shared, &meta, &busy).await {
-            debug!(%error, "rebalancing; trying again");
+        if !leading {
+            leading = true;
+            tick.reset();
+        }
+        match round(&shared, &meta, &busy).await {
+            Ok(settled) => shared.settling.judge(settled),
+            Err(error) => {
+                shared.settling.judge(None);
+                debug!(%error, "rebalancing; trying again");
+            }
         }
     }
 }
 
-/// One look at the cluster: plan, start the actions, mark drained nodes removed.
-async fn round(shared: &Arc<Shared>, meta: &RaftGroup, busy: &Arc<Busy>) -> Result<(), KvError> {
+/// One look at the cluster: plan, start the actions, mark drained nodes removed. Returns the
+/// healthy nodes when the look found the leaders settled: nothing planned, nothing in flight
+/// or settling (`LeaderSettling`).
+async fn round(
+    shared: &Arc<Shared>,
+    meta: &RaftGroup,
+    busy: &Arc<Busy>,
+) -> Result<Option<BTreeSet<NodeId>>, KvError> {
     let mut view = placement::gather(shared, meta).await?;
     let busy_now = busy.now();
     for range in &mut view.ranges {
@@ -104,6 +129,7 @@ async fn round(shared: &Arc<Shared>, meta: &RaftGroup, busy: &Arc<Busy>) -> Resu
     };
     let room = policy.actions_max.saturating_sub(busy.in_flight());
     let actions = plan_rebalance(&view.node_views(), &view.ranges, &policy);
+    let settled = (actions.is_empty() && busy_now.is_empty()).then(|| view.healthy());
     let view = Arc::new(view);
     for action in actions.into_iter().take(room) {
         busy.start(action.range());
@@ -119,7 +145,7 @@ async fn round(shared: &Arc<Shared>, meta: &RaftGroup, busy: &Arc<Busy>) -> Resu
             }
         });
     }
-    Ok(())
+    Ok(settled)
 }
 
 /// Marks removed every draining node that holds no replica and leads nothing.

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::FutureExt;
@@ -67,6 +67,7 @@ use crate::requests::router::Audience;
 use crate::shared::Shared;
 use crate::shared::health::Health as NodeHealth;
 use crate::shared::heartbeats::Heartbeats;
+use crate::shared::leader_settling::LeaderSettling;
 use crate::shared::load::LoadTracker;
 use crate::shared::meta_leadership::MetaLeadership;
 use crate::shared::prepared::Prepared;
@@ -156,6 +157,7 @@ impl Node {
             peers,
             health: NodeHealth::new(store),
             heartbeats: Heartbeats::default(),
+            settling: LeaderSettling::new(node_id, Instant::now()),
             prepared: Prepared::default(),
             meta_leadership: MetaLeadership::default(),
             placement: config.placement,

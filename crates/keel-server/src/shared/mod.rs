@@ -1,6 +1,6 @@
 //! What the gRPC services and background tasks of one node share (`Shared`): its id and
 //! address, the initial cluster, its groups, store, settings, peer channels, and the state
-//! the node keeps, one leaf module each: range tables, heartbeats, load counters, published
+//! the node keeps, one leaf module each: range tables, heartbeats, leader settling, load counters, published
 //! descriptors, prepared replicas, meta leadership, split thresholds, health, recent events
 //! and lock waiters (for the console). The leaf
 //! modules never name `Shared`, and nothing here imports the rooms whose tasks and services
@@ -10,6 +10,7 @@ pub(crate) mod applied_cache;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod heartbeats;
+pub(crate) mod leader_settling;
 pub(crate) mod load;
 pub(crate) mod lock_waiters;
 pub(crate) mod meta_leadership;
@@ -38,6 +39,7 @@ use crate::peer::channels::Peers;
 use crate::shared::events::Events;
 use crate::shared::health::Health;
 use crate::shared::heartbeats::Heartbeats;
+use crate::shared::leader_settling::LeaderSettling;
 use crate::shared::load::LoadTracker;
 use crate::shared::lock_waiters::LockWaiters;
 use crate::shared::meta_leadership::MetaLeadership;
@@ -80,6 +82,8 @@ pub(crate) struct Shared {
     pub health: Health,
     /// The last heartbeat of every node.
     pub heartbeats: Heartbeats,
+    /// Whether the cluster's leaders settled since the node started (readiness waits).
+    pub settling: LeaderSettling,
     /// Empty groups prepared for replicas on their way.
     pub prepared: Prepared,
     /// Since when this node leads the meta range.
