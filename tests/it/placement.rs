@@ -12,7 +12,10 @@ use keel_proto::v1::{MembersResponse, StatusResponse};
 use keel_server::PlacementSettings;
 use keel_types::{Consistency, NodeId, RangeId};
 
+use tonic_health::pb::health_check_response::ServingStatus;
+
 use crate::harness::{Cluster, eventually_within};
+use crate::observability::health_of;
 
 /// How long a test waits for the rebalancer: each move sends a snapshot and makes two
 /// membership changes, a few at a time, on two busy cores. Alone, the healing test takes
@@ -262,12 +265,15 @@ async fn a_restarted_node_reports_ready_only_once_it_leads_its_share_again() {
     .await;
     cluster.start_node(3).await;
 
-    // Until node 3 reports ready, its status may say anything; the first status that says
-    // ready must come from a node that leads a data range again (3 ranges over 3 nodes: the
-    // rebalancer hands it one).
+    // The first time node 3 reports ready (`Cluster.Status.ready`, or SERVING for the
+    // `keel.raft.v1.Raft` health service that Kubernetes' probes ask), it must lead a data
+    // range again: 3 ranges over 3 nodes, the rebalancer hands it one. Its status is read
+    // after the health service, so it cannot predate it.
+    let raft = "keel.raft.v1.Raft";
     let status = eventually_within(MOVES_LIMIT, "node 3 reports ready", || async {
+        let serving = health_of(&cluster, 3, raft).await == Some(ServingStatus::Serving);
         let status = cluster.status(3).await;
-        status.ready.then_some(status)
+        (serving || status.ready).then_some(status)
     })
     .await;
     assert!(

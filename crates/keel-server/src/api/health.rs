@@ -1,11 +1,12 @@
 //! The standard `grpc.health.v1` statuses: the overall service "" and each `keel.v1` service
 //! are SERVING while the node is healthy (store not poisoned, no Raft group stopped, not
 //! shutting down) and every range it hosts has a leader it can count on; NOT_SERVING
-//! otherwise (an election, a node cut off from its peers, a failure). Until it first serves,
-//! a node also waits for the cluster's leaders to settle (`LeaderSettling`). `keel.raft.v1.Raft`
-//! follows the node's health alone: peers need it most while a range has no leader. A
-//! background task re-judges every `HEALTH_REPORT_INTERVAL_MS` and changes a status only when
-//! the verdict changes.
+//! otherwise (an election, a node cut off from its peers, a failure). `keel.raft.v1.Raft`
+//! follows the node's own health: an election never turns it NOT_SERVING, so probes that
+//! ask it never restart or unready a node for one. After a start, both also wait for the
+//! cluster's leaders to settle (`LeaderSettling`), once and for at most
+//! `LEADERS_SETTLE_WAIT_MAX_MS`. A background task re-judges every
+//! `HEALTH_REPORT_INTERVAL_MS` and changes a status only when the verdict changes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,11 +34,21 @@ pub(crate) const PUBLIC: &[&str] = &[
     cluster_server::SERVICE_NAME,
 ];
 
-/// The service whose status follows the node's health alone.
+/// The service whose status follows the node's own verdict (`node_verdict`).
 pub(crate) const RAFT: &str = raft_server::SERVICE_NAME;
 
-/// Whether the node serves, or why not. The first time it does, leader settling stops
-/// holding it back.
+/// Whether the node itself serves (`keel.raft.v1.Raft`, `/healthz`), or why not: it is
+/// healthy and, after a start, the cluster's leaders settled (`LeaderSettling`).
+pub(crate) fn node_verdict(shared: &Shared) -> Result<(), String> {
+    let (healthy, message) = shared.health.summary();
+    if !healthy {
+        return Err(message);
+    }
+    shared.settling.gate(Instant::now())
+}
+
+/// Whether the node serves its ranges (`""`, the public services, `/readyz`), or why not.
+/// The first time it does, leader settling stops holding it back.
 pub(crate) fn verdict(shared: &Shared) -> Result<(), String> {
     let (healthy, message) = shared.health.summary();
     if !healthy {
@@ -107,8 +118,7 @@ pub(crate) async fn run(shared: Arc<Shared>, reporter: HealthReporter) {
     loop {
         tick.tick().await;
         let verdict = verdict(&shared);
-        let healthy = shared.health.summary().0;
-        let now = (verdict.is_ok(), healthy);
+        let now = (verdict.is_ok(), node_verdict(&shared).is_ok());
         if last == Some(now) {
             continue;
         }

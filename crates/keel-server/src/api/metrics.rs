@@ -54,8 +54,8 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
 trait Subject: Send + Sync + 'static {
     /// The metrics in the text format.
     fn metrics(&self) -> impl Future<Output = String> + Send;
-    /// For `/healthz`: whether the node is healthy (what `keel.raft.v1.Raft`'s health status
-    /// says), else why not.
+    /// For `/healthz`: whether the node is healthy and, after a start, the leaders settled
+    /// (what `keel.raft.v1.Raft`'s health status says), else why not.
     fn live(&self) -> Result<(), String>;
     /// For `/readyz`: whether the node is healthy, every range hosted knows a leader and,
     /// until it first was, the leaders settled (the `""` status), else why not.
@@ -70,10 +70,7 @@ impl Subject for Shared {
     }
 
     fn live(&self) -> Result<(), String> {
-        match self.health.summary() {
-            (true, _) => Ok(()),
-            (false, message) => Err(message),
-        }
+        health::node_verdict(self)
     }
 
     fn ready(&self) -> Result<(), String> {
