@@ -347,7 +347,7 @@ fn status_table(rows: &[StatusRow]) -> Vec<u8> {
         match answer {
             Ok(status) => {
                 table.extend(status_cells(status));
-                if !status.ready {
+                if ready_cell(status) == "no" {
                     notes.push_str(&format!(
                         "{endpoint}: not ready: {}\n",
                         status.ready_message
@@ -374,7 +374,7 @@ fn status_cells(status: &v1::StatusResponse) -> Vec<Vec<String>> {
             status.node_id.to_string(),
             status.addr.clone(),
             if status.healthy { "yes" } else { "no" }.to_string(),
-            if status.ready { "yes" } else { "no" }.to_string(),
+            ready_cell(status).to_string(),
             range.map_or("-".to_string(), |r| r.role.clone()),
             leader,
             number(|r| r.term),
@@ -391,6 +391,16 @@ fn status_cells(status: &v1::StatusResponse) -> Vec<Vec<String>> {
         .iter()
         .map(|range| node(Some(range)))
         .collect()
+}
+
+/// Whether the node says it is ready; `?` for a node of a release before `ready` (never
+/// ready without a reason).
+fn ready_cell(status: &v1::StatusResponse) -> &'static str {
+    match (status.ready, status.ready_message.is_empty()) {
+        (true, _) => "yes",
+        (false, false) => "no",
+        (false, true) => "?",
+    }
 }
 
 fn unreachable_cells(endpoint: &str) -> Vec<String> {

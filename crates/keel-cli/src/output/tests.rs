@@ -464,6 +464,15 @@ fn cluster_status_says_why_a_node_is_not_ready() {
     let json = parsed(&text(&status(&rows, Output::Json)));
     assert_eq!(json[0]["ready"], false);
     assert_eq!(json[0]["ready_message"], "range r1 has no leader");
+
+    // A node of a release before `ready` sends neither field.
+    let mut older = node_status(3, Some(1));
+    older.ready = false;
+    let rows: Vec<StatusRow> = vec![("127.0.0.1:7003".into(), Ok(older))];
+    let table = text(&status(&rows, Output::Text));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "no reason line: {table}");
+    assert_eq!(lines[1].split_whitespace().nth(3), Some("?"), "{table}");
 }
 
 #[test]
