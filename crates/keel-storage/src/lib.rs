@@ -29,6 +29,7 @@ pub mod lossy;
 mod meta;
 mod op;
 pub mod raft_types;
+mod reader;
 mod remove;
 mod restore;
 mod session;

@@ -213,7 +213,7 @@ impl StateMachine {
     pub async fn read_key(&self, key: &[u8], now_ms: u64) -> Result<KeyRead, StorageError> {
         let (range, key) = (self.range, key.to_vec());
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 // The planted bug reads a key outside the span from the file's rows anyway.
                 if !state.span.contains(&key) && !planted::active(PlantedBug::StaleSpan) {
@@ -263,7 +263,7 @@ impl StateMachine {
         let range = self.range;
         let (start, end) = (start.to_vec(), end.to_vec());
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 let kv = txn
                     .open_table(KV)
@@ -297,7 +297,7 @@ impl StateMachine {
         } as usize;
         let (range, key) = (self.range, key.to_vec());
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 if !state.span.contains(&key) {
                     let descriptor = state.descriptor(range);
@@ -343,7 +343,7 @@ impl StateMachine {
     ) -> Result<RangeRead, StorageError> {
         let range = self.range;
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 let bounds = (limit, max_bytes);
                 Ok(
@@ -665,7 +665,10 @@ impl StateMachine {
     /// unfinished.
     pub async fn applied(&self) -> Result<(Revision, Option<LogId>), StorageError> {
         let range = self.range;
-        let state = self.store.read(move |txn| read_state(txn, range)).await?;
+        let state = self
+            .store
+            .read_small(move |txn| read_state(txn, range))
+            .await?;
         match state.installing {
             Some(_) => Ok((0, None)),
             None => Ok((state.revision, state.applied)),
@@ -690,7 +693,9 @@ impl StateMachine {
     /// The range's readable state (not in the middle of an install).
     async fn state(&self) -> Result<SmState, StorageError> {
         let range = self.range;
-        self.store.read(move |txn| readable_state(txn, range)).await
+        self.store
+            .read_small(move |txn| readable_state(txn, range))
+            .await
     }
 
     /// Every row of the `meta` table if this is the meta range; none otherwise.
@@ -724,7 +729,7 @@ impl StateMachine {
     {
         let range = self.range;
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 let now_ms = now_ms.max(state.clock_ms);
                 if !state.span.contains(&key) {

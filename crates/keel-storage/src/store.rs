@@ -1,8 +1,10 @@
 //! `Store`: one redb file shared by many ranges, its writer thread and its snapshot
 //! directory. Knows nothing about gRPC, placement or the network.
 //!
-//! Writes go through the writer thread (`writer`); reads run redb read transactions on
-//! `tokio::task::spawn_blocking`, never on async worker threads.
+//! Writes go through the writer thread (`writer`); reads run redb read transactions off the
+//! async workers: small reads that serve requests on the file's reader threads (`reader`,
+//! `read_small`), reads whose work grows with a range's size on
+//! `tokio::task::spawn_blocking` (`read`).
 //!
 //! Opening a file of format 1-3 counts the keys and bytes of its ranges once (in the same
 //! transaction that creates missing tables). The store lists the ranges it holds
@@ -27,6 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::StorageError;
 use crate::op::{Op, Outcome};
+use crate::reader::{ReadResult, Readers};
 use crate::snapshot::{self, IncomingSnapshot};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
@@ -51,6 +54,7 @@ struct Inner {
     /// `None` after `shutdown`; dropping the last sender stops the writer thread.
     sender: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    readers: Readers,
     shared: Arc<Shared>,
 }
 
@@ -85,6 +89,7 @@ impl Store {
             rx,
             shared: shared.clone(),
         };
+        let readers = Readers::start(db.clone()).map_err(|e| StorageError::io(path, e))?;
         let handle = std::thread::Builder::new()
             .name("keel-storage-writer".to_string())
             .spawn(move || writer.run())
@@ -97,6 +102,7 @@ impl Store {
                 db: RwLock::new(Some(db)),
                 sender: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(handle)),
+                readers,
                 shared,
             }),
         })
@@ -247,9 +253,11 @@ impl Store {
         Ok(metadata.len())
     }
 
-    /// Lets the writer finish every queued request, stops it and closes the file. Blocks
-    /// until the writer thread has exited. Later calls fail with `StorageError::Closed`.
+    /// Lets the writer and the readers finish every queued request, stops them and closes
+    /// the file. Blocks until their threads have exited. Later calls fail with
+    /// `StorageError::Closed`.
     pub fn shutdown(&self) {
+        self.inner.readers.shutdown();
         drop(lock(&self.inner.sender).take());
         let writer = lock(&self.inner.writer).take();
         if let Some(handle) = writer
@@ -330,7 +338,8 @@ impl Store {
         }
     }
 
-    /// Runs `read` in a redb read transaction on a blocking thread.
+    /// Runs `read` in a redb read transaction on a blocking thread of its own: for reads
+    /// whose work grows with a range's size (a pass over a range, counts, plans).
     pub(crate) async fn read<T, F>(&self, read: F) -> Result<T, StorageError>
     where
         T: Send + 'static,
@@ -348,6 +357,19 @@ impl Store {
             Ok(result) => result,
             Err(join) => std::panic::resume_unwind(join.into_panic()),
         }
+    }
+
+    /// Runs `read` on the file's reader threads, possibly in one read transaction with other
+    /// reads queued at the same time (begun after `read` was queued): for reads of bounded
+    /// work that serve requests (a key, a page), which must not wait behind a long one.
+    pub(crate) async fn read_small<T, F>(&self, read: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ReadTransaction) -> Result<T, StorageError> + Send + 'static,
+    {
+        self.check()?;
+        let result: ReadResult<T> = self.inner.readers.read(read).await;
+        result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
     /// A handle to the database for a blocking reader (snapshot building).

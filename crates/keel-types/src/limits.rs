@@ -117,6 +117,13 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 pub const STORAGE_WRITER_QUEUE_MAX: usize = 4_096;
 /// Requests one storage writer thread folds into one durable commit.
 pub const STORAGE_COMMIT_BATCH_MAX: usize = 1_024;
+/// Reader threads of one store file (one per core, within these bounds).
+pub const STORAGE_READERS_MIN: usize = 2;
+pub const STORAGE_READERS_MAX: usize = 8;
+/// Small reads one storage reader thread runs in one read transaction.
+pub const STORAGE_READ_BATCH_MAX: usize = 64;
+/// Queued reads per awake reader thread beyond which a submitter wakes another.
+pub const STORAGE_READ_QUEUE_PER_READER: usize = 16;
 /// Rows written per transaction while a snapshot is installed.
 pub const SNAPSHOT_INSTALL_ROWS_PER_TXN: usize = 10_000;
 /// Bytes (keys + values) written per transaction while a snapshot is installed; a

@@ -41,7 +41,7 @@ impl StateMachine {
     ) -> Result<AtRevision<Option<KeyValue>>, StorageError> {
         let (range, key) = (self.range, key.to_vec());
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 if !state.span.contains(&key) {
                     let descriptor = state.descriptor(range);
@@ -97,7 +97,7 @@ impl StateMachine {
         let range = self.range;
         let (start, end) = (start.to_vec(), end.to_vec());
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 let span = state.span.part(&start, &end);
                 let changed = match changes_since(txn, &state, &span, revision, keys_max)? {
