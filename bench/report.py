@@ -806,6 +806,26 @@ runs a 3-node cluster of each of two Keel binaries side by side (data in one tem
 on), the same keel-bench cases on both, alternating which goes first, 3 repeats of 8 s
 (256-byte values, 10k keys, at most 8 connections).
 
+Run of 2026-12-05 against `732a317` (3 repeats of 8 s, ops/s old → new, 0 errors):
+
+| change | case | repeat 1 | repeat 2 | repeat 3 |
+|---|---|---|---|---|
+| reader threads per store file run the small reads that serve requests, a burst in one read transaction (`5cc313f`) | linearizable get, 64 spread clients | 15464 → 20438 | 14984 → 20973 | 14981 → 20266 |
+| | linearizable get, 64 clients | 18135 → 24250 | 17897 → 22439 | 16590 → 23793 |
+| | put, 16 spread clients | 3366 → 3380 | 3177 → 3455 | 3058 → 2989 |
+
+Before, every read ran its redb read transaction on a `spawn_blocking` thread of its own. A
+profile of a follower under 64 spread readers (`perf record -g`, 6 s) showed two workers at
+80 % of the samples and the other 20 % spread over about 40 blocking threads, with 16 % of
+all samples in the kernel switching tasks and 5 % in waking them: the reads one read index
+answer releases all arrive at once, and each woke a thread. The reader threads take such a
+burst in one wake-up and one transaction. Server CPU per read (user + system of the three
+nodes over 10 s of 64 spread clients, one cluster at a time, old and new alternating twice):
+102 and 104 µs before, 70 and 67 µs after. p50 at 64 spread clients went from 3,827–3,955 µs
+to 2,967–3,053 µs, p99 from 9.8–10.2 ms to 5.9–6.3 ms. Puts do not read. Rerun:
+`CASES="get-linearizable:64:spread get-linearizable:64 put:16:spread" bench/ab-keel.sh OLD
+NEW`.
+
 Run of 2026-12-05 against `c52697f` (3 repeats of 8 s, ops/s old → new, 0 errors):
 
 | change | case | repeat 1 | repeat 2 | repeat 3 |
