@@ -160,7 +160,13 @@ run_case() { # system, case name, op, clients, repeat
   connections=$((clients < CONNECTIONS_MAX ? clients : CONNECTIONS_MAX))
   case "$op" in lock*) preload=(--no-preload) ;; esac
   read -r -a target <<<"$(target_flags "$system")"
+  # The system's own server processes, whose CPU time keel-bench adds up.
+  local pid pids=()
+  for pid in "${SERVER_PIDS[@]}"; do
+    case "${SERVER_NAME[$pid]}" in "${system%-spread}"-*) pids+=("$pid") ;; esac
+  done
   local command=("$BENCH" "${target[@]}" --endpoints "${ENDPOINTS[$system]}" --op "$op"
+    --server-pids "$(IFS=,; echo "${pids[*]}")"
     --clients "$clients" --connections "$connections" --duration "$DURATION" --warmup "$WARMUP"
     --value-bytes "$VALUE_BYTES" --keyspace "$KEYSPACE" --seed "$repeat" "${preload[@]}"
     --json "$OUT/runs/$name.$system.$repeat.json")

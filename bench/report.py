@@ -76,6 +76,9 @@ def summarize_case(by_system):
             metric: spread([run[field] for run in repeats.values() if run["ops"] > 0])
             for metric, field in METRIC_FIELD.items()
         }
+        out[system]["cpu"] = spread(
+            [run["server_cpu_us_per_op"] for run in repeats.values() if run.get("server_cpu_us_per_op")]
+        )
         out[system]["errors"] = sum(run["errors"] for run in repeats.values())
         by_code = {}
         for run in repeats.values():
@@ -159,8 +162,8 @@ def latencies(summary, system):
 
 def results_table(cases, order):
     lines = [
-        "| case | Keel ops/s | Keel spread ops/s | etcd ops/s | ops/s Keel/etcd | ops/s spread/etcd | Keel p50 / p99 µs | spread p50 / p99 µs | etcd p50 / p99 µs | p50 Keel/etcd | p99 Keel/etcd | errors K / Ks / e |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| case | Keel ops/s | Keel spread ops/s | etcd ops/s | ops/s Keel/etcd | ops/s spread/etcd | Keel p50 / p99 µs | spread p50 / p99 µs | etcd p50 / p99 µs | p50 Keel/etcd | p99 Keel/etcd | server CPU µs per op K / Ks / e | errors K / Ks / e |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for case in order:
         summary = cases.get(case)
@@ -175,11 +178,12 @@ def results_table(cases, order):
         errors = " / ".join(
             str(summary[system]["errors"]) if system_done(summary, system) else "–" for system in SYSTEMS
         )
+        cpu = " / ".join(fmt_num((summary[system].get("cpu") or {}).get("median")) for system in SYSTEMS)
         lines.append(
             f"| {case} | {ops['keel']} | {ops['keel-spread']} | {ops['etcd']} | "
             f"{fmt_ratio(summary['ratio']['ops'])} | {fmt_ratio(summary.get('ratio_spread', {}).get('ops'))} | "
             f"{latencies(summary, 'keel')} | {latencies(summary, 'keel-spread')} | {latencies(summary, 'etcd')} | "
-            f"{fmt_ratio(summary['ratio']['p50'])} | {fmt_ratio(summary['ratio']['p99'])} | {errors} |"
+            f"{fmt_ratio(summary['ratio']['p50'])} | {fmt_ratio(summary['ratio']['p99'])} | {cpu} | {errors} |"
         )
     return "\n".join(lines)
 
@@ -256,7 +260,10 @@ calls round robin over the three nodes, which serve linearizable reads themselve
 index from the leader and send writes on to it, on a stream per node pair; no retries; every
 non-OK answer is an error), as most other clients reach Keel (a gRPC client generated from `proto/`,
 a load balancer, etcd's clients). etcd's own client already spreads requests over the
-endpoints, so etcd runs once. The targets and the chart are of Keel leader.
+endpoints, so etcd runs once. The targets and the chart are of Keel leader. Server CPU per
+op is the user + system time of the system's three server processes over the measured
+window (`keel-bench --server-pids`, from `/proc/PID/stat`) divided by the operations
+completed in it, median of the repeats (`–`: not measured).
 
 ![Keel/etcd ratios](../bench/results/{svg_name})
 

@@ -77,6 +77,11 @@ pub struct Args {
     /// Skip writing the keyspace before the run.
     #[arg(long)]
     pub no_preload: bool,
+    /// Comma-separated pids of the servers under load, on this machine (Linux): the report
+    /// adds the CPU time (user + system) they spent in the measured window, and per
+    /// operation.
+    #[arg(long, value_delimiter = ',')]
+    pub server_pids: Vec<u32>,
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -176,6 +181,8 @@ pub struct Config {
     pub max_staleness: Option<Duration>,
     /// Watches of the data keys during a put run.
     pub watchers: usize,
+    /// Servers whose CPU time the measured window adds up.
+    pub server_pids: Vec<u32>,
     pub json: Option<PathBuf>,
 }
 
@@ -265,6 +272,8 @@ impl Config {
             }
         }
         check_range("watchers", args.watchers, 0, limits::WATCHERS_MAX)?;
+        let servers = args.server_pids.len();
+        check_range("server-pids count", servers, 0, limits::SERVER_PIDS_MAX)?;
         if args.watchers > 0 {
             if args.op != Op::Put {
                 return Err(ConfigError::WatchersNotPut);
@@ -290,6 +299,7 @@ impl Config {
             move_leader_every: args.move_leader_every,
             max_staleness: args.max_staleness,
             watchers: args.watchers,
+            server_pids: args.server_pids,
             json: args.json,
         })
     }

@@ -55,3 +55,5 @@ pub const AFTER_MOVE: Duration = Duration::from_secs(1);
 pub const MOVE_ROUNDS_MAX: u64 = 10_000;
 /// Most ranges whose leadership one round moves.
 pub const MOVE_RANGES_MAX: usize = 256;
+/// Server processes whose CPU time a run adds up (`--server-pids`).
+pub const SERVER_PIDS_MAX: usize = 64;

@@ -23,10 +23,12 @@ mod limits;
 mod mover;
 mod preload;
 mod report;
+mod server_cpu;
 mod spread;
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -65,10 +67,20 @@ fn main() -> ExitCode {
 }
 
 async fn run(config: &Config) -> anyhow::Result<Summary> {
+    server_cpu::check(&config.server_pids).map_err(anyhow::Error::msg)?;
     let moves = config.move_leader_every.map(|_| Moves::new());
-    let (phased, watched) = drive(config, moves.clone()).await?;
+    let Driven {
+        phased,
+        watched,
+        server_cpu,
+    } = drive(config, moves.clone()).await?;
     let mut summary = Summary::new(config, &phased.total());
     summary.watch = watched.map(|tally| WatchReport::new(config.watchers, config.duration, &tally));
+    match server_cpu {
+        Some(Ok(cpu)) => summary.add_server_cpu(cpu),
+        Some(Err(error)) => eprintln!("keel-bench: the servers' CPU time is unknown: {error}"),
+        None => {}
+    }
     if let (Some(every), Some(moves)) = (config.move_leader_every, moves) {
         summary.moves = Some(MoveReport::new(
             every,
@@ -92,8 +104,13 @@ async fn run(config: &Config) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
-/// What the workers counted, and the watchers when there are any.
-type Driven = (Phased, Option<Tally>);
+/// What the workers counted, the watchers when there are any, and the servers' CPU time in
+/// the measured window with `--server-pids`.
+struct Driven {
+    phased: Phased,
+    watched: Option<Tally>,
+    server_cpu: Option<Result<Duration, String>>,
+}
 
 async fn drive(config: &Config, moves: Option<Arc<Moves>>) -> anyhow::Result<Driven> {
     let revisions = Revisions::new(config.keyspace);
@@ -163,6 +180,8 @@ async fn drive_watched<W: Worker, F: Feed>(
 ) -> Driven {
     let window = Window::from_now(config);
     let watchers = feeds.map(|feeds| tokio::spawn(fanout::watch(feeds, window)));
+    let cpu = (!config.server_pids.is_empty())
+        .then(|| tokio::spawn(server_cpu::during(config.server_pids.clone(), window)));
     let phased = driver::drive(workers, config, window, moves).await;
     let watched = match watchers {
         None => None,
@@ -172,5 +191,13 @@ async fn drive_watched<W: Worker, F: Feed>(
             tally
         })),
     };
-    (phased, watched)
+    let server_cpu = match cpu {
+        None => None,
+        Some(task) => Some(task.await.unwrap_or_else(|error| Err(error.to_string()))),
+    };
+    Driven {
+        phased,
+        watched,
+        server_cpu,
+    }
 }

@@ -100,6 +100,10 @@ pub struct Summary {
     pub moves: Option<MoveReport>,
     /// With `--watchers`: what the watchers received.
     pub watch: Option<WatchReport>,
+    /// With `--server-pids`: the CPU time (user + system) the servers spent in the measured
+    /// window, in all and per operation.
+    pub server_cpu_us: Option<u64>,
+    pub server_cpu_us_per_op: Option<f64>,
 }
 
 /// The put events a run's watchers received in the measured window (`fanout`).
@@ -233,7 +237,16 @@ impl Summary {
             first_error: tally.first_error.clone(),
             moves: None,
             watch: None,
+            server_cpu_us: None,
+            server_cpu_us_per_op: None,
         }
+    }
+
+    /// Adds the servers' CPU time in the measured window.
+    pub fn add_server_cpu(&mut self, cpu: std::time::Duration) {
+        let us = u64::try_from(cpu.as_micros()).unwrap_or(u64::MAX);
+        self.server_cpu_us = Some(us);
+        self.server_cpu_us_per_op = (self.ops > 0).then(|| us as f64 / self.ops as f64);
     }
 
     pub fn to_json(&self) -> String {
@@ -319,6 +332,16 @@ impl Summary {
                 watch.max_us,
                 watch.errors,
                 codes_text(&watch.errors_by_code)
+            );
+        }
+        if let Some(us) = self.server_cpu_us {
+            let per_op = self
+                .server_cpu_us_per_op
+                .map_or("-".to_string(), |per_op| format!("{per_op:.0}"));
+            let _ = writeln!(
+                table,
+                "server CPU in the measured window: {} ms, {per_op} µs per operation",
+                us / 1_000
             );
         }
         table

@@ -197,3 +197,20 @@ fn watchers_time_puts_whose_values_carry_a_stamp() {
         "no stamp without watchers"
     );
 }
+
+#[test]
+fn server_pids_are_a_bounded_list() {
+    assert_eq!(
+        parse("--server-pids 11,12,13").unwrap().server_pids,
+        vec![11, 12, 13]
+    );
+    assert!(parse("").unwrap().server_pids.is_empty());
+    let many: Vec<String> = (1..=limits::SERVER_PIDS_MAX + 1)
+        .map(|pid| pid.to_string())
+        .collect();
+    check_refused(
+        &format!("--server-pids {}", many.join(",")),
+        "server-pids count",
+    );
+    check_refused("--server-pids 1,x", "server-pids");
+}
