@@ -454,7 +454,8 @@ which, per case and repeat, runs (here for put at 64 clients; `--target etcd` fo
 ```sh
 keel-bench --target keel --endpoints 127.0.0.1:27101,127.0.0.1:27102,127.0.0.1:27103 \\
   --op put --clients 64 --connections 8 --duration {machine['duration']} --warmup {machine['warmup']} \\
-  --value-bytes {machine['value_bytes']} --keyspace {machine['keyspace']} --seed <repeat> --json <file>
+  --value-bytes {machine['value_bytes']} --keyspace {machine['keyspace']} --seed <repeat> --json <file> \\
+  --server-pids <the system's three server pids>
 ```
 
 ## Rerunning
