@@ -182,6 +182,10 @@ pub(crate) fn apply_entries(
                 state.conf_version += 1;
                 CommandOutcome::Internal
             }
+            // Changes nothing; `StateMachine::apply` hashes the state as of this entry.
+            EntryPayload::Normal(Command::Check(_)) => CommandOutcome::Checked {
+                index: entry.log_id.index,
+            },
             EntryPayload::Normal(command) => {
                 apply_command(&mut tables, &mut state, range, command)?
             }
@@ -284,6 +288,7 @@ fn apply_data_command(
         | Command::Reclaim(_)
         | Command::ReclaimUnrecorded(_)
         | Command::Split(_)
+        | Command::Check(_)
         | Command::Meta(_) => unreachable!("{command} is not a data command"),
     }
 }

@@ -53,6 +53,10 @@
 //!   variant `Command::Reclaim`, whose locks take one revision and records the next; the
 //!   format-8 variant, now `Command::ReclaimUnrecorded`, still applies from old logs as it
 //!   did (no revision). A node of format 8 cannot decode the new variant.
+//! - 10: consistency checks. Log entries may hold `Command::Check` and request records never
+//!   hold its outcome (`CommandOutcome::Checked`, a check has no request id). Tables and
+//!   snapshot files are unchanged but for the version byte. A node of format 9 cannot decode
+//!   the new variant, and refuses a file of format 10.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -63,7 +67,7 @@ use sha2::{Digest as _, Sha256};
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 9;
+pub(crate) const FORMAT_VERSION: u8 = 10;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

@@ -19,6 +19,7 @@
 //! stamp into commands; it never reads a clock of its own.
 
 mod apply;
+mod check;
 mod codec;
 mod coordination;
 mod error;

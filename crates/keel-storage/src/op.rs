@@ -88,6 +88,10 @@ pub(crate) enum Op {
         range: RangeId,
         retention: Retention,
     },
+    /// Test fault: flips the last byte of `key`'s stored `kv` row, bypassing the log, so this
+    /// replica silently differs (`Store::corrupt_row`).
+    #[cfg(any(test, feature = "fault-injection"))]
+    CorruptRow { key: Vec<u8> },
 }
 
 impl Op {
@@ -137,5 +141,27 @@ pub(crate) fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, Storag
         Op::CompactHistory { range, retention } => {
             history::compact(txn, *range, *retention).map(Outcome::Compacted)
         }
+        #[cfg(any(test, feature = "fault-injection"))]
+        Op::CorruptRow { key } => done(corrupt_row(txn, key)),
     }
+}
+
+/// Flips the last byte of `key`'s `kv` row; `Corrupt` if there is none.
+#[cfg(any(test, feature = "fault-injection"))]
+fn corrupt_row(txn: &WriteTransaction, key: &[u8]) -> Result<(), StorageError> {
+    use redb::ReadableTable;
+    let mut kv = txn
+        .open_table(crate::tables::KV)
+        .map_err(|e| StorageError::redb("open kv", e))?;
+    let stored = kv.get(key).map_err(|e| StorageError::redb("read kv", e))?;
+    let mut row = stored.map(|row| row.value().to_vec()).ok_or(StorageError::Corrupt {
+        what: "corrupt_row fault",
+        detail: "no such key".to_string(),
+    })?;
+    if let Some(last) = row.last_mut() {
+        *last ^= 0x01;
+    }
+    kv.insert(key, row.as_slice())
+        .map_err(|e| StorageError::redb("write kv", e))?;
+    Ok(())
 }

@@ -77,6 +77,7 @@ pub(crate) fn request_digest(command: &Command) -> Digest {
         | Command::Reclaim(_)
         | Command::ReclaimUnrecorded(_)
         | Command::Split(_)
+        | Command::Check(_)
         | Command::Meta(_) => Digest::of("internal"),
     }
 }

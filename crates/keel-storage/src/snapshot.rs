@@ -575,6 +575,18 @@ impl SnapshotOut {
     }
 }
 
+/// Where the records of a range's state go: a snapshot file (`SnapshotOut`) or a
+/// consistency check's digest (`check`).
+pub(crate) trait RecordSink {
+    fn write(&mut self, record: &Record) -> Result<(), StorageError>;
+}
+
+impl RecordSink for SnapshotOut {
+    fn write(&mut self, record: &Record) -> Result<(), StorageError> {
+        SnapshotOut::write(self, record)
+    }
+}
+
 /// Writes a snapshot of `range` (the rows of its span, and for the meta range the `meta`
 /// table) from one read transaction into a new file, fsyncs it and makes it the range's
 /// current snapshot. Blocking.
@@ -586,6 +598,22 @@ pub(crate) fn build(
     let txn = db
         .begin_read()
         .map_err(|e| StorageError::redb("begin read", e))?;
+    let temp = dir.join(format!("r{}-build-{}.tmp", range.0, nonce()));
+    let mut out = SnapshotOut::create(temp)?;
+    let header = write_range(&txn, range, &mut out)?;
+    let (temp, len_bytes) = out.finish()?;
+    let path = publish(dir, range, &temp, header.last_log_id.as_ref())?;
+    Ok((header.meta(), SnapshotFile { path, len_bytes }))
+}
+
+/// Writes every record of `range`'s state as `txn` reads it, in snapshot order: header,
+/// range facts, clock, sessions and request records, rows, locks, fences and idempotency
+/// records, and for the meta range its `meta` rows. Returns the header. Blocking.
+pub(crate) fn write_range(
+    txn: &ReadTransaction,
+    range: RangeId,
+    out: &mut impl RecordSink,
+) -> Result<SnapshotHeader, StorageError> {
     let sm_meta = txn
         .open_table(SM_META)
         .map_err(|e| StorageError::redb("open sm_meta", e))?;
@@ -598,8 +626,6 @@ pub(crate) fn build(
         last_membership: state.membership,
         revision: state.revision,
     };
-    let temp = dir.join(format!("r{}-build-{}.tmp", range.0, nonce()));
-    let mut out = SnapshotOut::create(temp)?;
     out.write(&Record::Header(header.clone()))?;
     out.write(&Record::Range(RangeFacts {
         span: state.span.clone(),
@@ -610,22 +636,20 @@ pub(crate) fn build(
         clock_ms: state.clock_ms,
         session_horizon_ms: state.session_horizon_ms,
     })?;
-    write_sessions(&txn, range, &mut out)?;
-    write_rows(&txn, &state.span, &mut out)?;
-    write_coordination(&txn, &state.span, &mut out)?;
+    write_sessions(txn, range, out)?;
+    write_rows(txn, &state.span, out)?;
+    write_coordination(txn, &state.span, out)?;
     if range == RangeId::META {
-        write_meta_rows(&txn, &mut out)?;
+        write_meta_rows(txn, out)?;
     }
-    let (temp, len_bytes) = out.finish()?;
-    let path = publish(dir, range, &temp, header.last_log_id.as_ref())?;
-    Ok((header.meta(), SnapshotFile { path, len_bytes }))
+    Ok(header)
 }
 
 /// Writes the range's sessions, then its request records.
 fn write_sessions(
     txn: &ReadTransaction,
     range: RangeId,
-    out: &mut SnapshotOut,
+    out: &mut impl RecordSink,
 ) -> Result<(), StorageError> {
     let sessions = txn
         .open_table(SESSIONS)
@@ -670,7 +694,7 @@ fn write_sessions(
 fn write_rows(
     txn: &ReadTransaction,
     span: &KeySpan,
-    out: &mut SnapshotOut,
+    out: &mut impl RecordSink,
 ) -> Result<(), StorageError> {
     let kv = txn
         .open_table(KV)
@@ -691,7 +715,7 @@ fn write_rows(
 fn write_coordination(
     txn: &ReadTransaction,
     span: &KeySpan,
-    out: &mut SnapshotOut,
+    out: &mut impl RecordSink,
 ) -> Result<(), StorageError> {
     write_keyed(txn, LOCKS, span, out, |name, hold| Record::Lock {
         name,
@@ -712,7 +736,7 @@ fn write_keyed<T: DeserializeOwned>(
     txn: &ReadTransaction,
     table: TableDefinition<'static, Bytes, Bytes>,
     span: &KeySpan,
-    out: &mut SnapshotOut,
+    out: &mut impl RecordSink,
     record: impl Fn(Vec<u8>, T) -> Record,
 ) -> Result<(), StorageError> {
     let rows = txn
@@ -730,7 +754,7 @@ fn write_keyed<T: DeserializeOwned>(
 }
 
 /// Writes every row of the meta range's `meta` table.
-fn write_meta_rows(txn: &ReadTransaction, out: &mut SnapshotOut) -> Result<(), StorageError> {
+fn write_meta_rows(txn: &ReadTransaction, out: &mut impl RecordSink) -> Result<(), StorageError> {
     let table = txn
         .open_table(META)
         .map_err(|e| StorageError::redb("open meta", e))?;

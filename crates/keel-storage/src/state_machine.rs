@@ -25,11 +25,11 @@ use keel_types::planted::{self, PlantedBug};
 use keel_types::{
     Cleanup, CoordinationCounts, Event, EventCursor, IdempotencyRecord, KeyHistory, KeyValue,
     LockHold, LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim,
-    ReplicaMembership, Revision, limits,
+    ReplicaAnswer, ReplicaMembership, Revision, limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
-use redb::{ReadTransaction, ReadableTable, TableDefinition};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
@@ -678,6 +678,61 @@ impl StateMachine {
 
 impl StateMachine {
     /// The span of one apply: the range, and the term and log index of its last entry.
+    /// This replica's answer for the consistency check at log index `index`, waiting up to
+    /// `wait` for it to be applied and hashed (`check`).
+    pub async fn digest(&self, index: u64, wait: std::time::Duration) -> ReplicaAnswer {
+        let applied = || async {
+            let (_, applied) = self.applied().await.ok()?;
+            applied.map(|log_id| log_id.index)
+        };
+        let checker = self.store.checker();
+        checker.answer(self.range, index, wait, applied).await
+    }
+
+    /// Test fault: flips the last byte of `key`'s stored row on this replica only, bypassing
+    /// the log (`Op::CorruptRow`), so that its state silently differs from the others'.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub async fn corrupt_row(&self, key: &[u8]) -> Result<(), StorageError> {
+        let key = key.to_vec();
+        let shown = keel_types::validate::show_key(&key);
+        tracing::warn!(range = %self.range, key = %shown, "fault injection: corrupting a stored row");
+        self.store.call(Op::CorruptRow { key }).await.map(|_| ())
+    }
+
+    /// Begins the read transaction the check at `index` hashes and queues it on the file's
+    /// checker; called after the check entry's apply committed and before anything after it
+    /// is applied.
+    async fn snapshot_for_check(&self, index: u64, locate: Vec<u16>) {
+        let checker = self.store.checker();
+        let begun: Result<ReadTransaction, String> = match self.store.db() {
+            Ok(db) => tokio::task::spawn_blocking(move || db.begin_read())
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|txn| txn.map_err(|e| e.to_string())),
+            Err(error) => Err(error.to_string()),
+        };
+        match begun {
+            Ok(txn) => checker.queue(self.range, index, locate, txn),
+            Err(error) => checker.refuse(self.range, index, &error),
+        }
+    }
+
+    /// Applies `items` in one op of the writer and waits until it committed.
+    async fn apply_batch(&self, items: Vec<EntryResponder>) -> Result<(), io::Error> {
+        let (entries, responders): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+        let span = self.apply_span(&entries);
+        let (reply, applied) = oneshot::channel();
+        let op = Op::Apply {
+            range: self.range,
+            entries,
+        };
+        let submitted = self.store.submit(op, Done::Applied { reply, responders });
+        submitted.instrument(span.clone()).await?;
+        self.store.wait(applied).instrument(span.clone()).await?;
+        span.in_scope(|| tracing::debug!("applied"));
+        Ok(())
+    }
+
     fn apply_span(&self, entries: &[crate::raft_types::Entry]) -> tracing::Span {
         let last = entries.last().map(|entry| &entry.log_id);
         tracing::info_span!(
@@ -770,17 +825,28 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if items.is_empty() {
             return Ok(());
         }
-        let (entries, responders): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-        let span = self.apply_span(&entries);
-        let (reply, applied) = oneshot::channel();
-        let op = Op::Apply {
-            range: self.range,
-            entries,
-        };
-        let submitted = self.store.submit(op, Done::Applied { reply, responders });
-        submitted.instrument(span.clone()).await?;
-        self.store.wait(applied).instrument(span.clone()).await?;
-        span.in_scope(|| tracing::debug!("applied"));
+        // A check entry ends a batch: its read transaction begins after the entries up to it
+        // committed and before anything after it is applied.
+        let mut items = items;
+        while !items.is_empty() {
+            let check_at = items.iter().position(|(entry, _)| check_of(entry).is_some());
+            let rest = items.split_off(check_at.map_or(items.len(), |at| at + 1));
+            let batch = std::mem::replace(&mut items, rest);
+            let check = batch.last().and_then(|(entry, _)| {
+                check_of(entry).map(|locate| (entry.log_id.index, locate.to_vec()))
+            });
+            if let Some((index, _)) = &check {
+                self.store.checker().expect(self.range, *index);
+            }
+            let applied = self.apply_batch(batch).await;
+            if let Some((index, locate)) = check {
+                match &applied {
+                    Ok(()) => self.snapshot_for_check(index, locate).await,
+                    Err(_) => self.store.checker().refuse(self.range, index, "its apply failed"),
+                }
+            }
+            applied?;
+        }
         Ok(())
     }
 
@@ -823,6 +889,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let (meta, snapshot) = task.await.map_err(io::Error::other)??;
         tracing::info!(%range, last_log_id = ?meta.last_log_id, bytes = snapshot.len_bytes(), "snapshot built");
         Ok(Snapshot { meta, snapshot })
+    }
+}
+
+/// The buckets to locate of a check entry; `None` for any other entry.
+fn check_of(entry: &crate::raft_types::Entry) -> Option<&[u16]> {
+    match &entry.payload {
+        openraft::EntryPayload::Normal(keel_types::Command::Check(check)) => Some(&check.locate),
+        _ => None,
     }
 }
 
@@ -1001,4 +1075,4 @@ fn quota_counts_in_rows(
 
 mod at_revision;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -27,6 +27,7 @@ use keel_types::{RangeDescriptor, RangeId};
 use redb::{Database, DatabaseError, ReadTransaction, ReadableDatabase, ReadableTable};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::check::Checker;
 use crate::error::StorageError;
 use crate::op::{Op, Outcome};
 use crate::reader::{ReadResult, Readers};
@@ -55,6 +56,7 @@ struct Inner {
     sender: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Readers,
+    checker: Checker,
     shared: Arc<Shared>,
 }
 
@@ -90,6 +92,7 @@ impl Store {
             shared: shared.clone(),
         };
         let readers = Readers::start(db.clone()).map_err(|e| StorageError::io(path, e))?;
+        let checker = Checker::start().map_err(|e| StorageError::io(path, e))?;
         let handle = std::thread::Builder::new()
             .name("keel-storage-writer".to_string())
             .spawn(move || writer.run())
@@ -103,6 +106,7 @@ impl Store {
                 sender: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(handle)),
                 readers,
+                checker,
                 shared,
             }),
         })
@@ -258,6 +262,7 @@ impl Store {
     /// `StorageError::Closed`.
     pub fn shutdown(&self) {
         self.inner.readers.shutdown();
+        self.inner.checker.shutdown();
         drop(lock(&self.inner.sender).take());
         let writer = lock(&self.inner.writer).take();
         if let Some(handle) = writer
@@ -373,6 +378,16 @@ impl Store {
     }
 
     /// A handle to the database for a blocking reader (snapshot building).
+    pub(crate) fn checker(&self) -> &Checker {
+        &self.inner.checker
+    }
+
+    /// Bytes of range state this file's checker has hashed for consistency checks since the
+    /// store opened.
+    pub fn check_hashed_bytes(&self) -> u64 {
+        self.inner.checker.hashed_bytes()
+    }
+
     pub(crate) fn db(&self) -> Result<Arc<Database>, StorageError> {
         let db = self.inner.db.read().unwrap_or_else(|e| e.into_inner());
         db.clone().ok_or(StorageError::Closed)

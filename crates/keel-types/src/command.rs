@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::check::Check;
 use crate::coordination::{Coordination, CoordinationOp, CoordinationResult, Fence, Reclaim};
 use crate::ids::{RangeId, Revision};
 use crate::range::{MetaCommand, MetaOutcome, RangeDescriptor, Split};
@@ -210,6 +211,9 @@ pub enum Command {
     /// (format 9) Removal of free lock records and expired idempotency records: the locks it
     /// removes take one revision and the records the next, each removal an event.
     Reclaim(Reclaim),
+    /// (format 10) A consistency check: changes nothing; every replica hashes the range's
+    /// state as of this entry (`crate::check`).
+    Check(Check),
 }
 
 impl std::fmt::Display for Command {
@@ -249,6 +253,7 @@ impl std::fmt::Display for Command {
                 reclaim.locks.len(),
                 reclaim.records.len()
             ),
+            Command::Check(check) => write!(f, "check(locate {} buckets)", check.locate.len()),
             Command::Split(split) => write!(
                 f,
                 "split(at {}, child {})",
@@ -462,6 +467,9 @@ pub enum CommandOutcome {
     },
     /// A meta command was applied.
     Meta(MetaOutcome),
+    /// (format 10) A consistency check was applied at this log index: every replica hashes
+    /// the range's state as of it.
+    Checked { index: u64 },
 }
 
 impl CommandOutcome {
@@ -476,6 +484,7 @@ impl CommandOutcome {
             CommandOutcome::Coordinated { .. } => "Coordinated",
             CommandOutcome::Split { .. } => "Split",
             CommandOutcome::Meta(_) => "Meta",
+            CommandOutcome::Checked { .. } => "Checked",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! This crate does no I/O and knows nothing of openraft, redb, tonic or the network. Every
 //! other Keel crate speaks in these types.
 
+pub mod check;
 pub mod clock;
 pub mod command;
 pub mod coordination;
@@ -15,6 +16,9 @@ pub mod range;
 pub mod tenant;
 pub mod validate;
 
+pub use check::{
+    Check, CheckReport, CheckedRow, RangeDigest, ReplicaAnswer, ReplicaCheck, Verdict,
+};
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use command::{
     BatchOp, Cleanup, Command, CommandOutcome, Condition, ConditionFailed, Consistency, ExpiredKey,

@@ -290,6 +290,32 @@ pub const META_UPDATE_RANGES_MAX: usize = 64;
 /// Range ids one meta command hands out.
 pub const RANGE_IDS_ALLOCATE_MAX: u64 = 1_024;
 
+/// Consistency checks: hash buckets a range's state is divided into (by a hash of each
+/// row's key), so a divergence is located to a bucket before it is located to a key.
+pub const CHECK_BUCKETS: usize = 1_024;
+/// Consistency checks: bytes of a range's state one store file's checker hashes per second at
+/// most, so a check never competes with the serving path for long.
+pub const CHECK_BYTES_PER_SEC: u64 = 32 * 1024 * 1024;
+/// Consistency checks: digests a store file keeps for its replicas' checks, newest first
+/// (the leader collects them within `CHECK_WAIT_MS`).
+pub const CHECK_DIGESTS_KEPT: usize = 64;
+/// Consistency checks: checks queued for a store file's checker; a replica whose checker is
+/// this far behind skips the check and says so.
+pub const CHECK_QUEUE_MAX: usize = 8;
+/// Consistency checks: longest a leader waits for one replica's digest.
+pub const CHECK_WAIT_MS: u64 = 60_000;
+/// Consistency checks: buckets one locating check lists the rows of.
+pub const CHECK_LOCATE_BUCKETS_MAX: usize = 4;
+/// Consistency checks: rows a replica lists in a locating check (more are cut off and the
+/// digest says so).
+pub const CHECK_LOCATE_ROWS_MAX: usize = 4_096;
+/// Consistency checks: divergent rows a check report names per replica.
+pub const CHECK_REPORTED_ROWS_MAX: usize = 16;
+/// Consistency checks: ranges one `Cluster.Check` call checks.
+pub const CHECK_RANGES_MAX: usize = 1_000;
+/// Consistency checks: shortest interval a node may be configured to check each range in.
+pub const CHECK_INTERVAL_MS_MIN: u64 = 1_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -285,6 +285,7 @@ impl KvService {
             | CommandOutcome::Replayed(_)
             | CommandOutcome::Coordinated { .. }
             | CommandOutcome::Split { .. }
+            | CommandOutcome::Checked { .. }
             | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }

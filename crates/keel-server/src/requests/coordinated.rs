@@ -43,6 +43,7 @@ impl Coordinated {
             | CommandOutcome::Internal
             | CommandOutcome::Replayed(_)
             | CommandOutcome::Split { .. }
+            | CommandOutcome::Checked { .. }
             | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }

@@ -21,13 +21,13 @@ mod planted_bugs;
 mod split;
 mod upkeep;
 
-pub(super) fn open() -> (tempfile::TempDir, Store) {
+pub(crate) fn open() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("keel.redb"), &dir.path().join("snapshots")).unwrap();
     (dir, store)
 }
 
-pub(super) fn put(key: &str, value: &str, condition: Option<Condition>) -> BatchOp {
+pub(crate) fn put(key: &str, value: &str, condition: Option<Condition>) -> BatchOp {
     BatchOp::Put {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
@@ -62,7 +62,7 @@ pub(super) fn delete(key: &str, condition: Option<Condition>) -> BatchOp {
 }
 
 /// A mutation without a request id at time 0 (so at the range's clock).
-pub(super) fn mutate(ops: Vec<BatchOp>) -> Command {
+pub(crate) fn mutate(ops: Vec<BatchOp>) -> Command {
     Command::Mutate(Mutation {
         request: None,
         now_ms: 0,

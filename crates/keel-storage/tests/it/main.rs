@@ -10,6 +10,7 @@ mod fixture_v6;
 mod fixture_v7;
 mod fixture_v8;
 mod fixture_v9;
+mod fixture_v10;
 mod group_commit;
 mod poison;
 mod restart;

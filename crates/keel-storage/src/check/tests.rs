@@ -1,0 +1,126 @@
+//! Digests through the real apply path: every replica hashes the state as of the check's
+//! index, equal states hash equal, and a changed or unreadable row is found.
+
+use std::time::Duration;
+
+use futures::stream;
+use keel_types::check::{divergent_buckets, divergent_rows, judge};
+use keel_types::{Check, CheckedRow, Command, RangeId, ReplicaAnswer, Verdict};
+use openraft::entry::RaftEntry;
+use openraft::storage::RaftStateMachine;
+
+use crate::raft_types::{Entry, TypeConfig};
+use crate::state_machine::tests::{mutate, open, put};
+use crate::store::Store;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Applies one command per item at consecutive indexes from `first`, through
+/// `StateMachine::apply` (as openraft does), in one call.
+async fn apply(store: &Store, first: u64, commands: Vec<Command>) {
+    let items: Vec<_> = commands
+        .into_iter()
+        .enumerate()
+        .map(|(offset, command)| {
+            let log_id = openraft::testing::log_id::<TypeConfig>(1, 1, first + offset as u64);
+            Ok((Entry::new_normal(log_id, command), None))
+        })
+        .collect();
+    let mut machine = store.state_machine(RangeId(1));
+    machine.apply(stream::iter(items)).await.unwrap();
+}
+
+fn check(locate: Vec<u16>) -> Command {
+    Command::Check(Check { locate })
+}
+
+fn write(key: &str, value: &str) -> Command {
+    mutate(vec![put(key, value, None)])
+}
+
+async fn digest(store: &Store, index: u64) -> keel_types::RangeDigest {
+    match store.state_machine(RangeId(1)).digest(index, WAIT).await {
+        ReplicaAnswer::Digest(digest) => digest,
+        other => panic!("no digest at {index}: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_check_hashes_the_state_as_of_its_index() {
+    let (_a, ahead) = open();
+    let (_b, behind) = open();
+    // One apply call holds the check and writes after it: they must not be in its digest.
+    let writes = vec![write("a", "1"), write("b", "2"), check(vec![])];
+    let mut more = writes.clone();
+    more.extend([write("a", "changed"), write("c", "3")]);
+    apply(&ahead, 1, more).await;
+    apply(&behind, 1, writes).await;
+    let (x, y) = (digest(&ahead, 3).await, digest(&behind, 3).await);
+    assert_eq!(x.hash, y.hash);
+    assert_eq!(x.rows, 2, "two rows at index 3");
+    // A later check on the store that went on sees the later writes.
+    apply(&ahead, 6, vec![check(vec![])]).await;
+    assert_ne!(digest(&ahead, 6).await.hash, x.hash);
+    for store in [ahead, behind] {
+        store.shutdown();
+    }
+}
+
+#[tokio::test]
+async fn a_corrupted_row_is_found_and_named() {
+    let (_dirs, stores): (Vec<_>, Vec<_>) = (0..3).map(|_| open()).unzip();
+    let writes: Vec<Command> = (0..200).map(|i| write(&format!("key/{i:03}"), "v")).collect();
+    for store in &stores {
+        apply(store, 1, writes.clone()).await;
+    }
+    stores[1].state_machine(RangeId(1)).corrupt_row(b"key/117").await.unwrap();
+    for store in &stores {
+        apply(store, 201, vec![check(vec![])]).await;
+    }
+    let mut answers = std::collections::BTreeMap::new();
+    for (node, store) in (1..).zip(&stores) {
+        answers.insert(node, ReplicaAnswer::Digest(digest(store, 201).await));
+    }
+    let (verdict, divergent, majority) = judge(&answers);
+    assert_eq!(verdict, Verdict::Divergent);
+    assert_eq!(divergent, vec![2]);
+    let ReplicaAnswer::Digest(odd) = &answers[&2] else {
+        unreachable!()
+    };
+    let buckets = divergent_buckets(majority.unwrap(), odd);
+    assert_eq!(buckets, vec![CheckedRow::Key(b"key/117".to_vec()).bucket()]);
+    // A locating check of that bucket names the key.
+    for store in &stores {
+        apply(store, 202, vec![check(buckets.clone())]).await;
+    }
+    let (good, odd) = (digest(&stores[0], 202).await, digest(&stores[1], 202).await);
+    assert!(!good.located.is_empty() && !good.located_cut);
+    assert_eq!(
+        divergent_rows(&good, &odd),
+        vec![CheckedRow::Key(b"key/117".to_vec())]
+    );
+    for store in stores {
+        store.shutdown();
+    }
+}
+
+#[tokio::test]
+async fn a_row_that_does_not_decode_is_unreadable() {
+    let (_dir, store) = open();
+    apply(&store, 1, vec![write("k", "")]).await;
+    // The row of an empty value ends in its header: flipping its last byte breaks it.
+    store.state_machine(RangeId(1)).corrupt_row(b"k").await.unwrap();
+    apply(&store, 2, vec![check(vec![])]).await;
+    let answer = store.state_machine(RangeId(1)).digest(2, WAIT).await;
+    assert!(matches!(answer, ReplicaAnswer::Unreadable(_)), "{answer:?}");
+    store.shutdown();
+}
+
+#[tokio::test]
+async fn a_check_passed_without_a_digest_says_so() {
+    let (_dir, store) = open();
+    apply(&store, 1, vec![write("a", "1"), write("b", "2")]).await;
+    let answer = store.state_machine(RangeId(1)).digest(1, WAIT).await;
+    assert!(matches!(answer, ReplicaAnswer::NoDigest(_)), "{answer:?}");
+    store.shutdown();
+}
