@@ -4,6 +4,7 @@
 
 mod catch_up;
 mod cluster;
+mod consistency;
 mod console;
 mod dashboards;
 mod deps;

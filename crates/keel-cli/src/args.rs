@@ -411,6 +411,25 @@ pub enum ClusterCommand {
     },
     /// Ask the leader of RANGE to hand leadership to its voter NODE.
     TransferLeader { range: u64, node: NodeId },
+    /// Check now that the replicas of each range agree: every replica hashes the range at
+    /// one log index and the range's leader compares. Prints per range the index, each
+    /// replica's hash, the verdict, and the rows a differing replica differs in.
+    #[command(
+        after_help = "Verdicts: consistent (every replica answered the same hash), unconfirmed \
+                      (no two differ, but a replica gave no hash: the reason is shown), divergent \
+                      (a majority agrees; the others differ, with the rows they differ in), \
+                      no-majority (hashes differ and none has a majority). Exits 1 when a range \
+                      is divergent or has no majority, 3 when a range could not be checked."
+    )]
+    Check {
+        /// Check this range only (an id from `keel cluster ranges`; 0 is the meta range).
+        #[arg(long)]
+        range: Option<u64>,
+        /// How long to wait for the answer, in seconds (a check hashes every replica at
+        /// 32 MiB/s at most).
+        #[arg(long, default_value_t = 600)]
+        wait_secs: u64,
+    },
 }
 
 #[derive(Debug, Args)]

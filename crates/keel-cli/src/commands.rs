@@ -245,6 +245,11 @@ async fn report(global: &Global, command: Command) -> Result<Report, KvError> {
             let ranges = client.ranges().await?;
             Ok(output::cluster::ranges(&ranges, out))
         }
+        Command::Cluster(ClusterCommand::Check { range, wait_secs }) => {
+            let wait = Duration::from_secs(wait_secs);
+            let checked = client.check(range.map(RangeId), wait).await?;
+            Ok(output::cluster::checked(&checked, out))
+        }
         Command::Cluster(ClusterCommand::Split { at }) => {
             let (left, right) = client.split(&bytes(&at)).await?;
             Ok(output::cluster::split(&left, &right, out))

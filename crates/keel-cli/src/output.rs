@@ -353,6 +353,12 @@ fn status_table(rows: &[StatusRow]) -> Vec<u8> {
                         status.ready_message
                     ));
                 }
+                for alarm in &status.consistency_alarms {
+                    notes.push_str(&format!(
+                        "{endpoint}: consistency alarm: range {} {} at index {} (differing: {:?})\n",
+                        alarm.range_id, alarm.verdict, alarm.index, alarm.divergent
+                    ));
+                }
             }
             Err(error) => {
                 table.push(unreachable_cells(endpoint));
@@ -468,6 +474,7 @@ fn status_json((endpoint, answer): &StatusRow) -> Value {
         "healthy": status.healthy, "message": status.message, "ready": status.ready,
         "ready_message": status.ready_message, "version": status.version,
         "ranges": ranges,
+        "consistency_alarms": status.consistency_alarms.iter().map(cluster::check_json).collect::<Vec<_>>(),
     })
 }
 

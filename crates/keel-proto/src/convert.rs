@@ -479,6 +479,30 @@ impl From<v1::RangeDescriptor> for RangeDescriptor {
     }
 }
 
+/// A consistency check's report as `Cluster.Check` and `Cluster.Status` answer it.
+impl From<&keel_types::CheckReport> for v1::RangeCheck {
+    fn from(report: &keel_types::CheckReport) -> v1::RangeCheck {
+        let replica = |replica: &keel_types::ReplicaCheck| v1::ReplicaCheck {
+            node_id: replica.node,
+            hash: replica.hash.map(|hash| hash.to_vec()).unwrap_or_default(),
+            problem: replica.problem.clone().unwrap_or_default(),
+            rows: replica.rows.iter().map(ToString::to_string).collect(),
+            buckets_differing: replica.buckets_differing,
+        };
+        v1::RangeCheck {
+            range_id: report.range.0,
+            index: report.index,
+            verdict: report.verdict.name().to_string(),
+            replicas: report.replicas.iter().map(replica).collect(),
+            divergent: report.divergent.clone(),
+            checked_at_ms: report.checked_at_ms,
+            rows: report.rows,
+            error: String::new(),
+            leader: report.leader,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

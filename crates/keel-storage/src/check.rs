@@ -115,7 +115,11 @@ impl Checker {
     /// `txn` must have begun after the check entry's apply committed and before anything
     /// after it was applied.
     pub fn queue(&self, range: RangeId, index: u64, locate: Vec<u16>, txn: ReadTransaction) {
-        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let sender = self
+            .sender
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let job = Box::new(Job {
             range,
             index,
@@ -154,10 +158,13 @@ impl Checker {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             changed.borrow_and_update();
+            // Read the applied index before the kept answers: a check is expected before its
+            // entry applies, so an index applied then and not kept now was passed by.
+            let passed = applied().await.is_some_and(|applied| applied >= index);
             match self.kept.get(range, index) {
                 Some(Some(answer)) => return answer,
                 Some(None) => {}
-                None if applied().await.is_some_and(|applied| applied >= index) => {
+                None if passed => {
                     return ReplicaAnswer::NoDigest(format!(
                         "this replica passed index {index} without a digest of it (a snapshot \
                          installed past it, a restart, or an older check)"
@@ -259,7 +266,11 @@ struct DigestSink<'a> {
 impl DigestSink<'_> {
     fn finish(self) -> RangeDigest {
         let facts: Hash = self.facts.finalize().into();
-        let buckets: Vec<Hash> = self.buckets.into_iter().map(|b| b.finalize().into()).collect();
+        let buckets: Vec<Hash> = self
+            .buckets
+            .into_iter()
+            .map(|b| b.finalize().into())
+            .collect();
         let mut range = Sha256::new();
         range.update(facts);
         for bucket in &buckets {

@@ -91,7 +91,9 @@ pub(crate) enum Op {
     /// Test fault: flips the last byte of `key`'s stored `kv` row, bypassing the log, so this
     /// replica silently differs (`Store::corrupt_row`).
     #[cfg(any(test, feature = "fault-injection"))]
-    CorruptRow { key: Vec<u8> },
+    CorruptRow {
+        key: Vec<u8>,
+    },
 }
 
 impl Op {
@@ -154,10 +156,12 @@ fn corrupt_row(txn: &WriteTransaction, key: &[u8]) -> Result<(), StorageError> {
         .open_table(crate::tables::KV)
         .map_err(|e| StorageError::redb("open kv", e))?;
     let stored = kv.get(key).map_err(|e| StorageError::redb("read kv", e))?;
-    let mut row = stored.map(|row| row.value().to_vec()).ok_or(StorageError::Corrupt {
-        what: "corrupt_row fault",
-        detail: "no such key".to_string(),
-    })?;
+    let mut row = stored
+        .map(|row| row.value().to_vec())
+        .ok_or(StorageError::Corrupt {
+            what: "corrupt_row fault",
+            detail: "no such key".to_string(),
+        })?;
     if let Some(last) = row.last_mut() {
         *last ^= 0x01;
     }

@@ -829,7 +829,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // committed and before anything after it is applied.
         let mut items = items;
         while !items.is_empty() {
-            let check_at = items.iter().position(|(entry, _)| check_of(entry).is_some());
+            let check_at = items
+                .iter()
+                .position(|(entry, _)| check_of(entry).is_some());
             let rest = items.split_off(check_at.map_or(items.len(), |at| at + 1));
             let batch = std::mem::replace(&mut items, rest);
             let check = batch.last().and_then(|(entry, _)| {
@@ -842,7 +844,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             if let Some((index, locate)) = check {
                 match &applied {
                     Ok(()) => self.snapshot_for_check(index, locate).await,
-                    Err(_) => self.store.checker().refuse(self.range, index, "its apply failed"),
+                    Err(_) => self
+                        .store
+                        .checker()
+                        .refuse(self.range, index, "its apply failed"),
                 }
             }
             applied?;

@@ -174,6 +174,8 @@ pub struct CheckReport {
     pub checked_at_ms: u64,
     /// Rows hashed on the leader's replica.
     pub rows: u64,
+    /// The node that led the check.
+    pub leader: NodeId,
 }
 
 /// A comparable answer: a digest's (format, hash), or a node's own unreadable state.
@@ -247,7 +249,8 @@ pub fn divergent_buckets(majority: &RangeDigest, digest: &RangeDigest) -> Vec<u1
 /// one and not the other, or with different hashes. At most
 /// `limits::CHECK_REPORTED_ROWS_MAX`, in row order.
 pub fn divergent_rows(majority: &RangeDigest, digest: &RangeDigest) -> Vec<CheckedRow> {
-    let theirs: BTreeMap<&CheckedRow, &Hash> = majority.located.iter().map(|(r, h)| (r, h)).collect();
+    let theirs: BTreeMap<&CheckedRow, &Hash> =
+        majority.located.iter().map(|(r, h)| (r, h)).collect();
     let ours: BTreeMap<&CheckedRow, &Hash> = digest.located.iter().map(|(r, h)| (r, h)).collect();
     let rows: BTreeSet<&CheckedRow> = theirs.keys().chain(ours.keys()).copied().collect();
     rows.into_iter()

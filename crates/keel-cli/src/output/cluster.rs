@@ -1,4 +1,5 @@
-//! What `cluster ranges`, `cluster split`, `cluster status` and the node commands print: an
+//! What `cluster ranges`, `cluster split`, `cluster status`, `cluster check` and the node
+//! commands print: an
 //! aligned table whose cells hold no spaces (spans are written `["a","m")`), a line, or
 //! JSON. Pure.
 
@@ -197,5 +198,136 @@ pub fn transferred(range: u64, node: NodeId, output: Output) -> Report {
     Report::ok(match output {
         Output::Text => line(format!("range {range}: leadership handed to node {node}").as_bytes()),
         Output::Json => json_line(&json!({ "range_id": range, "leader": node })),
+    })
+}
+
+/// `cluster check`: one row per range (index, verdict, leader, rows hashed, each replica's
+/// hash by its first 8 hex digits), then a line per replica that differs or gave no hash;
+/// or a JSON array. Exits 1 when a range's replicas disagree, else 3 when a range could not
+/// be checked.
+pub fn checked(ranges: &[v1::RangeCheck], output: Output) -> Report {
+    let stdout = match output {
+        Output::Text => {
+            let header = ["range", "index", "verdict", "leader", "rows", "replicas"];
+            let mut table: Vec<Vec<String>> = vec![header.map(String::from).to_vec()];
+            table.extend(ranges.iter().map(check_cells));
+            let mut text = align(&table);
+            for range in ranges {
+                text.push_str(&check_notes(range));
+            }
+            text.into_bytes()
+        }
+        Output::Json => json_line(&Value::Array(ranges.iter().map(check_json).collect())),
+    };
+    let alarms: Vec<String> = ranges
+        .iter()
+        .filter(|r| r.verdict == "divergent" || r.verdict == "no-majority")
+        .map(|r| r.range_id.to_string())
+        .collect();
+    let failed: Vec<String> = ranges
+        .iter()
+        .filter(|r| !r.error.is_empty())
+        .map(|r| r.range_id.to_string())
+        .collect();
+    let (code, stderr) = match (alarms.is_empty(), failed.is_empty()) {
+        (false, _) => (
+            1,
+            format!("replicas disagree on range(s) {}", alarms.join(", ")),
+        ),
+        (true, false) => (3, format!("could not check range(s) {}", failed.join(", "))),
+        (true, true) => (0, String::new()),
+    };
+    Report {
+        stdout,
+        stderr,
+        code,
+    }
+}
+
+fn short_hash(hash: &[u8]) -> String {
+    match hash.is_empty() {
+        true => "-".to_string(),
+        false => hash.iter().take(4).map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+fn check_cells(range: &v1::RangeCheck) -> Vec<String> {
+    if !range.error.is_empty() {
+        let dash = || "-".to_string();
+        return vec![
+            range.range_id.to_string(),
+            dash(),
+            "error".into(),
+            dash(),
+            dash(),
+            dash(),
+        ];
+    }
+    let replicas: Vec<String> = range
+        .replicas
+        .iter()
+        .map(|r| format!("{}={}", r.node_id, short_hash(&r.hash)))
+        .collect();
+    vec![
+        range.range_id.to_string(),
+        range.index.to_string(),
+        range.verdict.clone(),
+        range.leader.to_string(),
+        range.rows.to_string(),
+        replicas.join(","),
+    ]
+}
+
+/// The lines under the table for one range: why it could not be checked, and each replica
+/// that differs (with its rows) or gave no hash.
+fn check_notes(range: &v1::RangeCheck) -> String {
+    let id = range.range_id;
+    if !range.error.is_empty() {
+        return format!("range {id}: not checked: {}\n", range.error);
+    }
+    let mut notes = String::new();
+    for replica in &range.replicas {
+        let node = replica.node_id;
+        if range.divergent.contains(&node) {
+            let rows = match replica.rows.is_empty() {
+                true => "rows not located".to_string(),
+                false => replica.rows.join(", "),
+            };
+            let buckets = replica.buckets_differing;
+            notes.push_str(&format!(
+                "range {id}: node {node} differs from the majority in {buckets} bucket(s): {rows}\n"
+            ));
+        }
+        if !replica.problem.is_empty() {
+            notes.push_str(&format!("range {id}: node {node}: {}\n", replica.problem));
+        }
+    }
+    notes
+}
+
+pub(super) fn check_json(range: &v1::RangeCheck) -> Value {
+    let hex = |hash: &[u8]| hash.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let replicas: Vec<Value> = range
+        .replicas
+        .iter()
+        .map(|r| {
+            json!({
+                "node": r.node_id,
+                "hash": hex(&r.hash),
+                "problem": r.problem,
+                "rows": r.rows,
+                "buckets_differing": r.buckets_differing,
+            })
+        })
+        .collect();
+    json!({
+        "range": range.range_id,
+        "index": range.index,
+        "verdict": range.verdict,
+        "leader": range.leader,
+        "rows": range.rows,
+        "divergent": range.divergent,
+        "replicas": replicas,
+        "error": range.error,
     })
 }

@@ -393,6 +393,7 @@ fn node_status(node_id: u64, leader: Option<u64>) -> v1::StatusResponse {
         }],
         version: "0.1.0".to_string(),
         peer_addr: format!("127.0.0.1:710{node_id}"),
+        consistency_alarms: Vec::new(),
         ready: true,
         ready_message: String::new(),
     }
@@ -678,4 +679,84 @@ fn watch_prints_reclaims_with_their_token() {
             &json!(9)
         )
     );
+}
+
+fn range_check(range_id: u64, verdict: &str, divergent: Vec<u64>) -> v1::RangeCheck {
+    let replica = |node_id: u64| v1::ReplicaCheck {
+        node_id,
+        hash: if divergent.contains(&node_id) {
+            vec![0xee; 32]
+        } else {
+            vec![0xab; 32]
+        },
+        rows: if divergent.contains(&node_id) {
+            vec![r#"key "k017""#.to_string()]
+        } else {
+            vec![]
+        },
+        buckets_differing: u32::from(divergent.contains(&node_id)),
+        ..Default::default()
+    };
+    v1::RangeCheck {
+        range_id,
+        index: 62,
+        verdict: verdict.to_string(),
+        replicas: (1..=3).map(replica).collect(),
+        divergent,
+        leader: 1,
+        rows: 60,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_check_shows_hashes_verdicts_and_differing_rows() {
+    let ranges = [
+        range_check(0, "consistent", vec![]),
+        range_check(1, "divergent", vec![3]),
+    ];
+    let report = cluster::checked(&ranges, Output::Text);
+    let text = String::from_utf8(report.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        [
+            "0",
+            "62",
+            "consistent",
+            "1",
+            "60",
+            "1=abababab,2=abababab,3=abababab"
+        ]
+    );
+    assert_eq!(lines[2].split_whitespace().nth(2), Some("divergent"));
+    assert_eq!(
+        lines[3],
+        r#"range 1: node 3 differs from the majority in 1 bucket(s): key "k017""#
+    );
+    assert_eq!(report.code, 1);
+    assert_eq!(report.stderr, "replicas disagree on range(s) 1");
+    let json = String::from_utf8(cluster::checked(&ranges, Output::Json).stdout).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(parsed[1]["divergent"], serde_json::json!([3]));
+    assert_eq!(parsed[1]["replicas"][2]["hash"], "ee".repeat(32));
+}
+
+#[test]
+fn a_range_not_checked_exits_3_and_says_why() {
+    let failed = v1::RangeCheck {
+        range_id: 4,
+        error: "no leader".to_string(),
+        ..Default::default()
+    };
+    let ranges = [range_check(1, "consistent", vec![]), failed];
+    let report = cluster::checked(&ranges, Output::Text);
+    let text = String::from_utf8(report.stdout).unwrap();
+    assert!(text.contains("range 4: not checked: no leader"), "{text}");
+    assert_eq!(
+        (report.code, report.stderr.as_str()),
+        (3, "could not check range(s) 4")
+    );
+    let clean = cluster::checked(&ranges[..1], Output::Text);
+    assert_eq!((clean.code, clean.stderr.as_str()), (0, ""));
 }

@@ -1,4 +1,5 @@
-//! The Cluster service: a node's status, the range table, splits and leader transfers.
+//! The Cluster service: a node's status, the range table, splits, leader transfers and
+//! consistency checks.
 //! Administrative calls; the range table they read also refreshes the client's own.
 
 use std::future::Future;
@@ -147,6 +148,26 @@ impl Client {
             .await
     }
 
+    /// Runs a consistency check now on `range`, or on every range (at most 1,000), each
+    /// through its leader, and returns each range's verdict (`Cluster.Check`). A check hashes
+    /// every replica of a range, so it is given `timeout` rather than the request timeout;
+    /// the endpoints are tried in turn, one attempt each.
+    pub async fn check(
+        &self,
+        range: Option<RangeId>,
+        timeout: Duration,
+    ) -> Result<Vec<v1::RangeCheck>, KvError> {
+        let request = v1::CheckRequest {
+            range_id: range.map(|range| range.0),
+        };
+        let answer = self
+            .on_any_endpoint_within(timeout, |mut cluster| async move {
+                cluster.check(request).await
+            })
+            .await?;
+        Ok(answer.ranges)
+    }
+
     /// One call of the Cluster service on each endpoint in turn until one answers; a final
     /// `InvalidArgument` is returned at once.
     async fn on_any_endpoint<T, F, Fut>(&self, call: F) -> Result<T, KvError>
@@ -154,9 +175,23 @@ impl Client {
         F: Fn(ClusterClient<Transport>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let timeout = self.inner.options.request_timeout;
+        self.on_any_endpoint_within(timeout, call).await
+    }
+
+    /// `on_any_endpoint`, each call within `timeout`.
+    async fn on_any_endpoint_within<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        call: F,
+    ) -> Result<T, KvError>
+    where
+        F: Fn(ClusterClient<Transport>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let mut last = KvError::unavailable("the client has no endpoints");
         for endpoint in &self.inner.endpoints {
-            match self.cluster_call(endpoint, &call).await {
+            match self.cluster_call_within(endpoint, timeout, &call).await {
                 Ok(answer) => return Ok(answer),
                 Err(error @ KvError::InvalidArgument { .. }) => return Err(error),
                 Err(error) => last = error,
@@ -171,10 +206,24 @@ impl Client {
         F: FnOnce(ClusterClient<Transport>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let timeout = self.inner.options.request_timeout;
+        self.cluster_call_within(endpoint, timeout, call).await
+    }
+
+    /// One call of the Cluster service at `endpoint`, within `timeout`.
+    async fn cluster_call_within<T, F, Fut>(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+        call: F,
+    ) -> Result<T, KvError>
+    where
+        F: FnOnce(ClusterClient<Transport>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let uri = endpoints::normalize(endpoint)?;
         let channel = self.inner.pool.channel(&uri)?;
         let cluster = ClusterClient::on(channel, self.inner.credentials.clone());
-        let timeout = self.inner.options.request_timeout;
         match tokio::time::timeout(timeout, call(cluster)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(retry::final_error(&locate(

@@ -11,17 +11,17 @@ use keel_meta::RangeTable;
 use keel_proto::v1::cluster_client::ClusterClient;
 use keel_proto::v1::cluster_server::Cluster;
 use keel_proto::v1::{
-    AddNodeRequest, AddNodeResponse, BackupRequest, LeaderRequest, LeaderResponse, Member,
-    MembersRequest, MembersResponse, RangeInfo, RangeStatus, RangesRequest, RangesResponse,
-    RemoveNodeRequest, RemoveNodeResponse, SplitRequest, SplitResponse, StatusRequest,
-    StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
+    AddNodeRequest, AddNodeResponse, BackupRequest, CheckRequest, CheckResponse, LeaderRequest,
+    LeaderResponse, Member, MembersRequest, MembersResponse, RangeCheck, RangeInfo, RangeStatus,
+    RangesRequest, RangesResponse, RemoveNodeRequest, RemoveNodeResponse, SplitRequest,
+    SplitResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 };
 use keel_raft::{GroupStatus, RaftGroup};
 use keel_storage::{RangeCounts, StorageError};
 use keel_types::validate::{check_key, check_split_key};
 use keel_types::{
     Consistency, CoordinationCounts, KvError, NodeAddr, NodeDescriptor, NodeId, RangeDescriptor,
-    RangeId,
+    RangeId, limits,
 };
 use tonic::{Request, Response, Status};
 
@@ -31,7 +31,7 @@ use crate::api::health;
 use crate::cluster::nodes;
 use crate::cluster::placement::{self, ClusterView};
 use crate::peer::channels::PeerChannel;
-use crate::ranges::{lookup, split};
+use crate::ranges::{check, lookup, split};
 use crate::requests::router::{Audience, Hop, Router};
 use crate::shared::Shared;
 use crate::status::to_status;
@@ -329,6 +329,40 @@ impl Cluster for ClusterService {
             .map_err(|status| self.router.relayed(status))
     }
 
+    async fn check(
+        &self,
+        request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
+        self.shared.admit(&request, Call::Admin)?;
+        self.shared.health.check().map_err(|e| to_status(&e))?;
+        let ranges: Vec<RangeId> = match request.get_ref().range_id {
+            Some(range) => vec![RangeId(range)],
+            None => {
+                // The range table as the meta range's leader reads it (linearizably).
+                let all = RangesRequest { no_forward: false };
+                let table = self.serve_ranges(&all).await.map_err(|e| to_status(&e))?;
+                let data = table.ranges.iter().filter_map(|r| r.descriptor.as_ref());
+                std::iter::once(RangeId::META)
+                    .chain(data.map(|d| RangeId(d.range_id)))
+                    .take(limits::CHECK_RANGES_MAX)
+                    .collect()
+            }
+        };
+        let mut checked = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            let report = check::check_through_leader(&self.shared, range).await;
+            checked.push(match report {
+                Ok(report) => RangeCheck::from(&report),
+                Err(error) => RangeCheck {
+                    range_id: range.0,
+                    error: error.to_string(),
+                    ..RangeCheck::default()
+                },
+            });
+        }
+        Ok(Response::new(CheckResponse { ranges: checked }))
+    }
+
     async fn transfer_leader(
         &self,
         request: Request<TransferLeaderRequest>,
@@ -404,6 +438,9 @@ impl Cluster for ClusterService {
         self.shared.admit(&request, Call::Admin)?;
         let ready = health::verdict(&self.shared);
         let (mut healthy, mut message) = self.shared.health.summary();
+        let hosted = self.shared.groups.all().iter().map(|g| g.range()).collect();
+        let alarms = self.shared.checks.alarms(&hosted);
+        let consistency_alarms = alarms.iter().map(RangeCheck::from).collect();
         let mut ranges = Vec::new();
         for group in self.shared.groups.all() {
             match range_status(&group).await {
@@ -427,6 +464,7 @@ impl Cluster for ClusterService {
             peer_addr: self.shared.addr.clone(),
             ready: ready.is_ok(),
             ready_message: ready.err().unwrap_or_default(),
+            consistency_alarms,
         }))
     }
 

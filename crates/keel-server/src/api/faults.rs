@@ -1,15 +1,16 @@
 //! `keel.test.v1.Faults` (built with the `fault-injection` feature only): run-time control of
 //! this node's test faults: its clock offset, its split thresholds, and replica moves on any
 //! range (carried out by the range's leader, the rebalancer's way:
-//! `rebalancer::change_through`). The faults set at start are `config::faults`. Knows nothing
+//! `rebalancer::change_through`), and a row of this node's replica changed behind Raft's back. The faults set at start are `config::faults`. Knows nothing
 //! of request semantics.
 
 use std::sync::Arc;
 
 use keel_proto::test::v1::faults_server::Faults;
 use keel_proto::test::v1::{
-    MoveReplicaRequest, MoveReplicaResponse, SetClockOffsetRequest, SetClockOffsetResponse,
-    SetSplitThresholdsRequest, SetSplitThresholdsResponse,
+    CorruptRowRequest, CorruptRowResponse, MoveReplicaRequest, MoveReplicaResponse,
+    SetClockOffsetRequest, SetClockOffsetResponse, SetSplitThresholdsRequest,
+    SetSplitThresholdsResponse,
 };
 use keel_types::{KvError, NodeAddr, NodeId, RangeDescriptor, RangeId, ReplicaChange};
 use tonic::{Request, Response, Status};
@@ -33,6 +34,25 @@ impl FaultsService {
 
 #[tonic::async_trait]
 impl Faults for FaultsService {
+    async fn corrupt_row(
+        &self,
+        request: Request<CorruptRowRequest>,
+    ) -> Result<Response<CorruptRowResponse>, Status> {
+        let key = request.into_inner().key;
+        let group = match self.shared.ranges.local(&key) {
+            Some(range) => self.shared.ensure_group(range.id).await,
+            None => Err(KvError::invalid(
+                "this node holds no replica of the key's range",
+            )),
+        };
+        let group = group.map_err(|e| to_status(&e))?;
+        let corrupted = group.state_machine().corrupt_row(&key).await;
+        corrupted.map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(Response::new(CorruptRowResponse {
+            range_id: group.range().0,
+        }))
+    }
+
     async fn set_clock_offset(
         &self,
         request: Request<SetClockOffsetRequest>,

@@ -8,6 +8,7 @@
 //! (`peers_only`, in front of every method). Knows nothing of openraft types.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_proto::raft::raft_client::RaftClient;
 use keel_proto::raft::raft_server::Raft;
@@ -29,6 +30,7 @@ use crate::cluster::quiescence;
 use crate::locks::queues::LockQueues;
 use crate::peer::call::PeerCall;
 use crate::peer::channels::PeerChannel;
+use crate::ranges::check::{self, CheckQuery};
 use crate::ranges::meta;
 use crate::ranges::replicas;
 use crate::shared::Shared;
@@ -89,6 +91,7 @@ impl RaftService {
         &self,
         request: Request<NodeMessage>,
         write: bool,
+        deadline: Duration,
         serve: F,
         forward: R,
     ) -> Result<Response<RaftReply>, Status>
@@ -122,7 +125,7 @@ impl RaftService {
                     payload: &payload,
                     forward: false,
                     write,
-                    deadline: self.shared.forward_deadline(write),
+                    deadline,
                 };
                 call.send::<T, _, _>(&self.shared.peers, self.shared.node_id, forward)
                     .await
@@ -271,7 +274,14 @@ impl Raft for RaftService {
         let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.prepare_replica(message).await
         };
-        self.replica_call(request, false, serve, forward).await
+        self.replica_call(
+            request,
+            false,
+            self.shared.forward_deadline(false),
+            serve,
+            forward,
+        )
+        .await
     }
 
     async fn remove_replica(
@@ -285,7 +295,14 @@ impl Raft for RaftService {
         let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.remove_replica(message).await
         };
-        self.replica_call(request, false, serve, forward).await
+        self.replica_call(
+            request,
+            false,
+            self.shared.forward_deadline(false),
+            serve,
+            forward,
+        )
+        .await
     }
 
     async fn replica_membership(
@@ -298,7 +315,14 @@ impl Raft for RaftService {
         let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.replica_membership(message).await
         };
-        self.replica_call(request, false, serve, forward).await
+        self.replica_call(
+            request,
+            false,
+            self.shared.forward_deadline(false),
+            serve,
+            forward,
+        )
+        .await
     }
 
     async fn change_replicas(
@@ -317,9 +341,15 @@ impl Raft for RaftService {
         let forward = |mut client: RaftClient<PeerChannel>, message| async move {
             client.change_replicas(message).await
         };
-        self.replica_call(request, true, serve, forward)
-            .instrument(span)
-            .await
+        self.replica_call(
+            request,
+            true,
+            self.shared.forward_deadline(true),
+            serve,
+            forward,
+        )
+        .instrument(span)
+        .await
     }
 
     async fn console_facts(
@@ -333,6 +363,36 @@ impl Raft for RaftService {
         })?;
         let facts = console::facts::local(&self.shared).await;
         let payload = wire::encode(&facts).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RaftReply { payload }))
+    }
+
+    async fn check_range(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let range = RangeId(request.get_ref().range_id);
+        let shared = self.shared.clone();
+        let serve = |_: CheckQuery| async move { check::check_range(&shared, range).await };
+        let forward = |mut client: RaftClient<PeerChannel>, message| async move {
+            client.check_range(message).await
+        };
+        let deadline = check::check_deadline();
+        self.replica_call(request, false, deadline, serve, forward)
+            .await
+    }
+
+    async fn range_digest(
+        &self,
+        request: Request<NodeMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let message = request.into_inner();
+        let index: u64 = wire::decode(&message.payload).map_err(|e| {
+            let error = KvError::invalid(format!("digest query from node {}: {e}", message.from));
+            to_status(&error)
+        })?;
+        let range = RangeId(message.range_id);
+        let answer = check::local_digest(&self.shared, range, index).await;
+        let payload = wire::encode(&answer).map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(RaftReply { payload }))
     }
 

@@ -91,6 +91,9 @@ pub struct KvSettings {
     pub history_retention_ms: u64,
     /// Most bytes of events each replica keeps per range.
     pub history_retention_bytes: u64,
+    /// How often a leader checks that the replicas of each range it leads agree (a hash of
+    /// the range at one log index on every replica); 0: never on its own.
+    pub consistency_check_interval_ms: u64,
     /// When the ranges this node leads split.
     #[serde(flatten)]
     pub split: SplitSettings,
@@ -103,6 +106,7 @@ impl Default for KvSettings {
             cleanup_interval_ms: 1_000,
             history_retention_ms: 60 * 60 * 1000,
             history_retention_bytes: 64 * 1024 * 1024,
+            consistency_check_interval_ms: 24 * 60 * 60 * 1000,
             split: SplitSettings::default(),
         }
     }
@@ -177,6 +181,8 @@ const DEDUP_WINDOW_MS_MIN: u64 = 1_000;
 /// Bounds of the cleanup interval.
 const CLEANUP_INTERVAL_MS_MIN: u64 = 10;
 const CLEANUP_INTERVAL_MS_MAX: u64 = 60_000;
+/// Longest `--consistency-check-interval-ms`: 30 days.
+const CHECK_INTERVAL_MS_MAX: u64 = 30 * 24 * 60 * 60 * 1000;
 /// Bounds of the split size: below 1 KiB a range splits on almost every write; above 64 GiB
 /// a new replica waits for a snapshot of that size.
 const RANGE_SPLIT_BYTES_MIN: u64 = 1024;
@@ -273,6 +279,12 @@ pub enum ConfigError {
         max = limits::HISTORY_RETENTION_MS_MAX
     )]
     HistoryRetention(u64),
+    #[error(
+        "consistency check interval is {0} ms; it must be 0 (off) or {min} ms to {max} ms (30 days)",
+        min = limits::CHECK_INTERVAL_MS_MIN,
+        max = CHECK_INTERVAL_MS_MAX
+    )]
+    ConsistencyCheckInterval(u64),
     #[error(
         "history retention is {0} bytes per range; it must be {min} bytes (1 KiB) to {max} bytes (64 GiB)",
         min = limits::HISTORY_RETENTION_BYTES_MIN,
@@ -497,6 +509,11 @@ impl NodeConfig {
             .contains(&bytes)
         {
             return Err(ConfigError::HistoryRetentionBytes(bytes));
+        }
+        let checks = self.kv.consistency_check_interval_ms;
+        if checks != 0 && !(limits::CHECK_INTERVAL_MS_MIN..=CHECK_INTERVAL_MS_MAX).contains(&checks)
+        {
+            return Err(ConfigError::ConsistencyCheckInterval(checks));
         }
         self.kv.split.validate()?;
         self.faults.validate().map_err(ConfigError::Faults)

@@ -140,6 +140,11 @@ pub struct ServeArgs {
     /// each change): the oldest go first (default 67108864, 64 MiB; 1 KiB to 64 GiB).
     #[arg(long)]
     pub history_retention_bytes: Option<u64>,
+    /// How often the leader of each range checks that its replicas agree: every replica
+    /// hashes the range at one log index and the leader compares (default 86400000, a day;
+    /// 0 turns periodic checks off; else 1 s to 30 days). `keel cluster check` runs one now.
+    #[arg(long)]
+    pub consistency_check_interval_ms: Option<u64>,
     /// A range holding more bytes than this (keys + values) splits in two halves of about
     /// equal size (default 67108864, 64 MiB; 1 KiB to 64 GiB).
     #[arg(long)]

@@ -3,7 +3,8 @@
 //! gRPC (on one port, or with `--peer-listen` on two: the client port without Raft, the peer
 //! port for calls from other nodes only; `access/port.rs`), initializes the cluster on first start, watches its own health, and runs its
 //! background tasks: cleanup of expired keys, idle sessions, free locks and expired
-//! idempotency records; history compaction (`ranges/compaction.rs`); the range watcher (`ranges/watch.rs`); the descriptor publisher; the split
+//! idempotency records; history compaction (`ranges/compaction.rs`); consistency checks
+//! (`ranges/check.rs`); the range watcher (`ranges/watch.rs`); the descriptor publisher; the split
 //! driver; heartbeats, the rebalancer and the quiescence watcher (`cluster/quiescence.rs`); the
 //! `grpc.health.v1` statuses; the metrics endpoint when configured. Every gRPC request passes
 //! the metering layer (`metrics`). Shuts down in order. Knows nothing of request semantics
@@ -61,7 +62,7 @@ use crate::peer::transport::GrpcTransport;
 use crate::ranges::meta::META_REPLICAS;
 use crate::ranges::publisher;
 use crate::ranges::split_driver;
-use crate::ranges::{cleanup, compaction};
+use crate::ranges::{check, cleanup, compaction};
 use crate::ranges::{lookup, watch};
 use crate::requests::router::Audience;
 use crate::shared::Shared;
@@ -171,6 +172,7 @@ impl Node {
             lock_waiters: Default::default(),
             watch_pages: Default::default(),
             watch_ids: Default::default(),
+            checks: Default::default(),
             access: config.access.clone(),
             tls: config.tls.clone(),
         });
@@ -318,7 +320,7 @@ async fn bind_metrics(config: &NodeConfig) -> anyhow::Result<Option<TcpListener>
 }
 
 /// Starts the node's background tasks, each in the node's span: health watch, cleanup,
-/// history compaction, range watcher, publisher, split driver, heartbeats, rebalancer, health statuses and the
+/// history compaction, consistency checks, range watcher, publisher, split driver, heartbeats, rebalancer, health statuses and the
 /// metrics endpoint (when it has a listener).
 fn spawn_tasks(
     shared: &Arc<Shared>,
@@ -330,6 +332,7 @@ fn spawn_tasks(
         tokio::spawn(watch_health(shared.clone()).instrument(span.clone())),
         tokio::spawn(cleanup::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(compaction::run(shared.clone()).instrument(span.clone())),
+        tokio::spawn(check::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(watch::watch(shared.clone()).instrument(span.clone())),
         tokio::spawn(publisher::run(shared.clone()).instrument(span.clone())),
         tokio::spawn(split_driver::run(shared.clone()).instrument(span.clone())),

@@ -6,6 +6,7 @@
 //! range that fall due (`rounds`). Uses `shared` and `peer`; never imports `cluster`, `requests`, `locks` or
 //! `api`.
 
+pub(crate) mod check;
 pub(crate) mod cleanup;
 pub(crate) mod compaction;
 pub(crate) mod lookup;

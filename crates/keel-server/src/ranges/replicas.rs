@@ -235,7 +235,10 @@ async fn collect_empty(
 }
 
 /// The group of `range` on this node if it leads it; `NotLeader` with a hint otherwise.
-fn leading_group(shared: &Shared, range: RangeId) -> Result<std::sync::Arc<RaftGroup>, KvError> {
+pub(crate) fn leading_group(
+    shared: &Shared,
+    range: RangeId,
+) -> Result<std::sync::Arc<RaftGroup>, KvError> {
     match shared.groups.get(range) {
         Some(group) if group.is_leader() => Ok(group),
         Some(group) => Err(KvError::NotLeader {

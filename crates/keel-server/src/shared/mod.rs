@@ -1,12 +1,13 @@
 //! What the gRPC services and background tasks of one node share (`Shared`): its id and
 //! address, the initial cluster, its groups, store, settings, peer channels, and the state
 //! the node keeps, one leaf module each: range tables, heartbeats, leader settling, load counters, published
-//! descriptors, prepared replicas, meta leadership, split thresholds, health, recent events
-//! and lock waiters (for the console). The leaf
+//! descriptors, prepared replicas, meta leadership, split thresholds, health, recent events,
+//! lock waiters (for the console) and the consistency checks it led. The leaf
 //! modules never name `Shared`, and nothing here imports the rooms whose tasks and services
 //! take it. Knows nothing of request semantics.
 
 pub(crate) mod applied_cache;
+pub(crate) mod checks;
 pub(crate) mod events;
 pub(crate) mod health;
 pub(crate) mod heartbeats;
@@ -36,6 +37,7 @@ use crate::config::{KvSettings, PlacementSettings};
 use crate::metrics::Metrics;
 use crate::peer::batch::Links;
 use crate::peer::channels::Peers;
+use crate::shared::checks::CheckRecords;
 use crate::shared::events::Events;
 use crate::shared::health::Health;
 use crate::shared::heartbeats::Heartbeats;
@@ -106,6 +108,8 @@ pub(crate) struct Shared {
     pub watch_pages: WatchPages,
     /// The watch streams open on this node by id, for `Kv.WatchProgress`.
     pub watch_ids: WatchIds,
+    /// The consistency checks this node led: the last report per range, its alarms.
+    pub checks: CheckRecords,
     /// The tokens of `--auth-tokens`; `None` while authentication is off.
     pub access: Option<Arc<Access>>,
     /// The node's certificate, key and cluster CA when TLS is on: the server accepts TLS

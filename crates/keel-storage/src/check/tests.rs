@@ -69,11 +69,17 @@ async fn a_check_hashes_the_state_as_of_its_index() {
 #[tokio::test]
 async fn a_corrupted_row_is_found_and_named() {
     let (_dirs, stores): (Vec<_>, Vec<_>) = (0..3).map(|_| open()).unzip();
-    let writes: Vec<Command> = (0..200).map(|i| write(&format!("key/{i:03}"), "v")).collect();
+    let writes: Vec<Command> = (0..200)
+        .map(|i| write(&format!("key/{i:03}"), "v"))
+        .collect();
     for store in &stores {
         apply(store, 1, writes.clone()).await;
     }
-    stores[1].state_machine(RangeId(1)).corrupt_row(b"key/117").await.unwrap();
+    stores[1]
+        .state_machine(RangeId(1))
+        .corrupt_row(b"key/117")
+        .await
+        .unwrap();
     for store in &stores {
         apply(store, 201, vec![check(vec![])]).await;
     }
@@ -109,7 +115,11 @@ async fn a_row_that_does_not_decode_is_unreadable() {
     let (_dir, store) = open();
     apply(&store, 1, vec![write("k", "")]).await;
     // The row of an empty value ends in its header: flipping its last byte breaks it.
-    store.state_machine(RangeId(1)).corrupt_row(b"k").await.unwrap();
+    store
+        .state_machine(RangeId(1))
+        .corrupt_row(b"k")
+        .await
+        .unwrap();
     apply(&store, 2, vec![check(vec![])]).await;
     let answer = store.state_machine(RangeId(1)).digest(2, WAIT).await;
     assert!(matches!(answer, ReplicaAnswer::Unreadable(_)), "{answer:?}");

@@ -3,6 +3,7 @@
 
 mod damage;
 mod fixture;
+mod fixture_v10;
 mod fixture_v3;
 mod fixture_v4;
 mod fixture_v5;
@@ -10,7 +11,6 @@ mod fixture_v6;
 mod fixture_v7;
 mod fixture_v8;
 mod fixture_v9;
-mod fixture_v10;
 mod group_commit;
 mod poison;
 mod restart;

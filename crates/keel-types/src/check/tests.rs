@@ -132,11 +132,18 @@ fn buckets_and_rows_that_differ_are_found() {
 #[test]
 fn buckets_are_fixed_and_shared_by_a_keys_rows() {
     // Fixed for every release: a change would make replicas of two releases disagree.
-    assert_eq!(CheckedRow::Key(b"a".to_vec()).bucket(), (0xaf63_dc4c_8601_ec8c_u64 % 1024) as u16);
+    assert_eq!(
+        CheckedRow::Key(b"a".to_vec()).bucket(),
+        (0xaf63_dc4c_8601_ec8c_u64 % 1024) as u16
+    );
     let key = CheckedRow::Key(b"user/42".to_vec()).bucket();
     assert_eq!(CheckedRow::Fence(b"user/42".to_vec()).bucket(), key);
     let session = CheckedRow::Session { client_id: 9 }.bucket();
-    let request = CheckedRow::Request { client_id: 9, sequence: 3 }.bucket();
+    let request = CheckedRow::Request {
+        client_id: 9,
+        sequence: 3,
+    }
+    .bucket();
     assert_eq!(session, request);
     assert!(usize::from(key) < limits::CHECK_BUCKETS);
 }

@@ -372,6 +372,13 @@ impl Cluster for Service {
         Err(Status::unimplemented("the fake has no members list"))
     }
 
+    async fn check(
+        &self,
+        _: Request<v1::CheckRequest>,
+    ) -> Result<Response<v1::CheckResponse>, Status> {
+        Err(Status::unimplemented("the fake keeps no replicas to check"))
+    }
+
     async fn ranges(
         &self,
         request: Request<v1::RangesRequest>,

@@ -18,6 +18,7 @@ use crate::api::health;
 use crate::metrics::text::{Kind, Text};
 use crate::metrics::{WatchEnd, WatchMetrics};
 use crate::shared::Shared;
+use crate::shared::checks::VERDICTS;
 
 /// What one hosted range looks like from this node.
 struct RangeView {
@@ -133,6 +134,7 @@ fn write_node(text: &mut Text, shared: &Shared, ranges: usize) {
         text.sample(&[("via", via)], count.load(Ordering::Relaxed) as f64);
     }
     write_watches(text, &shared.metrics.watches);
+    write_checks(text, shared);
     text.family(
         "keel_peer_heartbeat_age_seconds",
         Kind::Gauge,
@@ -475,6 +477,33 @@ fn write_hot_keys(text: &mut Text, shared: &Shared) {
             None => text.sample(&[("key", &label)], requests as f64),
         }
     }
+}
+
+/// The consistency checks this node led, and what its store's checker hashed.
+fn write_checks(text: &mut Text, shared: &Shared) {
+    text.family(
+        "keel_consistency_checks_total",
+        Kind::Counter,
+        "Consistency checks this node led as a range's leader, by verdict: consistent, unconfirmed (not every replica answered), divergent, no-majority, or failed (the check could not finish).",
+    );
+    let (by_verdict, failed) = shared.checks.counts();
+    for (verdict, count) in VERDICTS.iter().zip(by_verdict) {
+        text.sample(&[("verdict", verdict.name())], count as f64);
+    }
+    text.sample(&[("verdict", "failed")], failed as f64);
+    text.family(
+        "keel_consistency_alarms",
+        Kind::Gauge,
+        "Ranges whose last consistency check on this node found replicas that disagree (divergent or no-majority).",
+    );
+    let hosted = shared.groups.all().iter().map(|g| g.range()).collect();
+    text.sample(&[], shared.checks.alarms(&hosted).len() as f64);
+    text.family(
+        "keel_consistency_check_hashed_bytes_total",
+        Kind::Counter,
+        "Bytes of range state this node's replicas hashed for consistency checks (paced to 32 MiB/s).",
+    );
+    text.sample(&[], shared.store.check_hashed_bytes() as f64);
 }
 
 #[cfg(test)]

@@ -1,0 +1,319 @@
+//! Consistency checks on the leader's side (`keel_types::check` judges, keel-storage
+//! hashes). A check of a range proposes `Command::Check` through its log, collects every
+//! voter's digest at the check's log index (its own from storage, the others' through
+//! `Raft/RangeDigest`), and judges them. When a majority agrees and some replicas differ, it
+//! proposes a locating check of the buckets they differ in (at most
+//! `CHECK_LOCATE_BUCKETS_MAX`) and names the rows. The report goes to the node's records
+//! (`shared::checks`: alarms, counts) and the log.
+//!
+//! `run` checks each range this node leads once per `--consistency-check-interval-ms`, one
+//! range at a time; a range first falls due at an offset within the interval drawn from the
+//! node and range ids, so checks spread over the interval. Knows nothing of gRPC services.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use futures::future::join_all;
+use keel_raft::RaftGroup;
+use keel_types::check::{divergent_buckets, divergent_rows, judge};
+use keel_types::{
+    Check, CheckReport, Command, CommandOutcome, KvError, NodeId, RangeId, ReplicaAnswer,
+    ReplicaCheck, Verdict, limits,
+};
+use serde::{Deserialize, Serialize};
+use tracing::{debug, error, info, warn};
+
+use crate::peer::call::PeerCall;
+use crate::ranges::replicas::leading_group;
+use crate::shared::Shared;
+
+/// What `Raft/CheckRange` asks (nothing yet: the range is the message's).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub(crate) struct CheckQuery {}
+
+/// How long one peer call of a check may take: the digest wait and a margin.
+pub(crate) fn digest_deadline() -> Duration {
+    Duration::from_millis(limits::CHECK_WAIT_MS + 5_000)
+}
+
+/// How long a whole check may take on its leader: two rounds of digests and margins.
+pub(crate) fn check_deadline() -> Duration {
+    2 * digest_deadline() + Duration::from_secs(10)
+}
+
+/// Checks `range` now, on this node if it leads the range (`NotLeader` naming the leader
+/// otherwise), and records the report.
+pub(crate) async fn check_range(shared: &Shared, range: RangeId) -> Result<CheckReport, KvError> {
+    let group = leading_group(shared, range)?;
+    let checked = check_led(shared, &group).await;
+    match &checked {
+        Ok(report) => {
+            shared.checks.record(report);
+            log_report(report);
+        }
+        Err(KvError::NotLeader { .. }) => {}
+        Err(error) => {
+            shared.checks.failed();
+            warn!(%range, %error, "consistency check could not finish");
+        }
+    }
+    checked
+}
+
+/// Checks `range` through its leader: here if this node leads it, else on the leader this
+/// node knows of, or through a replica that forwards it once.
+pub(crate) async fn check_through_leader(
+    shared: &Shared,
+    range: RangeId,
+) -> Result<CheckReport, KvError> {
+    let (node, addr) = match check_range(shared, range).await {
+        Err(KvError::NotLeader {
+            leader: Some((node, addr)),
+            ..
+        }) if node != shared.node_id => (node, addr),
+        checked => return checked,
+    };
+    let call = PeerCall {
+        node,
+        addr: &addr,
+        range,
+        payload: &CheckQuery {},
+        forward: true,
+        write: false,
+        deadline: check_deadline(),
+    };
+    call.send(
+        &shared.peers,
+        shared.node_id,
+        |mut client, message| async move { client.check_range(message).await },
+    )
+    .await
+}
+
+async fn check_led(shared: &Shared, group: &RaftGroup) -> Result<CheckReport, KvError> {
+    let voters: Vec<NodeId> = group
+        .members()
+        .into_iter()
+        .filter(|member| member.voter)
+        .map(|member| member.id)
+        .collect();
+    let index = propose(group, Vec::new()).await?;
+    let answers = collect(shared, group, &voters, index).await;
+    let (verdict, divergent, majority) = judge(&answers);
+    let mut replicas = replica_checks(&answers);
+    if let (Verdict::Divergent, Some(majority)) = (verdict, majority) {
+        let mut locate = BTreeSet::new();
+        for (node, answer) in &answers {
+            if let (true, ReplicaAnswer::Digest(digest)) = (divergent.contains(node), answer) {
+                let buckets = divergent_buckets(majority, digest);
+                if let Some(replica) = replicas.iter_mut().find(|r| r.node == *node) {
+                    replica.buckets_differing = buckets.len() as u32;
+                }
+                locate.extend(buckets);
+            }
+        }
+        let locate: Vec<u16> = locate
+            .into_iter()
+            .take(limits::CHECK_LOCATE_BUCKETS_MAX)
+            .collect();
+        if !locate.is_empty() {
+            name_rows(shared, group, &voters, &divergent, locate, &mut replicas).await?;
+        }
+    }
+    let rows = match answers.get(&shared.node_id) {
+        Some(ReplicaAnswer::Digest(digest)) => digest.rows,
+        _ => 0,
+    };
+    Ok(CheckReport {
+        range: group.range(),
+        index,
+        verdict,
+        replicas,
+        divergent,
+        checked_at_ms: shared.clock.now_ms(),
+        rows,
+        leader: shared.node_id,
+    })
+}
+
+/// Runs a locating check of `locate` and puts the rows each divergent replica differs in
+/// into its part of the report. The state may have moved on since the first check: the rows
+/// are those that differ at the locating check's index.
+async fn name_rows(
+    shared: &Shared,
+    group: &RaftGroup,
+    voters: &[NodeId],
+    divergent: &[NodeId],
+    locate: Vec<u16>,
+    replicas: &mut [ReplicaCheck],
+) -> Result<(), KvError> {
+    let index = propose(group, locate).await?;
+    let answers = collect(shared, group, voters, index).await;
+    let (_, _, Some(majority)) = judge(&answers) else {
+        return Ok(());
+    };
+    for replica in replicas.iter_mut() {
+        if let (true, Some(ReplicaAnswer::Digest(digest))) = (
+            divergent.contains(&replica.node),
+            answers.get(&replica.node),
+        ) {
+            replica.rows = divergent_rows(majority, digest);
+        }
+    }
+    Ok(())
+}
+
+/// Proposes a check (locating `locate`) and returns its log index once applied here.
+async fn propose(group: &RaftGroup, locate: Vec<u16>) -> Result<u64, KvError> {
+    match group.write(Command::Check(Check { locate })).await? {
+        CommandOutcome::Checked { index } => Ok(index),
+        CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+        other => Err(KvError::Fatal {
+            message: format!("a consistency check was answered {}", other.kind()),
+        }),
+    }
+}
+
+/// Every voter's answer for the check at `index`, asked at once.
+async fn collect(
+    shared: &Shared,
+    group: &RaftGroup,
+    voters: &[NodeId],
+    index: u64,
+) -> BTreeMap<NodeId, ReplicaAnswer> {
+    let wait = Duration::from_millis(limits::CHECK_WAIT_MS);
+    let range = group.range();
+    let asks = voters.iter().map(|node| async move {
+        let answer = match *node == shared.node_id {
+            true => group.state_machine().digest(index, wait).await,
+            false => ask_digest(shared, *node, range, index).await,
+        };
+        (*node, answer)
+    });
+    join_all(asks).await.into_iter().collect()
+}
+
+async fn ask_digest(shared: &Shared, node: NodeId, range: RangeId, index: u64) -> ReplicaAnswer {
+    let Some(addr) = shared.node_addr(node) else {
+        return ReplicaAnswer::NoDigest(format!("node {node} has no known address"));
+    };
+    let call = PeerCall {
+        node,
+        addr: &addr,
+        range,
+        payload: &index,
+        forward: false,
+        write: false,
+        deadline: digest_deadline(),
+    };
+    let asked = call
+        .send(
+            &shared.peers,
+            shared.node_id,
+            |mut client, message| async move { client.range_digest(message).await },
+        )
+        .await;
+    asked.unwrap_or_else(|error| ReplicaAnswer::NoDigest(format!("asking node {node}: {error}")))
+}
+
+/// This replica's answer for the check of `range` at `index` (`Raft/RangeDigest`).
+pub(crate) async fn local_digest(shared: &Shared, range: RangeId, index: u64) -> ReplicaAnswer {
+    match shared.groups.get(range) {
+        Some(group) => {
+            let wait = Duration::from_millis(limits::CHECK_WAIT_MS);
+            group.state_machine().digest(index, wait).await
+        }
+        None => ReplicaAnswer::NoDigest(format!(
+            "node {} holds no replica of range {range}",
+            shared.node_id
+        )),
+    }
+}
+
+fn replica_checks(answers: &BTreeMap<NodeId, ReplicaAnswer>) -> Vec<ReplicaCheck> {
+    let check = |(node, answer): (&NodeId, &ReplicaAnswer)| {
+        let (hash, problem) = match answer {
+            ReplicaAnswer::Digest(digest) => (Some(digest.hash), None),
+            ReplicaAnswer::Unreadable(why) => (None, Some(format!("unreadable: {why}"))),
+            ReplicaAnswer::NoDigest(why) => (None, Some(format!("no digest: {why}"))),
+        };
+        ReplicaCheck {
+            node: *node,
+            hash,
+            problem,
+            rows: Vec::new(),
+            buckets_differing: 0,
+        }
+    };
+    answers.iter().map(check).collect()
+}
+
+fn log_report(report: &CheckReport) {
+    let (range, index, verdict) = (report.range, report.index, report.verdict.name());
+    if !report.verdict.is_alarm() {
+        debug!(%range, index, verdict, rows = report.rows, "consistency check");
+        return;
+    }
+    for replica in &report.replicas {
+        let rows: Vec<String> = replica.rows.iter().map(ToString::to_string).collect();
+        error!(
+            %range, index, verdict, node = replica.node,
+            differs = report.divergent.contains(&replica.node),
+            buckets_differing = replica.buckets_differing,
+            rows = ?rows, problem = ?replica.problem,
+            "consistency check: replicas disagree"
+        );
+    }
+}
+
+/// Runs until the node shuts down (the task is aborted then): checks each range this node
+/// leads once per interval (none with an interval of 0).
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let interval_ms = shared.kv.consistency_check_interval_ms;
+    if interval_ms == 0 {
+        info!("periodic consistency checks are off");
+        return;
+    }
+    let interval = Duration::from_millis(interval_ms);
+    // When each led range falls due, on the monotonic clock (the node's wall clock may be
+    // offset or, in tests, stand still).
+    let mut due: BTreeMap<RangeId, Instant> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(limits::CHECK_INTERVAL_MS_MIN));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if shared.health.check().is_err() {
+            continue;
+        }
+        let led: Vec<Arc<RaftGroup>> = shared
+            .groups
+            .all()
+            .into_iter()
+            .filter(|group| group.is_leader())
+            .collect();
+        let led_ids: BTreeSet<RangeId> = led.iter().map(|group| group.range()).collect();
+        due.retain(|range, _| led_ids.contains(range));
+        for group in led {
+            let range = group.range();
+            let offset = first_offset(shared.node_id, range, interval);
+            let next = *due.entry(range).or_insert_with(|| Instant::now() + offset);
+            if Instant::now() < next {
+                continue;
+            }
+            if let Err(KvError::NotLeader { .. }) = check_range(&shared, range).await {
+                info!(%range, "leadership moved before the range's consistency check");
+            }
+            due.insert(range, Instant::now() + interval);
+        }
+    }
+}
+
+/// When within the interval a range first falls due on a node: spread by node and range.
+fn first_offset(node: NodeId, range: RangeId, interval: Duration) -> Duration {
+    let mixed = (node ^ range.0.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let interval_ms = interval.as_millis().max(1) as u64;
+    Duration::from_millis(mixed % interval_ms)
+}
