@@ -1,15 +1,18 @@
 //! Consistency checks across real replicas: every replica hashes a range at one log index,
-//! a row changed behind Raft's back on one replica is found, named and raised as an alarm,
-//! on demand (`Cluster.Check`) and by the periodic check.
+//! a row changed behind Raft's back on one replica is found, named, raised as an alarm and
+//! repaired (the replica re-created from the majority), on demand (`Cluster.Check`) and by
+//! the periodic check; a leader that differs hands over to the majority, which repairs it.
 
 use keel_client::{Client, PutOptions};
 use keel_proto::test::v1::CorruptRowRequest;
 use keel_proto::test::v1::faults_client::FaultsClient;
 use keel_proto::v1::{CheckRequest, RangeCheck};
 use keel_server::{Faults, KvSettings, RaftTimings};
+use keel_types::Consistency;
 use keel_types::{NodeId, RangeId};
 
 use crate::harness::{Cluster, eventually};
+use crate::observability::scrape;
 
 const KEYS: usize = 60;
 
@@ -19,9 +22,8 @@ fn key(i: usize) -> Vec<u8> {
 
 async fn fill(client: &Client) {
     for i in 0..KEYS {
-        let value = format!("value {i}");
         client
-            .put(&key(i), value.as_bytes(), PutOptions::default())
+            .put(&key(i), &value(i), PutOptions::default())
             .await
             .unwrap();
     }
@@ -44,13 +46,37 @@ async fn corrupt(cluster: &Cluster, id: NodeId, key: &[u8]) {
     faults.corrupt_row(request).await.unwrap();
 }
 
+/// The value of `key(i)` that every replica must hold.
+fn value(i: usize) -> Vec<u8> {
+    format!("value {i}").into_bytes()
+}
+
+/// Waits until node `id`'s replica serves `key(i)` with its written value (a follower read).
+async fn serves_the_written_value(cluster: &Cluster, id: NodeId, i: usize) {
+    let client = cluster.client_of(id);
+    eventually("the replica serves the written value", || async {
+        let got = client.get(&key(i), Consistency::Follower).await.ok()?;
+        (got.kv?.value == value(i)).then_some(())
+    })
+    .await;
+}
+
+/// Divergent checks node `id` led, from its metrics.
+async fn divergent_checks(cluster: &Cluster, id: NodeId) -> f64 {
+    let scrape = scrape(cluster, id).await;
+    let labels = [("verdict", "divergent")];
+    scrape
+        .value("keel_consistency_checks_total", &labels)
+        .unwrap_or(0.0)
+}
+
 /// A node other than `leader`.
 fn follower(cluster: &Cluster, leader: NodeId) -> NodeId {
     cluster.ids().into_iter().find(|id| *id != leader).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupted_replica_is_found_and_its_row_named() {
+async fn a_corrupted_replica_is_found_named_and_repaired() {
     let cluster = Cluster::start(3).await;
     let client = cluster.client();
     fill(&client).await;
@@ -101,19 +127,47 @@ async fn a_corrupted_replica_is_found_and_its_row_named() {
         assert_ne!(good.hash, odd_part.hash, "{report:?}");
     }
 
-    // The leader raises the alarm in its status; the other ranges stay quiet.
+    // The odd replica was re-created from the majority and the range checked again.
+    assert_eq!(report.repaired, vec![odd], "{report:?}");
+    assert!(report.repair.ends_with(": consistent"), "{report:?}");
+    serves_the_written_value(&cluster, odd, 17).await;
+    let again = check(&cluster, odd, Some(RangeId::FIRST)).await;
+    assert_eq!(again[0].verdict, "consistent", "{again:?}");
+    // The alarm was raised (a divergent check is counted) and cleared by the check after
+    // the repair.
+    assert_eq!(divergent_checks(&cluster, leader).await, 1.0);
     let status = cluster.status(leader).await;
-    let alarms: Vec<u64> = status
-        .consistency_alarms
-        .iter()
-        .map(|a| a.range_id)
-        .collect();
-    assert_eq!(alarms, vec![RangeId::FIRST.0], "{status:?}");
+    assert!(status.consistency_alarms.is_empty(), "{status:?}");
     cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_periodic_check_raises_the_alarm_by_itself() {
+async fn a_leader_that_differs_hands_over_and_is_repaired() {
+    let cluster = Cluster::start(3).await;
+    let client = cluster.client();
+    fill(&client).await;
+    let leader = cluster.leader().await;
+    corrupt(&cluster, leader, &key(5)).await;
+    let after = check(&cluster, leader, Some(RangeId::FIRST)).await;
+    let report = &after[0];
+    assert_eq!(report.verdict, "divergent", "{report:?}");
+    assert_eq!(report.divergent, vec![leader], "{report:?}");
+    assert!(report.repaired.is_empty(), "{report:?}");
+    assert!(
+        report.repair.contains("took over and checked: divergent"),
+        "{report:?}"
+    );
+    assert!(report.repair.contains(&format!("[{leader}]")), "{report:?}");
+    let new_leader = cluster.leader_of(RangeId::FIRST).await;
+    assert_ne!(new_leader, leader);
+    serves_the_written_value(&cluster, leader, 5).await;
+    let again = check(&cluster, new_leader, Some(RangeId::FIRST)).await;
+    assert_eq!(again[0].verdict, "consistent", "{again:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_periodic_check_finds_and_repairs_by_itself() {
     let kv = KvSettings {
         consistency_check_interval_ms: 1_000,
         ..KvSettings::default()
@@ -124,18 +178,14 @@ async fn the_periodic_check_raises_the_alarm_by_itself() {
     let leader = cluster.leader().await;
     let odd = follower(&cluster, leader);
     corrupt(&cluster, odd, &key(42)).await;
-    let alarm = eventually("the leader's periodic check raises an alarm", || async {
-        let status = cluster.status(leader).await;
-        status.consistency_alarms.into_iter().next()
-    })
+    // The periodic check finds it, repairs it, and checks again.
+    eventually(
+        "the leader's periodic check finds the divergent replica",
+        || async { (divergent_checks(&cluster, leader).await >= 1.0).then_some(()) },
+    )
     .await;
-    assert_eq!(alarm.range_id, RangeId::FIRST.0, "{alarm:?}");
-    assert_eq!(alarm.divergent, vec![odd], "{alarm:?}");
-    let odd_part = alarm.replicas.iter().find(|r| r.node_id == odd).unwrap();
-    assert_eq!(
-        odd_part.rows,
-        vec![r#"key "k042""#.to_string()],
-        "{alarm:?}"
-    );
+    serves_the_written_value(&cluster, odd, 42).await;
+    let again = check(&cluster, leader, Some(RangeId::FIRST)).await;
+    assert_eq!(again[0].verdict, "consistent", "{again:?}");
     cluster.shutdown().await;
 }

@@ -499,6 +499,8 @@ impl From<&keel_types::CheckReport> for v1::RangeCheck {
             rows: report.rows,
             error: String::new(),
             leader: report.leader,
+            repaired: report.repaired.clone(),
+            repair: report.repair_note.clone(),
         }
     }
 }

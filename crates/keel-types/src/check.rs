@@ -176,6 +176,10 @@ pub struct CheckReport {
     pub rows: u64,
     /// The node that led the check.
     pub leader: NodeId,
+    /// Replicas re-created from the majority after the check (`Verdict::Divergent`).
+    pub repaired: Vec<NodeId>,
+    /// What the repair did instead, or why it could not (empty: nothing to say).
+    pub repair_note: String,
 }
 
 /// A comparable answer: a digest's (format, hash), or a node's own unreadable state.

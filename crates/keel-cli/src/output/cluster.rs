@@ -302,6 +302,14 @@ fn check_notes(range: &v1::RangeCheck) -> String {
             notes.push_str(&format!("range {id}: node {node}: {}\n", replica.problem));
         }
     }
+    for node in &range.repaired {
+        notes.push_str(&format!(
+            "range {id}: node {node}'s replica re-created from the majority\n"
+        ));
+    }
+    if !range.repair.is_empty() {
+        notes.push_str(&format!("range {id}: repair: {}\n", range.repair));
+    }
     notes
 }
 
@@ -328,6 +336,8 @@ pub(super) fn check_json(range: &v1::RangeCheck) -> Value {
         "rows": range.rows,
         "divergent": range.divergent,
         "replicas": replicas,
+        "repaired": range.repaired,
+        "repair": range.repair,
         "error": range.error,
     })
 }

@@ -711,10 +711,10 @@ fn range_check(range_id: u64, verdict: &str, divergent: Vec<u64>) -> v1::RangeCh
 
 #[test]
 fn a_check_shows_hashes_verdicts_and_differing_rows() {
-    let ranges = [
-        range_check(0, "consistent", vec![]),
-        range_check(1, "divergent", vec![3]),
-    ];
+    let mut divergent = range_check(1, "divergent", vec![3]);
+    divergent.repaired = vec![3];
+    divergent.repair = "checked again at index 64: consistent".to_string();
+    let ranges = [range_check(0, "consistent", vec![]), divergent];
     let report = cluster::checked(&ranges, Output::Text);
     let text = String::from_utf8(report.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -734,12 +734,21 @@ fn a_check_shows_hashes_verdicts_and_differing_rows() {
         lines[3],
         r#"range 1: node 3 differs from the majority in 1 bucket(s): key "k017""#
     );
+    assert_eq!(
+        lines[4],
+        "range 1: node 3's replica re-created from the majority"
+    );
+    assert_eq!(
+        lines[5],
+        "range 1: repair: checked again at index 64: consistent"
+    );
     assert_eq!(report.code, 1);
     assert_eq!(report.stderr, "replicas disagree on range(s) 1");
     let json = String::from_utf8(cluster::checked(&ranges, Output::Json).stdout).unwrap();
     let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(parsed[1]["divergent"], serde_json::json!([3]));
     assert_eq!(parsed[1]["replicas"][2]["hash"], "ee".repeat(32));
+    assert_eq!(parsed[1]["repaired"], serde_json::json!([3]));
 }
 
 #[test]

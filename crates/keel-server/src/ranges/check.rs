@@ -4,7 +4,9 @@
 //! `Raft/RangeDigest`), and judges them. When a majority agrees and some replicas differ, it
 //! proposes a locating check of the buckets they differ in (at most
 //! `CHECK_LOCATE_BUCKETS_MAX`) and names the rows. The report goes to the node's records
-//! (`shared::checks`: alarms, counts) and the log.
+//! (`shared::checks`: alarms, counts) and the log. A replica that differs in both checks is
+//! re-created from the majority (`replicas::recreate`), and the range checked again; a
+//! leader that differs hands its leadership to the majority, whose check repairs it.
 //!
 //! `run` checks each range this node leads once per `--consistency-check-interval-ms`, one
 //! range at a time; a range first falls due at an offset within the interval drawn from the
@@ -27,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
 use crate::peer::call::PeerCall;
-use crate::ranges::replicas::leading_group;
+use crate::ranges::replicas::{self, leading_group};
 use crate::shared::Shared;
 
 /// What `Raft/CheckRange` asks (nothing yet: the range is the message's).
@@ -45,22 +47,127 @@ pub(crate) fn check_deadline() -> Duration {
 }
 
 /// Checks `range` now, on this node if it leads the range (`NotLeader` naming the leader
-/// otherwise), and records the report.
+/// otherwise), records the report, and repairs what a divergent verdict found (`repair`).
 pub(crate) async fn check_range(shared: &Shared, range: RangeId) -> Result<CheckReport, KvError> {
     let group = leading_group(shared, range)?;
     let checked = check_led(shared, &group).await;
-    match &checked {
-        Ok(report) => {
-            shared.checks.record(report);
-            log_report(report);
-        }
-        Err(KvError::NotLeader { .. }) => {}
+    let (mut report, confirmed) = match checked {
+        Ok(checked) => checked,
         Err(error) => {
-            shared.checks.failed();
-            warn!(%range, %error, "consistency check could not finish");
+            if !matches!(error, KvError::NotLeader { .. }) {
+                shared.checks.failed();
+                warn!(%range, %error, "consistency check could not finish");
+            }
+            return Err(error);
+        }
+    };
+    shared.checks.record(&report);
+    log_report(&report);
+    if report.verdict == Verdict::Divergent {
+        repair(shared, &group, &mut report, &confirmed).await;
+    }
+    Ok(report)
+}
+
+/// Repairs the replicas `confirmed` (divergent in a check and again in the check after it)
+/// and checks the range again. A minority never overwrites a majority: only replicas that
+/// differ from a majority of the voters are touched. When this leader is one of them it
+/// hands its leadership to a voter of the majority, which checks again and repairs it.
+async fn repair(
+    shared: &Shared,
+    group: &RaftGroup,
+    report: &mut CheckReport,
+    confirmed: &[NodeId],
+) {
+    let range = group.range();
+    if confirmed.is_empty() {
+        report.repair_note = "the replicas that differed agreed at the next check".to_string();
+        return;
+    }
+    if confirmed.contains(&shared.node_id) {
+        report.repair_note = hand_over(shared, group, report).await;
+        return;
+    }
+    let members = group.members();
+    for node in confirmed {
+        let Some(member) = members.iter().find(|member| member.id == *node) else {
+            continue;
+        };
+        error!(%range, node, "re-creating a replica that differs from the majority");
+        match replicas::recreate(shared, range, *node, &member.addr).await {
+            Ok(after) => {
+                info!(%range, node, %after, "replica re-created from the majority");
+                report.repaired.push(*node);
+            }
+            Err(error) => {
+                warn!(%range, node, %error, "re-creating a divergent replica failed");
+                report.repair_note = format!("re-creating node {node}'s replica: {error}");
+                return;
+            }
         }
     }
-    checked
+    // Check again, so that the alarm clears once the replicas agree.
+    match check_led(shared, group).await {
+        Ok((after, _)) => {
+            shared.checks.record(&after);
+            log_report(&after);
+            report.repair_note = format!(
+                "checked again at index {}: {}",
+                after.index,
+                after.verdict.name()
+            );
+        }
+        Err(error) => {
+            shared.checks.failed();
+            report.repair_note = format!("checking again after the repair: {error}");
+        }
+    }
+}
+
+/// This leader's replica differs from the majority: hands the leadership to a voter of the
+/// majority and has it check the range again. Returns what happened.
+async fn hand_over(shared: &Shared, group: &RaftGroup, report: &CheckReport) -> String {
+    let range = group.range();
+    let majority = report
+        .replicas
+        .iter()
+        .find(|replica| !report.divergent.contains(&replica.node) && replica.hash.is_some());
+    let Some(to) = majority.map(|replica| replica.node) else {
+        return "this leader differs and no voter of the majority is known".to_string();
+    };
+    error!(%range, to, "this leader's replica differs from the majority; handing leadership over");
+    let term = group.term();
+    if let Err(error) = group.transfer_leader(to).await {
+        return format!("this leader differs; handing leadership to node {to}: {error}");
+    }
+    let wait = Duration::from_millis(shared.timings.write_timeout_ms);
+    let Some((leader, addr)) = group.await_new_leader(term, shared.node_id, wait).await else {
+        return format!("this leader differs; node {to} did not take the leadership in time");
+    };
+    let call = PeerCall {
+        node: leader,
+        addr: &addr,
+        range,
+        payload: &CheckQuery {},
+        forward: false,
+        write: false,
+        deadline: check_deadline(),
+    };
+    let checked: Result<CheckReport, KvError> = call
+        .send(
+            &shared.peers,
+            shared.node_id,
+            |mut client, message| async move { client.check_range(message).await },
+        )
+        .await;
+    match checked {
+        Ok(after) => format!(
+            "this leader differs: node {leader} took over and checked: {}, re-created {:?}",
+            after.verdict.name(),
+            after.repaired
+        ),
+        Err(error) => format!("this leader differs: node {leader} took over; its check: {error}"),
+    }
 }
 
 /// Checks `range` through its leader: here if this node leads it, else on the leader this
@@ -93,7 +200,12 @@ pub(crate) async fn check_through_leader(
     .await
 }
 
-async fn check_led(shared: &Shared, group: &RaftGroup) -> Result<CheckReport, KvError> {
+/// One check of the range this node leads, and the replicas that differed in it and again
+/// in the locating check after it (the ones a repair may touch).
+async fn check_led(
+    shared: &Shared,
+    group: &RaftGroup,
+) -> Result<(CheckReport, Vec<NodeId>), KvError> {
     let voters: Vec<NodeId> = group
         .members()
         .into_iter()
@@ -104,6 +216,7 @@ async fn check_led(shared: &Shared, group: &RaftGroup) -> Result<CheckReport, Kv
     let answers = collect(shared, group, &voters, index).await;
     let (verdict, divergent, majority) = judge(&answers);
     let mut replicas = replica_checks(&answers);
+    let mut confirmed = Vec::new();
     if let (Verdict::Divergent, Some(majority)) = (verdict, majority) {
         let mut locate = BTreeSet::new();
         for (node, answer) in &answers {
@@ -119,15 +232,13 @@ async fn check_led(shared: &Shared, group: &RaftGroup) -> Result<CheckReport, Kv
             .into_iter()
             .take(limits::CHECK_LOCATE_BUCKETS_MAX)
             .collect();
-        if !locate.is_empty() {
-            name_rows(shared, group, &voters, &divergent, locate, &mut replicas).await?;
-        }
+        confirmed = name_rows(shared, group, &voters, &divergent, locate, &mut replicas).await?;
     }
     let rows = match answers.get(&shared.node_id) {
         Some(ReplicaAnswer::Digest(digest)) => digest.rows,
         _ => 0,
     };
-    Ok(CheckReport {
+    let report = CheckReport {
         range: group.range(),
         index,
         verdict,
@@ -136,12 +247,16 @@ async fn check_led(shared: &Shared, group: &RaftGroup) -> Result<CheckReport, Kv
         checked_at_ms: shared.clock.now_ms(),
         rows,
         leader: shared.node_id,
-    })
+        repaired: Vec::new(),
+        repair_note: String::new(),
+    };
+    Ok((report, confirmed))
 }
 
 /// Runs a locating check of `locate` and puts the rows each divergent replica differs in
 /// into its part of the report. The state may have moved on since the first check: the rows
-/// are those that differ at the locating check's index.
+/// are those that differ at the locating check's index. Returns the replicas of `divergent`
+/// that differ from the majority again.
 async fn name_rows(
     shared: &Shared,
     group: &RaftGroup,
@@ -149,11 +264,11 @@ async fn name_rows(
     divergent: &[NodeId],
     locate: Vec<u16>,
     replicas: &mut [ReplicaCheck],
-) -> Result<(), KvError> {
+) -> Result<Vec<NodeId>, KvError> {
     let index = propose(group, locate).await?;
     let answers = collect(shared, group, voters, index).await;
-    let (_, _, Some(majority)) = judge(&answers) else {
-        return Ok(());
+    let (Verdict::Divergent, again, Some(majority)) = judge(&answers) else {
+        return Ok(Vec::new());
     };
     for replica in replicas.iter_mut() {
         if let (true, Some(ReplicaAnswer::Digest(digest))) = (
@@ -163,7 +278,11 @@ async fn name_rows(
             replica.rows = divergent_rows(majority, digest);
         }
     }
-    Ok(())
+    Ok(divergent
+        .iter()
+        .copied()
+        .filter(|node| again.contains(node))
+        .collect())
 }
 
 /// Proposes a check (locating `locate`) and returns its log index once applied here.

@@ -55,6 +55,43 @@ pub(crate) async fn change(
     Ok(after)
 }
 
+/// Re-creates voter `node`'s replica of `range` (this node must lead it, and `node` must not)
+/// from the leader's state: removes it (the range has one voter fewer meanwhile, which the
+/// replication-factor floor allows for this change only), has `node` drop its state, and
+/// adds it back, as a learner that receives a snapshot and then as a voter. For a replica a
+/// consistency check found to differ from the majority. If the re-add fails the range stays
+/// one voter short until the rebalancer adds a replica; a removed replica the node did not
+/// drop is collected later.
+pub(crate) async fn recreate(
+    shared: &Shared,
+    range: RangeId,
+    node: NodeId,
+    addr: &NodeAddr,
+) -> Result<RangeDescriptor, KvError> {
+    shared.health.check()?;
+    let group = leading_group(shared, range)?;
+    let catch_up =
+        Duration::from_millis(shared.timings.snapshot_timeout_ms + shared.timings.write_timeout_ms);
+    let voters_min = (shared.placement.replication_factor as usize).saturating_sub(1);
+    let removal = ReplicaChange::Remove { node };
+    let removed = group
+        .change_replicas(&removal, catch_up, voters_min)
+        .await?;
+    if range != RangeId::META
+        && let Err(error) = publisher::publish(shared, vec![removed]).await
+    {
+        warn!(%range, %error, "publishing a replica removal; the publisher tries again");
+    }
+    let view = current_membership(&group).await?;
+    removed_on(shared, node, &view).await?;
+    info!(%range, node, "a replica removed to be re-created");
+    let addition = ReplicaChange::Add {
+        node,
+        addr: addr.clone(),
+    };
+    change(shared, range, &addition).await
+}
+
 /// The committed membership of `range`, from this node, which must lead it.
 pub(crate) async fn membership(
     shared: &Shared,
@@ -297,8 +334,23 @@ async fn prepare_on(
 /// does not hear it removes the replica later (`collect_garbage`).
 async fn tell_removed(shared: &Shared, node: NodeId, view: &ReplicaMembership) {
     let range = view.range.id;
+    if let Err(error) = removed_on(shared, node, view).await {
+        info!(%range, node, %error, "a removed replica was not told; it is collected later");
+    }
+}
+
+/// Has `node` remove its replica of the range `view` (the membership after its removal)
+/// names; `Ok` once it has.
+async fn removed_on(
+    shared: &Shared,
+    node: NodeId,
+    view: &ReplicaMembership,
+) -> Result<(), KvError> {
+    let range = view.range.id;
     let Some(addr) = shared.node_addr(node) else {
-        return;
+        return Err(KvError::unavailable(format!(
+            "node {node} has no known address"
+        )));
     };
     let call = PeerCall {
         node,
@@ -309,14 +361,12 @@ async fn tell_removed(shared: &Shared, node: NodeId, view: &ReplicaMembership) {
         write: false,
         deadline: shared.forward_deadline(true),
     };
-    let told: Result<(), KvError> = call
-        .send(&shared.peers, shared.node_id, |mut client: RaftClient<_>, message| async move {
-            client.remove_replica(message).await
-        })
-        .await;
-    if let Err(error) = told {
-        info!(%range, node, %error, "a removed replica was not told; it is collected later");
-    }
+    call.send(
+        &shared.peers,
+        shared.node_id,
+        |mut client: RaftClient<_>, message| async move { client.remove_replica(message).await },
+    )
+    .await
 }
 
 /// `range`'s committed membership as `node` (or the leader it forwards to) answers it.

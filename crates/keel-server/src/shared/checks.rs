@@ -67,6 +67,8 @@ mod tests {
             checked_at_ms: 0,
             rows: 0,
             leader: 1,
+            repaired: Vec::new(),
+            repair_note: String::new(),
         }
     }
 
