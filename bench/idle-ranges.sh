@@ -13,6 +13,11 @@
 #   bench/idle-ranges.sh                    # N=1000, 15 s quiet to settle, 30 s sample
 #   N=200 SAMPLE_S=60 bench/idle-ranges.sh
 #   KEEL=/path/to/other/keel BUILD=0 bench/idle-ranges.sh   # measure another build
+#   SERVE_ARGS="--consistency-check-interval-ms 60000" bench/idle-ranges.sh
+#
+# SERVE_ARGS (default empty): words appended to every node's `keel serve` (split on
+# whitespace, no quoting), e.g. to measure a setting other than the default; the result's
+# header line names them.
 #
 # Splits are issued as `keel cluster split --at KEY`, PARALLEL at a time: split points go
 # level by level (the middle first, then the middles of both halves, ...), so the splits
@@ -24,6 +29,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
 N=${N:-1000} IDLE_WAIT_S=${IDLE_WAIT_S:-15} SAMPLE_S=${SAMPLE_S:-30} SETTLE_MAX_S=${SETTLE_MAX_S:-600}
 PARALLEL=${PARALLEL:-4} PORT_BASE=${PORT_BASE:-7600} BUILD=${BUILD:-1}
+SERVE_ARGS=${SERVE_ARGS:-}
+read -r -a SERVE_ARGV <<<"$SERVE_ARGS"
 READY_TIMEOUT_S=60 STOP_TIMEOUT_S=10
 KEEL=${KEEL:-${CARGO_TARGET_DIR:-$ROOT/target}/release/keel}
 SERVER_PIDS=()
@@ -43,7 +50,7 @@ trap 'exit 130' INT TERM
 ENDPOINTS=$(cluster_endpoints "$PORT_BASE")
 
 start_cluster() {
-  start_keel_cluster n "$KEEL" "$PORT_BASE" "$WORK"
+  start_keel_cluster n "$KEEL" "$PORT_BASE" "$WORK" "${SERVE_ARGV[@]}"
 }
 
 wait_ready() {
@@ -114,46 +121,6 @@ mem_kib() { # pid, field
   awk -v field="$2:" '$1 == field {print $2}' "/proc/$1/status"
 }
 
-# Replicas node $1 reports quiesced, of all it hosts ("-" when the build reports nothing, "?"
-# when the node did not answer).
-quiesced() {
-  local json
-  json=$("$KEEL" cluster status --ranges --output json --timeout-ms 30000 \
-    --endpoints "127.0.0.1:$((PORT_BASE + $1))" 2>/dev/null) || true
-  python3 -c '
-import json, sys
-ranges = [r for node in json.load(sys.stdin) for r in node.get("ranges", [])]
-if not ranges:
-    sys.exit(1)
-reported = all("quiesced" in r for r in ranges)
-count = sum(1 for r in ranges if r.get("quiesced")) if reported else "-"
-print(f"{count}/{len(ranges)}")' <<<"$json" 2>/dev/null || echo "?"
-}
-
-# Waits until no server logged a rebalancing action for IDLE_WAIT_S seconds.
-settle() {
-  local start=$SECONDS last=-1 count quiet_since=$SECONDS
-  while :; do
-    count=$(cat "$WORK"/n-[123].log | grep -c 'rebalancing action' || true)
-    if [ "$count" != "$last" ]; then last=$count; quiet_since=$SECONDS; fi
-    [ $((SECONDS - quiet_since)) -lt "$IDLE_WAIT_S" ] || break
-    if [ $((SECONDS - start)) -ge "$SETTLE_MAX_S" ]; then
-      log "still rebalancing after ${SETTLE_MAX_S} s; sampling anyway"
-      break
-    fi
-    sleep 1
-  done
-  log "settled after $((SECONDS - start)) s ($last rebalancing actions in all)"
-}
-
-cpu_ticks() { # pid
-  awk '{print $14 + $15}' "/proc/$1/stat"
-}
-
-mem_kib() { # pid, field
-  awk -v field="$2:" '$1 == field {print $2}' "/proc/$1/status"
-}
-
 # Replicas node $1 reports quiesced, of all it hosts ("-" when the build reports nothing).
 quiesced() {
   "$KEEL" cluster status --ranges --output json --endpoints "127.0.0.1:$((PORT_BASE + $1))" 2>/dev/null |
@@ -173,7 +140,7 @@ sample() {
   sleep "$SAMPLE_S"
   local elapsed=$((SECONDS - started))
   for i in 0 1 2; do t1[i]=$(cpu_ticks "${SERVER_PIDS[i]}"); done
-  echo "N=$N ranges, CPU over ${elapsed} s after ${IDLE_WAIT_S} s without rebalancing ($KEEL)"
+  echo "N=$N ranges, CPU over ${elapsed} s after ${IDLE_WAIT_S} s without rebalancing ($KEEL, SERVE_ARGS: ${SERVE_ARGS:-none})"
   printf '%-5s %-8s %12s %10s %10s %10s\n' node pid "cpu%(core)" "rss_MiB" "hwm_MiB" quiesced
   for i in 0 1 2; do
     local pid=${SERVER_PIDS[i]}
@@ -188,7 +155,7 @@ if [ "$BUILD" = 1 ]; then
   log "building release keel"
   (cd "$ROOT" && cargo build --release -q -p keel-cli)
 fi
-log "starting 3 nodes from $KEEL, data in $WORK"
+log "starting 3 nodes from $KEEL${SERVE_ARGS:+ with $SERVE_ARGS}, data in $WORK"
 start_cluster
 wait_ready
 split_all

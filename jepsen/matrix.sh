@@ -3,7 +3,7 @@
 # fault alone and all faults together on one range, and register and follower-read again with
 # spread clients (`--clients spread`: raw calls round robin over the nodes, which forward to
 # the leader, no retries), then every workload over 8 ranges under
-# each range fault (split, move, membership, disk) and all ten faults together (each must be
+# each range fault (split, move, membership, disk, corrupt) and all eleven faults together (each must be
 # valid), then every planted bug with the workload and faults that must catch it (each must be
 # invalid). Prints a table of verdicts, ops, faults, the longest gap without a successful op
 # around any fault of the run (gap-s, seconds) and run times; exits non-zero if any row is not
@@ -39,7 +39,7 @@ spread_workloads=(register follower-read)
 faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
 # Over 8 ranges on 5 nodes (moves need a node without a replica).
 range_flags="--ranges 8 --nodes 5"
-range_faults=(split move membership disk partition,kill,kill-all,pause,leader-transfer,clock,split,move,membership,disk)
+range_faults=(split move membership disk corrupt partition,kill,kill-all,pause,leader-transfer,clock,split,move,membership,disk,corrupt)
 # planted bug | workload | faults (empty: none) | extra flags
 planted=(
     "stale-read|register|partition|"
@@ -56,6 +56,7 @@ range_planted=(
     "split-drops-inflight|register|split|$range_flags"
     "stale-span|follower-read|split,move|$range_flags"
     "snapshot-skip-tail|register|move|$range_flags"
+    "skip-repair|register|corrupt|$range_flags"
 )
 
 verdict() { case $1 in 0) echo valid ;; 1) echo invalid ;; 2) echo unknown ;; *) echo "error($1)" ;; esac; }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Smoke of the Jepsen-style harness (issues 6 and 17), as CI runs it (about 4.5 minutes): a
+# Smoke of the Jepsen-style harness (issues 6, 17 and 26), as CI runs it (about 5.5 minutes): a
 # register run under partitions and kill -9 that must be valid, one over 4 ranges under splits
 # and kill -9 that must be valid, a short register run with spread clients (raw calls round
 # robin over the nodes, no retries) under kill -9 that must be valid, a counter run with the
 # double-apply planted bug and a fencing run with the lock-no-expiry planted bug (no faults
-# needed: holds overlap within seconds) that must be invalid. Builds the release binaries first. Needs root for a
+# needed: holds overlap within seconds) that must be invalid, a watch run over 4 ranges, and
+# a register run under `corrupt` that must be valid (the consistency checks repair every
+# corrupted replica) and invalid with the skip-repair planted bug. Builds the release
+# binaries first. Needs root for a
 # network namespace (falls back to the TCP proxy without). Prints each verdict and run time;
 # exits non-zero if any expectation fails.
 #
@@ -49,6 +52,9 @@ run double-apply invalid --workload counter --nemesis partition --planted-bug do
     --time-limit 30 --seed 1
 run lock-no-expiry invalid --workload fencing --planted-bug lock-no-expiry --time-limit 10 --seed 1
 run watch-ranges valid --workload watch --ranges 4 --nemesis split,kill --time-limit 30 --seed 1
+run register-corrupt valid --workload register --nemesis corrupt --time-limit 20 --seed 1
+run skip-repair invalid --workload register --nemesis corrupt --planted-bug skip-repair \
+    --time-limit 20 --seed 1
 
 echo
 echo "keel-jepsen smoke:"

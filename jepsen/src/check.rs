@@ -14,6 +14,7 @@ use crate::checker::{self, Budget, CheckerName, Input, Verdict};
 use crate::fault::{self, FaultEvent};
 use crate::history::{self, JsonLinesError, Op};
 use crate::ranges::{self, RangeSnapshot};
+use crate::replicas::{self, REPLICAS_FILE, ReplicaReport};
 use crate::spec::{self, RunSpec, RunSpecError};
 
 pub const HISTORY_FILE: &str = "history.jsonl";
@@ -32,6 +33,8 @@ pub struct RunDir {
     pub faults: Vec<FaultEvent>,
     pub spec: Option<RunSpec>,
     pub ranges: Option<Vec<RangeSnapshot>>,
+    /// The runner's end-of-run findings about the replicas (runs of older builds have none).
+    pub replicas: Option<ReplicaReport>,
 }
 
 /// The verdict of a whole check, as written to results.json.
@@ -71,6 +74,8 @@ pub enum CheckError {
         "workload {workload:?} has no checkers yet; known: register, append, counter, follower-read, fencing, idempotency, watch"
     )]
     UnknownWorkload { workload: String },
+    #[error("{reason}")]
+    Replicas { reason: String },
     #[error("{path}: {source}")]
     Write {
         path: String,
@@ -78,7 +83,8 @@ pub enum CheckError {
     },
 }
 
-/// Reads whatever of history.jsonl, faults.jsonl, run.json and ranges.jsonl is in `dir`.
+/// Reads whatever of history.jsonl, faults.jsonl, run.json, ranges.jsonl and replicas.json is
+/// in `dir`.
 pub fn load(dir: &Path) -> Result<RunDir, CheckError> {
     let history_path = dir.join(HISTORY_FILE);
     let faults_path = dir.join(FAULTS_FILE);
@@ -101,6 +107,8 @@ pub fn load(dir: &Path) -> Result<RunDir, CheckError> {
             true => Some(ranges::read_ranges(&ranges_path)?),
             false => None,
         },
+        replicas: replicas::read(&dir.join(REPLICAS_FILE))
+            .map_err(|reason| CheckError::Replicas { reason })?,
     })
 }
 
@@ -123,9 +131,14 @@ pub fn select(
             .ok_or_else(|| CheckError::MissingRunSpec {
                 path: path_text(&dir.join(RUN_SPEC_FILE)),
             })?;
-        checker::for_workload(&spec.workload).ok_or_else(|| CheckError::UnknownWorkload {
-            workload: spec.workload.clone(),
-        })?
+        let mut chosen =
+            checker::for_workload(&spec.workload).ok_or_else(|| CheckError::UnknownWorkload {
+                workload: spec.workload.clone(),
+            })?;
+        if run.replicas.is_some() {
+            chosen.push(CheckerName::Replicas);
+        }
+        chosen
     };
     for name in &chosen {
         if name.needs_history() && run.history.is_none() {
@@ -149,6 +162,7 @@ pub fn run(run: &RunDir, checkers: &[CheckerName], budget: &Budget) -> Results {
         history: run.history.as_deref().unwrap_or(&[]),
         faults: &run.faults,
         spec: run.spec.as_ref(),
+        replicas: run.replicas.as_ref(),
     };
     let mut results = BTreeMap::new();
     for name in checkers {

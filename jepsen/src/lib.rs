@@ -10,6 +10,7 @@ pub mod fault;
 pub mod history;
 pub mod limits;
 pub mod ranges;
+pub mod replicas;
 pub mod report;
 pub mod run;
 pub mod spec;

@@ -50,13 +50,17 @@ pub enum PlantedBug {
     /// A read of a key at a revision answers with the key's row now, ignoring the changes
     /// made since: a read at an earlier revision sees a later write.
     ReadAtIgnoresHistory,
+    /// A consistency check that finds a replica differing from the majority reports it but
+    /// leaves it as it is (no re-creation, no hand-over): the replica keeps serving its
+    /// wrong rows.
+    SkipRepair,
 }
 
 /// How many of a range's latest revisions `SplitDropsInflight` and `SnapshotSkipTail` lose.
 pub const RECENT_REVISIONS: u64 = 8;
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 11] = [
+    pub const ALL: [PlantedBug; 12] = [
         PlantedBug::StaleRead,
         PlantedBug::AckBeforeFsync,
         PlantedBug::DoubleApply,
@@ -68,6 +72,7 @@ impl PlantedBug {
         PlantedBug::UnboundedRead,
         PlantedBug::WatchSkipsEvent,
         PlantedBug::ReadAtIgnoresHistory,
+        PlantedBug::SkipRepair,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +88,7 @@ impl PlantedBug {
             PlantedBug::UnboundedRead => "unbounded-read",
             PlantedBug::WatchSkipsEvent => "watch-skips-event",
             PlantedBug::ReadAtIgnoresHistory => "read-at-ignores-history",
+            PlantedBug::SkipRepair => "skip-repair",
         }
     }
 

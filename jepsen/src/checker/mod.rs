@@ -12,6 +12,7 @@ pub mod follower_read;
 pub mod idempotency;
 mod lease;
 pub mod register;
+pub mod replicas;
 pub mod watch;
 pub mod wgl;
 
@@ -24,6 +25,7 @@ use serde_json::{Map, Value, json};
 use crate::fault::FaultEvent;
 use crate::history::{Op, OpKind};
 use crate::limits;
+use crate::replicas::ReplicaReport;
 use crate::spec::RunSpec;
 
 /// A checker's answer. `Unknown` is never a pass: it means the checker could not decide
@@ -69,6 +71,7 @@ pub enum CheckerName {
     Idempotency,
     Watch,
     Coverage,
+    Replicas,
 }
 
 /// What a checker may look at.
@@ -77,6 +80,8 @@ pub struct Input<'a> {
     pub history: &'a [Op],
     pub faults: &'a [FaultEvent],
     pub spec: Option<&'a RunSpec>,
+    /// The runner's end-of-run findings about the replicas (`replicas.json`), if any.
+    pub replicas: Option<&'a ReplicaReport>,
 }
 
 /// The budgets of the linearizability search (the other checkers run in O(n log n)).
@@ -151,12 +156,13 @@ impl CheckerName {
             CheckerName::Idempotency => "idempotency",
             CheckerName::Watch => "watch",
             CheckerName::Coverage => "coverage",
+            CheckerName::Replicas => "replicas",
         }
     }
 
     /// Whether the checker reads history.jsonl.
     pub fn needs_history(self) -> bool {
-        self != CheckerName::Coverage
+        !matches!(self, CheckerName::Coverage | CheckerName::Replicas)
     }
 
     pub fn run(self, input: Input<'_>, budget: &Budget) -> Outcome {
@@ -169,6 +175,7 @@ impl CheckerName {
             CheckerName::Idempotency => idempotency::check(input.history, input.faults),
             CheckerName::Watch => watch::check(input.history),
             CheckerName::Coverage => coverage::check(input.spec, input.faults),
+            CheckerName::Replicas => replicas::check(input.replicas),
         }
     }
 }

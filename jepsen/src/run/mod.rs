@@ -32,6 +32,7 @@ use serde_json::json;
 
 use crate::check::{FAULTS_FILE, HISTORY_FILE, RANGES_FILE, RUN_SPEC_FILE};
 use crate::limits;
+use crate::replicas::{self, REPLICAS_FILE};
 use crate::run::clock::RunClock;
 use crate::run::cluster::Cluster;
 use crate::run::nemesis::{Nemesis, Parts};
@@ -379,6 +380,8 @@ async fn drive(
         &history,
     )
     .await?;
+    let replicas = nemesis.replica_report().await;
+    replicas::write(&config.out.join(REPLICAS_FILE), &replicas)?;
     for (index, status) in nemesis.cluster.exited() {
         eprintln!(
             "keel-jepsen: warning: node {} exited on its own ({status}); {}",
@@ -419,7 +422,20 @@ fn serve_flags(config: &RunConfig) -> Vec<String> {
             plan::DEAD_AFTER_MS.to_string(),
         ]);
     }
+    if checks_often(config) {
+        flags.extend([
+            "--consistency-check-interval-ms".to_string(),
+            plan::CHECK_INTERVAL_MS.to_string(),
+        ]);
+    }
     flags
+}
+
+/// Whether the nodes check their ranges' replicas every `plan::CHECK_INTERVAL_MS` rather than
+/// daily: runs with faults that damage a replica's data (`corrupt`, `disk`), whose checks
+/// must find and repair it while the workload runs.
+fn checks_often(config: &RunConfig) -> bool {
+    config.nemesis.contains(&FaultKind::Corrupt) || config.nemesis.contains(&FaultKind::Disk)
 }
 
 /// Whether `--clients spread` is implemented for `workload`: the workloads of single-key gets

@@ -3,20 +3,26 @@
 //! clock, and after every range fault (split, move, membership, disk) the range table to
 //! ranges.jsonl. Knows nothing of workloads beyond the keys they route by; it acts on
 //! processes (`Cluster`), links (`Network`), data files (`damage`), the test-only Faults
-//! service, and asks nodes who leads through keel-client.
+//! service (clocks, split thresholds, moves, rows changed behind Raft's back), and asks nodes
+//! who leads through keel-client. At the end it reports on the replicas (`replica_report`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use keel_client::{Client, ClientOptions, RangeInfo};
+use keel_client::{Client, ClientOptions, PutOptions, RangeInfo};
 use keel_proto::test::v1::faults_client::FaultsClient;
-use keel_proto::test::v1::{MoveReplicaRequest, SetClockOffsetRequest, SetSplitThresholdsRequest};
-use keel_types::RangeId;
+use keel_proto::test::v1::{
+    CorruptRowRequest, MoveReplicaRequest, SetClockOffsetRequest, SetSplitThresholdsRequest,
+};
+use keel_proto::v1::RangeCheck;
+use keel_types::{Consistency, RangeId};
 use serde_json::{Map, Value, json};
 use tonic::transport::Channel;
 
 use crate::fault::FaultEvent;
+use crate::replicas::{CorruptedKey, RangeVerdict, ReplicaReport};
 use crate::run::clock::RunClock;
 use crate::run::cluster::{Cluster, node_name};
 use crate::run::damage;
@@ -45,6 +51,14 @@ pub const HEAL_WAIT: Duration = Duration::from_secs(30);
 /// cluster then refuses the stale choice; each try picks again from a fresh table.
 pub const RANGE_FAULT_ATTEMPTS: u64 = 5;
 pub const RANGE_FAULT_RETRY: Duration = Duration::from_secs(1);
+/// Keys the `corrupt` fault writes and changes: `jepsen-corrupt/1`, ... (no workload uses them).
+pub const CORRUPT_KEY_PREFIX: &str = "jepsen-corrupt/";
+/// How long a `corrupt` fault waits for its node to apply the key before changing it.
+pub const CORRUPT_APPLY_WAIT: Duration = Duration::from_secs(10);
+/// How long the end of a run gives the consistency checks to repair the corrupted keys.
+pub const REPAIR_WAIT: Duration = Duration::from_secs(30);
+/// Budget of the final consistency check of every range.
+pub const FINAL_CHECK_TIMEOUT: Duration = Duration::from_secs(120);
 /// Split thresholds while a `split` fault holds: a range splits after one second above 10
 /// requests per second, or above 1 KiB (the smallest size a node accepts).
 pub const SPLIT_BYTES_LOW: u64 = 1024;
@@ -89,6 +103,8 @@ pub struct Nemesis {
     /// a node pick among them. Published to the clients (`shared_members`) when it changes.
     members: Vec<usize>,
     shared_members: Arc<Members>,
+    /// The keys `corrupt` faults changed on one replica, with what was written.
+    corrupted: Vec<CorruptedKey>,
 }
 
 /// What the nemesis acts on besides the cluster and its network.
@@ -119,6 +135,7 @@ impl Nemesis {
             ranges: context.ranges,
             members,
             shared_members: context.members,
+            corrupted: Vec::new(),
         })
     }
 
@@ -269,6 +286,13 @@ impl Nemesis {
                     }
                 };
                 (describe(*who, node), undo)
+            }
+            FaultAction::Corrupt { node: who } => {
+                let node = self.resolve(*who).await;
+                let (key, range) = self.corrupt(node).await?;
+                extra.insert("key".into(), json!(key));
+                extra.insert("range".into(), json!(range));
+                (describe(*who, node), Undo::Nothing)
             }
         };
         let start_ns = took_effect_ns.unwrap_or_else(|| self.clock.now_ns());
@@ -621,6 +645,78 @@ impl Nemesis {
         }
     }
 
+    /// Writes a key of the nemesis's own, waits until node `node`'s replica serves it, then
+    /// changes its row there behind Raft's back. Returns the key and its range.
+    async fn corrupt(&mut self, node: usize) -> anyhow::Result<(String, u64)> {
+        let n = self.corrupted.len() + 1;
+        let (key, written) = (format!("{CORRUPT_KEY_PREFIX}{n}"), format!("written {n}"));
+        self.admin
+            .put(key.as_bytes(), written.as_bytes(), PutOptions::default())
+            .await
+            .context("writing the key to corrupt")?;
+        let reader = Client::new(vec![self.endpoints[node].clone()], admin_options())?;
+        let deadline = tokio::time::Instant::now() + CORRUPT_APPLY_WAIT;
+        while follower_read(&reader, &key).await.as_deref() != Some(written.as_str()) {
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "{} did not apply {key} within {CORRUPT_APPLY_WAIT:?}",
+                    node_name(node)
+                );
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        }
+        let request = CorruptRowRequest {
+            key: key.clone().into_bytes(),
+        };
+        let range = self
+            .faults_call(node, ADMIN_TIMEOUT, |mut faults| async move {
+                faults.corrupt_row(request).await
+            })
+            .await?
+            .into_inner()
+            .range_id;
+        self.corrupted.push(CorruptedKey {
+            key: key.clone(),
+            written,
+            node: node_name(node),
+            reads: BTreeMap::new(),
+        });
+        Ok((key, range))
+    }
+
+    /// What the run ends with about the replicas themselves (`replicas.json`): every
+    /// corrupted key read on every member (each given up to `REPAIR_WAIT` to serve what was
+    /// written: the periodic checks repair it), then a consistency check of every range.
+    pub async fn replica_report(&mut self) -> ReplicaReport {
+        let mut report = ReplicaReport::default();
+        let deadline = tokio::time::Instant::now() + REPAIR_WAIT;
+        for key in &mut self.corrupted {
+            for node in self.members.clone() {
+                let reader = match Client::new(vec![self.endpoints[node].clone()], admin_options())
+                {
+                    Ok(reader) => reader,
+                    Err(_) => continue,
+                };
+                let mut read = follower_read(&reader, &key.key).await;
+                while read.as_deref() != Some(key.written.as_str())
+                    && tokio::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(LEADER_POLL).await;
+                    read = follower_read(&reader, &key.key).await;
+                }
+                key.reads.insert(node_name(node), read);
+            }
+        }
+        report.corrupted = self.corrupted.clone();
+        match self.admin.check(None, FINAL_CHECK_TIMEOUT).await {
+            Ok(ranges) => {
+                report.ranges = ranges.iter().map(range_verdict).collect();
+            }
+            Err(error) => report.check_error = error.to_string(),
+        }
+        report
+    }
+
     async fn set_clock_offset(&self, node: usize, offset_ms: i64) -> anyhow::Result<()> {
         self.faults_call(node, ADMIN_TIMEOUT, |mut faults| async move {
             faults
@@ -658,6 +754,28 @@ impl Nemesis {
 }
 
 /// The nemesis' admin client options: one budget for every call.
+/// A follower read of `key` on the client's one node: its value, `None` if absent or the
+/// node did not answer.
+async fn follower_read(reader: &Client, key: &str) -> Option<String> {
+    let got = reader
+        .get(key.as_bytes(), Consistency::Follower)
+        .await
+        .ok()?;
+    got.kv
+        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+}
+
+fn range_verdict(range: &RangeCheck) -> RangeVerdict {
+    RangeVerdict {
+        range: range.range_id,
+        verdict: range.verdict.clone(),
+        divergent: range.divergent.clone(),
+        repaired: range.repaired.clone(),
+        rows: range.replicas.iter().flat_map(|r| r.rows.clone()).collect(),
+        error: range.error.clone(),
+    }
+}
+
 fn admin_options() -> ClientOptions {
     ClientOptions {
         request_timeout: ADMIN_TIMEOUT,

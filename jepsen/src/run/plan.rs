@@ -8,6 +8,10 @@ use std::str::FromStr;
 
 use crate::run::rng::Rng;
 
+/// `--consistency-check-interval-ms` of runs with the `corrupt` or `disk` fault: each node
+/// checks every range it leads once a second.
+pub const CHECK_INTERVAL_MS: u64 = 1_000;
+
 /// Time with no fault at the start of a run, so the cluster elects a leader and the clients
 /// warm up.
 pub const WARMUP_MS: u64 = 3_000;
@@ -45,6 +49,7 @@ pub enum FaultKind {
     Move,
     Membership,
     Disk,
+    Corrupt,
 }
 
 /// A node by role or by index (0-based; node id = index + 1).
@@ -100,6 +105,11 @@ pub enum FaultAction {
     Disk {
         node: Who,
         damage: Damage,
+    },
+    /// Write a key of the nemesis's own, then change its row on one node's replica behind
+    /// Raft's back (`Faults.CorruptRow`): the consistency checks must find and repair it.
+    Corrupt {
+        node: Who,
     },
 }
 
@@ -298,11 +308,14 @@ fn choose_action(kind: FaultKind, nodes: usize, rng: &mut Rng, turns: &mut Turns
             node: leader_or_any(rng),
             damage: turns.damage(rng),
         },
+        FaultKind::Corrupt => FaultAction::Corrupt {
+            node: leader_or_any(rng),
+        },
     }
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Partition,
         FaultKind::Kill,
         FaultKind::KillAll,
@@ -313,14 +326,20 @@ impl FaultKind {
         FaultKind::Move,
         FaultKind::Membership,
         FaultKind::Disk,
+        FaultKind::Corrupt,
     ];
 
-    /// Whether the fault changes ranges or their replicas (split, move, membership, disk):
-    /// the runner records the range table when one starts and ends.
+    /// Whether the fault changes ranges or their replicas (split, move, membership, disk,
+    /// corrupt: its repair re-creates a replica): the runner records the range table when one
+    /// starts and ends.
     pub fn changes_ranges(self) -> bool {
         matches!(
             self,
-            FaultKind::Split | FaultKind::Move | FaultKind::Membership | FaultKind::Disk
+            FaultKind::Split
+                | FaultKind::Move
+                | FaultKind::Membership
+                | FaultKind::Disk
+                | FaultKind::Corrupt
         )
     }
 
@@ -336,6 +355,7 @@ impl FaultKind {
             FaultKind::Move => "move",
             FaultKind::Membership => "membership",
             FaultKind::Disk => "disk",
+            FaultKind::Corrupt => "corrupt",
         }
     }
 }
@@ -353,6 +373,7 @@ impl FaultAction {
             FaultAction::Move { .. } => FaultKind::Move,
             FaultAction::Membership(_) => FaultKind::Membership,
             FaultAction::Disk { .. } => FaultKind::Disk,
+            FaultAction::Corrupt { .. } => FaultKind::Corrupt,
         }
     }
 

@@ -22,6 +22,7 @@ fn run(history: &[Op], budget: &Budget) -> Outcome {
         history,
         faults: &[],
         spec: None,
+        replicas: None,
     };
     CheckerName::Register.run(input, budget)
 }

@@ -138,6 +138,7 @@ fn report_of_a_hundred_thousand_ops_stays_small_and_says_it_is_bucketed() {
         faults: vec![serde_json::from_str(FAULTS).unwrap()],
         spec: Some(serde_json::from_str(RUN_SPEC).unwrap()),
         ranges: None,
+        replicas: None,
     };
     let results = Results {
         valid: Verdict::Valid,

@@ -301,6 +301,7 @@ fn run(checker: CheckerName, fixture: &str) -> Outcome {
             history: &[],
             faults: &run.faults,
             spec: run.spec.as_ref(),
+            replicas: run.replicas.as_ref(),
         };
         return checker.run(input, &Budget::default());
     }
@@ -309,6 +310,7 @@ fn run(checker: CheckerName, fixture: &str) -> Outcome {
         history: &history,
         faults: &[],
         spec: None,
+        replicas: None,
     };
     checker.run(input, &Budget::default())
 }

@@ -30,6 +30,7 @@ fn run(checker: CheckerName, history: &[Op]) -> Outcome {
         history,
         faults: &[],
         spec: None,
+        replicas: None,
     };
     checker.run(input, &Budget::default())
 }

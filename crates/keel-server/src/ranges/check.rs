@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use futures::future::join_all;
 use keel_raft::RaftGroup;
 use keel_types::check::{divergent_buckets, divergent_rows, judge};
+use keel_types::planted::{self, PlantedBug};
 use keel_types::{
     Check, CheckReport, Command, CommandOutcome, KvError, NodeId, RangeId, ReplicaAnswer,
     ReplicaCheck, Verdict, limits,
@@ -82,6 +83,10 @@ async fn repair(
     let range = group.range();
     if confirmed.is_empty() {
         report.repair_note = "the replicas that differed agreed at the next check".to_string();
+        return;
+    }
+    if planted::active(PlantedBug::SkipRepair) {
+        report.repair_note = "planted bug skip-repair: left as it is".to_string();
         return;
     }
     if confirmed.contains(&shared.node_id) {
