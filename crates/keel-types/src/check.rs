@@ -250,15 +250,21 @@ pub fn divergent_buckets(majority: &RangeDigest, digest: &RangeDigest) -> Vec<u1
 }
 
 /// The rows a locating check found to differ between `majority` and `digest`: present in
-/// one and not the other, or with different hashes. At most
+/// one and not the other, or with different hashes. When either side's rows were cut at
+/// `limits::CHECK_LOCATE_ROWS_MAX`, a row missing from one side may only lie past its cut,
+/// so only rows present in both with different hashes are reported. At most
 /// `limits::CHECK_REPORTED_ROWS_MAX`, in row order.
 pub fn divergent_rows(majority: &RangeDigest, digest: &RangeDigest) -> Vec<CheckedRow> {
     let theirs: BTreeMap<&CheckedRow, &Hash> =
         majority.located.iter().map(|(r, h)| (r, h)).collect();
     let ours: BTreeMap<&CheckedRow, &Hash> = digest.located.iter().map(|(r, h)| (r, h)).collect();
+    let cut = majority.located_cut || digest.located_cut;
     let rows: BTreeSet<&CheckedRow> = theirs.keys().chain(ours.keys()).copied().collect();
     rows.into_iter()
-        .filter(|row| theirs.get(row) != ours.get(row))
+        .filter(|row| match (theirs.get(row), ours.get(row)) {
+            (Some(a), Some(b)) => a != b,
+            _ => !cut,
+        })
         .take(limits::CHECK_REPORTED_ROWS_MAX)
         .cloned()
         .collect()

@@ -307,8 +307,12 @@ pub const CHECK_WAIT_MS: u64 = 60_000;
 /// Consistency checks: buckets one locating check lists the rows of.
 pub const CHECK_LOCATE_BUCKETS_MAX: usize = 4;
 /// Consistency checks: rows a replica lists in a locating check (more are cut off and the
-/// digest says so).
-pub const CHECK_LOCATE_ROWS_MAX: usize = 4_096;
+/// digest says so). With every row's key at `KEY_BYTES_MAX`, a digest still fits in half of
+/// `GRPC_MESSAGE_BYTES_MAX` (asserted below).
+pub const CHECK_LOCATE_ROWS_MAX: usize = 1_024;
+const _: () = assert!(
+    CHECK_LOCATE_ROWS_MAX * (KEY_BYTES_MAX + 64) + CHECK_BUCKETS * 64 < GRPC_MESSAGE_BYTES_MAX / 2
+);
 /// Consistency checks: divergent rows a check report names per replica.
 pub const CHECK_REPORTED_ROWS_MAX: usize = 16;
 /// Consistency checks: ranges one `Cluster.Check` call checks.

@@ -1,6 +1,7 @@
 //! Integration tests of the `keel` binary.
 
 mod backup;
+mod consistency;
 mod deploy;
 mod dev_tls;
 mod five_nodes;

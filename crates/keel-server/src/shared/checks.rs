@@ -1,7 +1,7 @@
-//! The consistency checks this node led: the last report of each range it checked, which
-//! holds its alarms (a report whose verdict says replicas disagree), and counts of checks by
-//! verdict, for `Cluster.Status` and the metrics. An alarm stays until this node's next check
-//! of the range says otherwise, or until the node no longer holds a replica of the range.
+//! The consistency checks this node led: the alarms (the last report of each range whose last
+//! check here said its replicas disagree) and counts of checks by verdict, for `Cluster.Status`
+//! and the metrics. An alarm stays until this node's next check of the range says otherwise,
+//! or until the node no longer holds a replica of the range.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -19,7 +19,8 @@ pub(crate) const VERDICTS: [Verdict; 4] = [
 
 #[derive(Default)]
 pub(crate) struct CheckRecords {
-    last: Mutex<BTreeMap<RangeId, CheckReport>>,
+    /// The last report of each range whose last check here raised an alarm.
+    alarms: Mutex<BTreeMap<RangeId, CheckReport>>,
     /// Checks by verdict (`VERDICTS` order), then checks that could not run.
     counts: [AtomicU64; 5],
 }
@@ -28,8 +29,12 @@ impl CheckRecords {
     pub fn record(&self, report: &CheckReport) {
         let at = VERDICTS.iter().position(|v| *v == report.verdict);
         self.counts[at.unwrap_or(VERDICTS.len())].fetch_add(1, Ordering::Relaxed);
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        last.insert(report.range, report.clone());
+        let mut alarms = self.alarms.lock().unwrap_or_else(|e| e.into_inner());
+        if report.verdict.is_alarm() {
+            alarms.insert(report.range, report.clone());
+        } else {
+            alarms.remove(&report.range);
+        }
     }
 
     /// Counts a check that could not run.
@@ -46,10 +51,9 @@ impl CheckRecords {
     /// The last report of each range whose last check here raised an alarm, among the ranges
     /// in `hosted` (the others are forgotten).
     pub fn alarms(&self, hosted: &BTreeSet<RangeId>) -> Vec<CheckReport> {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        last.retain(|range, _| hosted.contains(range));
-        let alarms = last.values().filter(|report| report.verdict.is_alarm());
-        alarms.cloned().collect()
+        let mut alarms = self.alarms.lock().unwrap_or_else(|e| e.into_inner());
+        alarms.retain(|range, _| hosted.contains(range));
+        alarms.values().cloned().collect()
     }
 }
 

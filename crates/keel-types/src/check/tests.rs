@@ -127,6 +127,12 @@ fn buckets_and_rows_that_differ_are_found() {
             CheckedRow::Lock(b"l".to_vec()),
         ]
     );
+    // A side cut short may hold `c` and `l` past its cut: only the row both list differs.
+    other.located_cut = true;
+    assert_eq!(
+        divergent_rows(&majority, &other),
+        vec![CheckedRow::Key(b"b".to_vec())]
+    );
 }
 
 #[test]
