@@ -1,13 +1,16 @@
 //! Consistency checks across real replicas: every replica hashes a range at one log index,
 //! a row changed behind Raft's back on one replica is found, named, raised as an alarm and
 //! repaired (the replica re-created from the majority), on demand (`Cluster.Check`) and by
-//! the periodic check; a leader that differs hands over to the majority, which repairs it.
+//! the periodic check; a leader that differs hands over to the majority, which repairs it;
+//! with no majority the range is held (serves nothing) until a check finds one again.
 
 use keel_client::{Client, PutOptions};
-use keel_proto::test::v1::CorruptRowRequest;
 use keel_proto::test::v1::faults_client::FaultsClient;
-use keel_proto::v1::{CheckRequest, RangeCheck};
-use keel_server::{Faults, KvSettings, RaftTimings};
+use keel_proto::test::v1::{CorruptRowRequest, MoveReplicaRequest};
+use keel_proto::v1::{
+    CheckRequest, Consistency as ProtoConsistency, GetRequest, PutRequest, RangeCheck,
+};
+use keel_server::{Faults, KvSettings, PlacementSettings, RaftTimings};
 use keel_types::Consistency;
 use keel_types::{NodeId, RangeId};
 
@@ -185,6 +188,90 @@ async fn the_periodic_check_finds_and_repairs_by_itself() {
     )
     .await;
     serves_the_written_value(&cluster, odd, 42).await;
+    let again = check(&cluster, leader, Some(RangeId::FIRST)).await;
+    assert_eq!(again[0].verdict, "consistent", "{again:?}");
+    cluster.shutdown().await;
+}
+
+/// Whether `status` says the range is held.
+fn held(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable && status.message().contains("is held")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_majority_the_range_is_held_until_a_replaced_replica_makes_one() {
+    // The rebalancer looks once a minute: it moves nothing by itself while the test runs.
+    let placement = PlacementSettings {
+        rebalance_interval_ms: 60_000,
+        ..PlacementSettings::default()
+    };
+    let mut cluster = Cluster::start_placed(3, placement).await;
+    let client = cluster.client();
+    fill(&client).await;
+    let leader = cluster.leader().await;
+    let followers: Vec<NodeId> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != leader)
+        .collect();
+    // Each follower differs from the leader, and from the other, in a row of its own.
+    corrupt(&cluster, followers[0], &key(3)).await;
+    corrupt(&cluster, followers[1], &key(9)).await;
+    let report = check(&cluster, leader, Some(RangeId::FIRST)).await;
+    assert_eq!(report[0].verdict, "no-majority", "{report:?}");
+    assert!(report[0].repair.contains("the range is held"), "{report:?}");
+
+    // No replica serves it: a write, and a read of any consistency on any node, is refused.
+    let put = PutRequest {
+        key: key(1),
+        value: b"new".to_vec(),
+        ..PutRequest::default()
+    };
+    let refused = cluster.kv(leader).await.put(put).await.unwrap_err();
+    assert!(held(&refused), "{refused:?}");
+    for id in cluster.ids() {
+        for consistency in [ProtoConsistency::Linearizable, ProtoConsistency::Follower] {
+            let get = GetRequest {
+                key: key(1),
+                consistency: consistency as i32,
+                ..GetRequest::default()
+            };
+            let refused = cluster.kv(id).await.get(get).await.unwrap_err();
+            assert!(held(&refused), "node {id}, {consistency:?}: {refused:?}");
+        }
+    }
+    let still = check(&cluster, leader, Some(RangeId::FIRST)).await;
+    assert_eq!(still[0].verdict, "no-majority", "{still:?}");
+
+    // The operator replaces one differing replica with a new one, made from the leader's
+    // state: leader and new replica are a majority. The next check repairs the other
+    // differing replica and the range serves again.
+    cluster.join_node(4).await;
+    let faults = FaultsClient::connect(format!("http://{}", cluster.endpoint(leader)))
+        .await
+        .unwrap();
+    let moved = MoveReplicaRequest {
+        range_id: RangeId::FIRST.0,
+        from_node: followers[0],
+        to_node: 4,
+    };
+    eventually("the replica is moved to node 4", || async {
+        faults.clone().move_replica(moved).await.ok()
+    })
+    .await;
+    let report = check(&cluster, leader, Some(RangeId::FIRST)).await;
+    assert_eq!(report[0].verdict, "divergent", "{report:?}");
+    assert_eq!(report[0].divergent, vec![followers[1]], "{report:?}");
+    assert_eq!(report[0].repaired, vec![followers[1]], "{report:?}");
+    assert!(report[0].repair.contains("serves again"), "{report:?}");
+    client
+        .put(&key(1), &value(1), PutOptions::default())
+        .await
+        .unwrap();
+    for id in [4, followers[1]] {
+        serves_the_written_value(&cluster, id, 9).await;
+        serves_the_written_value(&cluster, id, 3).await;
+    }
     let again = check(&cluster, leader, Some(RangeId::FIRST)).await;
     assert_eq!(again[0].verdict, "consistent", "{again:?}");
     cluster.shutdown().await;

@@ -489,8 +489,17 @@ impl RaftGroup {
     /// index and waits to apply it (`read_index.rs`), and answers `NotLeader` when it cannot.
     /// Lease reads are the leader's only, and fall back to ReadIndex when the lease has lapsed
     /// (as it has on a leader that was quiesced). Follower reads need nothing of the leader
-    /// and do not wake it.
+    /// and do not wake it. A held range (`keel_types::Hold`) serves no read: `Unavailable`
+    /// once the barrier is met, so a read ordered after the hold sees it.
     pub async fn read_barrier(&self, consistency: Consistency) -> Result<(), KvError> {
+        self.barrier(consistency).await?;
+        match self.state_machine().hold() {
+            Some(hold) => Err(KvError::range_held(self.range, &hold)),
+            None => Ok(()),
+        }
+    }
+
+    async fn barrier(&self, consistency: Consistency) -> Result<(), KvError> {
         // The planted bug serves every read from local state, on any replica.
         if planted::active(PlantedBug::StaleRead) {
             return Ok(());

@@ -199,6 +199,7 @@ fn entry_bytes(entry: &Entry) -> usize {
         }
         EntryPayload::Normal(Command::Split(split)) => split.at.len() + FRAMING_BYTES * 2,
         EntryPayload::Normal(Command::Check(check)) => 2 * check.locate.len() + FRAMING_BYTES,
+        EntryPayload::Normal(Command::Hold(_)) => 16 + FRAMING_BYTES,
         EntryPayload::Normal(Command::Meta(meta)) => meta_bytes(meta) + FRAMING_BYTES * 2,
         EntryPayload::Blank => FRAMING_BYTES,
         EntryPayload::Membership(membership) => {

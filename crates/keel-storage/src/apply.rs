@@ -186,6 +186,11 @@ pub(crate) fn apply_entries(
             EntryPayload::Normal(Command::Check(_)) => CommandOutcome::Checked {
                 index: entry.log_id.index,
             },
+            EntryPayload::Normal(Command::Hold(hold)) => {
+                tables::write_hold(&mut tables.sm_meta, range, hold.as_ref())?;
+                state.hold = hold.clone();
+                CommandOutcome::Internal
+            }
             EntryPayload::Normal(command) => {
                 apply_command(&mut tables, &mut state, range, command)?
             }
@@ -289,12 +294,20 @@ fn apply_data_command(
         | Command::ReclaimUnrecorded(_)
         | Command::Split(_)
         | Command::Check(_)
+        | Command::Hold(_)
         | Command::Meta(_) => unreachable!("{command} is not a data command"),
     }
 }
 
-/// `KeyOutOfRange` for the first of `keys` outside the range's span.
-fn outside_span(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejection> {
+/// `RangeHeld` while the range is held, else `KeyOutOfRange` for the first of `keys` outside
+/// the range's span.
+fn refused(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejection> {
+    if let Some(hold) = &state.hold {
+        return Some(Rejection::RangeHeld {
+            range,
+            hold: hold.clone(),
+        });
+    }
     let key = keys.iter().find(|key| !state.span.contains(key))?;
     Some(Rejection::KeyOutOfRange {
         key: key.to_vec(),
@@ -307,7 +320,7 @@ fn outside_span(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejec
 /// its record, a refused one is not run, and the outcome of one that runs is recorded with
 /// the command's digest. A request that would run but touches a key outside the span
 /// (`keys`, the first of which names the request's owner) is refused with `KeyOutOfRange`
-/// and leaves no trace, no record and no session change: it was not applied, so a retry
+/// (and any while the range is held, with `RangeHeld`) and leaves no trace, no record and no session change: it was not applied, so a retry
 /// under the same id at the right range is safe. The range clock is advanced already.
 fn deduplicated(
     tables: &mut Tables,
@@ -318,7 +331,7 @@ fn deduplicated(
     run: impl FnOnce(&mut Tables, &mut SmState) -> Result<CommandOutcome, StorageError>,
 ) -> Result<CommandOutcome, StorageError> {
     let (Some(id), command) = asked else {
-        if let Some(rejection) = outside_span(state, range, keys) {
+        if let Some(rejection) = refused(state, range, keys) {
             return Ok(CommandOutcome::Rejected(rejection));
         }
         return run(tables, state);
@@ -352,7 +365,7 @@ fn deduplicated(
         verdict => verdict.clone(),
     };
     if verdict == Verdict::Apply
-        && let Some(rejection) = outside_span(state, range, keys)
+        && let Some(rejection) = refused(state, range, keys)
     {
         return Ok(CommandOutcome::Rejected(rejection));
     }

@@ -366,6 +366,7 @@ fn checked_row(record: &Record) -> Option<CheckedRow> {
         | Record::End { .. }
         | Record::SealedEnd { .. }
         | Record::Clock { .. }
+        | Record::Hold(_)
         | Record::Range(_)
         | Record::MetaRange(_)
         | Record::MetaNode(_)

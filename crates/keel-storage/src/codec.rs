@@ -54,9 +54,11 @@
 //!   format-8 variant, now `Command::ReclaimUnrecorded`, still applies from old logs as it
 //!   did (no revision). A node of format 8 cannot decode the new variant.
 //! - 10: consistency checks. Log entries may hold `Command::Check` and request records never
-//!   hold its outcome (`CommandOutcome::Checked`, a check has no request id). Tables and
-//!   snapshot files are unchanged but for the version byte. A node of format 9 cannot decode
-//!   the new variant, and refuses a file of format 10.
+//!   hold its outcome (`CommandOutcome::Checked`, a check has no request id); log entries may
+//!   hold `Command::Hold`, which sets or clears a range's hold (`sm_meta` gained a hold row,
+//!   snapshot files a `Hold` record after `Clock` while the range is held), and outcomes the
+//!   rejection `RangeHeld`. A node of format 9 cannot decode the new variants, and refuses a
+//!   file of format 10.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 

@@ -194,6 +194,10 @@ fn add_record(
             state.session_horizon_ms = session_horizon_ms;
             Ok(())
         }
+        Record::Hold(hold) => {
+            state.hold = Some(hold);
+            Ok(())
+        }
         Record::Session { client_id, session } => {
             add_session(client_id, session.into(), state, batch)
         }

@@ -58,6 +58,7 @@ impl Store {
         tokio::task::spawn_blocking(move || snapshot::remove_all(&dir, range))
             .await
             .map_err(|e| StorageError::io(self.snapshot_dir(), std::io::Error::other(e)))??;
+        self.set_hold(range, None);
         tracing::info!(%range, "replica removed from this store");
         Ok(())
     }

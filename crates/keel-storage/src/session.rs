@@ -78,6 +78,7 @@ pub(crate) fn request_digest(command: &Command) -> Digest {
         | Command::ReclaimUnrecorded(_)
         | Command::Split(_)
         | Command::Check(_)
+        | Command::Hold(_)
         | Command::Meta(_) => Digest::of("internal"),
     }
 }

@@ -19,7 +19,8 @@
 //! file: it ends with `SealedEnd` instead of `End`, which adds the SHA-256 of every byte
 //! before it, every record carries the header's version and nothing follows, so a changed,
 //! lost or added byte anywhere is detected (`StorageError::SnapshotDamaged`); files of older
-//! formats are checked for their framing and record count only. Files are
+//! formats are checked for their framing and record count only. Format 10 adds a `Hold`
+//! record after `Clock` while the range is held. Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
 //!
@@ -36,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use keel_types::{
-    CommandOutcome, Fence, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, NodeId,
+    CommandOutcome, Fence, Hold, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, NodeId,
     NodeState, RangeDescriptor, RangeId, Revision, limits,
 };
 use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
@@ -249,6 +250,8 @@ pub(crate) enum Record {
         records: u64,
         checksum: [u8; 32],
     },
+    /// Format 10: the range is held (`keel_types::Hold`); right after `Clock`, only when it is.
+    Hold(Hold),
 }
 
 /// What a snapshot says about its range besides the header: span, epoch, conf_version.
@@ -636,6 +639,9 @@ pub(crate) fn write_range(
         clock_ms: state.clock_ms,
         session_horizon_ms: state.session_horizon_ms,
     })?;
+    if let Some(hold) = state.hold {
+        out.write(&Record::Hold(hold))?;
+    }
     write_sessions(txn, range, out)?;
     write_rows(txn, &state.span, out)?;
     write_coordination(txn, &state.span, out)?;

@@ -104,6 +104,14 @@ pub(crate) fn apply_split(
     range: RangeId,
     split: &Split,
 ) -> Result<CommandOutcome, StorageError> {
+    if let Some(hold) = &state.hold {
+        // A held range's state is in doubt: a child would inherit it without the hold.
+        let hold = hold.clone();
+        return Ok(CommandOutcome::Rejected(Rejection::RangeHeld {
+            range,
+            hold,
+        }));
+    }
     let plan = match plan_split(&state.descriptor(range), split) {
         Ok(plan) => plan,
         Err(rejection) => return Ok(CommandOutcome::Rejected(rejection)),

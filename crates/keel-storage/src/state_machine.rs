@@ -661,6 +661,11 @@ impl StateMachine {
             .await
     }
 
+    /// Why the range is held, while it is (`Command::Hold`): no read of it may be served.
+    pub fn hold(&self) -> Option<keel_types::Hold> {
+        self.store.hold(self.range)
+    }
+
     /// The applied revision and applied log id; `(0, None)` while a snapshot install is
     /// unfinished.
     pub async fn applied(&self) -> Result<(Revision, Option<LogId>), StorageError> {
@@ -840,7 +845,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             if let Some((index, _)) = &check {
                 self.store.checker().expect(self.range, *index);
             }
+            let hold = batch
+                .iter()
+                .rev()
+                .find_map(|(entry, _)| hold_of(entry).cloned());
             let applied = self.apply_batch(batch).await;
+            if let (Some(hold), Ok(())) = (hold, &applied) {
+                self.store.set_hold(self.range, hold);
+            }
             if let Some((index, locate)) = check {
                 match &applied {
                     Ok(()) => self.snapshot_for_check(index, locate).await,
@@ -868,6 +880,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: SnapshotFile,
     ) -> Result<(), io::Error> {
         install::install(&self.store, self.range, meta, snapshot).await?;
+        let hold = self.state().await?.hold;
+        self.store.set_hold(self.range, hold);
         Ok(())
     }
 
@@ -901,6 +915,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 fn check_of(entry: &crate::raft_types::Entry) -> Option<&[u16]> {
     match &entry.payload {
         openraft::EntryPayload::Normal(keel_types::Command::Check(check)) => Some(&check.locate),
+        _ => None,
+    }
+}
+
+/// What a hold entry sets (`Some(None)`: a release); `None` for any other entry.
+fn hold_of(entry: &crate::raft_types::Entry) -> Option<&Option<keel_types::Hold>> {
+    match &entry.payload {
+        openraft::EntryPayload::Normal(keel_types::Command::Hold(hold)) => Some(hold),
         _ => None,
     }
 }

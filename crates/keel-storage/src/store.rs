@@ -17,13 +17,14 @@
 //! restore ranges are `impl Store` blocks in `log_store`, `state_machine`, `remove` and
 //! `restore`: those build on this module, which names none of them.
 
+use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
-use keel_types::{RangeDescriptor, RangeId};
+use keel_types::{Hold, RangeDescriptor, RangeId};
 use redb::{Database, DatabaseError, ReadTransaction, ReadableDatabase, ReadableTable};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -58,6 +59,9 @@ struct Inner {
     readers: Readers,
     checker: Checker,
     shared: Arc<Shared>,
+    /// The ranges held (`keel_types::Hold`), as their `sm_meta` rows say: loaded at open,
+    /// kept in step by applies, installs and removals, so that a read checks it in memory.
+    holds: Mutex<BTreeMap<RangeId, Hold>>,
 }
 
 impl Store {
@@ -83,6 +87,7 @@ impl Store {
         let db = open_database(path, options)?;
         create_tables(&db)?;
         check_snapshots(&db, snapshot_dir)?;
+        let holds = read_holds(&db)?;
         let db = Arc::new(db);
         let shared = Arc::new(Shared::default());
         let (sender, rx) = writer::channel();
@@ -108,8 +113,25 @@ impl Store {
                 readers,
                 checker,
                 shared,
+                holds: Mutex::new(holds),
             }),
         })
+    }
+
+    /// Why `range` is held, while it is (`Command::Hold`): it serves no reads and applies no
+    /// client command.
+    pub fn hold(&self, range: RangeId) -> Option<Hold> {
+        let holds = self.inner.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds.get(&range).cloned()
+    }
+
+    /// Records in memory what `range`'s `sm_meta` now says of its hold.
+    pub(crate) fn set_hold(&self, range: RangeId, hold: Option<Hold>) {
+        let mut holds = self.inner.holds.lock().unwrap_or_else(|e| e.into_inner());
+        match hold {
+            Some(hold) => holds.insert(range, hold),
+            None => holds.remove(&range),
+        };
     }
 
     /// The descriptor of every range of this file with applied state (not in the middle of a
@@ -575,6 +597,23 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
 
 /// Checks the snapshot files (`snapshot::verify_dir`), telling it which ranges are in the
 /// middle of installing a snapshot.
+/// The hold of every range held in this file.
+fn read_holds(db: &Database) -> Result<BTreeMap<RangeId, Hold>, StorageError> {
+    let txn = db
+        .begin_read()
+        .map_err(|e| StorageError::redb("begin read", e))?;
+    let sm_meta = txn
+        .open_table(SM_META)
+        .map_err(|e| StorageError::redb("open sm_meta", e))?;
+    let mut holds = BTreeMap::new();
+    for range in tables::ranges_in(&sm_meta)? {
+        if let Some(hold) = tables::read_sm_state(&sm_meta, range)?.hold {
+            holds.insert(range, hold);
+        }
+    }
+    Ok(holds)
+}
+
 fn check_snapshots(db: &Database, snapshot_dir: &Path) -> Result<(), StorageError> {
     let txn = db
         .begin_read()

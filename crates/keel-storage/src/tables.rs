@@ -107,7 +107,7 @@ pub(crate) use sessions::{
 pub(crate) use sm_meta::{
     InstallMarker, SM_HISTORY_BYTES, SM_HISTORY_FLOOR, SM_INSTALLING, SM_META, SM_REMOVED,
     SM_REMOVING, SmState, count_unrecorded_coordination, count_unrecorded_kv, has_sm_state,
-    is_removing, owned_span, read_sm_state, start_unrecorded_history, write_sm_state,
+    is_removing, owned_span, read_sm_state, start_unrecorded_history, write_hold, write_sm_state,
 };
 pub(crate) use span::KeySpan;
 pub(crate) use ttl::{TTL, ttl_key, ttl_key_parts};

@@ -31,6 +31,27 @@ pub struct Check {
     pub locate: Vec<u16>,
 }
 
+/// Why a range stopped serving: a check at log index `index` found that no majority of its
+/// replicas agree (`Verdict::NoMajority`), so no replica can be trusted to answer. Set and
+/// cleared through the range's log (`Command::Hold`), so every replica holds it, a
+/// snapshot carries it and it survives restarts and leader changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    /// The log index of the check that found no majority.
+    pub index: u64,
+}
+
+impl fmt::Display for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "its replicas disagree with no majority (consistency check at index {}); it serves \
+             again once a check finds a majority (see Consistency checks in docs/OPERATIONS.md)",
+            self.index
+        )
+    }
+}
+
 /// One row of a range's state, as a locating check names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum CheckedRow {

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::Check;
+use crate::check::{Check, Hold};
 use crate::coordination::{Coordination, CoordinationOp, CoordinationResult, Fence, Reclaim};
 use crate::ids::{RangeId, Revision};
 use crate::range::{MetaCommand, MetaOutcome, RangeDescriptor, Split};
@@ -214,6 +214,10 @@ pub enum Command {
     /// (format 10) A consistency check: changes nothing; every replica hashes the range's
     /// state as of this entry (`crate::check`).
     Check(Check),
+    /// (format 10) Stops (`Some`) or resumes (`None`) serving the range: while it is held,
+    /// client commands and splits are refused with `Rejection::RangeHeld` and no replica
+    /// serves reads of it. Proposed by the leader after a consistency check.
+    Hold(Option<Hold>),
 }
 
 impl std::fmt::Display for Command {
@@ -254,6 +258,8 @@ impl std::fmt::Display for Command {
                 reclaim.records.len()
             ),
             Command::Check(check) => write!(f, "check(locate {} buckets)", check.locate.len()),
+            Command::Hold(Some(hold)) => write!(f, "hold(check at {})", hold.index),
+            Command::Hold(None) => write!(f, "release"),
             Command::Split(split) => write!(
                 f,
                 "split(at {}, child {})",
@@ -435,6 +441,9 @@ pub enum Rejection {
     /// tenant or another client start, or its record is of a different request (a retry
     /// must repeat its request exactly). Nothing was applied and the session is unchanged.
     RequestIdReused { client_id: u64, sequence: u64 },
+    /// Format 10: the range is held (`Command::Hold`): its replicas disagree with no
+    /// majority. Nothing was applied and no trace was left (no record, no session change).
+    RangeHeld { range: RangeId, hold: Hold },
 }
 
 /// What applying one log entry produced. Every replica computes the same outcome.

@@ -231,6 +231,7 @@ impl From<Rejection> for KvError {
                     current_token,
                 }
             }
+            Rejection::RangeHeld { range, hold } => KvError::range_held(range, &hold),
             Rejection::KeyOutOfRange { key, range } => KvError::KeyOutOfRange {
                 key,
                 range: Box::new(range),
@@ -290,6 +291,13 @@ impl KvError {
         KvError::Unavailable {
             message: message.into(),
         }
+    }
+
+    /// A range that stopped serving because its replicas disagree with no majority
+    /// (`crate::check::Hold`). Unavailable: nothing was applied, and the same request
+    /// succeeds once the range serves again.
+    pub fn range_held(range: RangeId, hold: &crate::check::Hold) -> Self {
+        KvError::unavailable(format!("range {range} is held: {hold}"))
     }
 
     pub fn fatal(message: impl Into<String>) -> Self {

@@ -17,7 +17,7 @@ pub mod tenant;
 pub mod validate;
 
 pub use check::{
-    Check, CheckReport, CheckedRow, RangeDigest, ReplicaAnswer, ReplicaCheck, Verdict,
+    Check, CheckReport, CheckedRow, Hold, RangeDigest, ReplicaAnswer, ReplicaCheck, Verdict,
 };
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock};
 pub use command::{

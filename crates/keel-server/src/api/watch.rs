@@ -7,7 +7,8 @@
 //! history it has not read stays in storage, and writes never wait for it. A reader that
 //! falls so far behind that its events are compacted gets `Compacted` and the stream ends.
 //! The stream ends too when a split leaves the range without the whole covered span
-//! (`KeyOutOfRange`, naming the range as it is now), when the replica stops, or when it
+//! (`KeyOutOfRange`, naming the range as it is now), when the replica stops, when the range
+//! is held (its replicas disagree with no majority: `Unavailable`), or when it
 //! hears from no other replica of its group (cut off by a partition, it would fall behind
 //! without a word: `Unavailable`, so the client watches on another). A stream sends a
 //! progress message at the interval its request asks, and when a caller of its namespace
@@ -99,6 +100,9 @@ pub(crate) async fn open(
             key: request.start.clone(),
             range: Box::new(range),
         });
+    }
+    if let Some(hold) = group.state_machine().hold() {
+        return Err(KvError::range_held(range.id, &hold));
     }
     let (start, end) = covered(&range, &request.start, &request.end);
     let from = match request.start_revision {
@@ -322,6 +326,9 @@ impl Watch {
                 key: self.start.clone(),
                 range: Box::new(page.descriptor.clone()),
             });
+        }
+        if let Some(hold) = self.group.state_machine().hold() {
+            return Err(KvError::range_held(self.group.range(), &hold));
         }
         let in_span = |event: &&Event| {
             event.key >= self.start && (self.end.is_empty() || event.key < self.end)

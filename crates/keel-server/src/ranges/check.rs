@@ -23,7 +23,7 @@ use keel_raft::RaftGroup;
 use keel_types::check::{divergent_buckets, divergent_rows, judge};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
-    Check, CheckReport, Command, CommandOutcome, KvError, NodeId, RangeId, ReplicaAnswer,
+    Check, CheckReport, Command, CommandOutcome, Hold, KvError, NodeId, RangeId, ReplicaAnswer,
     ReplicaCheck, Verdict, limits,
 };
 use serde::{Deserialize, Serialize};
@@ -64,10 +64,58 @@ pub(crate) async fn check_range(shared: &Shared, range: RangeId) -> Result<Check
     };
     shared.checks.record(&report);
     log_report(&report);
-    if report.verdict == Verdict::Divergent {
-        repair(shared, &group, &mut report, &confirmed).await;
+    match report.verdict {
+        Verdict::NoMajority => report.repair_note = hold(&group, report.index).await,
+        Verdict::Divergent => repair(shared, &group, &mut report, &confirmed).await,
+        Verdict::Consistent | Verdict::Unconfirmed => {}
+    }
+    // A majority agrees again (the operator replaced replicas): a held range serves again.
+    let majority = matches!(report.verdict, Verdict::Consistent | Verdict::Divergent);
+    if majority && group.state_machine().hold().is_some() {
+        let released = propose_hold(&group, None).await;
+        let note = match released {
+            Ok(()) => "a majority agrees again: the range serves again".to_string(),
+            Err(error) => format!("releasing the range's hold: {error}"),
+        };
+        report.repair_note = match report.repair_note.is_empty() {
+            true => note,
+            false => format!("{}; {note}", report.repair_note),
+        };
     }
     Ok(report)
+}
+
+/// No majority of the range's replicas agree, so none can be trusted to answer: the range
+/// stops serving (a held range refuses client commands and reads on every replica) until a
+/// check finds a majority again. The meta range is never held: the cluster's operations
+/// (and the repair) need it. Returns what happened.
+async fn hold(group: &RaftGroup, index: u64) -> String {
+    let range = group.range();
+    if range == RangeId::META {
+        return "the meta range is never held; it goes on serving".to_string();
+    }
+    if group.state_machine().hold().is_some() {
+        return "the range is held".to_string();
+    }
+    match propose_hold(group, Some(Hold { index })).await {
+        Ok(()) => {
+            error!(%range, index, "no majority of the replicas agree: the range is held");
+            "no majority agrees: the range is held (serves nothing) until a check finds one"
+                .to_string()
+        }
+        Err(error) => format!("holding the range: {error}"),
+    }
+}
+
+/// Proposes `Command::Hold(hold)` and waits until it applied here.
+async fn propose_hold(group: &RaftGroup, hold: Option<Hold>) -> Result<(), KvError> {
+    match group.write(Command::Hold(hold)).await? {
+        CommandOutcome::Internal => Ok(()),
+        CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+        other => Err(KvError::Fatal {
+            message: format!("a hold was answered {}", other.kind()),
+        }),
+    }
 }
 
 /// Repairs the replicas `confirmed` (divergent in a check and again in the check after it)

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use futures::stream;
 use keel_types::check::{divergent_buckets, divergent_rows, judge};
-use keel_types::{Check, CheckedRow, Command, RangeId, ReplicaAnswer, Verdict};
+use keel_types::{
+    Check, CheckedRow, Command, CommandOutcome, Hold, RangeId, Rejection, ReplicaAnswer, Verdict,
+};
 use openraft::entry::RaftEntry;
-use openraft::storage::RaftStateMachine;
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 use crate::raft_types::{Entry, TypeConfig};
-use crate::state_machine::tests::{mutate, open, put};
+use crate::state_machine::tests::{apply_commands, mutate, open, put};
 use crate::store::Store;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -132,5 +134,58 @@ async fn a_check_passed_without_a_digest_says_so() {
     apply(&store, 1, vec![write("a", "1"), write("b", "2")]).await;
     let answer = store.state_machine(RangeId(1)).digest(1, WAIT).await;
     assert!(matches!(answer, ReplicaAnswer::NoDigest(_)), "{answer:?}");
+    store.shutdown();
+}
+
+#[tokio::test]
+async fn a_held_range_refuses_commands_and_keeps_its_hold_in_snapshots_and_across_restarts() {
+    let (_dir, store) = open();
+    let hold = Hold { index: 2 };
+    apply(
+        &store,
+        1,
+        vec![write("a", "1"), Command::Hold(Some(hold.clone()))],
+    )
+    .await;
+    assert_eq!(store.hold(RangeId(1)), Some(hold.clone()));
+    // A write is refused without a trace; the value stays.
+    let refused = apply_commands(&store, 3, vec![write("a", "2")]).await;
+    let expected = Rejection::RangeHeld {
+        range: RangeId(1),
+        hold: hold.clone(),
+    };
+    assert_eq!(refused, vec![CommandOutcome::Rejected(expected)]);
+    let mut machine = store.state_machine(RangeId(1));
+    let page = machine.scan(b"", b"", 0, 0).await.unwrap();
+    assert_eq!(page.kvs[0].value, b"1");
+
+    // A replica that installs a snapshot of the range holds it too, and so after a restart.
+    let snapshot = machine
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let (dir, other) = open();
+    let mut target = other.state_machine(RangeId(1));
+    target
+        .install_snapshot(&snapshot.meta, snapshot.snapshot)
+        .await
+        .unwrap();
+    assert_eq!(other.hold(RangeId(1)), Some(hold.clone()));
+    other.shutdown();
+    let reopened = Store::open(&dir.path().join("keel.redb"), &dir.path().join("snapshots"));
+    let reopened = reopened.unwrap();
+    assert_eq!(reopened.hold(RangeId(1)), Some(hold));
+    reopened.shutdown();
+
+    // Released, the range applies writes again.
+    apply(&store, 4, vec![Command::Hold(None)]).await;
+    assert_eq!(store.hold(RangeId(1)), None);
+    let applied = apply_commands(&store, 5, vec![write("a", "3")]).await;
+    assert!(
+        matches!(applied[0], CommandOutcome::Applied { .. }),
+        "{applied:?}"
+    );
     store.shutdown();
 }

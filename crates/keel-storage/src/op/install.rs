@@ -316,5 +316,6 @@ pub(crate) fn finish(
         .open_table(SM_META)
         .map_err(|e| StorageError::redb("open sm_meta", e))?;
     tables::write_sm_state(&mut sm_meta, range, state)?;
+    tables::write_hold(&mut sm_meta, range, state.hold.as_ref())?;
     tables::remove_meta(&mut sm_meta, range, SM_INSTALLING)
 }

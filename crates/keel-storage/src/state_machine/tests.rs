@@ -71,7 +71,7 @@ pub(crate) fn mutate(ops: Vec<BatchOp>) -> Command {
 }
 
 /// Applies one command per item to range 1 at consecutive log indexes; returns the outcomes.
-pub(super) async fn apply_commands(
+pub(crate) async fn apply_commands(
     store: &Store,
     first_index: u64,
     commands: Vec<Command>,

@@ -4,14 +4,14 @@
 //! fenced keys and idempotency records, (format 4) span, epoch, conf_version and counts of
 //! keys and bytes, (format 6) the bytes of its locks, fences and idempotency records; the
 //! installing marker while a snapshot install is under way, and (format 5) the removing
-//! marker and removed tombstone of `remove`.
+//! marker and removed tombstone of `remove`, and (format 10) the range's hold.
 //!
 //! A file of an older format lacks some counts until the store opens it
 //! (`count_unrecorded_kv`: format 1-3, `count_unrecorded_coordination`: format 1-5), and
 //! (format 8) a history floor and the bytes of its events (`start_unrecorded_history`:
 //! format 1-7 starts the history at the range's revision).
 
-use keel_types::{NodeId, RangeDescriptor, RangeId, Revision};
+use keel_types::{Hold, NodeId, RangeDescriptor, RangeId, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +62,8 @@ pub(crate) const SM_COORDINATION_BYTES: u8 = 20;
 pub(crate) const SM_HISTORY_FLOOR: u8 = 21;
 /// (format 8) Bytes of the range's events (`history::event_bytes`).
 pub(crate) const SM_HISTORY_BYTES: u8 = 22;
+/// (format 10) The range is held (`keel_types::Hold`): present = it serves nothing.
+pub(crate) const SM_HOLD: u8 = 23;
 
 /// The state-machine metadata of one range.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,6 +103,8 @@ pub(crate) struct SmState {
     pub history_floor: Revision,
     /// Bytes of the range's events (`history::event_bytes`).
     pub history_bytes: u64,
+    /// Set while the range is held (`Command::Hold`); written by `write_hold` only.
+    pub hold: Option<Hold>,
 }
 
 impl SmState {
@@ -182,11 +186,24 @@ where
         coordination_bytes: count(SM_COORDINATION_BYTES, "coordination byte count")?,
         history_floor: count(SM_HISTORY_FLOOR, "history floor")?,
         history_bytes: count(SM_HISTORY_BYTES, "history byte count")?,
+        hold: read_meta(sm_meta, range, SM_HOLD, "hold")?,
     })
 }
 
+/// Writes the range's hold row: present while it is held (`Some`), else removed.
+pub(crate) fn write_hold(
+    sm_meta: &mut Table<Bytes, Bytes>,
+    range: RangeId,
+    hold: Option<&Hold>,
+) -> Result<(), StorageError> {
+    match hold {
+        Some(hold) => write_meta(sm_meta, range, SM_HOLD, hold),
+        None => remove_meta(sm_meta, range, SM_HOLD),
+    }
+}
+
 /// Writes applied log id, membership, revision, clock, session horizon, span, epoch,
-/// conf_version and counts (not the install marker).
+/// conf_version and counts (not the install marker, nor the hold: `write_hold`).
 pub(crate) fn write_sm_state(
     sm_meta: &mut Table<Bytes, Bytes>,
     range: RangeId,
