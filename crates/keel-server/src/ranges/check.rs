@@ -6,7 +6,9 @@
 //! `CHECK_LOCATE_BUCKETS_MAX`) and names the rows. The report goes to the node's records
 //! (`shared::checks`: alarms, counts) and the log. A replica that differs in both checks is
 //! re-created from the majority (`replicas::recreate`), and the range checked again; a
-//! leader that differs hands its leadership to the majority, whose check repairs it.
+//! leader that differs hands its leadership to the majority, whose check repairs it. With
+//! no majority a data range is held (`Command::Hold`: it serves nothing) until a check finds
+//! a majority again.
 //!
 //! `run` checks each range this node leads once per `--consistency-check-interval-ms`, one
 //! range at a time; a range first falls due at an offset within the interval drawn from the
@@ -48,7 +50,9 @@ pub(crate) fn check_deadline() -> Duration {
 }
 
 /// Checks `range` now, on this node if it leads the range (`NotLeader` naming the leader
-/// otherwise), records the report, and repairs what a divergent verdict found (`repair`).
+/// otherwise), records the report, repairs what a divergent verdict found (`repair`), holds
+/// a range whose replicas have no majority (`hold`), and releases a held range once a check
+/// finds a majority again.
 pub(crate) async fn check_range(shared: &Shared, range: RangeId) -> Result<CheckReport, KvError> {
     let group = leading_group(shared, range)?;
     let checked = check_led(shared, &group).await;
