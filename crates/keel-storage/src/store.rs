@@ -595,8 +595,6 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
     txn.commit().map_err(|e| StorageError::redb("commit", e))
 }
 
-/// Checks the snapshot files (`snapshot::verify_dir`), telling it which ranges are in the
-/// middle of installing a snapshot.
 /// The hold of every range held in this file.
 fn read_holds(db: &Database) -> Result<BTreeMap<RangeId, Hold>, StorageError> {
     let txn = db
@@ -614,6 +612,8 @@ fn read_holds(db: &Database) -> Result<BTreeMap<RangeId, Hold>, StorageError> {
     Ok(holds)
 }
 
+/// Checks the snapshot files (`snapshot::verify_dir`), telling it which ranges are in the
+/// middle of installing a snapshot.
 fn check_snapshots(db: &Database, snapshot_dir: &Path) -> Result<(), StorageError> {
     let txn = db
         .begin_read()
