@@ -319,9 +319,10 @@ fn refused(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejection>
 /// `session`; `asked` is the id and the command): a request applied before is answered from
 /// its record, a refused one is not run, and the outcome of one that runs is recorded with
 /// the command's digest. A request that would run but touches a key outside the span
-/// (`keys`, the first of which names the request's owner) is refused with `KeyOutOfRange`
-/// (and any while the range is held, with `RangeHeld`) and leaves no trace, no record and no session change: it was not applied, so a retry
-/// under the same id at the right range is safe. The range clock is advanced already.
+/// (`keys`, the first of which names the request's owner) is refused with `KeyOutOfRange`,
+/// and any while the range is held with `RangeHeld`; a refused request leaves no trace, no
+/// record and no session change: it was not applied, so a retry under the same id (at the
+/// right range, or once the hold is released) is safe. The range clock is advanced already.
 fn deduplicated(
     tables: &mut Tables,
     state: &mut SmState,
