@@ -319,6 +319,10 @@ pub const CHECK_REPORTED_ROWS_MAX: usize = 16;
 pub const CHECK_RANGES_MAX: usize = 1_000;
 /// Consistency checks: shortest interval a node may be configured to check each range in.
 pub const CHECK_INTERVAL_MS_MIN: u64 = 1_000;
+/// Consistency checks: longest a node waits between two looks for the ranges it leads that
+/// fall due (it looks once per interval when the interval is shorter); a range falls due at
+/// most this late, and idle ranges cost no look every second.
+pub const CHECK_SCAN_MS_MAX: u64 = 60_000;
 
 #[cfg(test)]
 mod tests {

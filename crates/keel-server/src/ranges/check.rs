@@ -12,7 +12,8 @@
 //!
 //! `run` checks each range this node leads once per `--consistency-check-interval-ms`, one
 //! range at a time; a range first falls due at an offset within the interval drawn from the
-//! node and range ids, so checks spread over the interval. Knows nothing of gRPC services.
+//! node and range ids, so checks spread over the interval. It looks for due ranges once per
+//! interval, at most `CHECK_SCAN_MS_MAX` apart. Knows nothing of gRPC services.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -457,7 +458,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     // When each led range falls due, on the monotonic clock (the node's wall clock may be
     // offset or, in tests, stand still).
     let mut due: BTreeMap<RangeId, Instant> = BTreeMap::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(limits::CHECK_INTERVAL_MS_MIN));
+    let scan = interval.min(Duration::from_millis(limits::CHECK_SCAN_MS_MAX));
+    let mut tick = tokio::time::interval(scan);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
