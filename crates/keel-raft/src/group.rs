@@ -242,6 +242,12 @@ impl RaftGroup {
         members(&self.raft.metrics().borrow_watched())
     }
 
+    /// The ids of the voters among `members`.
+    pub fn voter_ids(&self) -> Vec<NodeId> {
+        let members = self.members().into_iter();
+        members.filter(|m| m.voter).map(|m| m.id).collect()
+    }
+
     /// Asks this replica, which must lead, to hand leadership to voter `to`. Returns once
     /// the hand-over has started; the new leader is elected a round trip later (or, if `to`
     /// cannot win, this replica keeps leading).

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use keel_proto::raft::raft_server;
 use keel_proto::v1::{cluster_server, idempotency_server, kv_server, lock_server};
 use keel_raft::RaftGroup;
-use keel_types::NodeId;
 use tokio::time::MissedTickBehavior;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -82,12 +81,7 @@ pub(crate) fn leader_known(shared: &Shared, group: &RaftGroup, quorum_ack_max: D
     }
     let heard = shared.heartbeats.last_heard();
     let now = Instant::now();
-    let voters: Vec<NodeId> = group
-        .members()
-        .into_iter()
-        .filter(|member| member.voter)
-        .map(|member| member.id)
-        .collect();
+    let voters = group.voter_ids();
     let live = voters
         .iter()
         .filter(|id| **id == shared.node_id || !heard.silent(**id, now, Duration::ZERO))

@@ -105,12 +105,7 @@ impl RaftService {
     {
         let message = request.into_inner();
         let range = RangeId(message.range_id);
-        let payload: P = wire::decode(&message.payload).map_err(|e| {
-            to_status(&KvError::invalid(format!(
-                "replica call from node {}: {e}",
-                message.from
-            )))
-        })?;
+        let payload: P = query(&message, "replica call")?;
         let answer = match serve(payload).await {
             Err(KvError::NotLeader {
                 leader: Some((node, addr)),
@@ -133,8 +128,7 @@ impl RaftService {
             answer => answer,
         };
         let answer = answer.map_err(|e| to_status(&e))?;
-        let payload = wire::encode(&answer).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(RaftReply { payload }))
+        reply(&answer)
     }
 
     async fn handle(
@@ -356,14 +350,9 @@ impl Raft for RaftService {
         &self,
         request: Request<NodeMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let message = request.into_inner();
-        let _query: FactsQuery = wire::decode(&message.payload).map_err(|e| {
-            let error = KvError::invalid(format!("console query from node {}: {e}", message.from));
-            to_status(&error)
-        })?;
+        let _query: FactsQuery = query(&request.into_inner(), "console query")?;
         let facts = console::facts::local(&self.shared).await;
-        let payload = wire::encode(&facts).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(RaftReply { payload }))
+        reply(&facts)
     }
 
     async fn check_range(
@@ -386,14 +375,10 @@ impl Raft for RaftService {
         request: Request<NodeMessage>,
     ) -> Result<Response<RaftReply>, Status> {
         let message = request.into_inner();
-        let index: u64 = wire::decode(&message.payload).map_err(|e| {
-            let error = KvError::invalid(format!("digest query from node {}: {e}", message.from));
-            to_status(&error)
-        })?;
+        let index: u64 = query(&message, "digest query")?;
         let range = RangeId(message.range_id);
         let answer = check::local_digest(&self.shared, range, index).await;
-        let payload = wire::encode(&answer).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(RaftReply { payload }))
+        reply(&answer)
     }
 
     async fn propose_meta(
@@ -404,9 +389,23 @@ impl Raft for RaftService {
         let span = info_span!("meta", node_id = self.shared.node_id, from = proposal.from);
         let outcome = self.serve_meta(&proposal).instrument(span).await;
         let outcome = outcome.map_err(|e| to_status(&e))?;
-        let payload = wire::encode(&outcome).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(RaftReply { payload }))
+        reply(&outcome)
     }
+}
+
+/// The payload of a peer's `message`; `InvalidArgument` naming `what` and the sender when it
+/// does not decode.
+fn query<T: serde::de::DeserializeOwned>(message: &NodeMessage, what: &str) -> Result<T, Status> {
+    wire::decode(&message.payload).map_err(|e| {
+        let error = KvError::invalid(format!("{what} from node {}: {e}", message.from));
+        to_status(&error)
+    })
+}
+
+/// `answer` encoded as a peer's reply.
+fn reply<T: serde::Serialize>(answer: &T) -> Result<Response<RaftReply>, Status> {
+    let payload = wire::encode(answer).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(Response::new(RaftReply { payload }))
 }
 
 /// The data of every chunk, starting with the first one already read; an error if the stream

@@ -264,12 +264,7 @@ async fn check_led(
     shared: &Shared,
     group: &RaftGroup,
 ) -> Result<(CheckReport, Vec<NodeId>), KvError> {
-    let voters: Vec<NodeId> = group
-        .members()
-        .into_iter()
-        .filter(|member| member.voter)
-        .map(|member| member.id)
-        .collect();
+    let voters = group.voter_ids();
     let index = propose(group, Vec::new()).await?;
     let answers = collect(shared, group, &voters, index).await;
     let (verdict, divergent, majority) = judge(&answers);
