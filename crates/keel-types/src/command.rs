@@ -282,59 +282,7 @@ impl std::fmt::Display for Command {
     }
 }
 
-/// Encodings of earlier formats, kept so old log entries still decode.
-pub mod legacy {
-    use serde::{Deserialize, Serialize};
-
-    use super::{BatchOp, Condition};
-
-    /// `BatchOp` of format 1: no TTL, no increment.
-    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-    pub enum BatchOpV1 {
-        Put {
-            #[serde(with = "serde_bytes")]
-            key: Vec<u8>,
-            #[serde(with = "serde_bytes")]
-            value: Vec<u8>,
-            condition: Option<Condition>,
-            return_previous: bool,
-        },
-        Delete {
-            #[serde(with = "serde_bytes")]
-            key: Vec<u8>,
-            condition: Option<Condition>,
-            return_previous: bool,
-        },
-    }
-
-    impl From<BatchOpV1> for BatchOp {
-        fn from(op: BatchOpV1) -> BatchOp {
-            match op {
-                BatchOpV1::Put {
-                    key,
-                    value,
-                    condition,
-                    return_previous,
-                } => BatchOp::Put {
-                    key,
-                    value,
-                    condition,
-                    return_previous,
-                    ttl_ms: None,
-                },
-                BatchOpV1::Delete {
-                    key,
-                    condition,
-                    return_previous,
-                } => BatchOp::Delete {
-                    key,
-                    condition,
-                    return_previous,
-                },
-            }
-        }
-    }
-}
+pub mod legacy;
 
 /// The result of one op of an applied write.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
