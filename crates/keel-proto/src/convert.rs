@@ -389,7 +389,7 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
             range_id: keel_types::RangeId(e.range_id),
             leader: e.leader_id.map(|id| (id, NodeAddr::new(e.leader_addr))),
         },
-        Kind::ConditionFailed(e) => KvError::ConditionFailed(ConditionFailed {
+        Kind::ConditionFailed(e) => KvError::from(ConditionFailed {
             op_index: e.op_index,
             key: e.key,
             current: e.current.map(Into::into),
@@ -521,7 +521,7 @@ mod tests {
                 range_id: RangeId(1),
                 leader: None,
             },
-            KvError::ConditionFailed(ConditionFailed {
+            KvError::from(ConditionFailed {
                 op_index: 3,
                 key: b"k".to_vec(),
                 current: Some(KeyValue {

@@ -146,7 +146,7 @@ mod tests {
     fn every_error_has_its_code_and_detail() {
         check(KvError::invalid("key is empty"), Code::InvalidArgument);
         check(
-            KvError::ConditionFailed(ConditionFailed {
+            KvError::from(ConditionFailed {
                 op_index: 0,
                 key: b"k".to_vec(),
                 current: None,

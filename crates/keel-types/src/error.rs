@@ -22,9 +22,10 @@ pub enum KvError {
         leader: Option<(NodeId, NodeAddr)>,
     },
 
-    /// A condition of a write did not hold; nothing was applied.
+    /// A condition of a write did not hold; nothing was applied. Boxed, as the key's state
+    /// it holds would make every `Result<_, KvError>` large.
     #[error("condition failed on op {} (key {:?})", .0.op_index, String::from_utf8_lossy(&.0.key))]
-    ConditionFailed(ConditionFailed),
+    ConditionFailed(Box<ConditionFailed>),
 
     /// The range cannot serve the request now (no leader, no quorum, shutting down). The
     /// request was not applied; it may be retried.
@@ -168,6 +169,12 @@ pub enum KvError {
         requested: u64,
         compact_revision: u64,
     },
+}
+
+impl From<ConditionFailed> for KvError {
+    fn from(failed: ConditionFailed) -> KvError {
+        KvError::ConditionFailed(Box::new(failed))
+    }
 }
 
 impl From<Rejection> for KvError {

@@ -78,7 +78,7 @@ fn client_errors_map_to_ok_fail_info() {
             Status::Fail,
         ),
         (
-            KvError::ConditionFailed(ConditionFailed {
+            KvError::from(ConditionFailed {
                 op_index: 0,
                 key: b"k".to_vec(),
                 current: None,

@@ -27,7 +27,7 @@ fn parsed(text: &str) -> Value {
 
 #[test]
 fn exit_codes_follow_the_table() {
-    let failed = KvError::ConditionFailed(ConditionFailed {
+    let failed = KvError::from(ConditionFailed {
         op_index: 0,
         key: b"k".to_vec(),
         current: None,
@@ -327,13 +327,13 @@ fn writes_print_their_revision() {
 
 #[test]
 fn failed_condition_names_the_current_state() {
-    let present = KvError::ConditionFailed(ConditionFailed {
+    let present = KvError::from(ConditionFailed {
         op_index: 0,
         key: b"k".to_vec(),
         current: Some(kv(b"k", b"v1")),
         revision: 8,
     });
-    let absent = KvError::ConditionFailed(ConditionFailed {
+    let absent = KvError::from(ConditionFailed {
         op_index: 0,
         key: b"k".to_vec(),
         current: None,

@@ -109,7 +109,7 @@ fn overloaded() -> AttemptError {
 }
 
 fn failed() -> AttemptError {
-    server(KvError::ConditionFailed(ConditionFailed {
+    server(KvError::from(ConditionFailed {
         op_index: 0,
         key: b"k".to_vec(),
         current: None,

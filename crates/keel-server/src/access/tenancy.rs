@@ -130,13 +130,13 @@ fn reveal_status(status: Status, namespace: &Namespace) -> Status {
 fn reveal_error(error: KvError, namespace: &Namespace) -> KvError {
     let reveal = |name: Vec<u8>| namespace.reveal(&name).unwrap_or_default();
     match error {
-        KvError::ConditionFailed(failed) => KvError::ConditionFailed(ConditionFailed {
+        KvError::ConditionFailed(failed) => KvError::from(ConditionFailed {
             key: reveal(failed.key),
             current: failed.current.map(|mut kv| {
                 kv.key = reveal(kv.key);
                 kv
             }),
-            ..failed
+            ..*failed
         }),
         KvError::NotACounter { key } => KvError::NotACounter { key: reveal(key) },
         KvError::Overflow {

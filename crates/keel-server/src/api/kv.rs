@@ -278,7 +278,7 @@ impl KvService {
                     replayed,
                 })
             }
-            CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
+            CommandOutcome::ConditionFailed(failed) => Err(failed.into()),
             CommandOutcome::Rejected(rejection) => Err(rejection.into()),
             CommandOutcome::Applied { .. }
             | CommandOutcome::Internal

@@ -38,7 +38,7 @@ impl Coordinated {
                 replayed,
             }),
             CommandOutcome::Rejected(rejection) => Err(rejection.into()),
-            CommandOutcome::ConditionFailed(failed) => Err(KvError::ConditionFailed(failed)),
+            CommandOutcome::ConditionFailed(failed) => Err(failed.into()),
             CommandOutcome::Applied { .. }
             | CommandOutcome::Internal
             | CommandOutcome::Replayed(_)

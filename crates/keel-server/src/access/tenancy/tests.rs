@@ -131,7 +131,7 @@ fn errors_name_what_the_tenant_named() {
         let answer: Result<Response<GetResponse>, Status> = Err(to_status(&error));
         kv_error(&caller.reveal(answer).unwrap_err()).unwrap()
     };
-    let failed = caller_sees(KvError::ConditionFailed(ConditionFailed {
+    let failed = caller_sees(KvError::from(ConditionFailed {
         op_index: 0,
         key: ns.confine(b"k"),
         current: None,
