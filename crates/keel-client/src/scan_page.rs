@@ -95,6 +95,7 @@ mod tests {
             value: vec![b'v'; value_bytes],
             create_revision: 1,
             mod_revision: 1,
+            version: 1,
             expires_at_ms: None,
         }
     }

@@ -27,6 +27,7 @@ pub fn key_value(kv: KeyValue, now_ms: u64) -> v1::KeyValue {
         value: kv.value,
         create_revision: kv.create_revision,
         mod_revision: kv.mod_revision,
+        version: kv.version,
     }
 }
 
@@ -70,6 +71,7 @@ impl From<v1::Event> for Event {
     }
 }
 
+/// A key from the wire; a server built before versions sends none, which reads 0.
 impl From<v1::KeyValue> for KeyValue {
     fn from(kv: v1::KeyValue) -> Self {
         KeyValue {
@@ -77,6 +79,7 @@ impl From<v1::KeyValue> for KeyValue {
             value: kv.value,
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
+            version: kv.version,
             expires_at_ms: kv.expires_at_ms,
         }
     }
@@ -529,6 +532,7 @@ mod tests {
                     value: b"v".to_vec(),
                     create_revision: 2,
                     mod_revision: 5,
+                    version: 3,
                     expires_at_ms: None,
                 }),
                 revision: 9,
@@ -634,12 +638,34 @@ mod tests {
     }
 
     #[test]
+    fn keys_survive_the_wire_with_their_version() {
+        let kv = KeyValue {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            create_revision: 3,
+            mod_revision: 8,
+            version: 4,
+            expires_at_ms: Some(10_000),
+        };
+        let sent = key_value(kv.clone(), 4_000);
+        assert_eq!(sent.version, 4);
+        assert_eq!(KeyValue::from(sent), kv);
+        // A server built before versions sends none.
+        let old = v1::KeyValue {
+            version: 0,
+            ..key_value(kv, 4_000)
+        };
+        assert_eq!(KeyValue::from(old).version, 0);
+    }
+
+    #[test]
     fn remaining_ttl_is_counted_by_the_serving_clock() {
         let kv = KeyValue {
             key: b"k".to_vec(),
             value: Vec::new(),
             create_revision: 1,
             mod_revision: 1,
+            version: 1,
             expires_at_ms: Some(10_000),
         };
         assert_eq!(key_value(kv.clone(), 4_000).ttl_remaining_ms, Some(6_000));

@@ -1,11 +1,11 @@
 //! Applying committed log entries to a range's state machine: the pure decision about a
-//! write (`plan_write`: expiry, conditions, increments, revisions, results), the exactly-once
-//! bookkeeping around every client command (`session` decides, this module stores), fenced
-//! writes and lock and idempotency operations (`coordination` decides, this module stores),
-//! cleanups of expired keys and idle sessions, reclaims of free locks and expired
-//! idempotency records, and the redb step that executes all of it with the applied log id,
-//! membership, revision and clock in the same transaction. Knows nothing about threads,
-//! async or snapshots.
+//! write (`plan_write`: expiry, conditions, increments, revisions and versions, results),
+//! the exactly-once bookkeeping around every client command (`session` decides, this
+//! module stores), fenced writes and lock and idempotency operations (`coordination`
+//! decides, this module stores), cleanups of expired keys and idle sessions, reclaims of
+//! free locks and expired idempotency records, and the redb step that executes all of it
+//! with the applied log id, membership, revision and clock in the same transaction. Knows
+//! nothing about threads, async or snapshots.
 //!
 //! Every command runs at the range clock `max(clock_ms, command now_ms)` (a legacy
 //! `Command::Write` at `clock_ms`), so time never goes back and every replica judges expiry
@@ -111,6 +111,18 @@ pub(crate) fn plan_write(
     })
 }
 
+/// The create revision and version of a key written at revision `next` over `current`, its
+/// live state (`None` when absent or expired, the same rule for both): a write that creates
+/// the key starts it at `next` with version 1; a write to a live key keeps its create
+/// revision and adds one to its version (etcd's `version`; saturating, which no key's
+/// writes reach). Every write of a row goes through here (`op_after`).
+fn lineage(current: Option<&KeyValue>, next: Revision) -> (Revision, u64) {
+    match current {
+        None => (next, 1),
+        Some(kv) => (kv.create_revision, kv.version.saturating_add(1)),
+    }
+}
+
 /// The key's state after `op` (`None` = absent) and, for an increment, the new counter.
 fn op_after(
     op: &BatchOp,
@@ -119,12 +131,13 @@ fn op_after(
     next: Revision,
     clock_ms: u64,
 ) -> Result<(Option<KeyValue>, Option<i64>), Rejection> {
-    let create_revision = current.map_or(next, |kv| kv.create_revision);
+    let (create_revision, version) = lineage(current, next);
     let stored = |value: Vec<u8>, expires_at_ms| KeyValue {
         key: op.key().to_vec(),
         value,
         create_revision,
         mod_revision: next,
+        version,
         expires_at_ms,
     };
     match op {
@@ -793,12 +806,19 @@ mod tests {
         }
     }
 
-    fn kv(key: &str, value: &str, create_revision: Revision, mod_revision: Revision) -> KeyValue {
+    fn kv(
+        key: &str,
+        value: &str,
+        create_revision: Revision,
+        mod_revision: Revision,
+        version: u64,
+    ) -> KeyValue {
         KeyValue {
             key: key.as_bytes().to_vec(),
             value: value.as_bytes().to_vec(),
             create_revision,
             mod_revision,
+            version,
             expires_at_ms: None,
         }
     }
@@ -810,17 +830,18 @@ mod tests {
         }
     }
 
-    /// The store every plan reads at revision 5: `a=old` (created at 2, modified at 4),
-    /// `t` expired exactly at `NOW`, counter `n=41` expiring later, `max` at `i64::MAX`, and
-    /// `x=abc`, which is not a counter.
+    /// The store every plan reads at revision 5: `a=old` (created at 2, modified at 4,
+    /// version 3), `t` expired exactly at `NOW`, counter `n=41` expiring later, `max` at
+    /// `i64::MAX`, `x=abc`, which is not a counter, and `worn`, at the largest version.
     fn stored(key: &[u8]) -> Option<KeyValue> {
         let max = i64::MAX.to_string();
         let rows = [
-            kv("a", "old", 2, 4),
-            expiring(kv("t", "gone", 1, 3), NOW),
-            expiring(kv("n", "41", 1, 2), 5_000),
-            kv("max", &max, 1, 1),
-            kv("x", "abc", 1, 1),
+            kv("a", "old", 2, 4, 3),
+            expiring(kv("t", "gone", 1, 3, 2), NOW),
+            expiring(kv("n", "41", 1, 2, 2), 5_000),
+            kv("max", &max, 1, 1, 1),
+            kv("x", "abc", 1, 1, 1),
+            kv("worn", "w", 1, 1, u64::MAX),
         ];
         rows.into_iter().find(|kv| kv.key == key)
     }
@@ -867,14 +888,15 @@ mod tests {
         use Condition::{Absent, Revision as AtRevision, Value};
         let failed = |op_index| Err(Refused::Condition(op_index));
         let cases: Vec<(Vec<BatchOp>, Expected)> = vec![
-            // A new key is created at the new revision; an existing key keeps its create_revision.
+            // A new key is created at the new revision with version 1; an existing key keeps its
+            // create_revision and counts one more version.
             (
                 vec![put("b", "1", None)],
-                Ok(vec![("b", Some(kv("b", "1", 6, 6)))]),
+                Ok(vec![("b", Some(kv("b", "1", 6, 6, 1)))]),
             ),
             (
                 vec![put("a", "1", None)],
-                Ok(vec![("a", Some(kv("a", "1", 2, 6)))]),
+                Ok(vec![("a", Some(kv("a", "1", 2, 6, 4)))]),
             ),
             (vec![delete("a", None)], Ok(vec![("a", None)])),
             (vec![delete("zz", None)], Ok(vec![("zz", None)])),
@@ -882,11 +904,11 @@ mod tests {
             (vec![put("a", "1", Some(Absent))], failed(0)),
             (
                 vec![put("b", "1", Some(Absent))],
-                Ok(vec![("b", Some(kv("b", "1", 6, 6)))]),
+                Ok(vec![("b", Some(kv("b", "1", 6, 6, 1)))]),
             ),
             (
                 vec![put("a", "1", Some(AtRevision(4)))],
-                Ok(vec![("a", Some(kv("a", "1", 2, 6)))]),
+                Ok(vec![("a", Some(kv("a", "1", 2, 6, 4)))]),
             ),
             (vec![put("a", "1", Some(AtRevision(3)))], failed(0)),
             (
@@ -894,14 +916,15 @@ mod tests {
                 Ok(vec![("a", None)]),
             ),
             (vec![delete("a", Some(Value(b"new".to_vec())))], failed(0)),
-            // Each condition sees the ops before it.
+            // Each condition sees the ops before it, and each op counts a version: a key deleted
+            // and put again is created anew.
             (
                 vec![delete("a", None), put("a", "2", Some(Absent))],
-                Ok(vec![("a", Some(kv("a", "2", 6, 6)))]),
+                Ok(vec![("a", Some(kv("a", "2", 6, 6, 1)))]),
             ),
             (
                 vec![put("b", "1", None), put("b", "2", Some(AtRevision(6)))],
-                Ok(vec![("b", Some(kv("b", "2", 6, 6)))]),
+                Ok(vec![("b", Some(kv("b", "2", 6, 6, 2)))]),
             ),
             // A failing later op fails the whole batch.
             (
@@ -922,10 +945,10 @@ mod tests {
     fn expiry_plans() {
         use Condition::{Absent, Revision as AtRevision};
         let cases: Vec<(Vec<BatchOp>, Expected)> = vec![
-            // Expired at exactly the clock: absent, so created anew at the new revision.
+            // Expired at exactly the clock: absent, so created anew at the new revision, version 1.
             (
                 vec![put("t", "new", Some(Absent))],
-                Ok(vec![("t", Some(kv("t", "new", 6, 6)))]),
+                Ok(vec![("t", Some(kv("t", "new", 6, 6, 1)))]),
             ),
             (
                 vec![put("t", "new", Some(AtRevision(3)))],
@@ -934,15 +957,15 @@ mod tests {
             // A TTL counts from the clock; a put without one clears it.
             (
                 vec![put_ttl("b", "1", 250)],
-                Ok(vec![("b", Some(expiring(kv("b", "1", 6, 6), 1_250)))]),
+                Ok(vec![("b", Some(expiring(kv("b", "1", 6, 6, 1), 1_250)))]),
             ),
             (
                 vec![put("n", "1", Some(Condition::Revision(2)))],
-                Ok(vec![("n", Some(kv("n", "1", 1, 6)))]),
+                Ok(vec![("n", Some(kv("n", "1", 1, 6, 3)))]),
             ),
             (
                 vec![put_ttl("a", "1", 10)],
-                Ok(vec![("a", Some(expiring(kv("a", "1", 2, 6), 1_010)))]),
+                Ok(vec![("a", Some(expiring(kv("a", "1", 2, 6, 4), 1_010)))]),
             ),
             // The shortest TTL still makes a live key for the ops after it.
             (
@@ -968,20 +991,20 @@ mod tests {
             // Absent (or expired) counts as 0 and gets no TTL.
             (
                 vec![increment("c", 5)],
-                Ok(vec![("c", Some(kv("c", "5", 6, 6)))]),
+                Ok(vec![("c", Some(kv("c", "5", 6, 6, 1)))]),
             ),
             (
                 vec![increment("t", -2)],
-                Ok(vec![("t", Some(kv("t", "-2", 6, 6)))]),
+                Ok(vec![("t", Some(kv("t", "-2", 6, 6, 1)))]),
             ),
             // A live counter keeps its TTL and create_revision.
             (
                 vec![increment("n", 1)],
-                Ok(vec![("n", Some(expiring(kv("n", "42", 1, 6), 5_000)))]),
+                Ok(vec![("n", Some(expiring(kv("n", "42", 1, 6, 3), 5_000)))]),
             ),
             (
                 vec![increment("n", 1), increment("n", 1)],
-                Ok(vec![("n", Some(expiring(kv("n", "43", 1, 6), 5_000)))]),
+                Ok(vec![("n", Some(expiring(kv("n", "43", 1, 6, 4), 5_000)))]),
             ),
             (vec![increment("x", 1)], not_a_counter(0, "x")),
             (
@@ -999,7 +1022,7 @@ mod tests {
             ),
             (
                 vec![increment("max", i64::MIN)],
-                Ok(vec![("max", Some(kv("max", "-1", 1, 6)))]),
+                Ok(vec![("max", Some(kv("max", "-1", 1, 6, 2)))]),
             ),
             // The first failure in op order wins.
             (
@@ -1009,6 +1032,39 @@ mod tests {
             (
                 vec![put("a", "1", Some(Condition::Absent)), increment("x", 1)],
                 Err(Refused::Condition(0)),
+            ),
+        ];
+        for (ops, expected) in cases {
+            check(ops, expected);
+        }
+    }
+
+    #[test]
+    fn version_plans() {
+        let cases: Vec<(Vec<BatchOp>, Expected)> = vec![
+            // Every put or increment of a live key counts one more version, also within a batch.
+            (
+                vec![put("b", "1", None), put("b", "2", None), increment("b", 1)],
+                Ok(vec![("b", Some(kv("b", "3", 6, 6, 3)))]),
+            ),
+            (
+                vec![put("a", "1", None), increment("a", 1)],
+                Ok(vec![("a", Some(kv("a", "2", 2, 6, 5)))]),
+            ),
+            // A delete ends the key: what writes it next creates it anew, at version 1.
+            (
+                vec![delete("a", None), increment("a", 1)],
+                Ok(vec![("a", Some(kv("a", "1", 6, 6, 1)))]),
+            ),
+            // So does its expiry, whatever version the expired row had.
+            (
+                vec![put("t", "1", None)],
+                Ok(vec![("t", Some(kv("t", "1", 6, 6, 1)))]),
+            ),
+            // The count saturates rather than overflow.
+            (
+                vec![put("worn", "w2", None)],
+                Ok(vec![("worn", Some(kv("worn", "w2", 1, 6, u64::MAX)))]),
             ),
         ];
         for (ops, expected) in cases {
@@ -1036,7 +1092,7 @@ mod tests {
         };
         let expected = vec![
             result(stored(b"a"), true, None),
-            result(Some(kv("a", "1", 2, 6)), true, None),
+            result(Some(kv("a", "1", 2, 6, 4)), true, None),
             result(None, false, None),
             result(None, false, None),
             result(None, true, Some(43)),

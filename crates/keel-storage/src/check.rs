@@ -340,7 +340,9 @@ impl RecordSink for DigestSink<'_> {
 /// The row a record holds, or `None` for the range's facts.
 fn checked_row(record: &Record) -> Option<CheckedRow> {
     Some(match record {
-        Record::Row(row) | Record::ExpiringRow { row, .. } => CheckedRow::Key(row.key.clone()),
+        Record::Row(row) | Record::ExpiringRow { row, .. } | Record::VersionedRow { row, .. } => {
+            CheckedRow::Key(row.key.clone())
+        }
         Record::Lock { name, .. } => CheckedRow::Lock(name.clone()),
         Record::Fence { key, .. } => CheckedRow::Fence(key.clone()),
         Record::Idempotency { key, .. } => CheckedRow::Idempotency(key.clone()),
@@ -355,6 +357,11 @@ fn checked_row(record: &Record) -> Option<CheckedRow> {
             ..
         }
         | Record::DigestedRequest {
+            client_id,
+            sequence,
+            ..
+        }
+        | Record::VersionedRequest {
             client_id,
             sequence,
             ..

@@ -59,6 +59,14 @@
 //!   snapshot files a `Hold` record after `Clock` while the range is held), and outcomes the
 //!   rejection `RangeHeld`. A node of format 9 cannot decode the new variants, and refuses a
 //!   file of format 10.
+//! - 11: keys carry etcd's `version` (`KeyValue::version`, the writes since the key was
+//!   created). A `kv` row's header, a `history` event's states before and after, and the
+//!   key states inside request records (`OpResult::previous`, `ConditionFailed::current`)
+//!   gained it; snapshot files write rows as `VersionedRow` and request records as
+//!   `VersionedRequest` records. Rows, events and records of older formats decode through
+//!   mirror types of their shape (`tables`, `snapshot`, `keel_types::command::legacy`) and
+//!   read version 1. Log entries are unchanged (no command holds a key's state). A node of
+//!   format 10 refuses a file of format 11.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -69,7 +77,7 @@ use sha2::{Digest as _, Sha256};
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 10;
+pub(crate) const FORMAT_VERSION: u8 = 11;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

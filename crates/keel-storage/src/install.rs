@@ -182,9 +182,9 @@ fn add_record(
 ) -> Result<(), StorageError> {
     let span = &state.span;
     match record {
-        Record::Row(row) => add_row(row.into_key_value(None), state, batch),
-        Record::ExpiringRow { row, expires_at_ms } => {
-            add_row(row.into_key_value(Some(expires_at_ms)), state, batch)
+        record @ (Record::Row(_) | Record::ExpiringRow { .. } | Record::VersionedRow { .. }) => {
+            let row = record.into_row().expect("a row record holds a row");
+            add_row(row, state, batch)
         }
         Record::Clock {
             clock_ms,
@@ -204,22 +204,13 @@ fn add_record(
         Record::OwnedSession { client_id, session } => {
             add_session(client_id, session, state, batch)
         }
-        Record::Request {
-            client_id,
-            sequence,
-            outcome,
-        } => {
-            let record = RequestRecord {
-                digest: None,
-                outcome,
-            };
+        record @ (Record::Request { .. }
+        | Record::DigestedRequest { .. }
+        | Record::VersionedRequest { .. }) => {
+            let request = record.into_request().expect("a request record holds one");
+            let (client_id, sequence, record) = request;
             add_request(client_id, sequence, record, state, batch)
         }
-        Record::DigestedRequest {
-            client_id,
-            sequence,
-            record,
-        } => add_request(client_id, sequence, record, state, batch),
         Record::Lock { name, hold } => {
             state.coordination_bytes += tables::row_bytes(&name, encoded_len(&hold));
             add_keyed(&mut batch.locks, name, hold, span, "a lock")?;

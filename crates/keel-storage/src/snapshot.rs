@@ -20,7 +20,9 @@
 //! before it, every record carries the header's version and nothing follows, so a changed,
 //! lost or added byte anywhere is detected (`StorageError::SnapshotDamaged`); files of older
 //! formats are checked for their framing and record count only. Format 10 adds a `Hold`
-//! record after `Clock` while the range is held. Files are
+//! record after `Clock` while the range is held. Format 11 writes every row as a
+//! `VersionedRow` (with the key's version) and every request record as a
+//! `VersionedRequest`; the rows and records of older files read version 1. Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
 //!
@@ -36,9 +38,10 @@ use std::io::{self, BufRead, BufReader as StdBufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use keel_types::command::legacy::CommandOutcomeV10;
 use keel_types::{
-    CommandOutcome, Fence, Hold, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, NodeId,
-    NodeState, RangeDescriptor, RangeId, Revision, limits,
+    Fence, Hold, IdempotencyRecord, KeyValue, LockHold, NodeDescriptor, NodeId, NodeState,
+    RangeDescriptor, RangeId, Revision, limits,
 };
 use redb::{Database, ReadTransaction, ReadableDatabase, TableDefinition};
 use serde::de::DeserializeOwned;
@@ -52,8 +55,8 @@ use crate::meta::{self, MetaRow};
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
-    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord, SESSIONS,
-    SM_META, Session, SessionV1,
+    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord,
+    RequestRecordV6, SESSIONS, SM_META, Session, SessionV1,
 };
 
 /// Buffer size of snapshot readers and writers.
@@ -150,7 +153,7 @@ impl SnapshotHeader {
 }
 
 /// A `kv` row in a snapshot file, in the shape format 1 wrote (its expiry, if any, goes in
-/// `Record::ExpiringRow`).
+/// `Record::ExpiringRow`; from format 11 its version and expiry in `Record::VersionedRow`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SnapshotRow {
     #[serde(with = "serde_bytes")]
@@ -162,12 +165,14 @@ pub(crate) struct SnapshotRow {
 }
 
 impl SnapshotRow {
-    pub fn into_key_value(self, expires_at_ms: Option<u64>) -> KeyValue {
+    /// The key with its version (1 for a row of a file older than format 11) and expiry.
+    pub fn into_key_value(self, version: u64, expires_at_ms: Option<u64>) -> KeyValue {
         KeyValue {
             key: self.key,
             value: self.value,
             create_revision: self.create_revision,
             mod_revision: self.mod_revision,
+            version,
             expires_at_ms,
         }
     }
@@ -198,11 +203,11 @@ pub(crate) enum Record {
         client_id: u64,
         session: SessionV1,
     },
-    /// Format 2: a request record of the range.
+    /// Format 2 to 5: a request record of the range, without its request's digest.
     Request {
         client_id: u64,
         sequence: u64,
-        outcome: CommandOutcome,
+        outcome: CommandOutcomeV10,
     },
     /// Format 3: a lock of the range, free or not.
     Lock {
@@ -237,12 +242,12 @@ pub(crate) enum Record {
         client_id: u64,
         session: Session,
     },
-    /// Format 6: a request record of the range, with its request's digest (it replaces
-    /// `Request`).
+    /// Format 6 to 10: a request record of the range, with its request's digest (it
+    /// replaces `Request`).
     DigestedRequest {
         client_id: u64,
         sequence: u64,
-        record: RequestRecord,
+        record: RequestRecordV6,
     },
     /// Format 7: the last record (it replaces `End`): `records` as in `End`, and the SHA-256
     /// of every byte of the file before this record's length prefix.
@@ -252,6 +257,20 @@ pub(crate) enum Record {
     },
     /// Format 10: the range is held (`keel_types::Hold`); right after `Clock`, only when it is.
     Hold(Hold),
+    /// Format 11: a row with its version and expiry, if any (it replaces `Row` and
+    /// `ExpiringRow`).
+    VersionedRow {
+        row: SnapshotRow,
+        version: u64,
+        expires_at_ms: Option<u64>,
+    },
+    /// Format 11: a request record of the range whose key states carry versions (it replaces
+    /// `DigestedRequest`).
+    VersionedRequest {
+        client_id: u64,
+        sequence: u64,
+        record: RequestRecord,
+    },
 }
 
 /// What a snapshot says about its range besides the header: span, epoch, conf_version.
@@ -275,6 +294,7 @@ impl RangeFacts {
 }
 
 impl Record {
+    /// The record of a row, as this build writes it.
     fn row(kv: KeyValue) -> Record {
         let row = SnapshotRow {
             key: kv.key,
@@ -282,10 +302,57 @@ impl Record {
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
         };
-        match kv.expires_at_ms {
-            None => Record::Row(row),
-            Some(expires_at_ms) => Record::ExpiringRow { row, expires_at_ms },
+        Record::VersionedRow {
+            row,
+            version: kv.version,
+            expires_at_ms: kv.expires_at_ms,
         }
+    }
+
+    /// The row a row record of any format holds (`None` for another record). Rows of files
+    /// older than format 11 have no version: they read version 1.
+    pub fn into_row(self) -> Option<KeyValue> {
+        Some(match self {
+            Record::Row(row) => row.into_key_value(1, None),
+            Record::ExpiringRow { row, expires_at_ms } => {
+                row.into_key_value(1, Some(expires_at_ms))
+            }
+            Record::VersionedRow {
+                row,
+                version,
+                expires_at_ms,
+            } => row.into_key_value(version, expires_at_ms),
+            _ => return None,
+        })
+    }
+
+    /// The client id, sequence and record of a request record of any format (`None` for
+    /// another record); the key states in records older than format 11 read version 1.
+    pub fn into_request(self) -> Option<(u64, u64, RequestRecord)> {
+        Some(match self {
+            Record::Request {
+                client_id,
+                sequence,
+                outcome,
+            } => {
+                let record = RequestRecord {
+                    digest: None,
+                    outcome: outcome.into(),
+                };
+                (client_id, sequence, record)
+            }
+            Record::DigestedRequest {
+                client_id,
+                sequence,
+                record,
+            } => (client_id, sequence, record.into()),
+            Record::VersionedRequest {
+                client_id,
+                sequence,
+                record,
+            } => (client_id, sequence, record),
+            _ => return None,
+        })
     }
 }
 
@@ -687,7 +754,7 @@ fn write_sessions(
         let (key, value) = row.map_err(|e| StorageError::redb("read request records", e))?;
         let (client_id, sequence) = tables::request_key_parts(key.value());
         let record = RequestRecord::decode(value.value())?;
-        out.write(&Record::DigestedRequest {
+        out.write(&Record::VersionedRequest {
             client_id,
             sequence,
             record,

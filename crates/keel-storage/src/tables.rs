@@ -8,15 +8,15 @@
 //! | `raft_log`    | range id (u64 BE) + log index (u64 BE) | openraft entry                         |
 //! | `raft_meta`   | range id (u64 BE) + kind (u8)          | vote / purged log id                    |
 //! | `sm_meta`     | range id (u64 BE) + kind (u8)          | applied log id / membership / revision / installing marker / clock / session horizon / counts of sessions, request records, keys with a TTL, locks, fenced keys and idempotency records / (format 4) span, epoch, conf_version, counts of keys and bytes / (format 6) bytes of the range's locks, fences and idempotency records |
-//! | `kv`          | user key                              | create and mod revision, expiry (format 2), then the raw value |
+//! | `kv`          | user key                              | create and mod revision, expiry (format 2), version (format 11), then the raw value |
 //! | `ttl`         | expiry ms (u64 BE) + user key          | empty                                  |
 //! | `sessions`    | range id (u64 BE) + client id (u64 BE) | `Session` (format 6: with its owner)   |
-//! | `requests`    | range id (u64 BE) + client id (u64 BE) + sequence (u64 BE) | the request's first `CommandOutcome` (format 6: a `RequestRecord`, with the request's digest) |
+//! | `requests`    | range id (u64 BE) + client id (u64 BE) + sequence (u64 BE) | the request's first `CommandOutcome` (format 6: a `RequestRecord`, with the request's digest; format 11: its key states with versions) |
 //! | `locks`       | lock name (format 3)                  | `LockHold`                             |
 //! | `fences`      | user key (format 3)                   | `Fence`: the lock and highest token accepted |
 //! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
 //! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3) | empty |
-//! | `history`     | revision (u64) + user key (format 8), or a lock name or idempotency key (format 9) | the event: range clock, the key's state before and after; or (format 9) the reclaim of that lock or record, with its token |
+//! | `history`     | revision (u64) + user key (format 8), or a lock name or idempotency key (format 9) | the event: range clock, the key's state before and after (format 11: with versions); or (format 9) the reclaim of that lock or record, with its token |
 //! | `meta`        | kind (u8) + range or node id (u64 BE) (format 4) | `RangeDescriptor` / `NodeDescriptor` / next range id (kind 3, id 0) |
 //!
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
@@ -98,8 +98,8 @@ pub(crate) use raft_log::{RAFT_LOG, decode_entry, log_key, log_state};
 pub(crate) use raft_meta::{RAFT_META, RAFT_PURGED, RAFT_VOTE};
 pub(crate) use range_rows::{meta_key, ranges_in, read_meta, remove_meta, write_meta};
 pub(crate) use requests::{
-    REQUESTS, RequestRecord, count_requests, read_request, remove_requests, request_key,
-    request_key_parts, write_request,
+    REQUESTS, RequestRecord, RequestRecordV6, count_requests, read_request, remove_requests,
+    request_key, request_key_parts, write_request,
 };
 pub(crate) use sessions::{
     SESSIONS, Session, SessionV1, read_session, session_key, session_key_client, write_session,

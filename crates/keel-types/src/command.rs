@@ -25,6 +25,11 @@ pub struct KeyValue {
     pub create_revision: Revision,
     /// Revision of the last write to the key.
     pub mod_revision: Revision,
+    /// How many writes the key has had since it was created (etcd's `version`): 1 for the
+    /// write that created it (over an absent or expired key), one more for every later put
+    /// or increment. A deleted key is absent, which etcd reports as version 0. A key last
+    /// written before storage format 11 reads version 1 and counts on from there.
+    pub version: u64,
     /// When the key expires (Unix milliseconds, on the clock of the leader that wrote it);
     /// `None` = no TTL. A key is invisible to every read from this instant on.
     pub expires_at_ms: Option<u64>,
@@ -520,6 +525,7 @@ mod tests {
             value: value.to_vec(),
             create_revision: 1,
             mod_revision,
+            version: 1,
             expires_at_ms: None,
         }
     }

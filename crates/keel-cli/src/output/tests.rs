@@ -12,6 +12,7 @@ fn kv(key: &[u8], value: &[u8]) -> KeyValue {
         value: value.to_vec(),
         create_revision: 3,
         mod_revision: 7,
+        version: 2,
         expires_at_ms: None,
     }
 }

@@ -433,6 +433,7 @@ impl Kv for Service {
                 value: b"value".to_vec(),
                 create_revision: 3,
                 mod_revision: 4,
+                version: 2,
             }),
         };
         let response = v1::GetResponse {
@@ -459,6 +460,7 @@ impl Kv for Service {
                 value: b"value".to_vec(),
                 create_revision: 4,
                 mod_revision: 4,
+                version: 1,
             }),
             prev_kv: None,
             clock_ms: HISTORY_CLOCK_MS,

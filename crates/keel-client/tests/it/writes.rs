@@ -270,6 +270,9 @@ async fn ttls_are_checked_sent_and_reported() {
     assert_eq!(read.ttl_remaining, Some(remaining));
     let read = client.get(b"k", Consistency::Linearizable).await.unwrap();
     assert_eq!(read.ttl_remaining, None);
+    // The key's revisions and version come through as the server sent them.
+    let kv = read.kv.expect("the fake stores every key");
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (3, 4, 2));
 }
 
 #[tokio::test]

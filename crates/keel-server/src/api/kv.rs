@@ -626,6 +626,7 @@ mod tests {
             value: b"v".to_vec(),
             create_revision: 1,
             mod_revision: 1,
+            version: 1,
             expires_at_ms: None,
         }
     }

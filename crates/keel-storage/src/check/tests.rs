@@ -1,5 +1,6 @@
 //! Digests through the real apply path: every replica hashes the state as of the check's
-//! index, equal states hash equal, and a changed or unreadable row is found.
+//! index, equal states hash equal, and a changed (a key's version included) or unreadable
+//! row is found.
 
 use std::time::Duration;
 
@@ -64,6 +65,35 @@ async fn a_check_hashes_the_state_as_of_its_index() {
     apply(&ahead, 6, vec![check(vec![])]).await;
     assert_ne!(digest(&ahead, 6).await.hash, x.hash);
     for store in [ahead, behind] {
+        store.shutdown();
+    }
+}
+
+#[tokio::test]
+async fn a_key_that_differs_only_in_its_version_differs() {
+    let (_a, twice) = open();
+    let (_b, once) = open();
+    // One revision each: `a` = "1" created and modified at 1, written twice or once.
+    let batch = mutate(vec![put("a", "0", None), put("a", "1", None)]);
+    apply(&twice, 1, vec![batch, check(vec![])]).await;
+    apply(&once, 1, vec![write("a", "1"), check(vec![])]).await;
+    for store in [&twice, &once] {
+        let kv = store
+            .state_machine(RangeId(1))
+            .get(b"a", 0)
+            .await
+            .unwrap()
+            .0;
+        let kv = kv.expect("a is stored");
+        assert_eq!((kv.value.as_slice(), kv.mod_revision), (&b"1"[..], 1));
+    }
+    let (x, y) = (digest(&twice, 2).await, digest(&once, 2).await);
+    assert_ne!(x.hash, y.hash);
+    assert_eq!(
+        divergent_buckets(&x, &y),
+        vec![CheckedRow::Key(b"a".to_vec()).bucket()]
+    );
+    for store in [twice, once] {
         store.shutdown();
     }
 }

@@ -38,6 +38,7 @@ fn records(rows: usize) -> Vec<Record> {
             value: vec![b'v'; 40],
             create_revision: row as u64 + 1,
             mod_revision: row as u64 + 1,
+            version: 1,
             expires_at_ms: (row % 3 == 0).then_some(9_000),
         }));
     }

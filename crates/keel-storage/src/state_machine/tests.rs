@@ -1,7 +1,7 @@
 //! Apply semantics through the real writer and redb: outcomes, revisions, atomicity, and
 //! scan paging. The helpers here are shared with the tests of the state machine as a whole
-//! in `tests/`: exactly-once state, coordination, splits, the meta range, upkeep plans and
-//! the planted bugs.
+//! in `tests/`: exactly-once state, coordination, splits, the meta range, upkeep plans,
+//! keys' versions and the planted bugs.
 
 use keel_types::{
     BatchOp, Command, CommandOutcome, Condition, KeyValue, Mutation, RangeId, Revision,
@@ -20,6 +20,7 @@ mod meta;
 mod planted_bugs;
 mod split;
 mod upkeep;
+mod version;
 
 pub(crate) fn open() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -37,18 +38,20 @@ pub(crate) fn put(key: &str, value: &str, condition: Option<Condition>) -> Batch
     }
 }
 
-/// The stored state of `key`: `value`, its revisions, no TTL.
+/// The stored state of `key`: `value`, its revisions and version, no TTL.
 pub(super) fn kv(
     key: &str,
     value: &str,
     create_revision: Revision,
     mod_revision: Revision,
+    version: u64,
 ) -> KeyValue {
     KeyValue {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
         create_revision,
         mod_revision,
+        version,
         expires_at_ms: None,
     }
 }

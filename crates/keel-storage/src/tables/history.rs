@@ -1,8 +1,9 @@
 //! The `history` table (format 8): the events of every range of a file, keyed by (revision,
-//! user key), each holding the range clock and the key's state before and after the write;
-//! from format 9 also the locks and idempotency records a reclaim removed, keyed by
-//! (revision, name). Names route like keys and a reclaim gives its locks and its records a
-//! revision each, so no revision has two rows of one name; the value says which it is.
+//! user key), each holding the range clock and the key's state before and after the write
+//! (from format 11 with the key's version; older states read version 1); from format 9
+//! also the locks and idempotency records a reclaim removed, keyed by (revision, name).
+//! Names route like keys and a reclaim gives its locks and its records a revision each, so
+//! no revision has two rows of one name; the value says which it is.
 //! Written only by `record_event` in the apply's transaction, removed by compaction
 //! (`compact`) and by the clearing of a span (`clear_history`).
 //!
@@ -45,13 +46,14 @@ fn rows_of(revisions: &RangeInclusive<Revision>) -> std::ops::Range<(u64, &'stat
     (*revisions.start(), FIRST_KEY)..(end, FIRST_KEY)
 }
 
-/// A key's state as an event stores it (the key is in the row's key).
+/// A key's state as an event stores it (the key is in the row's key), from format 11.
 #[derive(Deserialize)]
 struct StoredState {
     #[serde(with = "serde_bytes")]
     value: Vec<u8>,
     create_revision: Revision,
     mod_revision: Revision,
+    version: u64,
     expires_at_ms: Option<u64>,
 }
 
@@ -62,7 +64,30 @@ impl StoredState {
             value: self.value,
             create_revision: self.create_revision,
             mod_revision: self.mod_revision,
+            version: self.version,
             expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+/// A key's state as formats 8-10 stored it: no version (it reads version 1).
+#[derive(Deserialize)]
+struct StoredStateV8 {
+    #[serde(with = "serde_bytes")]
+    value: Vec<u8>,
+    create_revision: Revision,
+    mod_revision: Revision,
+    expires_at_ms: Option<u64>,
+}
+
+impl From<StoredStateV8> for StoredState {
+    fn from(state: StoredStateV8) -> StoredState {
+        StoredState {
+            value: state.value,
+            create_revision: state.create_revision,
+            mod_revision: state.mod_revision,
+            version: 1,
+            expires_at_ms: state.expires_at_ms,
         }
     }
 }
@@ -71,14 +96,14 @@ impl StoredState {
 #[derive(Deserialize)]
 struct StoredEventV8 {
     clock_ms: u64,
-    before: Option<StoredState>,
-    after: Option<StoredState>,
+    before: Option<StoredStateV8>,
+    after: Option<StoredStateV8>,
 }
 
 /// An event as stored from format 9 on: a key's change (its states `S`), or a lock or
 /// idempotency record a reclaim removed. `Key` is the first variant, so a key's event starts
-/// its body with a 0 byte (`is_key_row`). Read with `StoredState`s, written with `StateOf`s
-/// (the same encoding).
+/// its body with a 0 byte (`is_key_row`). Read with `StoredState`s (`StoredStateV8`s in
+/// formats 9 and 10), written with `StateOf`s (the encoding of `StoredState`).
 #[derive(Serialize, Deserialize)]
 enum EventRow<S> {
     Key {
@@ -99,27 +124,55 @@ enum EventRow<S> {
 /// An event as read.
 type StoredEvent = EventRow<StoredState>;
 
+impl<S> EventRow<S> {
+    /// The same event with its key states converted by `convert`.
+    fn map_states<T>(self, convert: impl Fn(S) -> T) -> EventRow<T> {
+        match self {
+            EventRow::Key {
+                clock_ms,
+                before,
+                after,
+            } => EventRow::Key {
+                clock_ms,
+                before: before.map(&convert),
+                after: after.map(&convert),
+            },
+            EventRow::LockReclaimed { clock_ms, token } => {
+                EventRow::LockReclaimed { clock_ms, token }
+            }
+            EventRow::RecordReclaimed { clock_ms, token } => {
+                EventRow::RecordReclaimed { clock_ms, token }
+            }
+        }
+    }
+}
+
 /// The postcard tag of `StoredEvent::Key`.
 const KEY_TAG: u8 = 0;
 
 impl StoredEvent {
-    /// Decodes a row of any format that has events.
+    /// Decodes a row of any format that has events; the key states of formats 8-10 read
+    /// version 1.
     fn decode(bytes: &[u8]) -> Result<StoredEvent, StorageError> {
         let what = "history event";
         let (version, body) = split_version(what, bytes)?;
-        if version <= 8 {
-            let StoredEventV8 {
-                clock_ms,
-                before,
-                after,
-            } = decode_body(what, body)?;
-            return Ok(StoredEvent::Key {
-                clock_ms,
-                before,
-                after,
-            });
-        }
-        decode_body(what, body)
+        let row: EventRow<StoredStateV8> = match version {
+            ..=8 => {
+                let StoredEventV8 {
+                    clock_ms,
+                    before,
+                    after,
+                } = decode_body(what, body)?;
+                EventRow::Key {
+                    clock_ms,
+                    before,
+                    after,
+                }
+            }
+            9..=10 => decode_body(what, body)?,
+            _ => return decode_body(what, body),
+        };
+        Ok(row.map_states(StoredState::from))
     }
 
     fn clock_ms(&self) -> u64 {
@@ -155,6 +208,7 @@ struct StateOf<'a> {
     value: &'a [u8],
     create_revision: Revision,
     mod_revision: Revision,
+    version: u64,
     expires_at_ms: Option<u64>,
 }
 
@@ -164,6 +218,7 @@ impl<'a> StateOf<'a> {
             value: &kv.value,
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
+            version: kv.version,
             expires_at_ms: kv.expires_at_ms,
         }
     }
@@ -589,3 +644,6 @@ pub(crate) fn compact(
     *facts.floor = floor;
     Ok(step)
 }
+
+#[cfg(test)]
+mod tests;

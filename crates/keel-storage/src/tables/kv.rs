@@ -1,8 +1,9 @@
 //! The `kv` table: every range's user rows, keyed by user key alone. Ranges of a file own
 //! disjoint spans, so they share the table and a split changes metadata only. A value is a
-//! header (create and mod revision, and from format 2 the expiry) followed by the raw user
-//! value. Every write goes through `write_kv`, which keeps the `ttl` index and the range's
-//! `KvCounts` (recorded in `sm_meta`) in step with the row it replaces.
+//! header (create and mod revision, from format 2 the expiry, from format 11 the key's
+//! version) followed by the raw user value. Every write goes through `write_kv`, which keeps
+//! the `ttl` index and the range's `KvCounts` (recorded in `sm_meta`) in step with the row
+//! it replaces.
 
 use keel_types::{KeyValue, Revision};
 use redb::{ReadableTable, Table, TableDefinition};
@@ -61,15 +62,24 @@ impl KvCounts {
     }
 }
 
-/// Header of a `kv` value of format 2; the raw user value follows it.
+/// Header of a `kv` value of format 11; the raw user value follows it.
 #[derive(Serialize, Deserialize)]
 struct KvHeader {
+    create_revision: Revision,
+    mod_revision: Revision,
+    version: u64,
+    expires_at_ms: Option<u64>,
+}
+
+/// Header of a `kv` value of formats 2-10: no version (the key reads version 1).
+#[derive(Serialize, Deserialize)]
+struct KvHeaderV2 {
     create_revision: Revision,
     mod_revision: Revision,
     expires_at_ms: Option<u64>,
 }
 
-/// Header of a `kv` value of format 1: no expiry.
+/// Header of a `kv` value of format 1: no expiry, no version.
 #[derive(Serialize, Deserialize)]
 struct KvHeaderV1 {
     create_revision: Revision,
@@ -80,6 +90,7 @@ pub(crate) fn encode_kv(kv: &KeyValue) -> Vec<u8> {
     let header = KvHeader {
         create_revision: kv.create_revision,
         mod_revision: kv.mod_revision,
+        version: kv.version,
         expires_at_ms: kv.expires_at_ms,
     };
     encode_with_tail(&header, &kv.value)
@@ -92,6 +103,7 @@ pub(crate) fn decode_kv(key: &[u8], bytes: &[u8]) -> Result<KeyValue, StorageErr
         value: value.to_vec(),
         create_revision: header.create_revision,
         mod_revision: header.mod_revision,
+        version: header.version,
         expires_at_ms: header.expires_at_ms,
     })
 }
@@ -106,6 +118,9 @@ pub(crate) fn decode_kv_expiry(bytes: &[u8]) -> Result<Option<u64>, StorageError
     Ok(decode_kv_header(bytes)?.0.expires_at_ms)
 }
 
+/// The header of a stored `kv` value of any format, as format 11 has it: a row written
+/// before format 11 has no version and reads version 1 (a key last written before the
+/// upgrade counts on from 1).
 fn decode_kv_header(bytes: &[u8]) -> Result<(KvHeader, &[u8]), StorageError> {
     const WHAT: &str = "kv value";
     match split_version(WHAT, bytes)? {
@@ -114,7 +129,18 @@ fn decode_kv_header(bytes: &[u8]) -> Result<(KvHeader, &[u8]), StorageError> {
             let header = KvHeader {
                 create_revision: v1.create_revision,
                 mod_revision: v1.mod_revision,
+                version: 1,
                 expires_at_ms: None,
+            };
+            Ok((header, value))
+        }
+        (2..=10, body) => {
+            let (v2, value): (KvHeaderV2, &[u8]) = decode_body_with_tail(WHAT, body)?;
+            let header = KvHeader {
+                create_revision: v2.create_revision,
+                mod_revision: v2.mod_revision,
+                version: 1,
+                expires_at_ms: v2.expires_at_ms,
             };
             Ok((header, value))
         }

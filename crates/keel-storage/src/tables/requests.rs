@@ -1,10 +1,11 @@
 //! The `requests` table: the first outcome of each request of a range's client sessions
-//! (`RequestRecord`, from format 6 with the request's digest), keyed by range id, client id,
-//! then sequence, so a session's records sort together by sequence. `sm_meta` counts the
-//! range's records.
+//! (`RequestRecord`, from format 6 with the request's digest, from format 11 with versions
+//! in its key states), keyed by range id, client id, then sequence, so a session's records
+//! sort together by sequence. `sm_meta` counts the range's records.
 
 use std::ops::RangeInclusive;
 
+use keel_types::command::legacy::CommandOutcomeV10;
 use keel_types::{CommandOutcome, RangeId};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -41,16 +42,38 @@ pub(crate) struct RequestRecord {
 }
 
 impl RequestRecord {
-    /// Decodes a record of any readable format.
+    /// Decodes a record of any readable format: a bare outcome before format 6, a
+    /// `RequestRecordV6` in formats 6-10 (whose key states read version 1), else a
+    /// `RequestRecord`.
     pub fn decode(bytes: &[u8]) -> Result<RequestRecord, StorageError> {
-        let (version, body) = split_version("request record", bytes)?;
-        if version >= 6 {
-            return decode_body("request record", body);
+        const WHAT: &str = "request record";
+        match split_version(WHAT, bytes)? {
+            (..=5, body) => {
+                let outcome: CommandOutcomeV10 = decode_body(WHAT, body)?;
+                Ok(RequestRecord {
+                    digest: None,
+                    outcome: outcome.into(),
+                })
+            }
+            (6..=10, body) => Ok(decode_body::<RequestRecordV6>(WHAT, body)?.into()),
+            (_, body) => decode_body(WHAT, body),
         }
-        Ok(RequestRecord {
-            digest: None,
-            outcome: decode_body("request record", body)?,
-        })
+    }
+}
+
+/// A request record of formats 6-10: its outcome's key states have no version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RequestRecordV6 {
+    pub digest: Option<Digest>,
+    pub outcome: CommandOutcomeV10,
+}
+
+impl From<RequestRecordV6> for RequestRecord {
+    fn from(record: RequestRecordV6) -> RequestRecord {
+        RequestRecord {
+            digest: record.digest,
+            outcome: record.outcome.into(),
+        }
     }
 }
 

@@ -32,6 +32,7 @@ fn values_of_an_unknown_version_are_errors() {
         value: b"v".to_vec(),
         create_revision: 1,
         mod_revision: 2,
+        version: 2,
         expires_at_ms: Some(7),
     };
     let mut bytes = encode_kv(&kv);
@@ -57,7 +58,45 @@ fn values_of_format_1_have_no_expiry() {
         (&b"old"[..], 3, 5)
     );
     assert_eq!(kv.expires_at_ms, None);
+    assert_eq!(kv.version, 1, "a row of format 1 has no version");
     assert_eq!(decode_kv_expiry(&bytes).unwrap(), None);
+}
+
+#[test]
+fn values_of_formats_2_to_10_read_version_1() {
+    for format in [2u8, 10] {
+        // create_revision, mod_revision, expiry: the header of formats 2-10.
+        let mut bytes = postcard::to_extend(&(3u64, 5u64, Some(7u64)), vec![format]).unwrap();
+        bytes.extend_from_slice(b"old");
+        let kv = decode_kv(b"k", &bytes).unwrap();
+        let read = (kv.value.as_slice(), kv.create_revision, kv.mod_revision);
+        assert_eq!(read, (&b"old"[..], 3, 5), "format {format}");
+        assert_eq!(
+            (kv.version, kv.expires_at_ms),
+            (1, Some(7)),
+            "format {format}"
+        );
+        assert_eq!(decode_kv_value_len(&bytes).unwrap(), 3);
+    }
+}
+
+#[test]
+fn values_of_format_11_keep_their_version() {
+    let kv = KeyValue {
+        key: b"k".to_vec(),
+        value: b"value".to_vec(),
+        create_revision: 4,
+        mod_revision: 9,
+        version: 6,
+        expires_at_ms: None,
+    };
+    let bytes = encode_kv(&kv);
+    assert_eq!(bytes[0], 11);
+    // create_revision, mod_revision, version, expiry, then the value.
+    let mut expected = postcard::to_extend(&(4u64, 9u64, 6u64, None::<u64>), vec![11]).unwrap();
+    expected.extend_from_slice(b"value");
+    assert_eq!(bytes, expected);
+    assert_eq!(decode_kv(b"k", &bytes).unwrap(), kv);
 }
 
 #[test]
@@ -151,6 +190,7 @@ fn kv_counts_follow_every_write() {
         value: value.as_bytes().to_vec(),
         create_revision: 1,
         mod_revision: 1,
+        version: 1,
         expires_at_ms,
     };
     let steps = [
@@ -195,4 +235,72 @@ fn span_clamps_scan_bounds() {
     );
     assert!(span.contains(b"c") && span.contains(b"lzz"));
     assert!(!span.contains(b"m") && !span.contains(b"b"));
+}
+
+#[test]
+fn request_records_of_every_format_decode_with_versions() {
+    use keel_types::command::legacy::{CommandOutcomeV10, KeyValueV10, OpResultV10};
+    use keel_types::{CommandOutcome, OpResult};
+
+    use crate::codec::{Digest, encode};
+
+    let old = KeyValueV10 {
+        key: b"k".to_vec(),
+        value: b"v".to_vec(),
+        create_revision: 1,
+        mod_revision: 3,
+        expires_at_ms: None,
+    };
+    let outcome_v10 = CommandOutcomeV10::Applied {
+        revision: 4,
+        results: vec![OpResultV10 {
+            previous: Some(old.clone()),
+            existed: true,
+            counter: None,
+        }],
+    };
+    let outcome = |version| CommandOutcome::Applied {
+        revision: 4,
+        results: vec![OpResult {
+            previous: Some(KeyValue {
+                version,
+                ..KeyValue::from(old.clone())
+            }),
+            existed: true,
+            counter: None,
+        }],
+    };
+    let digest = Some(Digest([7; 16]));
+    let with_format = |format: u8, mut bytes: Vec<u8>| {
+        bytes[0] = format;
+        bytes
+    };
+    // Formats 1-5: a bare outcome; 6-10: with its request's digest. Neither has versions.
+    let bare = with_format(5, encode(&outcome_v10));
+    let digested = RequestRecordV6 {
+        digest,
+        outcome: outcome_v10.clone(),
+    };
+    let digested = with_format(10, encode(&digested));
+    let current = RequestRecord {
+        digest,
+        outcome: outcome(4),
+    };
+    let cases = [
+        (bare, None, outcome(1)),
+        (digested, digest, outcome(1)),
+        (encode(&current), digest, outcome(4)),
+    ];
+    for (bytes, digest, outcome) in cases {
+        let record = RequestRecord::decode(&bytes).unwrap();
+        assert_eq!(
+            record,
+            RequestRecord { digest, outcome },
+            "format {}",
+            bytes[0]
+        );
+    }
+    // A format-10 record is not read as a format-11 one, nor the other way round.
+    let misread = RequestRecord::decode(&with_format(10, encode(&current)));
+    assert!(misread.is_err(), "{misread:?}");
 }

@@ -47,33 +47,40 @@ async fn write_v8(dir: &Path) {
     store.shutdown();
 }
 
-fn kv(key: &[u8], value: &[u8], create_revision: Revision, mod_revision: Revision) -> KeyValue {
+fn kv(key: &[u8], value: &[u8], revisions: (Revision, Revision), version: u64) -> KeyValue {
     KeyValue {
         key: key.to_vec(),
         value: value.to_vec(),
-        create_revision,
-        mod_revision,
+        create_revision: revisions.0,
+        mod_revision: revisions.1,
+        version,
         expires_at_ms: None,
     }
 }
 
-/// What every build must read from the v8 fixture.
-async fn check_v8(store: &Store) {
+/// The version of `a`'s second state: events of format 8 store none, so the fixture's reads
+/// 1; this build writes the true one.
+const SECOND_VERSION_V8: u64 = 1;
+const SECOND_VERSION_NOW: u64 = 2;
+
+/// What every build must read from the v8 fixture, or from the same entries applied by this
+/// build (`second_version` tells them apart).
+async fn check_v8(store: &Store, second_version: u64) {
     let mut sm = store.state_machine(RangeId(1));
     assert_eq!(sm.applied().await.unwrap(), (3, Some(log_id(1, 1, 4))));
-    check_v8_history(&sm).await;
+    check_v8_history(&sm, second_version).await;
     // The snapshot installs into a fresh store whose history starts at it.
     let snapshot = current_snapshot(&mut sm, log_id(1, 1, 4)).await;
     let (_fresh_dir, fresh_sm) = installed_fresh(snapshot).await;
     assert_eq!(
         fresh_sm.get(b"b", 0).await.unwrap().0,
-        Some(kv(b"b", b"kept", 2, 2))
+        Some(kv(b"b", b"kept", (2, 2), 1))
     );
     let counts = fresh_sm.history_counts().await.unwrap();
     assert_eq!((counts.floor, counts.bytes), (3, 0));
 }
 
-async fn check_v8_history(sm: &StateMachine) {
+async fn check_v8_history(sm: &StateMachine, second_version: u64) {
     let HistoryRead::Events(page) = sm.key_history(b"a", 0, 0).await.unwrap() else {
         panic!("range 1 holds the events of a");
     };
@@ -82,8 +89,8 @@ async fn check_v8_history(sm: &StateMachine) {
         .into_iter()
         .map(|event| (event.revision, event.before, event.after))
         .collect();
-    let first = kv(b"a", b"first", 1, 1);
-    let second = kv(b"a", b"second", 1, 2);
+    let first = kv(b"a", b"first", (1, 1), 1);
+    let second = kv(b"a", b"second", (1, 2), second_version);
     let expected = vec![
         (1, None, Some(first.clone())),
         (2, Some(first), Some(second.clone())),
@@ -99,7 +106,7 @@ async fn check_v8_history(sm: &StateMachine) {
 #[tokio::test]
 async fn v8_fixture_reads_back() {
     let (_dir, store) = open_fixture(8);
-    check_v8(&store).await;
+    check_v8(&store, SECOND_VERSION_V8).await;
 }
 
 #[tokio::test]
@@ -113,5 +120,5 @@ async fn v8_fixture_writer_matches_expectations() {
         std::fs::rename(target.join("keel.redb"), target.join(FIXTURE_STORE_FILE)).unwrap();
     }
     let store = open_in(dir.path());
-    check_v8(&store).await;
+    check_v8(&store, SECOND_VERSION_NOW).await;
 }

@@ -231,6 +231,7 @@ impl Fake {
             value: value.clone(),
             create_revision: 1,
             mod_revision: 1,
+            version: 1,
             ttl_remaining_ms: None,
         })
     }
@@ -271,6 +272,7 @@ impl Fake {
                 value: value.clone(),
                 create_revision: 1,
                 mod_revision: 1,
+                version: 1,
                 ttl_remaining_ms: None,
             })
             .collect();

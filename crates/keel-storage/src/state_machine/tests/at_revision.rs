@@ -51,13 +51,13 @@ async fn a_read_at_a_revision_sees_each_key_as_it_was_then() {
         .await; // 5
     let sm = applier.sm();
 
-    assert_eq!(get_at(&sm, "a", 1).await, Ok(Some(kv("a", "1", 1, 1))));
-    assert_eq!(get_at(&sm, "a", 2).await, Ok(Some(kv("a", "1", 1, 1))));
-    assert_eq!(get_at(&sm, "a", 3).await, Ok(Some(kv("a", "2", 1, 3))));
+    assert_eq!(get_at(&sm, "a", 1).await, Ok(Some(kv("a", "1", 1, 1, 1))));
+    assert_eq!(get_at(&sm, "a", 2).await, Ok(Some(kv("a", "1", 1, 1, 1))));
+    assert_eq!(get_at(&sm, "a", 3).await, Ok(Some(kv("a", "2", 1, 3, 2))));
     assert_eq!(get_at(&sm, "b", 1).await, Ok(None));
-    assert_eq!(get_at(&sm, "b", 3).await, Ok(Some(kv("b", "1", 2, 2))));
+    assert_eq!(get_at(&sm, "b", 3).await, Ok(Some(kv("b", "1", 2, 2, 1))));
     assert_eq!(get_at(&sm, "b", 4).await, Ok(None));
-    assert_eq!(get_at(&sm, "b", 5).await, Ok(Some(kv("b", "2", 5, 5))));
+    assert_eq!(get_at(&sm, "b", 5).await, Ok(Some(kv("b", "2", 5, 5, 1))));
     assert_eq!(get_at(&sm, "never", 5).await, Ok(None));
 
     let all = |revision| scan_at(&sm, ("", "", 0), revision, usize::MAX);
@@ -148,13 +148,13 @@ async fn a_key_reads_at_a_revision_as_stored_then_even_if_its_ttl_ran_out_later(
     let sm = applier.sm();
     let stored = |key: &str| KeyValue {
         expires_at_ms: Some(1_500),
-        ..kv(key, "1", 1, 1)
+        ..kv(key, "1", 1, 1, 1)
     };
     assert_eq!(get_at(&sm, "t", 1).await, Ok(Some(stored("t"))));
     assert_eq!(get_at(&sm, "t", 2).await, Ok(None));
     assert_eq!(get_at(&sm, "v", 1).await, Ok(Some(stored("v"))));
     assert_eq!(get_at(&sm, "v", 2).await, Ok(Some(stored("v"))));
-    assert_eq!(get_at(&sm, "v", 3).await, Ok(Some(kv("v", "2", 3, 3))));
+    assert_eq!(get_at(&sm, "v", 3).await, Ok(Some(kv("v", "2", 3, 3, 1))));
 }
 
 #[tokio::test]
@@ -177,8 +177,8 @@ async fn a_revision_below_the_history_floor_is_compacted() {
     });
     assert_eq!(get_at(&sm, "a", 0).await, compacted);
     // From the floor on, every change after the revision is kept.
-    assert_eq!(get_at(&sm, "a", 1).await, Ok(Some(kv("a", "1", 1, 1))));
-    assert_eq!(get_at(&sm, "a", 2).await, Ok(Some(kv("a", "2", 1, 2))));
+    assert_eq!(get_at(&sm, "a", 1).await, Ok(Some(kv("a", "1", 1, 1, 1))));
+    assert_eq!(get_at(&sm, "a", 2).await, Ok(Some(kv("a", "2", 1, 2, 2))));
     let scan = sm.scan_at(b"", b"", 0, 0).await.unwrap();
     assert_eq!(
         scan.map(|page| page.kvs),

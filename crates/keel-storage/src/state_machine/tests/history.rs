@@ -32,7 +32,12 @@ fn event(
     }
 }
 
-async fn history(sm: &StateMachine, key: &str, from: Revision, limit: u32) -> KeyHistory {
+pub(super) async fn history(
+    sm: &StateMachine,
+    key: &str,
+    from: Revision,
+    limit: u32,
+) -> KeyHistory {
     match sm.key_history(key.as_bytes(), from, limit).await.unwrap() {
         HistoryRead::Events(history) => history,
         other => panic!("expected events of {key}, got {other:?}"),
@@ -62,9 +67,14 @@ async fn every_write_of_a_key_is_an_event_with_its_states_before_and_after() {
     let sm = applier.sm();
     let page = history(&sm, "a", 0, 0).await;
     let expected = vec![
-        event(1, None, Some(kv("a", "1", 1, 1)), 1_000),
-        event(2, Some(kv("a", "1", 1, 1)), Some(kv("a", "2", 1, 2)), 2_000),
-        event(3, Some(kv("a", "2", 1, 2)), None, 3_000),
+        event(1, None, Some(kv("a", "1", 1, 1, 1)), 1_000),
+        event(
+            2,
+            Some(kv("a", "1", 1, 1, 1)),
+            Some(kv("a", "2", 1, 2, 2)),
+            2_000,
+        ),
+        event(3, Some(kv("a", "2", 1, 2, 2)), None, 3_000),
     ];
     assert_eq!(page.events, expected);
     assert_eq!(
@@ -121,7 +131,7 @@ async fn an_expired_key_is_removed_by_an_event_at_a_revision_of_its_own() {
     let page = history(&sm, "t", 0, 0).await;
     let stored = KeyValue {
         expires_at_ms: Some(1_500),
-        ..kv("t", "1", 1, 1)
+        ..kv("t", "1", 1, 1, 1)
     };
     assert_eq!(page.events[1], event(2, Some(stored), None, 2_000));
     assert_eq!(revisions(&sm, "u").await, vec![1, 2]);
@@ -135,7 +145,7 @@ async fn an_expired_key_is_removed_by_an_event_at_a_revision_of_its_own() {
     let page = history(&applier.sm(), "v", 0, 0).await;
     assert_eq!(
         page.events[1],
-        event(4, None, Some(kv("v", "2", 4, 4)), 4_000)
+        event(4, None, Some(kv("v", "2", 4, 4, 1)), 4_000)
     );
 }
 

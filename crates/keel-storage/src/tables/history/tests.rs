@@ -1,0 +1,67 @@
+//! Events of every format decode, their key states with versions (1 before format 11).
+
+use keel_types::{Event, EventKind, KeyValue};
+
+use super::{EventRow, StateOf, decode_event};
+use crate::codec::encode;
+
+fn kv(value: &str, mod_revision: u64, version: u64) -> KeyValue {
+    KeyValue {
+        key: b"k".to_vec(),
+        value: value.as_bytes().to_vec(),
+        create_revision: 2,
+        mod_revision,
+        version,
+        expires_at_ms: None,
+    }
+}
+
+/// A key's state as formats 8-10 wrote it: value, create and mod revision, expiry.
+fn state_v8(kv: &KeyValue) -> (Vec<u8>, u64, u64, Option<u64>) {
+    (
+        kv.value.clone(),
+        kv.create_revision,
+        kv.mod_revision,
+        kv.expires_at_ms,
+    )
+}
+
+fn with_format(format: u8, mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes[0] = format;
+    bytes
+}
+
+#[test]
+fn key_states_of_every_format_decode_with_versions() {
+    let (before, after) = (kv("1", 2, 4), kv("2", 5, 5));
+    let clock_ms = 1_000u64;
+    // Format 8: clock, before, after. Formats 9-10: the same after the `Key` tag.
+    let v8 = (clock_ms, Some(state_v8(&before)), Some(state_v8(&after)));
+    let v8 = with_format(8, encode(&v8));
+    let v10 = EventRow::Key {
+        clock_ms,
+        before: Some(state_v8(&before)),
+        after: Some(state_v8(&after)),
+    };
+    let v10 = with_format(10, encode(&v10));
+    let v11 = EventRow::Key {
+        clock_ms,
+        before: Some(StateOf::of(&before)),
+        after: Some(StateOf::of(&after)),
+    };
+    let v11 = encode(&v11);
+    assert_eq!(v11[0], 11);
+    let read = |before_version, after_version| Event {
+        revision: 5,
+        key: b"k".to_vec(),
+        after: Some(kv("2", 5, after_version)),
+        before: Some(kv("1", 2, before_version)),
+        clock_ms,
+        kind: EventKind::Key,
+    };
+    let cases = [(v8, read(1, 1)), (v10, read(1, 1)), (v11, read(4, 5))];
+    for (bytes, expected) in cases {
+        let event = decode_event(5, b"k", &bytes).unwrap();
+        assert_eq!(event, expected, "format {}", bytes[0]);
+    }
+}
