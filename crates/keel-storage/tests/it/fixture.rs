@@ -9,10 +9,13 @@
 //! same way. `fixture_v5` checks the v5 files (node states, a learner, a removed replica) the
 //! same way. `fixture_v6` checks the v6 files (a tenant's session with its owner, request
 //! records with digests, the bytes of an idempotency record) the same way, and `fixture_v7`
-//! the v7 files (a sealed snapshot). `fixture_v8` makes and checks the v8 files (history);
-//! set `KEEL_WRITE_FIXTURES=1` to rewrite the files of the current format, v8 (only ever
-//! needed if they are lost); older formats cannot be written by this build. Files of formats 1-3 have no key and byte counts: the store counts them when it
-//! opens the file, and the checks here see the result.
+//! the v7 files (a sealed snapshot). `fixture_v8` to `fixture_v11` make and check the files
+//! of their formats (history, reclaims, consistency checks, keys' versions; the keys of
+//! files older than format 11 read version 1). With `KEEL_WRITE_FIXTURES=1` each of their
+//! writer tests rewrites its files in this build's format, so run only the one of the
+//! current format, v11 (only ever needed if its files are lost); older formats cannot be
+//! written by this build. Files of formats 1-3 have no key and byte counts: the store
+//! counts them when it opens the file, and the checks here see the result.
 
 use std::path::{Path, PathBuf};
 

@@ -40,6 +40,9 @@ async fn check_v10(store: &Store) {
     let mut log = store.log_store(RangeId(1));
     let entries = log.try_get_log_entries(0..10).await.unwrap();
     assert_eq!(entries, v10_entries());
+    // A row of format 10 has no version: it reads 1.
+    let a = sm.get(b"a", 0).await.unwrap().0.expect("a is stored");
+    assert_eq!((a.value.as_slice(), a.version), (&b"v"[..], 1));
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //! with the digest of its request: two puts, the second returning the first's value, and
 //! an idempotency record begun and completed), and the byte count of that record. `write_v6`
 //! made the files with a format-6 build; it is kept (writing the current format now) and
-//! checked against the same expectations. Every later build must read them.
+//! checked against the same expectations, but for the version of `k`, which format 6 does
+//! not store (it reads 1). Every later build must read them.
 
 use std::path::Path;
 
@@ -95,14 +96,24 @@ async fn write_v6(dir: &Path) {
     store.shutdown();
 }
 
-/// What every build must read from the v6 fixture.
-async fn check_v6(store: &Store) {
+/// The version of alice's `k` after its two puts: rows of format 6 store none, so the
+/// fixture's reads 1; this build writes the true one. Either counts on from there.
+const K_VERSION_V6: u64 = 1;
+const K_VERSION_NOW: u64 = 2;
+
+/// What every build must read from the v6 fixture, or from the same entries applied by this
+/// build (`k_version` tells them apart).
+async fn check_v6(store: &Store, k_version: u64) {
     let mut sm = store.state_machine(RangeId(1));
     let snapshot = current_snapshot(&mut sm, log_id(1, 1, 5)).await;
     // The v6 snapshot installs into a fresh store with the same state.
     let (_fresh_dir, mut fresh_sm) = installed_fresh(snapshot).await;
-    check_v6_data(&mut fresh_sm).await;
-    check_v6_data(&mut sm).await;
+    check_v6_data(&mut fresh_sm, k_version).await;
+    check_v6_data(&mut sm, k_version).await;
+}
+
+async fn version(sm: &StateMachine, key: &[u8]) -> Option<u64> {
+    sm.get(key, 0).await.unwrap().0.map(|kv| kv.version)
 }
 
 async fn value(sm: &StateMachine, key: &[u8]) -> Option<Vec<u8>> {
@@ -112,7 +123,7 @@ async fn value(sm: &StateMachine, key: &[u8]) -> Option<Vec<u8>> {
 /// Checks the v6 state, then sends (log indexes 6 to 9) an exact retry of request 1,
 /// another put under request 2's id, bob's put under alice's client id, and alice's next
 /// request: only the last is applied.
-async fn check_v6_data(sm: &mut StateMachine) {
+async fn check_v6_data(sm: &mut StateMachine, k_version: u64) {
     assert_eq!(sm.applied().await.unwrap(), (4, Some(log_id(1, 1, 5))));
     let counts = RangeCounts {
         sessions: 1,
@@ -128,6 +139,7 @@ async fn check_v6_data(sm: &mut StateMachine) {
     assert!(recorded.bytes > counts.size_bytes, "{recorded:?}");
 
     let key = stored("alice", b"k");
+    assert_eq!(version(sm, &key).await, Some(k_version));
     let entries = vec![
         put(6, 1, &key, b"first"),
         put(7, 2, &stored("alice", b"other"), b"x"),
@@ -138,13 +150,14 @@ async fn check_v6_data(sm: &mut StateMachine) {
     assert_eq!(value(sm, &stored("alice", b"other")).await, None);
     assert_eq!(value(sm, &stored("bob", b"k")).await, None);
     assert_eq!(value(sm, &key).await.unwrap(), b"third");
+    assert_eq!(version(sm, &key).await, Some(k_version + 1));
     assert_eq!(sm.applied().await.unwrap().0, 5);
 }
 
 #[tokio::test]
 async fn v6_fixture_reads_back() {
     let (_dir, store) = open_fixture(6);
-    check_v6(&store).await;
+    check_v6(&store, K_VERSION_V6).await;
 }
 
 #[tokio::test]
@@ -152,5 +165,5 @@ async fn v6_fixture_writer_matches_expectations() {
     let dir = tempfile::tempdir().unwrap();
     write_v6(dir.path()).await;
     let store = open_in(dir.path());
-    check_v6(&store).await;
+    check_v6(&store, K_VERSION_NOW).await;
 }

@@ -4,6 +4,7 @@
 mod damage;
 mod fixture;
 mod fixture_v10;
+mod fixture_v11;
 mod fixture_v3;
 mod fixture_v4;
 mod fixture_v5;
