@@ -3,6 +3,7 @@
 //! namespaces (`boundary_split_key`). A split for size is cut where the range's bytes are halved, which
 //! only the storage can tell (`StateMachine::split_key`).
 
+use keel_types::pinned::{pinned_span, splits_pinned};
 use keel_types::{NodeId, RangeDescriptor};
 
 use crate::limits::{LOAD_SPLIT_SAMPLES_MIN, LOAD_SPLIT_SIDE_PERCENT_MIN};
@@ -83,6 +84,19 @@ pub fn boundary_split_key<'a>(
         .map(<[u8]>::to_vec)
 }
 
+/// Where a range of span `range` splits instead of `at`: `at` itself, or, when `at` lies
+/// inside a span kept in one range (`keel_types::pinned`), that span's start or end,
+/// whichever lies strictly inside the range (the start when both do). `None` when neither does: the range lies inside
+/// the pinned span and never splits.
+pub fn unpinned_split_key(at: Vec<u8>, range: &RangeDescriptor) -> Option<Vec<u8>> {
+    if !splits_pinned(&at) {
+        return Some(at);
+    }
+    let (start, end) = pinned_span(&at)?;
+    let inside = |key: &Vec<u8>| key.as_slice() > range.start.as_slice() && range.contains(key);
+    [start, end].into_iter().find(inside)
+}
+
 /// Whether a range with `load` should split under `policy`, and why. Size goes before load.
 /// A range with fewer than 2 keys never splits: one side would be empty.
 pub fn plan_split(load: &RangeLoad, policy: &SplitPolicy) -> Option<SplitReason> {
@@ -153,3 +167,36 @@ fn load_is_sustained(history: &[u64], policy: &SplitPolicy) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod pinned_tests {
+    use super::*;
+
+    fn range(start: &str, end: Option<&str>) -> RangeDescriptor {
+        RangeDescriptor {
+            id: keel_types::RangeId(2),
+            start: start.as_bytes().to_vec(),
+            end: end.map(|end| end.as_bytes().to_vec()),
+            epoch: 1,
+            conf_version: 0,
+            replicas: vec![1],
+        }
+    }
+
+    #[test]
+    fn a_split_inside_the_etcd_namespace_moves_to_its_bounds() {
+        let key = |key: &str| Some(key.as_bytes().to_vec());
+        let cases = [
+            (range("a", None), "b", key("b")),
+            (range("a", None), "etcd/k", key("etcd/")),
+            (range("etcd/", None), "etcd/k", key("etcd0")),
+            (range("a", Some("etcd/z")), "etcd/k", key("etcd/")),
+            (range("etcd/", Some("etcd0")), "etcd/k", None),
+            (range("etcd/a", Some("etcd/z")), "etcd/k", None),
+        ];
+        for (range, at, expected) in cases {
+            let got = unpinned_split_key(at.as_bytes().to_vec(), &range);
+            assert_eq!(got, expected, "{range} at {at}");
+        }
+    }
+}

@@ -16,6 +16,8 @@ use keel_types::{
 use crate::v1;
 use crate::v1::error_detail::Kind;
 
+pub mod txn;
+
 /// `kv` as sent to a client by a replica whose clock reads `now_ms`.
 pub fn key_value(kv: KeyValue, now_ms: u64) -> v1::KeyValue {
     v1::KeyValue {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use keel_storage::SnapshotFile;
 use keel_storage::raft_types::{Entry, TypeConfig, Vote};
+use keel_types::txn::{CompareTarget, Txn, TxnOp, TxnSpan};
 use keel_types::{
     Acquirer, BatchOp, Command, Condition, CoordinationOp, MetaCommand, NodeAddr, NodeId,
     RangeDescriptor, RangeId, limits,
@@ -166,9 +167,11 @@ fn append_deadline(openraft_ttl: Duration, bytes: usize) -> Duration {
     openraft_ttl.max(Duration::from_millis(floor))
 }
 
+/// Framing allowed per part of an entry in `entry_bytes`: generous.
+const FRAMING_BYTES: usize = 64;
+
 /// Encoded size of an entry, estimated from the bytes it carries plus generous framing.
 fn entry_bytes(entry: &Entry) -> usize {
-    const FRAMING_BYTES: usize = 64;
     match &entry.payload {
         EntryPayload::Normal(Command::Mutate(mutation)) => {
             let carried: usize = mutation.ops.iter().map(op_bytes).sum();
@@ -200,6 +203,7 @@ fn entry_bytes(entry: &Entry) -> usize {
         EntryPayload::Normal(Command::Split(split)) => split.at.len() + FRAMING_BYTES * 2,
         EntryPayload::Normal(Command::Check(check)) => 2 * check.locate.len() + FRAMING_BYTES,
         EntryPayload::Normal(Command::Hold(_)) => 16 + FRAMING_BYTES,
+        EntryPayload::Normal(Command::Txn(mutation)) => txn_bytes(&mutation.txn),
         EntryPayload::Normal(Command::Meta(meta)) => meta_bytes(meta) + FRAMING_BYTES * 2,
         EntryPayload::Blank => FRAMING_BYTES,
         EntryPayload::Membership(membership) => {
@@ -207,6 +211,33 @@ fn entry_bytes(entry: &Entry) -> usize {
             nodes + FRAMING_BYTES * (membership.nodes().count() + 1)
         }
     }
+}
+
+/// Bytes of keys, span ends and values a transaction carries, with framing per part.
+fn txn_bytes(txn: &Txn) -> usize {
+    let span = |span: &TxnSpan| span.key.len() + span.end.as_ref().map_or(0, |end| end.len());
+    let compares: usize = txn
+        .compares
+        .iter()
+        .map(|compare| match &compare.target {
+            CompareTarget::Value(value) => span(&compare.span) + value.len(),
+            _ => span(&compare.span) + 8,
+        })
+        .sum();
+    let ops: usize = txn
+        .success
+        .iter()
+        .chain(&txn.failure)
+        .map(|op| match op {
+            TxnOp::Read(read) => span(&read.span) + 40,
+            TxnOp::Put(put) => put.key.len() + put.value.len() + 8,
+            TxnOp::Delete(delete) => span(&delete.span),
+            TxnOp::Txn(nested) => txn_bytes(nested),
+        })
+        .sum();
+    compares
+        + ops
+        + FRAMING_BYTES * (txn.compares.len() + txn.success.len() + txn.failure.len() + 1)
 }
 
 /// Bytes of names, owners, keys and results a lock or idempotency op carries.

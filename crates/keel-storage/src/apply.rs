@@ -2,24 +2,26 @@
 //! write (`plan_write`: expiry, conditions, increments, revisions and versions, results),
 //! the exactly-once bookkeeping around every client command (`session` decides, this
 //! module stores), fenced writes and lock and idempotency operations (`coordination`
-//! decides, this module stores), cleanups of expired keys and idle sessions, reclaims of
-//! free locks and expired idempotency records, and the redb step that executes all of it
-//! with the applied log id, membership, revision and clock in the same transaction. Knows
-//! nothing about threads, async or snapshots.
+//! decides, this module stores), transactions (`txn` decides, this module stores), cleanups
+//! of expired keys and idle sessions, reclaims of free locks and expired idempotency
+//! records, and the redb step that executes all of it with the applied log id, membership,
+//! revision and clock in the same transaction. Knows nothing about threads, async or
+//! snapshots.
 //!
 //! Every command runs at the range clock `max(clock_ms, command now_ms)` (a legacy
 //! `Command::Write` at `clock_ms`), so time never goes back and every replica judges expiry
 //! the same way. A key whose expiry is at or before that clock is absent for every purpose.
 //!
-//! `Mutate`, `FencedMutate` and `Coordinate` with a request id go through the same
+//! `Mutate`, `FencedMutate`, `Coordinate` and `Txn` with a request id go through the same
 //! deduplication (`deduplicated`): the fence check and the operation run only for a request
 //! not seen before, and their outcome (a refusal included) is its record. An applied fenced
 //! write records its fence on every key it writes; an applied unfenced write drops the fence
 //! of every key it deletes.
 //!
 //! Ranges: after deduplication every data command (`Mutate`, `FencedMutate`, `Coordinate`,
-//! the legacy `Write`) checks each key it touches (op keys, the lock name, the idempotency
-//! key) against the range's span; one outside refuses it whole with `KeyOutOfRange` and the
+//! `Txn`, the legacy `Write`) checks each key it touches (op keys, the lock name, the
+//! idempotency key, a transaction's keys and spans) against the range's span; one outside
+//! refuses it whole with `KeyOutOfRange` and the
 //! range's descriptor, and stores nothing, not even a request record or a session change.
 //! Cleanups and reclaims skip items outside the span. `Split` is carried out by `split`.
 //! The meta range applies `Meta` commands (`meta`, each taking a revision), cleanups and
@@ -29,6 +31,7 @@
 use std::collections::BTreeMap;
 
 use keel_types::planted::{self, PlantedBug};
+use keel_types::txn::{Txn, TxnSpan};
 use keel_types::{
     BatchOp, Cleanup, Command, CommandOutcome, ConditionFailed, CoordinationOp, ExpiredRecord,
     Fence, IdempotencyRecord, KeyValue, LockHold, OpResult, RangeId, Reclaim, Rejection, RequestId,
@@ -42,8 +45,12 @@ use crate::coordination::{self, Change, Plan, Subject};
 use crate::error::StorageError;
 use crate::raft_types::Entry;
 use crate::session::{self, Asked, RangeSessions, RequestPlan, SessionLimits, Verdict};
-use crate::tables::{self, META, RequestRecord, Session, SmState, Tables};
+use crate::tables::{self, KeySpan, META, RequestRecord, Session, SmState, Tables};
 use crate::{meta, split};
+
+mod txn;
+
+use txn::{TxnPlan, plan_txn};
 
 /// What a mutation's ops do to the data, decided before anything is written.
 #[derive(Debug, PartialEq, Eq)]
@@ -268,7 +275,7 @@ fn apply_data_command(
                 state,
                 range,
                 (None, command),
-                &keys,
+                Touched::Keys(&keys),
                 |tables, state| apply_unfenced(tables, state, &ops, clock_ms),
             )
         }
@@ -277,18 +284,28 @@ fn apply_data_command(
             let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
             let request = mutation.request.as_ref();
             let asked = (request, command);
-            deduplicated(tables, state, range, asked, &keys, |tables, state| {
-                apply_unfenced(tables, state, &mutation.ops, clock_ms)
-            })
+            deduplicated(
+                tables,
+                state,
+                range,
+                asked,
+                Touched::Keys(&keys),
+                |tables, state| apply_unfenced(tables, state, &mutation.ops, clock_ms),
+            )
         }
         Command::FencedMutate { fence, mutation } => {
             let clock_ms = state.advance_clock(mutation.now_ms);
             let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
             let request = mutation.request.as_ref();
             let asked = (request, command);
-            deduplicated(tables, state, range, asked, &keys, |tables, state| {
-                apply_fenced(tables, state, fence, &mutation.ops, clock_ms)
-            })
+            deduplicated(
+                tables,
+                state,
+                range,
+                asked,
+                Touched::Keys(&keys),
+                |tables, state| apply_fenced(tables, state, fence, &mutation.ops, clock_ms),
+            )
         }
         Command::Coordinate(coordination) => {
             let clock_ms = state.advance_clock(coordination.now_ms);
@@ -298,9 +315,28 @@ fn apply_data_command(
                 Subject::Record(key) => key,
             };
             let asked = (request, command);
-            deduplicated(tables, state, range, asked, &[key], |tables, state| {
-                apply_coordination(tables, state, &coordination.op, clock_ms)
-            })
+            let keys = [key];
+            deduplicated(
+                tables,
+                state,
+                range,
+                asked,
+                Touched::Keys(&keys),
+                |tables, state| apply_coordination(tables, state, &coordination.op, clock_ms),
+            )
+        }
+        Command::Txn(mutation) => {
+            let clock_ms = state.advance_clock(mutation.now_ms);
+            let spans = mutation.txn.spans();
+            let asked = (mutation.request.as_ref(), command);
+            deduplicated(
+                tables,
+                state,
+                range,
+                asked,
+                Touched::Spans(&spans),
+                |tables, state| apply_txn(tables, state, &mutation.txn, clock_ms),
+            )
         }
         Command::Cleanup(_)
         | Command::Reclaim(_)
@@ -312,18 +348,56 @@ fn apply_data_command(
     }
 }
 
-/// `RangeHeld` while the range is held, else `KeyOutOfRange` for the first of `keys` outside
-/// the range's span.
-fn refused(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejection> {
+/// What a client command touches: keys (op keys, a lock name, an idempotency key), or the
+/// keys and spans of a transaction. The first names the request's owner.
+#[derive(Clone, Copy)]
+enum Touched<'a> {
+    Keys(&'a [&'a [u8]]),
+    Spans(&'a [TxnSpan]),
+}
+
+impl Touched<'_> {
+    fn owner_key(&self) -> &[u8] {
+        match self {
+            Touched::Keys(keys) => keys.first().copied().unwrap_or_default(),
+            Touched::Spans(spans) => spans.first().map_or(&[], |span| span.key.as_slice()),
+        }
+    }
+
+    /// The first key touched outside `span`: a key, or the start of a span not wholly
+    /// inside it.
+    fn outside(&self, span: &KeySpan) -> Option<Vec<u8>> {
+        match self {
+            Touched::Keys(keys) => keys
+                .iter()
+                .find(|key| !span.contains(key))
+                .map(|k| k.to_vec()),
+            Touched::Spans(spans) => spans
+                .iter()
+                .find(|touched| {
+                    let inner = KeySpan {
+                        start: touched.key.clone(),
+                        end: touched.end(),
+                    };
+                    !span.contains(&touched.key) || !span.covers(&inner)
+                })
+                .map(|touched| touched.key.clone()),
+        }
+    }
+}
+
+/// `RangeHeld` while the range is held, else `KeyOutOfRange` for the first key or span
+/// `touched` outside the range's span.
+fn refused(state: &SmState, range: RangeId, touched: Touched) -> Option<Rejection> {
     if let Some(hold) = &state.hold {
         return Some(Rejection::RangeHeld {
             range,
             hold: hold.clone(),
         });
     }
-    let key = keys.iter().find(|key| !state.span.contains(key))?;
+    let key = touched.outside(&state.span)?;
     Some(Rejection::KeyOutOfRange {
-        key: key.to_vec(),
+        key,
         range: state.descriptor(range),
     })
 }
@@ -332,7 +406,7 @@ fn refused(state: &SmState, range: RangeId, keys: &[&[u8]]) -> Option<Rejection>
 /// `session`; `asked` is the id and the command): a request applied before is answered from
 /// its record, a refused one is not run, and the outcome of one that runs is recorded with
 /// the command's digest. A request that would run but touches a key outside the span
-/// (`keys`, the first of which names the request's owner) is refused with `KeyOutOfRange`,
+/// (`touched`, the first of which names the request's owner) is refused with `KeyOutOfRange`,
 /// and any while the range is held with `RangeHeld`; a refused request leaves no trace, no
 /// record and no session change: it was not applied, so a retry under the same id (at the
 /// right range, or once the hold is released) is safe. The range clock is advanced already.
@@ -341,18 +415,18 @@ fn deduplicated(
     state: &mut SmState,
     range: RangeId,
     asked: (Option<&RequestId>, &Command),
-    keys: &[&[u8]],
+    touched: Touched,
     run: impl FnOnce(&mut Tables, &mut SmState) -> Result<CommandOutcome, StorageError>,
 ) -> Result<CommandOutcome, StorageError> {
     let (Some(id), command) = asked else {
-        if let Some(rejection) = refused(state, range, keys) {
+        if let Some(rejection) = refused(state, range, touched) {
             return Ok(CommandOutcome::Rejected(rejection));
         }
         return run(tables, state);
     };
     let asked = Asked {
         id,
-        owner: session::owner_of(keys.first().copied().unwrap_or_default()),
+        owner: session::owner_of(touched.owner_key()),
         digest: session::request_digest(command),
     };
     let stored = tables::read_session(&tables.sessions, range, id.client_id)?;
@@ -379,7 +453,7 @@ fn deduplicated(
         verdict => verdict.clone(),
     };
     if verdict == Verdict::Apply
-        && let Some(rejection) = refused(state, range, keys)
+        && let Some(rejection) = refused(state, range, touched)
     {
         return Ok(CommandOutcome::Rejected(rejection));
     }
@@ -559,6 +633,19 @@ fn apply_ops(
             writes,
         } => (revision, results, writes),
     };
+    write_changes(tables, state, revision, clock_ms, writes)?;
+    Ok(CommandOutcome::Applied { revision, results })
+}
+
+/// Writes every row of `writes` (`None` = delete) at `revision`, each an event, and makes
+/// `revision` the range's.
+fn write_changes(
+    tables: &mut Tables,
+    state: &mut SmState,
+    revision: Revision,
+    clock_ms: u64,
+    writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+) -> Result<(), StorageError> {
     for (key, after) in writes {
         let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
         // The row as stored, even expired: an expired row not yet removed was absent, and the
@@ -576,7 +663,36 @@ fn apply_ops(
         )?;
     }
     state.revision = revision;
-    Ok(CommandOutcome::Applied { revision, results })
+    Ok(())
+}
+
+/// A transaction: planned by `txn`, then its writes made at the next revision (none when
+/// its branch wrote nothing); like an unfenced write, every key it deletes loses its fence.
+fn apply_txn(
+    tables: &mut Tables,
+    state: &mut SmState,
+    txn: &Txn,
+    clock_ms: u64,
+) -> Result<CommandOutcome, StorageError> {
+    let (result, writes) = match plan_txn(txn, &tables.kv, state.revision, clock_ms)? {
+        TxnPlan::Rejected(rejection) => return Ok(CommandOutcome::Rejected(rejection)),
+        TxnPlan::Apply { result, writes } => (result, writes),
+    };
+    if !writes.is_empty() {
+        let deleted: Vec<Vec<u8>> = writes
+            .iter()
+            .filter(|(_, after)| after.is_none())
+            .map(|(key, _)| key.clone())
+            .collect();
+        write_changes(tables, state, state.revision + 1, clock_ms, writes)?;
+        for key in deleted {
+            tables::write_fence(&mut tables.fences, state.fence_counts(), &key, None)?;
+        }
+    }
+    Ok(CommandOutcome::Transacted {
+        revision: state.revision,
+        result,
+    })
 }
 
 /// Records the change of `key` from `before` to `after` as an event of the range at

@@ -72,6 +72,7 @@ pub(crate) fn request_digest(command: &Command) -> Digest {
             }
             op => Digest::of(&("coordinate", op)),
         },
+        Command::Txn(mutation) => Digest::of(&("txn", &mutation.txn)),
         Command::Write { .. }
         | Command::Cleanup(_)
         | Command::Reclaim(_)

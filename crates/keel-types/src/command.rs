@@ -10,6 +10,7 @@ use crate::check::{Check, Hold};
 use crate::coordination::{Coordination, CoordinationOp, CoordinationResult, Fence, Reclaim};
 use crate::ids::{RangeId, Revision};
 use crate::range::{MetaCommand, MetaOutcome, RangeDescriptor, Split};
+use crate::txn::{TxnMutation, TxnResult};
 
 /// A key with its value and revisions, as stored.
 ///
@@ -223,6 +224,9 @@ pub enum Command {
     /// client commands and splits are refused with `Rejection::RangeHeld` and no replica
     /// serves reads of it. Proposed by the leader after a consistency check.
     Hold(Option<Hold>),
+    /// (format 11) A client's transaction (`crate::txn`): compares, then one branch of
+    /// reads, puts, span deletes and nested transactions, at one revision.
+    Txn(TxnMutation),
 }
 
 impl std::fmt::Display for Command {
@@ -265,6 +269,14 @@ impl std::fmt::Display for Command {
             Command::Check(check) => write!(f, "check(locate {} buckets)", check.locate.len()),
             Command::Hold(Some(hold)) => write!(f, "hold(check at {})", hold.index),
             Command::Hold(None) => write!(f, "release"),
+            Command::Txn(mutation) => {
+                let (ops, _) = mutation.txn.size();
+                write!(
+                    f,
+                    "txn({} compares, {ops} ops)",
+                    mutation.txn.compares.len()
+                )
+            }
             Command::Split(split) => write!(
                 f,
                 "split(at {}, child {})",
@@ -397,6 +409,13 @@ pub enum Rejection {
     /// Format 10: the range is held (`Command::Hold`): its replicas disagree with no
     /// majority. Nothing was applied and no trace was left (no record, no session change).
     RangeHeld { range: RangeId, hold: Hold },
+    /// Format 11: a transaction's compares, reads and deletes cover more than
+    /// `limits::TXN_ROWS_MAX` live rows, or its reads and deletes would return more than
+    /// `limits::TXN_RESULT_BYTES_MAX`; `key` starts the span where the limit was passed.
+    TxnTooLarge {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
 }
 
 /// What applying one log entry produced. Every replica computes the same outcome.
@@ -432,6 +451,12 @@ pub enum CommandOutcome {
     /// (format 10) A consistency check was applied at this log index: every replica hashes
     /// the range's state as of it.
     Checked { index: u64 },
+    /// (format 11) A transaction ran: `revision` is the range's revision after it (a new one
+    /// if its branch wrote anything).
+    Transacted {
+        revision: Revision,
+        result: TxnResult,
+    },
 }
 
 impl CommandOutcome {
@@ -447,6 +472,7 @@ impl CommandOutcome {
             CommandOutcome::Split { .. } => "Split",
             CommandOutcome::Meta(_) => "Meta",
             CommandOutcome::Checked { .. } => "Checked",
+            CommandOutcome::Transacted { .. } => "Transacted",
         }
     }
 }

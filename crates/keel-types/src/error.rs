@@ -258,6 +258,12 @@ impl From<Rejection> for KvError {
                 client_id,
                 sequence,
             } => KvError::invalid(request_id_reused(client_id, sequence)),
+            Rejection::TxnTooLarge { key } => KvError::invalid(format!(
+                "transaction covers more than {} live rows or returns more than {} (span from key {}); split it into smaller spans",
+                crate::limits::TXN_ROWS_MAX,
+                crate::limits::human_bytes(crate::limits::TXN_RESULT_BYTES_MAX),
+                crate::validate::show_key(&key)
+            )),
             Rejection::WrongRangeKind { range } => KvError::invalid(format!(
                 "range {range} cannot apply this command: meta commands go to the meta range, data commands to data ranges"
             )),

@@ -11,9 +11,11 @@ pub mod error;
 pub mod history;
 pub mod ids;
 pub mod limits;
+pub mod pinned;
 pub mod planted;
 pub mod range;
 pub mod tenant;
+pub mod txn;
 pub mod validate;
 
 pub use check::{

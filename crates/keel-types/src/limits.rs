@@ -11,6 +11,22 @@ pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
 pub const BATCH_OPS_MAX: usize = 128;
 /// Most bytes (keys + values + condition values) in one batch.
 pub const BATCH_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most ops in one transaction, those of both branches and of nested transactions included
+/// (etcd's default `--max-txn-ops`).
+pub const TXN_OPS_MAX: usize = 128;
+/// Most compares in one transaction, nested ones included.
+pub const TXN_COMPARES_MAX: usize = 128;
+/// Deepest nesting of transactions (1 = no nested transaction).
+pub const TXN_DEPTH_MAX: usize = 8;
+/// Most live rows a transaction's compares, reads and deletes may cover in all: applying it
+/// holds up every range of the node's store file, so a larger span is refused
+/// (`Rejection::TxnTooLarge`) rather than read.
+pub const TXN_ROWS_MAX: usize = 10_000;
+/// Most bytes (keys and values) of the rows a transaction's reads and deletes return.
+pub const TXN_RESULT_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Most scan pages (of `SCAN_LIMIT_MAX` rows) one etcd range read takes: etcd's `Range`
+/// counts every key of its span, so it reads all of them.
+pub const ETCD_RANGE_PAGES_MAX: usize = 1_000;
 
 /// Longest TTL a key may be given: one year. TTLs must be at least 1 ms.
 pub const TTL_MS_MAX: u64 = 365 * 24 * 60 * 60 * 1000;

@@ -10,6 +10,10 @@ use crate::ids::Revision;
 use crate::limits::{self, human_bytes};
 use crate::tenant::namespace_prefix_len;
 
+mod txn;
+
+pub use txn::check_txn;
+
 /// A key shown in an error: lossy UTF-8 without a tenant's prefix, cut to 64 bytes.
 pub fn show_key(key: &[u8]) -> String {
     let key = named(key);
@@ -53,7 +57,14 @@ pub fn check_split_key(at: &[u8]) -> Result<(), KvError> {
     if named(at).is_empty() {
         return Ok(());
     }
-    check_key(at)
+    check_key(at)?;
+    if crate::pinned::splits_pinned(at) {
+        return Err(KvError::invalid(format!(
+            "split key {} lies inside the etcd namespace (etcd/), which is kept in one range; split at its start or end instead",
+            show_key(at)
+        )));
+    }
+    Ok(())
 }
 
 pub fn check_value(key: &[u8], value: &[u8]) -> Result<(), KvError> {

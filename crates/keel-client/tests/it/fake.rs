@@ -493,6 +493,13 @@ impl Kv for Service {
         Err(Status::unimplemented("the fake serves no watch"))
     }
 
+    async fn txn(
+        &self,
+        _request: Request<v1::TxnRequest>,
+    ) -> Result<Response<v1::TxnResponse>, Status> {
+        Err(Status::unimplemented("keel-client sends no transaction"))
+    }
+
     async fn put(
         &self,
         request: Request<v1::PutRequest>,

@@ -14,6 +14,7 @@
 use std::time::Instant;
 
 use keel_types::coordination::{Acquirer, CoordinationOp};
+use keel_types::txn::{Txn, TxnOp};
 use keel_types::{BatchOp, limits};
 
 /// Keys and bytes: counted, reserved or allowed.
@@ -146,6 +147,22 @@ pub(crate) fn mutation_growth(ops: &[BatchOp], fence_lock: Option<&[u8]>) -> Amo
         });
         sum.plus(row).plus(fence)
     })
+}
+
+/// The most a transaction adds: a row for every put of either branch, nested ones
+/// included, as `mutation_growth` counts one.
+pub(crate) fn txn_growth(txn: &Txn) -> Amount {
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .fold(Amount::default(), |sum, op| match op {
+            TxnOp::Put(put) => sum.plus(Amount {
+                keys: 1,
+                bytes: (put.key.len() + put.value.len()) as u64,
+            }),
+            TxnOp::Txn(nested) => sum.plus(txn_growth(nested)),
+            TxnOp::Read(_) | TxnOp::Delete(_) => sum,
+        })
 }
 
 /// The most a lock or idempotency operation adds: an acquire or begin a new row (name, owner

@@ -12,7 +12,8 @@ use keel_proto::v1::{
     IdempotencyGetResponse, IncrementRequest, IncrementResponse, InspectRequest, InspectResponse,
     KeyValue, LeaderRequest, LeaderResponse, MembersResponse, OpenSessionResponse, PutRequest,
     PutResponse, RangesResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
-    ScanRequest, ScanResponse, WatchRequest, WatchResponse, batch_op,
+    ScanRequest, ScanResponse, Txn, TxnRequest, TxnResponse, TxnResult, TxnSpan, WatchRequest,
+    WatchResponse, batch_op, txn_op, txn_op_result,
 };
 use keel_types::tenant::Namespace;
 use keel_types::{ConditionFailed, KvError, RangeDescriptor};
@@ -383,3 +384,62 @@ impl Reveal for RangesResponse {
 
 #[cfg(test)]
 mod tests;
+
+impl Confine for TxnRequest {
+    /// Every key and span end of the transaction, nested ones included, in the namespace: an
+    /// empty span end (every key from the key on) ends at the namespace's end.
+    fn confine(&mut self, namespace: &Namespace) {
+        if let Some(txn) = &mut self.txn {
+            confine_txn(txn, namespace);
+        }
+    }
+}
+
+fn confine_txn(txn: &mut Txn, namespace: &Namespace) {
+    let span = |span: &mut Option<TxnSpan>| {
+        if let Some(span) = span {
+            span.end = span.end.as_ref().map(|end| namespace.confine_end(end));
+            confine_name(&mut span.key, namespace);
+        }
+    };
+    for compare in &mut txn.compares {
+        span(&mut compare.span);
+    }
+    for op in txn.success.iter_mut().chain(&mut txn.failure) {
+        match &mut op.op {
+            Some(txn_op::Op::Read(read)) => span(&mut read.span),
+            Some(txn_op::Op::Put(put)) => confine_name(&mut put.key, namespace),
+            Some(txn_op::Op::Delete(delete)) => span(&mut delete.span),
+            Some(txn_op::Op::Txn(nested)) => confine_txn(nested, namespace),
+            None => {}
+        }
+    }
+}
+
+impl Reveal for TxnResponse {
+    fn reveal(&mut self, namespace: &Namespace) {
+        if let Some(result) = &mut self.result {
+            reveal_txn(result, namespace);
+        }
+    }
+}
+
+fn reveal_txn(result: &mut TxnResult, namespace: &Namespace) {
+    for result in &mut result.results {
+        match &mut result.result {
+            Some(txn_op_result::Result::Read(read)) => {
+                for kv in &mut read.kvs {
+                    reveal_name(&mut kv.key, namespace);
+                }
+            }
+            Some(txn_op_result::Result::Put(put)) => reveal_kv(&mut put.previous, namespace),
+            Some(txn_op_result::Result::Delete(delete)) => {
+                for kv in &mut delete.previous {
+                    reveal_name(&mut kv.key, namespace);
+                }
+            }
+            Some(txn_op_result::Result::Txn(nested)) => reveal_txn(nested, namespace),
+            None => {}
+        }
+    }
+}

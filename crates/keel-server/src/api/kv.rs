@@ -17,13 +17,15 @@ use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
     GetResponse, HistoryRequest, HistoryResponse, IncrementRequest, IncrementResponse,
     OpenSessionRequest, OpenSessionResponse, PutRequest, PutResponse, ResponseHeader, ScanRequest,
-    ScanResponse, WatchProgressRequest, WatchProgressResponse, WatchRequest,
+    ScanResponse, TxnRequest, TxnResponse, WatchProgressRequest, WatchProgressResponse,
+    WatchRequest,
 };
 use keel_raft::RaftGroup;
 use keel_storage::{HistoryRead, KeyRead, Unreadable};
+use keel_types::txn::{Txn, TxnMutation};
 use keel_types::validate::{
     check_history_limit, check_key, check_op_count, check_ops, check_read_bound,
-    check_read_revision, check_scan,
+    check_read_revision, check_scan, check_txn,
 };
 use keel_types::{
     BatchOp, Command, CommandOutcome, Consistency, Fence, KeyValue, KvError, Mutation, OpResult,
@@ -281,6 +283,63 @@ impl KvService {
             CommandOutcome::ConditionFailed(failed) => Err(failed.into()),
             CommandOutcome::Rejected(rejection) => Err(rejection.into()),
             CommandOutcome::Applied { .. }
+            | CommandOutcome::Internal
+            | CommandOutcome::Replayed(_)
+            | CommandOutcome::Coordinated { .. }
+            | CommandOutcome::Split { .. }
+            | CommandOutcome::Checked { .. }
+            | CommandOutcome::Transacted { .. }
+            | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
+        }
+    }
+
+    /// Validates the transaction and proposes it, stamped with this node's clock, on the
+    /// range holding its first key or span, whose replica here must lead.
+    async fn serve_txn(&self, request: &TxnRequest) -> Result<TxnResponse, KvError> {
+        let id = convert::request_id(request.request_id)?;
+        let txn = request.txn.clone().unwrap_or_default();
+        let txn = convert::txn::txn(txn)?;
+        check_txn(&txn)?;
+        let Some(first) = txn.spans().into_iter().next() else {
+            return Err(KvError::invalid(
+                "transaction is empty; it needs a compare or an op",
+            ));
+        };
+        let apply = |group| self.local_txn(group, &txn, id);
+        self.router.on_range(&first.key, apply).await
+    }
+
+    async fn local_txn(
+        &self,
+        group: Arc<RaftGroup>,
+        txn: &Txn,
+        request: Option<RequestId>,
+    ) -> Result<TxnResponse, KvError> {
+        let key = txn
+            .spans()
+            .into_iter()
+            .next()
+            .map(|span| span.key)
+            .unwrap_or_default();
+        let growth = quota::txn_growth(txn);
+        let _reserved = admission::reserve(&self.shared, &group, &key, growth).await?;
+        let command = Command::Txn(TxnMutation {
+            request,
+            now_ms: self.shared.clock.now_ms(),
+            txn: txn.clone(),
+        });
+        let (outcome, replayed) = match group.write(command).await? {
+            CommandOutcome::Replayed(first) => (*first, true),
+            outcome => (outcome, false),
+        };
+        match outcome {
+            CommandOutcome::Transacted { revision, result } => Ok(TxnResponse {
+                header: self.router.header(&group, revision, replayed),
+                result: Some(convert::txn::txn_result(result, self.shared.clock.now_ms())),
+            }),
+            CommandOutcome::Rejected(rejection) => Err(rejection.into()),
+            CommandOutcome::Applied { .. }
+            | CommandOutcome::ConditionFailed(_)
             | CommandOutcome::Internal
             | CommandOutcome::Replayed(_)
             | CommandOutcome::Coordinated { .. }
@@ -545,6 +604,19 @@ impl Kv for KvService {
         caller.reveal(self.router.deliver(answer))
     }
 
+    async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let ops = request.get_ref().txn.as_ref().map_or(0, wire_ops);
+        let caller = self.shared.admit(&request, Call::Batch { ops })?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.txn(r).await };
+        let serve = || self.serve_txn(&request);
+        let answer = self
+            .router
+            .answer(&request, Hop::WRITE, serve, forward)
+            .await;
+        caller.reveal(self.router.deliver(answer))
+    }
+
     /// Answered by any node from its own clock; nothing is written. The id is random: two
     /// clients share one with probability about n²/2⁶⁵.
     async fn open_session(
@@ -566,6 +638,20 @@ impl Kv for KvService {
         });
         caller.reveal(opened.map_err(|e| self.router.status(&e)))
     }
+}
+
+/// The ops of a wire transaction, both branches and nested ones included: the request
+/// tokens it draws, one per op, as a batch does.
+fn wire_ops(txn: &keel_proto::v1::Txn) -> usize {
+    use keel_proto::v1::txn_op::Op;
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .map(|op| match &op.op {
+            Some(Op::Txn(nested)) => 1 + wire_ops(nested),
+            _ => 1,
+        })
+        .sum()
 }
 
 fn op_result(result: OpResult, now_ms: u64) -> BatchOpResult {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use keel_meta::{
     RangeLoad, SplitPolicy, SplitReason, boundary_split_key, load_split_has_room, plan_split,
+    unpinned_split_key,
 };
 use keel_raft::RaftGroup;
 use keel_storage::RangeCounts;
@@ -167,10 +168,10 @@ async fn plan(
     let Some(reason) = plan_split(&load, policy) else {
         return Ok(None);
     };
+    let span = state_machine.descriptor().await.map_err(storage)?;
     let at = match reason {
         SplitReason::Size => state_machine.split_key().await.map_err(storage)?,
         SplitReason::Load => {
-            let span = state_machine.descriptor().await.map_err(storage)?;
             if !load_split_has_room(&span.replicas, live_nodes(shared)) {
                 shared
                     .metrics
@@ -187,6 +188,8 @@ async fn plan(
         // `boundary_splits` finds these, before the plan is asked.
         SplitReason::Boundary => return Ok(None),
     };
+    // Never inside the etcd namespace: at its bounds, or not at all.
+    let at = at.and_then(|at| unpinned_split_key(at, &span));
     if at.is_none() {
         debug!(
             %range, %reason, keys = load.keys, size_bytes = load.size_bytes,

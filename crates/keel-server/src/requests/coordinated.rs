@@ -44,6 +44,7 @@ impl Coordinated {
             | CommandOutcome::Replayed(_)
             | CommandOutcome::Split { .. }
             | CommandOutcome::Checked { .. }
+            | CommandOutcome::Transacted { .. }
             | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }

@@ -17,6 +17,7 @@ use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
     GetRequest, HistoryRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest,
     PutRequest, ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest, SplitRequest,
+    TxnRequest,
 };
 use keel_raft::{Peer, RaftGroup};
 use keel_storage::StorageError;
@@ -61,6 +62,7 @@ forwardable!(
     DeleteRequest => "/keel.v1.Kv/Delete",
     BatchRequest => "/keel.v1.Kv/Batch",
     IncrementRequest => "/keel.v1.Kv/Increment",
+    TxnRequest => "/keel.v1.Kv/Txn",
     AcquireRequest => "/keel.v1.Lock/Acquire",
     RenewRequest => "/keel.v1.Lock/Renew",
     ReleaseRequest => "/keel.v1.Lock/Release",

@@ -19,6 +19,7 @@ mod history;
 mod meta;
 mod planted_bugs;
 mod split;
+mod txn;
 mod upkeep;
 mod version;
 

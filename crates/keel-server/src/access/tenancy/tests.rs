@@ -162,3 +162,117 @@ fn errors_name_what_the_tenant_named() {
         "{message}"
     );
 }
+
+/// An attacker's transaction: spans reaching for the whole keyspace, a span end past any
+/// name, a nested transaction. Every key and end lands inside the tenant's namespace.
+#[test]
+fn a_transaction_cannot_reach_outside_the_namespace() {
+    use keel_proto::v1::{Compare, TxnDelete, TxnOp, TxnPut, TxnRead};
+    let ns = acme();
+    let span = |key: &[u8], end: Option<&[u8]>| {
+        Some(TxnSpan {
+            key: key.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+        })
+    };
+    let op = |op| TxnOp { op: Some(op) };
+    let nested = Txn {
+        compares: vec![Compare {
+            span: span(b"c", Some(b"")),
+            ..Compare::default()
+        }],
+        success: vec![op(txn_op::Op::Delete(TxnDelete {
+            span: span(b"\0", Some(b"")),
+            return_previous: true,
+        }))],
+        failure: vec![op(txn_op::Op::Put(TxnPut {
+            key: b"p".to_vec(),
+            ..TxnPut::default()
+        }))],
+    };
+    let mut request = TxnRequest {
+        txn: Some(Txn {
+            compares: Vec::new(),
+            success: vec![
+                op(txn_op::Op::Read(TxnRead {
+                    span: span(b"a", Some(&[0xff; 8])),
+                    ..TxnRead::default()
+                })),
+                op(txn_op::Op::Txn(nested)),
+            ],
+            failure: Vec::new(),
+        }),
+        ..TxnRequest::default()
+    };
+    request.confine(&ns);
+    let txn = request.txn.unwrap();
+    let Some(txn_op::Op::Read(read)) = &txn.success[0].op else {
+        panic!("a read")
+    };
+    let read = read.span.clone().unwrap();
+    assert_eq!(read.key, ns.confine(b"a"));
+    assert!(read.end.unwrap().as_slice() <= ns.end());
+    let Some(txn_op::Op::Txn(nested)) = &txn.success[1].op else {
+        panic!("a nested transaction")
+    };
+    let compare = nested.compares[0].span.clone().unwrap();
+    assert_eq!(
+        (compare.key, compare.end),
+        (ns.confine(b"c"), Some(ns.end().to_vec()))
+    );
+    let Some(txn_op::Op::Delete(delete)) = &nested.success[0].op else {
+        panic!("a delete")
+    };
+    let delete = delete.span.clone().unwrap();
+    assert_eq!(delete.key, ns.confine(b"\0"));
+    assert_eq!(delete.end, Some(ns.end().to_vec()));
+    let Some(txn_op::Op::Put(put)) = &nested.failure[0].op else {
+        panic!("a put")
+    };
+    assert_eq!(put.key, ns.confine(b"p"));
+}
+
+#[test]
+fn a_transactions_answer_names_keys_as_the_tenant_did() {
+    use keel_proto::v1::{TxnDeleteResult, TxnOpResult, TxnReadResult};
+    let ns = acme();
+    let kv = |name: &[u8]| KeyValue {
+        key: ns.confine(name),
+        ..KeyValue::default()
+    };
+    let answer = |result| TxnOpResult {
+        result: Some(result),
+    };
+    let mut response = TxnResponse {
+        result: Some(TxnResult {
+            succeeded: true,
+            results: vec![
+                answer(txn_op_result::Result::Read(TxnReadResult {
+                    kvs: vec![kv(b"r")],
+                    ..TxnReadResult::default()
+                })),
+                answer(txn_op_result::Result::Txn(TxnResult {
+                    succeeded: false,
+                    results: vec![answer(txn_op_result::Result::Delete(TxnDeleteResult {
+                        deleted: 1,
+                        previous: vec![kv(b"d")],
+                    }))],
+                })),
+            ],
+        }),
+        ..TxnResponse::default()
+    };
+    response.reveal(&ns);
+    let result = response.result.unwrap();
+    let Some(txn_op_result::Result::Read(read)) = &result.results[0].result else {
+        panic!("a read")
+    };
+    assert_eq!(read.kvs[0].key, b"r");
+    let Some(txn_op_result::Result::Txn(nested)) = &result.results[1].result else {
+        panic!("a nested result")
+    };
+    let Some(txn_op_result::Result::Delete(delete)) = &nested.results[0].result else {
+        panic!("a delete")
+    };
+    assert_eq!(delete.previous[0].key, b"d");
+}
