@@ -292,6 +292,7 @@ impl Cluster {
             clock: self.clocks[&id].clone(),
             faults: self.faults,
             metrics_listen: Some(self.metrics_addrs[&id]),
+            etcd_listen: None,
             log: LogSettings::default(),
             access: self.access.clone(),
             tls: self.pki.as_ref().map(Pki::node_settings),

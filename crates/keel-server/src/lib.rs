@@ -15,6 +15,7 @@ mod access;
 mod api;
 mod cluster;
 mod config;
+mod etcd;
 mod locks;
 mod metrics;
 mod node;

@@ -4,6 +4,7 @@ mod backup;
 mod consistency;
 mod deploy;
 mod dev_tls;
+mod etcd;
 mod five_nodes;
 mod help;
 mod process;

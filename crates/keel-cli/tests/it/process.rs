@@ -26,6 +26,8 @@ pub(crate) struct Processes {
     children: BTreeMap<NodeId, Child>,
     /// Flags every node is started with besides its identity and the initial cluster.
     flags: Vec<String>,
+    /// Each node's etcd API address, when the nodes serve it (`serve_etcd`).
+    pub etcd: BTreeMap<NodeId, String>,
 }
 
 impl Processes {
@@ -55,7 +57,20 @@ impl Processes {
             endpoints,
             children: BTreeMap::new(),
             flags: flags.iter().map(|flag| flag.to_string()).collect(),
+            etcd: BTreeMap::new(),
         }
+    }
+
+    /// Gives every node an etcd API address (`--etcd-listen`); call before spawning them.
+    pub fn serve_etcd(&mut self) {
+        self.etcd = self
+            .endpoints
+            .keys()
+            .map(|id| {
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                (*id, listener.local_addr().unwrap().to_string())
+            })
+            .collect();
     }
 
     /// `id=addr,...` of every node, as `--initial-cluster` takes it.
@@ -89,6 +104,13 @@ impl Processes {
             .arg(&data_dir)
             .args(["--initial-cluster", &initial_cluster])
             .args(&self.flags)
+            .args(
+                self.etcd
+                    .get(&id)
+                    .map(|addr| ["--etcd-listen", addr.as_str()])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -68,6 +68,8 @@ pub struct NodeConfig {
     pub faults: Faults,
     /// Where to serve Prometheus metrics (`GET /metrics`); none by default.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where to serve etcd's v3 API (`etcd`); none by default.
+    pub etcd_listen: Option<SocketAddr>,
     /// Log format and level (used by `keel serve`; a node started in-process leaves its
     /// host's logging alone).
     pub log: LogSettings,
@@ -309,6 +311,10 @@ pub enum ConfigError {
     LogLevel { level: String, message: String },
     #[error("metrics address {0} is the gRPC listen address; give the metrics their own port")]
     MetricsListen(SocketAddr),
+    #[error(
+        "etcd address {0} is another listen address of the node; give the etcd API its own port"
+    )]
+    EtcdListen(SocketAddr),
     #[error("{0}")]
     AuthTokens(String),
     #[error(
@@ -367,6 +373,7 @@ impl NodeConfig {
             clock: SystemClock::shared(),
             faults: overlay(Faults::default(), &settings),
             metrics_listen: args.metrics_listen,
+            etcd_listen: args.etcd_listen,
             log: overlay(LogSettings::default(), &settings),
             access: match &args.auth_tokens {
                 Some(path) => Some(Arc::new(
@@ -476,6 +483,14 @@ impl NodeConfig {
             && metrics.port() != 0
         {
             return Err(ConfigError::MetricsListen(metrics));
+        }
+        if let Some(etcd) = self.etcd_listen
+            && (etcd == self.listen
+                || Some(etcd) == self.peer_listen
+                || Some(etcd) == self.metrics_listen)
+            && etcd.port() != 0
+        {
+            return Err(ConfigError::EtcdListen(etcd));
         }
         if self.peer_advertise.is_some() && self.peer_listen.is_none() {
             return Err(ConfigError::PeerAdvertiseWithoutPeerListen);

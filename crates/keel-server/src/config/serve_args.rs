@@ -89,6 +89,10 @@ pub struct ServeArgs {
     /// given).
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve etcd's v3 gRPC API (KV, Maintenance) on ADDR, e.g. 127.0.0.1:2379, from the keys
+    /// under etcd/ (off unless given; see docs/ETCD.md).
+    #[arg(long)]
+    pub etcd_listen: Option<SocketAddr>,
     /// Log lines as text (default) or json (one object per line, with span fields).
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,

@@ -315,6 +315,13 @@ fn observability_settings_come_from_flags_over_the_file_and_are_checked() {
             },
             "metrics address 127.0.0.1:7001 is the gRPC listen address",
         ),
+        (
+            ServeArgs {
+                etcd_listen: Some("127.0.0.1:7001".parse().unwrap()),
+                ..args(1, "127.0.0.1:7001", "1=127.0.0.1:7001")
+            },
+            "etcd address 127.0.0.1:7001 is another listen address",
+        ),
     ];
     for (args, message) in cases {
         let error = NodeConfig::from_args(&args).unwrap_err().to_string();

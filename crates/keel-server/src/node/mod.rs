@@ -6,7 +6,8 @@
 //! idempotency records; history compaction (`ranges/compaction.rs`); consistency checks
 //! (`ranges/check.rs`); the range watcher (`ranges/watch.rs`); the descriptor publisher; the split
 //! driver; heartbeats, the rebalancer and the quiescence watcher (`cluster/quiescence.rs`); the
-//! `grpc.health.v1` statuses; the metrics endpoint when configured. Every gRPC request passes
+//! `grpc.health.v1` statuses; the metrics endpoint and etcd's API (`etcd`) when configured.
+//! Every gRPC request of the Keel ports passes
 //! the metering layer (`metrics`). Shuts down in order. Knows nothing of request semantics
 //! (see `api`).
 
@@ -89,6 +90,7 @@ pub struct Node {
     peer_addr: Option<SocketAddr>,
     /// Where the metrics endpoint listens, when configured.
     metrics_addr: Option<SocketAddr>,
+    etcd_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     stop_server: oneshot::Sender<()>,
@@ -126,8 +128,13 @@ impl Node {
             .map(TcpListener::local_addr)
             .transpose()?;
         let span = info_span!("node", node_id);
-        let metrics_listener = bind_metrics(&config).await?;
+        let metrics_listener = bind_optional(config.metrics_listen, "metrics").await?;
         let metrics_addr = metrics_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?;
+        let etcd_listener = bind_optional(config.etcd_listen, "etcd").await?;
+        let etcd_addr = etcd_listener
             .as_ref()
             .map(TcpListener::local_addr)
             .transpose()?;
@@ -195,12 +202,17 @@ impl Node {
         let server = tokio::spawn(serving.instrument(span.clone()));
         // The listener was bound before the groups started: peers reach the node from now on.
         quiescence::start_hold_clock(&shared);
-        let tasks = spawn_tasks(&shared, reporter, metrics_listener, &span);
+        let listeners = Extra {
+            metrics: metrics_listener,
+            etcd: etcd_listener,
+        };
+        let tasks = spawn_tasks(&shared, reporter, listeners, &span);
         let node = Node {
             node_id,
             addr,
             peer_addr,
             metrics_addr,
+            etcd_addr,
             shared,
             server,
             stop_server,
@@ -241,6 +253,11 @@ impl Node {
     /// The address the metrics endpoint listens on, when the node serves metrics.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// The address etcd's API listens on, when the node serves it.
+    pub fn etcd_addr(&self) -> Option<SocketAddr> {
+        self.etcd_addr
     }
 
     /// Resolves with the reason once the node has stopped serving (storage failure, a Raft
@@ -308,24 +325,33 @@ impl Node {
     }
 }
 
-/// Binds the metrics address, when the node serves metrics.
-async fn bind_metrics(config: &NodeConfig) -> anyhow::Result<Option<TcpListener>> {
-    let Some(addr) = config.metrics_listen else {
+/// Binds `addr`, the node's `what` address, when it has one.
+async fn bind_optional(
+    addr: Option<SocketAddr>,
+    what: &str,
+) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = addr else {
         return Ok(None);
     };
     let listener = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding the metrics address {addr}"))?;
+        .with_context(|| format!("binding the {what} address {addr}"))?;
     Ok(Some(listener))
+}
+
+/// The listeners of what a node serves besides gRPC, when it serves them.
+struct Extra {
+    metrics: Option<TcpListener>,
+    etcd: Option<TcpListener>,
 }
 
 /// Starts the node's background tasks, each in the node's span: health watch, cleanup,
 /// history compaction, consistency checks, range watcher, publisher, split driver, heartbeats, rebalancer, health statuses and the
-/// metrics endpoint (when it has a listener).
+/// metrics endpoint and etcd's API (when it has their listeners).
 fn spawn_tasks(
     shared: &Arc<Shared>,
     reporter: HealthReporter,
-    metrics: Option<TcpListener>,
+    listeners: Extra,
     span: &tracing::Span,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![
@@ -346,11 +372,22 @@ fn spawn_tasks(
         let counting = tenant_usage::run(shared.clone(), access.clone());
         tasks.push(tokio::spawn(counting.instrument(span.clone())));
     }
-    if let Some(listener) = metrics {
+    if let Some(listener) = listeners.metrics {
         let addr = listener.local_addr().ok();
         let serving = crate::api::metrics::serve(listener, shared.clone());
         tasks.push(tokio::spawn(serving.instrument(span.clone())));
         info!(metrics = ?addr, "serving metrics at /metrics");
+    }
+    if let Some(listener) = listeners.etcd {
+        let addr = listener.local_addr().ok();
+        let serving = crate::etcd::serve(shared.clone(), listener, std::future::pending());
+        let serving = async move {
+            if let Err(error) = serving.await {
+                warn!(%error, "etcd API server failed");
+            }
+        };
+        tasks.push(tokio::spawn(serving.instrument(span.clone())));
+        info!(etcd = ?addr, "serving etcd's API");
     }
     tasks
 }

@@ -207,6 +207,7 @@ const READ_BY_HAND: &[&str] = &[
     "peer_listen",
     "peer_advertise",
     "metrics_listen",
+    "etcd_listen",
     "auth_tokens",
     "tls_cert",
     "tls_key",

@@ -1,0 +1,154 @@
+//! etcd's own command-line client, Debian's `etcdctl` (package `etcd-client`), drives three
+//! `keel serve --etcd-listen` processes: puts and gets with prefixes and past revisions,
+//! versions, deletes of a prefix, transactions on both branches, a past revision that is in
+//! the future, and the endpoints' status and health. Ignored by the README's test command,
+//! which needs nothing but Rust; `.ci/run` installs `etcd-client` and runs it.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use super::process::Processes;
+
+/// Runs `etcdctl` (API v3) against `endpoints` with `stdin`; returns whether it succeeded,
+/// its stdout and its stderr.
+fn etcdctl(endpoints: &[String], args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .args(["--command-timeout=10s", "--dial-timeout=5s"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("etcdctl is missing: install Debian's etcd-client (.ci/run does)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs `etcdctl` and asserts it succeeded; returns its stdout.
+fn ok(endpoints: &[String], args: &[&str]) -> String {
+    let (success, stdout, stderr) = etcdctl(endpoints, args, "");
+    assert!(success, "etcdctl {args:?} failed: {stderr}");
+    stdout
+}
+
+/// The number after `"Name" : ` in `etcdctl -w fields` output.
+fn field(output: &str, name: &str) -> i64 {
+    let marker = format!("\"{name}\" : ");
+    let line = output
+        .lines()
+        .find_map(|line| line.strip_prefix(&marker))
+        .unwrap_or_else(|| panic!("no {name} in {output}"));
+    line.trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs etcdctl (Debian's etcd-client); .ci/run runs it"]
+async fn etcdctl_drives_a_three_node_keel() {
+    let mut processes = Processes::prepare(3, &[]);
+    processes.serve_etcd();
+    for id in 1..=3 {
+        processes.spawn(id);
+    }
+    processes.leader().await;
+    let all: Vec<String> = processes.etcd.values().cloned().collect();
+    let one = |id: u64| vec![processes.etcd[&id].clone()];
+
+    assert_eq!(ok(&all, &["put", "app/config", "v1"]), "OK\n");
+    let first = field(
+        &ok(&all, &["get", "app/config", "-w", "fields"]),
+        "ModRevision",
+    );
+    assert_eq!(ok(&one(3), &["put", "app/config", "v2"]), "OK\n");
+    ok(&all, &["put", "app/flags/a", "1"]);
+    ok(&all, &["put", "app/flags/b", "2"]);
+    ok(&all, &["put", "apps", "not under app/"]);
+
+    let fields = ok(&one(2), &["get", "app/config", "-w", "fields"]);
+    assert_eq!(field(&fields, "Version"), 2, "{fields}");
+    assert_eq!(field(&fields, "CreateRevision"), first, "{fields}");
+    assert!(field(&fields, "ModRevision") > first, "{fields}");
+    assert_eq!(
+        ok(&one(2), &["get", "app/config", "--print-value-only"]),
+        "v2\n"
+    );
+    let old = format!("--rev={first}");
+    assert_eq!(
+        ok(&all, &["get", "app/config", &old, "--print-value-only"]),
+        "v1\n",
+        "a read at a past revision sees the value then"
+    );
+    assert_eq!(
+        ok(&all, &["get", "app/", "--prefix", "--keys-only"]),
+        "app/config\n\napp/flags/a\n\napp/flags/b\n\n"
+    );
+    let limited = ok(
+        &all,
+        &["get", "app/", "--prefix", "--limit=1", "-w", "fields"],
+    );
+    assert_eq!(field(&limited, "Count"), 3, "{limited}");
+    assert!(limited.contains("\"More\" : true"), "{limited}");
+    assert_eq!(
+        ok(
+            &one(1),
+            &[
+                "get",
+                "app/",
+                "--prefix",
+                "--consistency=s",
+                "--print-value-only",
+                "--sort-by=CREATE",
+                "--order=DESCEND"
+            ]
+        ),
+        "2\n1\nv2\n"
+    );
+
+    // A transaction on the success branch, then the same one on the failure branch.
+    let txn = "value(\"app/config\") = \"v2\"\n\nput app/config v3\n\nget app/config\n\n";
+    let (success, stdout, stderr) = etcdctl(&all, &["txn"], txn);
+    assert!(success, "{stderr}");
+    assert_eq!(stdout, "SUCCESS\n\nOK\n");
+    let (success, stdout, stderr) = etcdctl(&all, &["txn"], txn);
+    assert!(success, "{stderr}");
+    assert_eq!(stdout, "FAILURE\n\napp/config\nv3\n");
+    let created = "create(\"app/lock\") = \"0\"\n\nput app/lock me\n\n\n";
+    let (_, stdout, _) = etcdctl(&all, &["txn"], created);
+    assert_eq!(stdout, "SUCCESS\n\nOK\n");
+
+    assert_eq!(ok(&all, &["del", "app/flags/", "--prefix"]), "2\n");
+    assert_eq!(ok(&all, &["get", "app/flags/", "--prefix"]), "");
+    assert_eq!(
+        ok(&all, &["get", "apps", "--print-value-only"]),
+        "not under app/\n"
+    );
+
+    let (success, _, stderr) = etcdctl(&all, &["get", "app/config", "--rev=1000000"], "");
+    assert!(!success, "a read at a future revision fails");
+    assert!(stderr.contains("future revision"), "{stderr}");
+
+    let status = ok(&all, &["endpoint", "status"]);
+    assert_eq!(status.lines().count(), 3, "{status}");
+    assert!(status.contains("3.5.33"), "{status}");
+    assert_eq!(
+        status.matches(", true, false,").count(),
+        1,
+        "exactly one endpoint leads: {status}"
+    );
+    // etcdctl 3.4 writes the health of each endpoint to stderr.
+    let (success, stdout, stderr) = etcdctl(&all, &["endpoint", "health"], "");
+    assert!(success, "{stdout}{stderr}");
+    let health = format!("{stdout}{stderr}");
+    assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+}
