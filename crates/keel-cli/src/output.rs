@@ -154,6 +154,7 @@ pub fn get(key: &[u8], result: &GetResult, output: Output, form: ValueForm) -> R
                 value["value"] = bytes(&kv.value);
                 value["create_revision"] = json!(kv.create_revision);
                 value["mod_revision"] = json!(kv.mod_revision);
+                value["version"] = json!(kv.version);
                 value["ttl_remaining_ms"] = json!(ttl_ms);
             }
             Report::ok(json_line(&value))
@@ -511,6 +512,7 @@ fn kv_json(kv: &KeyValue) -> Value {
         "value": bytes(&kv.value),
         "create_revision": kv.create_revision,
         "mod_revision": kv.mod_revision,
+        "version": kv.version,
     })
 }
 

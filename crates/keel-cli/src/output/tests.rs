@@ -195,7 +195,7 @@ fn get_prints_the_value_alone_or_json() {
             &found,
             Output::Json,
             line,
-            r#"{"create_revision":3,"found":true,"key":"hello","mod_revision":7,"revision":9,"served_by":2,"value":"world","ttl_remaining_ms":null}"#,
+            r#"{"create_revision":3,"found":true,"key":"hello","mod_revision":7,"revision":9,"served_by":2,"value":"world","version":2,"ttl_remaining_ms":null}"#,
             "",
             0,
         ),
@@ -365,7 +365,7 @@ fn scan_rows_are_tab_separated_or_json_lines() {
     let json = String::from_utf8(scan_rows(&kvs, Output::Json)).unwrap();
     assert_eq!(json.lines().count(), 2);
     let first = json.lines().next().unwrap();
-    let expected = r#"{"create_revision":3,"key":"a","mod_revision":7,"value":"1"}"#;
+    let expected = r#"{"create_revision":3,"key":"a","mod_revision":7,"value":"1","version":2}"#;
     assert_eq!(parsed(first), parsed(expected));
 }
 
@@ -595,6 +595,7 @@ fn history_prints_one_line_per_event() {
         revision: 7,
         key: b"k".to_vec(),
         after: Some(KeyValue {
+            version: 3,
             expires_at_ms: Some(9_000),
             ..kv(b"k", b"v2")
         }),
@@ -628,9 +629,9 @@ fn history_prints_one_line_per_event() {
         json!({
             "revision": 7, "key": "k", "kind": "put", "clock_ms": 5_000,
             "kv": {"key": "k", "value": "v2", "create_revision": 3, "mod_revision": 7,
-                   "expires_at_ms": 9_000},
+                   "version": 3, "expires_at_ms": 9_000},
             "prev": {"key": "k", "value": "v1", "create_revision": 3, "mod_revision": 7,
-                     "expires_at_ms": null},
+                     "version": 2, "expires_at_ms": null},
         })
     );
     assert_eq!(
