@@ -153,8 +153,12 @@ async fn revision_cas_follows_the_current_revision() {
     };
     let current = failed.current.unwrap();
     assert_eq!(
-        (current.value.as_slice(), current.mod_revision),
-        (&b"2"[..], second.revision)
+        (
+            current.value.as_slice(),
+            current.mod_revision,
+            current.version
+        ),
+        (&b"2"[..], second.revision, 2)
     );
     let options = PutOptions {
         condition: Some(Condition::Revision(second.revision)),
@@ -162,12 +166,17 @@ async fn revision_cas_follows_the_current_revision() {
         ..PutOptions::default()
     };
     let third = client.put(b"k", b"3", options).await.unwrap();
-    assert_eq!(third.previous.unwrap().value, b"2");
+    let previous = third.previous.unwrap();
+    assert_eq!(
+        (previous.value.as_slice(), previous.version),
+        (&b"2"[..], 2)
+    );
+    // The key's third write: etcd's version 3.
     let got = client.get(b"k", Consistency::Linearizable).await.unwrap();
     let kv = got.kv.unwrap();
     assert_eq!(
-        (kv.create_revision, kv.mod_revision),
-        (first.revision, third.revision)
+        (kv.create_revision, kv.mod_revision, kv.version),
+        (first.revision, third.revision, 3)
     );
     cluster.shutdown().await;
 }
