@@ -123,9 +123,12 @@ async fn etcdctl_drives_a_three_node_keel() {
     let (success, stdout, stderr) = etcdctl(&all, &["txn"], txn);
     assert!(success, "{stderr}");
     assert_eq!(stdout, "FAILURE\n\napp/config\nv3\n");
-    let created = "create(\"app/lock\") = \"0\"\n\nput app/lock me\n\n\n";
-    let (_, stdout, _) = etcdctl(&all, &["txn"], created);
-    assert_eq!(stdout, "SUCCESS\n\nOK\n");
+    // On every node: the followers send the transaction on to the leader.
+    for id in 1..=3 {
+        let created = format!("create(\"app/lock/{id}\") = \"0\"\n\nput app/lock/{id} me\n\n\n");
+        let (_, stdout, stderr) = etcdctl(&one(id), &["txn"], &created);
+        assert_eq!(stdout, "SUCCESS\n\nOK\n", "node {id}: {stderr}");
+    }
 
     assert_eq!(ok(&all, &["del", "app/flags/", "--prefix"]), "2\n");
     assert_eq!(ok(&all, &["get", "app/flags/", "--prefix"]), "");
