@@ -27,6 +27,12 @@ pub const TXN_RESULT_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// Most scan pages (of `SCAN_LIMIT_MAX` rows) one etcd range read takes: etcd's `Range`
 /// counts every key of its span, so it reads all of them.
 pub const ETCD_RANGE_PAGES_MAX: usize = 1_000;
+/// Most watches on one etcd watch stream (each is a Keel watch, counted against
+/// `WATCHES_PER_NODE_MAX` too).
+pub const ETCD_WATCHES_PER_STREAM_MAX: usize = 1_000;
+/// Responses of one etcd watch stream waiting to be sent: a slow reader holds its watches'
+/// tasks, never events beyond these.
+pub const ETCD_WATCH_RESPONSES_BUFFERED: usize = 16;
 
 /// Longest TTL a key may be given: one year. TTLs must be at least 1 ms.
 pub const TTL_MS_MAX: u64 = 365 * 24 * 60 * 60 * 1000;

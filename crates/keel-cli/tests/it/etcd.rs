@@ -1,13 +1,19 @@
 //! etcd's own command-line client, Debian's `etcdctl` (package `etcd-client`), drives three
 //! `keel serve --etcd-listen` processes: puts and gets with prefixes and past revisions,
-//! versions, deletes of a prefix, transactions on both branches, a past revision that is in
+//! versions, deletes of a prefix, transactions on both branches and through every node,
+//! watches resumed from a past revision and of a prefix with previous values, a revision in
 //! the future, and the endpoints' status and health. Ignored by the README's test command,
 //! which needs nothing but Rust; `.ci/run` installs `etcd-client` and runs it.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use super::process::Processes;
+
+/// How long a watch may take to print what a test waits for.
+const WATCH_WAIT: Duration = Duration::from_secs(20);
 
 /// Runs `etcdctl` (API v3) against `endpoints` with `stdin`; returns whether it succeeded,
 /// its stdout and its stderr.
@@ -34,6 +40,58 @@ fn etcdctl(endpoints: &[String], args: &[&str], stdin: &str) -> (bool, String, S
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// `etcdctl watch ARGS` in the background: its stdout lines arrive on the receiver.
+struct Watcher {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Watcher {
+    fn start(endpoints: &[String], args: &[&str]) -> Watcher {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", endpoints.join(",")))
+            .arg("watch")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcdctl is missing: install Debian's etcd-client (.ci/run does)");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Watcher { child, lines }
+    }
+
+    /// The next `count` lines, waiting at most `WATCH_WAIT` for all of them.
+    fn lines(&self, count: usize) -> Vec<String> {
+        let deadline = Instant::now() + WATCH_WAIT;
+        let mut lines = Vec::new();
+        while lines.len() < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(_) => panic!("the watch printed {lines:?}, not {count} lines"),
+            }
+        }
+        lines
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Runs `etcdctl` and asserts it succeeded; returns its stdout.
@@ -129,6 +187,31 @@ async fn etcdctl_drives_a_three_node_keel() {
         let (_, stdout, stderr) = etcdctl(&one(id), &["txn"], &created);
         assert_eq!(stdout, "SUCCESS\n\nOK\n", "node {id}: {stderr}");
     }
+
+    // A watch resumed from the first revision replays the key's history, then goes on live.
+    let watcher = Watcher::start(&one(2), &["app/config", &old]);
+    let replayed = watcher.lines(9);
+    let values: Vec<&str> = replayed
+        .iter()
+        .skip(2)
+        .step_by(3)
+        .map(String::as_str)
+        .collect();
+    assert_eq!(values, vec!["v1", "v2", "v3"], "{replayed:?}");
+    assert_eq!(replayed[0], "PUT");
+    ok(&one(1), &["put", "app/config", "v4"]);
+    assert_eq!(watcher.lines(3), vec!["PUT", "app/config", "v4"]);
+    ok(&one(3), &["del", "app/config"]);
+    assert_eq!(watcher.lines(2), vec!["DELETE", "app/config"]);
+    drop(watcher);
+    let prefix = Watcher::start(&all, &["app/flags/", "--prefix", "--prev-kv"]);
+    ok(&all, &["put", "app/flags/a", "1b"]);
+    // With --prev-kv, etcdctl prints the state before the event, then the event.
+    assert_eq!(
+        prefix.lines(5),
+        vec!["PUT", "app/flags/a", "1", "app/flags/a", "1b"]
+    );
+    drop(prefix);
 
     assert_eq!(ok(&all, &["del", "app/flags/", "--prefix"]), "2\n");
     assert_eq!(ok(&all, &["get", "app/flags/", "--prefix"]), "");

@@ -1,5 +1,5 @@
-//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV` and `Maintenance`
-//! services, served on a port of their own from the keys under `etcd/`
+//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch` and
+//! `Maintenance` services, served on a port of their own from the keys under `etcd/`
 //! (`keel_types::pinned::ETCD_PREFIX`; a tenant's under its own namespace), which Keel keeps
 //! in one range so that the range's revision is etcd's revision. Each call is translated
 //! (`convert`) and made on this node's `keel.v1.Kv` service in-process: the etcd room adds no
@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use keel_proto::etcd::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
+use keel_proto::etcd::etcdserverpb::watch_server::WatchServer;
 use keel_types::limits;
 use tokio::net::TcpListener;
 use tonic::transport::Server;
@@ -22,6 +23,7 @@ use crate::shared::Shared;
 mod convert;
 mod kv;
 mod maintenance;
+mod watch;
 
 /// The etcd version `Maintenance.Status` reports: the release whose API protos Keel vendors
 /// (proto/etcd), which current clients and Kubernetes accept.
@@ -39,6 +41,9 @@ pub(crate) async fn serve(
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let maintenance =
         MaintenanceServer::new(maintenance::EtcdMaintenance::new(shared.clone(), keel()));
+    let watch = WatchServer::new(watch::EtcdWatch::new(keel(), shared.node_id))
+        .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut server = Server::builder();
     if let Some(tls) = &shared.tls {
@@ -48,6 +53,7 @@ pub(crate) async fn serve(
         .layer(CallerLayer::new(shared.tls.is_some()))
         .add_service(kv)
         .add_service(maintenance)
+        .add_service(watch)
         .serve_with_incoming_shutdown(incoming, stop)
         .await
 }
