@@ -11,13 +11,17 @@
 #   keel-spread  keel-bench --route spread: raw gRPC calls round robin over the three nodes,
 #                which forward to the leader; no retries, every non-OK answer is an error;
 #                as other clients (generated gRPC clients, load balancers) reach Keel.
+#   keel-etcd    keel-bench --target etcd against Keel's --etcd-listen ports: etcd's own load
+#                generator (etcd-client) through Keel's etcd API (docs/ETCD.md); not the lock
+#                cases, which need etcd's leases.
 # etcd runs once: its own client already spreads requests over the endpoints.
 # Columns of the results (printed and in docs/BENCHMARKS.md): ops/s of Keel, Keel spread and
 # etcd; ops/s Keel/etcd and spread/etcd; p50 / p99 µs of each; p50 and p99 Keel/etcd;
-# errors K / Ks / e (Keel, Keel spread, etcd, summed over the repeats). A second table gives
+# errors K / Ks / e (Keel, Keel spread, etcd, summed over the repeats); a table of the
+# etcd-API runs. A second table gives
 # the errors by code: upper case = the gRPC code of the answer (with Keel's error detail after
 # `/`), lower case = keel-client's error after its retries, bench_timeout = no answer in 10 s.
-# Run files: results/runs/<case>.<keel|keel-spread|etcd>.<repeat>.json.
+# Run files: results/runs/<case>.<keel|keel-spread|keel-etcd|etcd>.<repeat>.json.
 #
 #   bench/compare-etcd.sh            # full: 3 repeats, 10 s measured + 2 s warm-up per run
 #   bench/compare-etcd.sh --quick    # 1 repeat, 3 s + 1 s
@@ -39,10 +43,10 @@ READY_TIMEOUT_S=90
 STOP_TIMEOUT_S=10
 # Client instances (connections) shared by the tasks of a run, at most.
 CONNECTIONS_MAX=8
-ETCD_CLIENT_PORT=23790 ETCD_PEER_PORT=23800 KEEL_PORT=27100
+ETCD_CLIENT_PORT=23790 ETCD_PEER_PORT=23800 KEEL_PORT=27100 KEEL_ETCD_PORT=27200
 
-# name|op|clients|systems (both, or the one system that has the operation; keel runs in both
-# modes)
+# name|op|clients|systems (both, or the one system that has the operation; keel runs in every
+# mode)
 CASES=(
   "put-1|put|1|both"
   "put-16|put|16|both"
@@ -119,15 +123,17 @@ build() {
 
 start_clusters() {
   start_etcd_cluster etcd "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$WORK"
-  start_keel_cluster keel "$KEEL" "$KEEL_PORT" "$WORK"
+  ETCD_LISTEN_BASE=$KEEL_ETCD_PORT start_keel_cluster keel "$KEEL" "$KEEL_PORT" "$WORK"
   declare -gA ENDPOINTS=([etcd]=$(cluster_endpoints "$ETCD_CLIENT_PORT")
-    [keel]=$(cluster_endpoints "$KEEL_PORT") [keel-spread]=$(cluster_endpoints "$KEEL_PORT"))
+    [keel]=$(cluster_endpoints "$KEEL_PORT") [keel-spread]=$(cluster_endpoints "$KEEL_PORT")
+    [keel-etcd]=$(cluster_endpoints "$KEEL_ETCD_PORT"))
 }
 
 # Waits until a one-key put succeeds on `system`.
 wait_ready() {
-  local system=$1
-  if ! wait_for_put "$BENCH" "$system" "${ENDPOINTS[$system]}" "$READY_TIMEOUT_S"; then
+  local system=$1 target
+  case "$system" in keel-etcd) target=etcd ;; *) target=$system ;; esac
+  if ! wait_for_put "$BENCH" "$target" "${ENDPOINTS[$system]}" "$READY_TIMEOUT_S"; then
     log "$system did not become ready within ${READY_TIMEOUT_S}s; its logs are in $WORK"
     return 1
   fi
@@ -151,7 +157,7 @@ target_flags() { # system
   case "$1" in
     keel) echo "--target keel --route leader" ;;
     keel-spread) echo "--target keel --route spread" ;;
-    etcd) echo "--target etcd" ;;
+    etcd|keel-etcd) echo "--target etcd" ;;
   esac
 }
 
@@ -163,7 +169,7 @@ run_case() { # system, case name, op, clients, repeat
   # The system's own server processes, whose CPU time keel-bench adds up.
   local pid pids=()
   for pid in "${SERVER_PIDS[@]}"; do
-    case "${SERVER_NAME[$pid]}" in "${system%-spread}"-*) pids+=("$pid") ;; esac
+    case "${SERVER_NAME[$pid]}" in "${system%%-*}"-*) pids+=("$pid") ;; esac
   done
   local command=("$BENCH" "${target[@]}" --endpoints "${ENDPOINTS[$system]}" --op "$op"
     --server-pids "$(IFS=,; echo "${pids[*]}")"
@@ -191,14 +197,16 @@ run_matrix() {
     for entry in "${CASES[@]}"; do
       IFS='|' read -r name op clients systems <<<"$entry"
       # The order rotates: no system always runs first, or right after the same case.
-      case $(((repeat + index) % 3)) in
-        0) order="keel keel-spread etcd" ;;
-        1) order="keel-spread etcd keel" ;;
-        *) order="etcd keel keel-spread" ;;
+      case $(((repeat + index) % 4)) in
+        0) order="keel keel-spread etcd keel-etcd" ;;
+        1) order="keel-spread etcd keel-etcd keel" ;;
+        2) order="etcd keel-etcd keel keel-spread" ;;
+        *) order="keel-etcd keel keel-spread etcd" ;;
       esac
       for system in $order; do
-        # keel-spread runs wherever keel does.
-        [ "$systems" = both ] || [ "$systems" = "${system%-spread}" ] || continue
+        # keel-spread and keel-etcd run wherever keel does; keel-etcd not the lock cases.
+        [ "$systems" = both ] || [ "$systems" = "${system%%-*}" ] || continue
+        case "$system:$op" in keel-etcd:lock*) continue ;; esac
         run_case "$system" "$name" "$op" "$clients" "$repeat"
       done
       index=$((index + 1))
@@ -216,7 +224,7 @@ json.dump({
   "started_utc": "$STARTED",
   "mode": "$MODE", "repeats": $REPEATS, "duration": "$DURATION", "warmup": "$WARMUP",
   "value_bytes": $VALUE_BYTES, "keyspace": $KEYSPACE, "connections_max": $CONNECTIONS_MAX,
-  "systems": {"keel": "keel-bench --route leader", "keel-spread": "keel-bench --route spread", "etcd": "etcd-client (spreads over the endpoints by itself)"},
+  "systems": {"keel": "keel-bench --route leader", "keel-spread": "keel-bench --route spread", "etcd": "etcd-client (spreads over the endpoints by itself)", "keel-etcd": "etcd-client against Keel's --etcd-listen ports"},
   "nproc": $(nproc),
   "memory": "$(awk '/^MemTotal:/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)",
   "cpu": "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)",
@@ -241,6 +249,7 @@ start_clusters
 sample_rss & HELPER_PIDS+=($!)
 wait_ready etcd
 wait_ready keel
+wait_ready keel-etcd
 run_matrix
 write_machine
 report=(python3 "$ROOT/bench/report.py" --runs "$OUT/runs" --rss "$OUT/rss" --machine "$OUT/machine.json"

@@ -49,7 +49,8 @@ cluster_endpoints() { # base port
 }
 
 # start_keel_cluster NAME KEEL BASE DIR [SERVE_ARG...]: three `keel serve` nodes on
-# 127.0.0.1:BASE+1..3, data in DIR/NAME-<i>, output in DIR/NAME-<i>.log, with the SERVE_ARGs.
+# 127.0.0.1:BASE+1..3, data in DIR/NAME-<i>, output in DIR/NAME-<i>.log, with the SERVE_ARGs;
+# with ETCD_LISTEN_BASE set, each also serves etcd's API on 127.0.0.1:ETCD_LISTEN_BASE+i.
 # Appends each pid to SERVER_PIDS and names it in SERVER_NAME (the caller declares both: an
 # array and an associative array).
 start_keel_cluster() {
@@ -57,8 +58,10 @@ start_keel_cluster() {
   shift 4
   for i in 1 2 3; do cluster+="${cluster:+,}$i=127.0.0.1:$((base + i))"; done
   for i in 1 2 3; do
+    local etcd=()
+    [ -z "${ETCD_LISTEN_BASE:-}" ] || etcd=(--etcd-listen "127.0.0.1:$((ETCD_LISTEN_BASE + i))")
     "$keel" serve --node-id "$i" --listen "127.0.0.1:$((base + i))" \
-      --data-dir "$dir/$name-$i" --initial-cluster "$cluster" "$@" >"$dir/$name-$i.log" 2>&1 &
+      --data-dir "$dir/$name-$i" --initial-cluster "$cluster" "${etcd[@]}" "$@" >"$dir/$name-$i.log" 2>&1 &
     SERVER_PIDS+=($!)
     SERVER_NAME[$!]=$name-$i
   done

@@ -41,12 +41,14 @@ SPREAD_TARGETS = [
 # rate when issue 24 was filed (keel-bench through keel-client: 16,000); spread must reach it.
 SPREAD_GET_FLOOR = 14_800
 METRIC_FIELD = {"ops": "ops_per_sec", "p50": "p50_us", "p99": "p99_us"}
-SYSTEMS = ("keel", "keel-spread", "etcd")
+SYSTEMS = ("keel", "keel-spread", "etcd", "keel-etcd")
 # Each ratio: (system, system it is of), per repeat.
 RATIOS = {
     "ratio": ("keel", "etcd"),
     "ratio_spread": ("keel-spread", "etcd"),
     "spread_to_leader": ("keel-spread", "keel"),
+    "ratio_etcd_api": ("keel-etcd", "etcd"),
+    "etcd_api_to_spread": ("keel-etcd", "keel-spread"),
 }
 
 
@@ -188,6 +190,29 @@ def results_table(cases, order):
     return "\n".join(lines)
 
 
+def etcd_api_table(cases, order):
+    """The cases run through Keel's etcd API: etcd's load generator (etcd-client) pointed at
+    Keel's --etcd-listen ports, next to etcd and to Keel spread."""
+    lines = [
+        "| case | Keel etcd API ops/s | etcd ops/s | ops/s etcd API/etcd | ops/s etcd API/Keel spread | etcd API p50 / p99 µs | p50 etcd API/etcd | server CPU µs per op | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for case in order:
+        summary = cases.get(case)
+        if summary is None or not system_done(summary, "keel-etcd"):
+            continue
+        cpu = fmt_num((summary["keel-etcd"].get("cpu") or {}).get("median"))
+        lines.append(
+            f"| {case} | {fmt_num(median_of(summary, 'keel-etcd', 'ops'))} | {fmt_num(median_of(summary, 'etcd', 'ops'))} | "
+            f"{fmt_ratio(summary['ratio_etcd_api']['ops'])} | {fmt_ratio(summary['etcd_api_to_spread']['ops'])} | "
+            f"{latencies(summary, 'keel-etcd')} | {fmt_ratio(summary['ratio_etcd_api']['p50'])} | {cpu} | "
+            f"{summary['keel-etcd']['errors']} |"
+        )
+    if len(lines) == 2:
+        lines.append("| – | not run | | | | | | | |")
+    return "\n".join(lines)
+
+
 def errors_table(cases, order):
     """One row per case and system that had errors: the count by code, most frequent first."""
     lines = ["| case | system | errors | by code |", "|---|---|---:|---|"]
@@ -276,6 +301,15 @@ error detail after `/`; lower case: keel-client's error after its retries; `benc
 no answer in 10 s):
 
 {errors_table(cases, order)}
+
+## Through etcd's API
+
+The same etcd load generator (keel-bench `--target etcd`, through the `etcd-client` crate)
+pointed at the Keel cluster's `--etcd-listen` ports (docs/ETCD.md), in the same repeats. Its
+client spreads requests over the three nodes, so compare with Keel spread. The lock cases
+need etcd's leases, which Keel does not serve yet.
+
+{etcd_api_table(cases, order)}
 
 ## Targets of issue 7
 
