@@ -379,7 +379,7 @@ impl Touched<'_> {
                         start: touched.key.clone(),
                         end: touched.end(),
                     };
-                    !span.contains(&touched.key) || !span.covers(&inner)
+                    !span.covers(&inner)
                 })
                 .map(|touched| touched.key.clone()),
         }

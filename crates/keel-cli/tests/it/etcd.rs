@@ -2,7 +2,7 @@
 //! `keel serve --etcd-listen` processes: puts and gets with prefixes and past revisions,
 //! versions, deletes of a prefix, transactions on both branches and through every node,
 //! watches resumed from a past revision and of a prefix with previous values, a revision in
-//! the future, and the endpoints' status and health. Ignored by the README's test command,
+//! the future, the member list, and the endpoints' status and health. Ignored by the README's test command,
 //! which needs nothing but Rust; `.ci/run` installs `etcd-client` and runs it.
 
 use std::io::{BufRead, BufReader, Write};
@@ -223,6 +223,15 @@ async fn etcdctl_drives_a_three_node_keel() {
     let (success, _, stderr) = etcdctl(&all, &["get", "app/config", "--rev=1000000"], "");
     assert!(!success, "a read at a future revision fails");
     assert!(stderr.contains("future revision"), "{stderr}");
+
+    let members = ok(&one(2), &["member", "list"]);
+    assert_eq!(members.lines().count(), 3, "{members}");
+    let own = format!("keel-2, http://{}", processes.endpoints[&2]);
+    assert!(members.contains(&own), "{members}");
+    assert!(
+        members.contains(&format!("http://{}, false", processes.etcd[&2])),
+        "{members}"
+    );
 
     let status = ok(&all, &["endpoint", "status"]);
     assert_eq!(status.lines().count(), 3, "{status}");

@@ -1,5 +1,5 @@
-//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch` and
-//! `Maintenance` services, served on a port of their own from the keys under `etcd/`
+//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch`,
+//! `Cluster` and `Maintenance` services, served on a port of their own from the keys under `etcd/`
 //! (`keel_types::pinned::ETCD_PREFIX`; a tenant's under its own namespace), which Keel keeps
 //! in one range so that the range's revision is etcd's revision. Each call is translated
 //! (`convert`) and made on this node's `keel.v1.Kv` service in-process: the etcd room adds no
@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use keel_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
 use keel_proto::etcd::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use keel_proto::etcd::etcdserverpb::watch_server::WatchServer;
@@ -16,10 +17,12 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::access::tls::CallerLayer;
+use crate::api::cluster::ClusterService;
 use crate::api::kv::KvService;
 use crate::requests::router::Audience;
 use crate::shared::Shared;
 
+mod cluster;
 mod convert;
 mod kv;
 mod maintenance;
@@ -44,6 +47,20 @@ pub(crate) async fn serve(
     let watch = WatchServer::new(watch::EtcdWatch::new(keel(), shared.node_id))
         .max_decoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX)
         .max_encoding_message_size(limits::GRPC_MESSAGE_BYTES_MAX);
+    let scheme = if shared.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let url = match listener.local_addr() {
+        Ok(addr) => format!("{scheme}://{addr}"),
+        Err(_) => String::new(),
+    };
+    let cluster = ClusterServer::new(cluster::EtcdCluster::new(
+        ClusterService::new(shared.clone(), Audience::Clients),
+        shared.node_id,
+        url,
+    ));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut server = Server::builder();
     if let Some(tls) = &shared.tls {
@@ -54,6 +71,7 @@ pub(crate) async fn serve(
         .add_service(kv)
         .add_service(maintenance)
         .add_service(watch)
+        .add_service(cluster)
         .serve_with_incoming_shutdown(incoming, stop)
         .await
 }
