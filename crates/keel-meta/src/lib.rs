@@ -21,5 +21,5 @@ pub use range_table::{CoverageError, RangeTable, check_coverage};
 pub use rebalance::{Action, Liveness, NodeView, RangeView, RebalancePolicy, plan_rebalance};
 pub use split::{
     RangeLoad, SplitPolicy, SplitReason, boundary_split_key, load_split_has_room, load_split_key,
-    plan_split, unpinned_split_key,
+    may_split, plan_split, unpinned_split_key,
 };

@@ -97,6 +97,16 @@ pub fn unpinned_split_key(at: Vec<u8>, range: &RangeDescriptor) -> Option<Vec<u8
     [start, end].into_iter().find(inside)
 }
 
+/// Whether a range of span `range` may split at all: not when it lies inside a span kept in
+/// one range (`keel_types::pinned`), where `unpinned_split_key` would refuse every key. The
+/// split driver asks this first, so such a range costs no search for a split key.
+pub fn may_split(range: &RangeDescriptor) -> bool {
+    let Some((_, pinned_end)) = pinned_span(&range.start) else {
+        return true;
+    };
+    range.end().is_none_or(|end| end > pinned_end.as_slice())
+}
+
 /// Whether a range with `load` should split under `policy`, and why. Size goes before load.
 /// A range with fewer than 2 keys never splits: one side would be empty.
 pub fn plan_split(load: &RangeLoad, policy: &SplitPolicy) -> Option<SplitReason> {
@@ -197,6 +207,12 @@ mod pinned_tests {
         for (range, at, expected) in cases {
             let got = unpinned_split_key(at.as_bytes().to_vec(), &range);
             assert_eq!(got, expected, "{range} at {at}");
+            // A range that may split has a key to split at for some `at`, and the other way.
+            assert!(may_split(&range) || got.is_none(), "{range}");
         }
+        assert!(!may_split(&range("etcd/", Some("etcd0"))));
+        assert!(!may_split(&range("etcd/a", Some("etcd/z"))));
+        assert!(may_split(&range("etcd/", None)));
+        assert!(may_split(&range("a", Some("etcd/z"))));
     }
 }

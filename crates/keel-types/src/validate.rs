@@ -438,6 +438,15 @@ mod tests {
     }
 
     #[test]
+    fn no_split_key_cuts_the_etcd_namespace() {
+        let inside = Some("lies inside the etcd namespace");
+        check(check_split_key(b"etcd/a"), inside);
+        check(check_split_key(b"etcd/"), None);
+        check(check_split_key(b"etcd0"), None);
+        check(check_split_key(b"etcd"), None);
+    }
+
+    #[test]
     fn limits_count_the_name_after_a_tenant_prefix() {
         let acme = crate::tenant::Namespace::of(&crate::tenant::TenantName::new("acme").unwrap());
         assert!(check_key(&acme.confine(&[b'k'; limits::KEY_BYTES_MAX])).is_ok());

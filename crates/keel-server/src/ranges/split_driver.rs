@@ -22,8 +22,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use keel_meta::{
-    RangeLoad, SplitPolicy, SplitReason, boundary_split_key, load_split_has_room, plan_split,
-    unpinned_split_key,
+    RangeLoad, SplitPolicy, SplitReason, boundary_split_key, load_split_has_room, may_split,
+    plan_split, unpinned_split_key,
 };
 use keel_raft::RaftGroup;
 use keel_storage::RangeCounts;
@@ -169,6 +169,9 @@ async fn plan(
         return Ok(None);
     };
     let span = state_machine.descriptor().await.map_err(storage)?;
+    if !may_split(&span) {
+        return Ok(None);
+    }
     let at = match reason {
         SplitReason::Size => state_machine.split_key().await.map_err(storage)?,
         SplitReason::Load => {
