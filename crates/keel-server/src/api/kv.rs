@@ -305,24 +305,20 @@ impl KvService {
                 "transaction is empty; it needs a compare or an op",
             ));
         };
-        let apply = |group| self.local_txn(group, &txn, id);
+        let apply = |group| self.local_txn(group, &txn, &first.key, id);
         self.router.on_range(&first.key, apply).await
     }
 
+    /// Proposes `txn`, whose first key or span starts at `key`, on `group`.
     async fn local_txn(
         &self,
         group: Arc<RaftGroup>,
         txn: &Txn,
+        key: &[u8],
         request: Option<RequestId>,
     ) -> Result<TxnResponse, KvError> {
-        let key = txn
-            .spans()
-            .into_iter()
-            .next()
-            .map(|span| span.key)
-            .unwrap_or_default();
         let growth = quota::txn_growth(txn);
-        let _reserved = admission::reserve(&self.shared, &group, &key, growth).await?;
+        let _reserved = admission::reserve(&self.shared, &group, key, growth).await?;
         let command = Command::Txn(TxnMutation {
             request,
             now_ms: self.shared.clock.now_ms(),
