@@ -284,28 +284,20 @@ fn apply_data_command(
             let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
             let request = mutation.request.as_ref();
             let asked = (request, command);
-            deduplicated(
-                tables,
-                state,
-                range,
-                asked,
-                Touched::Keys(&keys),
-                |tables, state| apply_unfenced(tables, state, &mutation.ops, clock_ms),
-            )
+            let touched = Touched::Keys(&keys);
+            deduplicated(tables, state, range, asked, touched, |tables, state| {
+                apply_unfenced(tables, state, &mutation.ops, clock_ms)
+            })
         }
         Command::FencedMutate { fence, mutation } => {
             let clock_ms = state.advance_clock(mutation.now_ms);
             let keys: Vec<&[u8]> = mutation.ops.iter().map(BatchOp::key).collect();
             let request = mutation.request.as_ref();
             let asked = (request, command);
-            deduplicated(
-                tables,
-                state,
-                range,
-                asked,
-                Touched::Keys(&keys),
-                |tables, state| apply_fenced(tables, state, fence, &mutation.ops, clock_ms),
-            )
+            let touched = Touched::Keys(&keys);
+            deduplicated(tables, state, range, asked, touched, |tables, state| {
+                apply_fenced(tables, state, fence, &mutation.ops, clock_ms)
+            })
         }
         Command::Coordinate(coordination) => {
             let clock_ms = state.advance_clock(coordination.now_ms);
@@ -316,27 +308,19 @@ fn apply_data_command(
             };
             let asked = (request, command);
             let keys = [key];
-            deduplicated(
-                tables,
-                state,
-                range,
-                asked,
-                Touched::Keys(&keys),
-                |tables, state| apply_coordination(tables, state, &coordination.op, clock_ms),
-            )
+            let touched = Touched::Keys(&keys);
+            deduplicated(tables, state, range, asked, touched, |tables, state| {
+                apply_coordination(tables, state, &coordination.op, clock_ms)
+            })
         }
         Command::Txn(mutation) => {
             let clock_ms = state.advance_clock(mutation.now_ms);
             let spans = mutation.txn.spans();
             let asked = (mutation.request.as_ref(), command);
-            deduplicated(
-                tables,
-                state,
-                range,
-                asked,
-                Touched::Spans(&spans),
-                |tables, state| apply_txn(tables, state, &mutation.txn, clock_ms),
-            )
+            let touched = Touched::Spans(&spans);
+            deduplicated(tables, state, range, asked, touched, |tables, state| {
+                apply_txn(tables, state, &mutation.txn, clock_ms)
+            })
         }
         Command::Cleanup(_)
         | Command::Reclaim(_)

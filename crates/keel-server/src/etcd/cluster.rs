@@ -7,7 +7,7 @@ use keel_proto::etcd::etcdserverpb::cluster_server::Cluster;
 use keel_proto::etcd::etcdserverpb::{
     Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
-    MemberUpdateRequest, MemberUpdateResponse, ResponseHeader,
+    MemberUpdateRequest, MemberUpdateResponse,
 };
 use keel_proto::v1::cluster_server::Cluster as KeelCluster;
 use keel_proto::v1::{MembersRequest, NodeInfo};
@@ -75,12 +75,7 @@ impl Cluster for EtcdCluster {
             .map(|node| self.member(node, scheme))
             .collect();
         Ok(Response::new(MemberListResponse {
-            header: Some(ResponseHeader {
-                cluster_id: 0,
-                member_id: self.node_id,
-                revision: 0,
-                raft_term: 0,
-            }),
+            header: Some(convert::header(self.node_id, 0, 0)),
             members,
         }))
     }

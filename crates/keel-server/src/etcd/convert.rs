@@ -10,6 +10,7 @@ use keel_proto::etcd::etcdserverpb::{
 use keel_proto::etcd::mvccpb;
 use keel_proto::v1;
 use keel_types::pinned::{ETCD_PREFIX, pinned_span};
+use keel_types::txn::ReadResult;
 use keel_types::{KeyValue, KvError};
 use tonic::{Code, Status};
 
@@ -69,6 +70,27 @@ pub fn stored_key_value(kv: KeyValue) -> mvccpb::KeyValue {
         version: revision(kv.version),
         value: kv.value,
         lease: 0,
+    }
+}
+
+/// etcd's header of an answer node `member_id` gives at revision `at` and Raft `term` (Keel
+/// has no cluster id: 0).
+pub fn header(member_id: u64, at: u64, term: u64) -> etcd::ResponseHeader {
+    etcd::ResponseHeader {
+        cluster_id: 0,
+        member_id,
+        revision: revision(at),
+        raft_term: term,
+    }
+}
+
+/// A read's result as etcd's range answer.
+pub fn range_response(header: etcd::ResponseHeader, result: ReadResult) -> etcd::RangeResponse {
+    etcd::RangeResponse {
+        header: Some(header),
+        kvs: result.kvs.into_iter().map(stored_key_value).collect(),
+        more: result.more,
+        count: revision(result.count),
     }
 }
 
@@ -234,7 +256,7 @@ pub fn responses(result: v1::TxnResult, header: &etcd::ResponseHeader) -> Vec<et
     use etcd::response_op::Response;
     use v1::txn_op_result::Result as Answer;
     let kvs = |kvs: Vec<v1::KeyValue>| kvs.into_iter().map(key_value).collect::<Vec<_>>();
-    let header = Some(*header);
+    let wrapped = Some(*header);
     result
         .results
         .into_iter()
@@ -242,26 +264,26 @@ pub fn responses(result: v1::TxnResult, header: &etcd::ResponseHeader) -> Vec<et
         .map(|answer| {
             let response = match answer {
                 Answer::Read(read) => Response::ResponseRange(etcd::RangeResponse {
-                    header,
+                    header: wrapped,
                     kvs: kvs(read.kvs),
                     more: read.more,
                     count: revision(read.count),
                 }),
                 Answer::Put(put) => Response::ResponsePut(etcd::PutResponse {
-                    header,
+                    header: wrapped,
                     prev_kv: put.previous.map(key_value),
                 }),
                 Answer::Delete(delete) => {
                     Response::ResponseDeleteRange(etcd::DeleteRangeResponse {
-                        header,
+                        header: wrapped,
                         deleted: revision(delete.deleted),
                         prev_kvs: kvs(delete.previous),
                     })
                 }
                 Answer::Txn(nested) => Response::ResponseTxn(etcd::TxnResponse {
-                    header,
+                    header: wrapped,
                     succeeded: nested.succeeded,
-                    responses: responses(nested, header.as_ref().expect("set above")),
+                    responses: responses(nested, header),
                 }),
             };
             etcd::ResponseOp {

@@ -36,12 +36,7 @@ impl EtcdKv {
     /// The etcd header of an answer Keel gave with `header`.
     fn header(&self, header: Option<v1::ResponseHeader>) -> ResponseHeader {
         let header = header.unwrap_or_default();
-        ResponseHeader {
-            cluster_id: 0,
-            member_id: self.node_id,
-            revision: convert::revision(header.revision),
-            raft_term: header.term,
-        }
+        convert::header(self.node_id, header.revision, header.term)
     }
 
     /// Runs `txn` as a Keel transaction for a caller with `metadata`.
@@ -102,16 +97,7 @@ impl EtcdKv {
             }
             if !answer.more {
                 let result = selection.finish();
-                return Ok(RangeResponse {
-                    header: Some(self.header(first)),
-                    kvs: result
-                        .kvs
-                        .into_iter()
-                        .map(convert::stored_key_value)
-                        .collect(),
-                    more: result.more,
-                    count: convert::revision(result.count),
-                });
+                return Ok(convert::range_response(self.header(first), result));
             }
             // Every later page reads the state the first one did.
             page.start = answer.next_start;
@@ -156,16 +142,10 @@ impl EtcdKvApi for EtcdKv {
                 .map(keel_types::KeyValue::from)
                 .collect(),
         );
-        Ok(Response::new(RangeResponse {
-            header: Some(self.header(answer.header)),
-            kvs: result
-                .kvs
-                .into_iter()
-                .map(convert::stored_key_value)
-                .collect(),
-            more: result.more,
-            count: convert::revision(result.count),
-        }))
+        Ok(Response::new(convert::range_response(
+            self.header(answer.header),
+            result,
+        )))
     }
 
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {

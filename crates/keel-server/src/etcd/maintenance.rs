@@ -35,12 +35,7 @@ impl EtcdMaintenance {
     }
 
     fn header(&self, revision: u64, term: u64) -> ResponseHeader {
-        ResponseHeader {
-            cluster_id: 0,
-            member_id: self.shared.node_id,
-            revision: convert::revision(revision),
-            raft_term: term,
-        }
+        convert::header(self.shared.node_id, revision, term)
     }
 }
 
@@ -55,11 +50,7 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>
 #[tonic::async_trait]
 impl Maintenance for EtcdMaintenance {
     /// Keel raises no etcd alarm: a full disk or quota refuses writes with its own errors.
-    async fn alarm(
-        &self,
-        request: Request<AlarmRequest>,
-    ) -> Result<Response<AlarmResponse>, Status> {
-        let _ = request;
+    async fn alarm(&self, _: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
         Ok(Response::new(AlarmResponse {
             header: Some(self.header(0, 0)),
             alarms: Vec::new(),

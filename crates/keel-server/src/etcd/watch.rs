@@ -116,12 +116,7 @@ impl Session {
     }
 
     fn header(&self, revision: u64) -> Option<ResponseHeader> {
-        Some(ResponseHeader {
-            cluster_id: 0,
-            member_id: self.node_id,
-            revision: convert::revision(revision),
-            raft_term: 0,
-        })
+        Some(convert::header(self.node_id, revision, 0))
     }
 
     async fn send(&self, response: WatchResponse) {
@@ -321,17 +316,11 @@ impl Relay {
             if pending.is_empty() && message.started.is_some() {
                 continue;
             }
-            let revision = match pending.last() {
-                Some(last) => last.kv.as_ref().map_or(0, |kv| kv.mod_revision),
-                None => convert::revision(message.complete_revision),
-            };
+            let last = pending.last().and_then(|event| event.kv.as_ref());
+            let last = last.map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0));
+            let revision = last.max(message.complete_revision);
             let response = WatchResponse {
-                header: Some(ResponseHeader {
-                    cluster_id: 0,
-                    member_id: self.node_id,
-                    revision: revision.max(convert::revision(message.complete_revision)),
-                    raft_term: 0,
-                }),
+                header: Some(convert::header(self.node_id, revision, 0)),
                 watch_id: self.id,
                 fragment: message.fragment,
                 events: std::mem::take(&mut pending),
