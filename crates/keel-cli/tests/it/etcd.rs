@@ -204,7 +204,13 @@ async fn etcdctl_drives_a_three_node_keel() {
     ok(&one(3), &["del", "app/config"]);
     assert_eq!(watcher.lines(2), vec!["DELETE", "app/config"]);
     drop(watcher);
-    let prefix = Watcher::start(&all, &["app/flags/", "--prefix", "--prev-kv"]);
+    // From the next revision, so that the put below is seen however late the watch starts.
+    let now = field(
+        &ok(&all, &["get", "app/flags/a", "-w", "fields"]),
+        "Revision",
+    );
+    let next = format!("--rev={}", now + 1);
+    let prefix = Watcher::start(&all, &["app/flags/", "--prefix", "--prev-kv", &next]);
     ok(&all, &["put", "app/flags/a", "1b"]);
     // With --prev-kv, etcdctl prints the state before the event, then the event.
     assert_eq!(
