@@ -244,9 +244,22 @@ impl Cluster {
     /// A TLS channel to node `id` of a cluster started with `start_tls` or
     /// `start_authenticated`, for raw gRPC calls (a 10 s deadline on each).
     pub async fn tls_channel(&self, id: NodeId) -> Channel {
+        self.tls_channel_to(&self.endpoint(id)).await
+    }
+
+    /// A TLS channel to node `id`'s etcd API (every node serves it on a port of its own).
+    pub async fn etcd_tls_channel(&self, id: NodeId) -> Channel {
+        let addr = self
+            .node(id)
+            .etcd_addr()
+            .expect("harness nodes serve etcd's API");
+        self.tls_channel_to(&addr.to_string()).await
+    }
+
+    async fn tls_channel_to(&self, addr: &str) -> Channel {
         let ca = Certificate::from_pem(self.pki().ca_pem());
         let tls = ClientTlsConfig::new().ca_certificate(ca);
-        Endpoint::from_shared(format!("https://{}", self.endpoint(id)))
+        Endpoint::from_shared(format!("https://{addr}"))
             .unwrap()
             .timeout(Duration::from_secs(10))
             .tls_config(tls)
@@ -292,7 +305,7 @@ impl Cluster {
             clock: self.clocks[&id].clone(),
             faults: self.faults,
             metrics_listen: Some(self.metrics_addrs[&id]),
-            etcd_listen: None,
+            etcd_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             log: LogSettings::default(),
             access: self.access.clone(),
             tls: self.pki.as_ref().map(Pki::node_settings),

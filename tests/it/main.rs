@@ -8,6 +8,7 @@ mod consistency;
 mod console;
 mod dashboards;
 mod deps;
+mod etcd_auth;
 mod exactly_once;
 mod faults;
 mod follower_reads;

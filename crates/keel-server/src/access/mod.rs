@@ -107,6 +107,14 @@ struct Ledger {
     released: Amount,
 }
 
+/// Whose a token is: the name of its admin or tenant entry (the user name etcd's
+/// `Authenticate` takes), and the caller it makes a request.
+#[derive(Debug)]
+struct Holder {
+    name: String,
+    caller: Caller,
+}
+
 /// Who a request is from.
 #[derive(Debug, Clone)]
 pub(crate) enum Caller {
@@ -148,7 +156,7 @@ impl Call {
 /// The tokens of a cluster with authentication on.
 #[derive(Debug)]
 pub struct Access {
-    tokens: HashMap<String, Caller>,
+    tokens: HashMap<String, Holder>,
     tenants: Vec<Arc<Tenant>>,
     /// The tenants by the prefix of their namespace.
     prefixes: HashMap<Vec<u8>, Arc<Tenant>>,
@@ -186,11 +194,8 @@ impl Access {
             if !names.insert(format!("admin {}", admin.name)) {
                 return Err(format!("admin {:?} is listed twice", admin.name));
             }
-            access.add_tokens(
-                &format!("admin {:?}", admin.name),
-                admin.tokens,
-                Caller::Admin,
-            )?;
+            let owner = format!("admin {:?}", admin.name);
+            access.add_tokens(&owner, &admin.name, admin.tokens, Caller::Admin)?;
         }
         if file.tenant.len() > limits::TENANTS_MAX {
             return Err(format!(
@@ -206,7 +211,8 @@ impl Access {
             }
             let tenant = Arc::new(Tenant::new(name, quotas(&entry)?));
             let owner = format!("tenant {}", tenant.name);
-            access.add_tokens(&owner, entry.tokens, Caller::Tenant(tenant.clone()))?;
+            let caller = Caller::Tenant(tenant.clone());
+            access.add_tokens(&owner, &entry.name, entry.tokens, caller)?;
             let prefix = tenant.namespace.start().to_vec();
             access.prefixes.insert(prefix, tenant.clone());
             access.tenants.push(tenant);
@@ -217,9 +223,11 @@ impl Access {
         Ok(access)
     }
 
+    /// Adds the tokens of the entry `name` (described as `owner` in errors).
     fn add_tokens(
         &mut self,
         owner: &str,
+        name: &str,
         tokens: Vec<String>,
         caller: Caller,
     ) -> Result<(), String> {
@@ -228,7 +236,11 @@ impl Access {
         }
         for token in tokens {
             check_token(owner, &token)?;
-            if self.tokens.insert(token, caller.clone()).is_some() {
+            let holder = Holder {
+                name: name.to_string(),
+                caller: caller.clone(),
+            };
+            if self.tokens.insert(token, holder).is_some() {
                 return Err(format!("a token of {owner} is given more than once"));
             }
         }
@@ -264,8 +276,16 @@ impl Access {
             .ok_or_else(|| unauthenticated("the authorization header is not `Bearer TOKEN`"))?;
         self.tokens
             .get(token.trim())
-            .cloned()
+            .map(|holder| holder.caller.clone())
             .ok_or_else(|| unauthenticated("unknown token"))
+    }
+
+    /// Whether `password` is a token of the admin or tenant entry called `name`: etcd's
+    /// user name and password (`etcd::auth`), whose token is then the password itself.
+    pub(crate) fn authenticate(&self, name: &str, password: &str) -> bool {
+        self.tokens
+            .get(password)
+            .is_some_and(|holder| holder.name == name)
     }
 }
 

@@ -58,6 +58,21 @@ fn tokens_name_their_callers() {
 }
 
 #[test]
+fn etcd_users_are_the_entries_and_their_passwords_their_tokens() {
+    let access = Access::parse(FILE).unwrap();
+    assert!(access.authenticate("acme", "acme-token-0123456789"));
+    assert!(access.authenticate("acme", "acme-second-0123456789"));
+    assert!(access.authenticate("ops", "admin-token-0123456789"));
+    // An attacker who holds one tenant's token cannot log in as another, nor guess.
+    assert!(!access.authenticate("globex", "acme-token-0123456789"));
+    assert!(!access.authenticate("acme", "globex-token-0123456789"));
+    assert!(!access.authenticate("ops", "acme-token-0123456789"));
+    assert!(!access.authenticate("acme", "acme-token-012345678"));
+    assert!(!access.authenticate("acme", ""));
+    assert!(!access.authenticate("", "acme-token-0123456789"));
+}
+
+#[test]
 fn a_missing_or_unknown_token_is_refused_unless_a_peer_sends_none() {
     let access = Access::parse(FILE).unwrap();
     let refused = |metadata: &MetadataMap, peer| {

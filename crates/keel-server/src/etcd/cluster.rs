@@ -13,7 +13,7 @@ use keel_proto::v1::cluster_server::Cluster as KeelCluster;
 use keel_proto::v1::{MembersRequest, NodeInfo};
 use tonic::{Request, Response, Status};
 
-use super::convert;
+use super::convert::{self, unsupported};
 use crate::api::cluster::ClusterService;
 
 pub(crate) struct EtcdCluster {
@@ -47,12 +47,6 @@ impl EtcdCluster {
     }
 }
 
-fn unsupported(what: &str, instead: &str) -> Status {
-    Status::unimplemented(format!(
-        "etcdserver: {what} is not supported by Keel; use {instead} (see docs/ETCD.md)"
-    ))
-}
-
 #[tonic::async_trait]
 impl Cluster for EtcdCluster {
     async fn member_list(
@@ -84,14 +78,17 @@ impl Cluster for EtcdCluster {
         &self,
         _: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
-        Err(unsupported("member add", "`keel cluster add-node`"))
+        Err(unsupported("member add", "use `keel cluster add-node`"))
     }
 
     async fn member_remove(
         &self,
         _: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
-        Err(unsupported("member remove", "`keel cluster remove-node`"))
+        Err(unsupported(
+            "member remove",
+            "use `keel cluster remove-node`",
+        ))
     }
 
     async fn member_update(
@@ -100,7 +97,7 @@ impl Cluster for EtcdCluster {
     ) -> Result<Response<MemberUpdateResponse>, Status> {
         Err(unsupported(
             "member update",
-            "`keel serve --advertise` (a node's address)",
+            "use `keel serve --advertise` (a node's address)",
         ))
     }
 
@@ -110,7 +107,7 @@ impl Cluster for EtcdCluster {
     ) -> Result<Response<MemberPromoteResponse>, Status> {
         Err(unsupported(
             "member promote",
-            "Keel's placement, which promotes replicas itself",
+            "Keel's placement promotes replicas itself",
         ))
     }
 }

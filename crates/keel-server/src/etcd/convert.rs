@@ -298,6 +298,13 @@ pub fn kv_status(error: &KvError) -> Status {
     status(to_status(error))
 }
 
+/// The answer to an etcd call Keel does not serve: what it is, and what to do `instead`.
+pub fn unsupported(what: &str, instead: &str) -> Status {
+    Status::unimplemented(format!(
+        "etcdserver: {what} is not supported by Keel; {instead} (see docs/ETCD.md)"
+    ))
+}
+
 /// A Keel error status as etcd's clients know it: the errors they act on carry etcd's own
 /// messages (its clients match them), the rest keep their code and say what Keel said.
 pub fn status(status: Status) -> Status {

@@ -20,7 +20,8 @@ use keel_proto::v1::kv_server::Kv;
 use keel_types::RangeId;
 use tonic::{Request, Response, Status};
 
-use super::{ETCD_VERSION, convert};
+use super::ETCD_VERSION;
+use super::convert::{self, unsupported};
 use crate::api::kv::KvService;
 use crate::shared::Shared;
 
@@ -37,12 +38,6 @@ impl EtcdMaintenance {
     fn header(&self, revision: u64, term: u64) -> ResponseHeader {
         convert::header(self.shared.node_id, revision, term)
     }
-}
-
-fn unsupported(what: &str, instead: &str) -> Status {
-    Status::unimplemented(format!(
-        "etcdserver: {what} is not supported by Keel; {instead} (see docs/ETCD.md)"
-    ))
 }
 
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;

@@ -1,12 +1,14 @@
-//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch`,
-//! `Cluster` and `Maintenance` services, served on a port of their own from the keys under `etcd/`
-//! (`keel_types::pinned::ETCD_PREFIX`; a tenant's under its own namespace), which Keel keeps
+//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch`, `Cluster`,
+//! `Maintenance` and `Auth` services, served on a port of their own from the keys under
+//! `etcd/` (`keel_types::pinned::ETCD_PREFIX`; a tenant's under its own namespace, `auth`
+//! says how etcd's users are Keel's tokens), which Keel keeps
 //! in one range so that the range's revision is etcd's revision. Each call is translated
 //! (`convert`) and made on this node's `keel.v1.Kv` service in-process: the etcd room adds no
 //! path of its own to the store. Knows nothing of Raft, storage or placement.
 
 use std::sync::Arc;
 
+use keel_proto::etcd::etcdserverpb::auth_server::AuthServer;
 use keel_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
 use keel_proto::etcd::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
@@ -22,6 +24,7 @@ use crate::api::kv::KvService;
 use crate::requests::router::Audience;
 use crate::shared::Shared;
 
+mod auth;
 mod cluster;
 mod convert;
 mod kv;
@@ -61,6 +64,7 @@ pub(crate) async fn serve(
         shared.node_id,
         url,
     ));
+    let auth = AuthServer::new(auth::EtcdAuth::new(shared.access.clone(), shared.node_id));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut server = Server::builder();
     if let Some(tls) = &shared.tls {
@@ -68,10 +72,12 @@ pub(crate) async fn serve(
     }
     server
         .layer(CallerLayer::new(shared.tls.is_some()))
+        .layer(auth::TokenLayer)
         .add_service(kv)
         .add_service(maintenance)
         .add_service(watch)
         .add_service(cluster)
+        .add_service(auth)
         .serve_with_incoming_shutdown(incoming, stop)
         .await
 }
