@@ -2,7 +2,8 @@
 # The full matrix of the Jepsen-style harness (issues 6 and 17): every workload under every
 # fault alone and all faults together on one range, and register and follower-read again with
 # spread clients (`--clients spread`: raw calls round robin over the nodes, which forward to
-# the leader, no retries), then every workload over 8 ranges under
+# the leader, no retries), register through etcd's API (`--clients etcd`, on one range's
+# faults and, over 8 ranges, the range faults), then every workload over 8 ranges under
 # each range fault (split, move, membership, disk, corrupt) and all eleven faults together (each must be
 # valid), then every planted bug with the workload and faults that must catch it (each must be
 # invalid). Prints a table of verdicts, ops, faults, the longest gap without a successful op
@@ -13,6 +14,7 @@
 #   ROWS=ranges jepsen/matrix.sh            # only the rows over 8 ranges and their planted bugs
 #   ROWS=one-range jepsen/matrix.sh         # only the rows on one range and their planted bugs
 #   ROWS=spread jepsen/matrix.sh            # only the spread-client rows and their planted bug
+#   ROWS=etcd jepsen/matrix.sh              # only the rows through etcd's API and their planted bug
 #   TIME_LIMIT=30 SEED=7 jepsen/matrix.sh   # shorter runs, another seed
 #   KEEL_JEPSEN_OUT=DIR jepsen/matrix.sh    # keep the run directories there
 set -uo pipefail
@@ -31,7 +33,10 @@ out=${KEEL_JEPSEN_OUT:-$(mktemp -d /tmp/keel-jepsen-matrix.XXXXXX)}
 mkdir -p "$out"
 
 cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs || exit 3
-cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
+# The etcd feature (--clients etcd) builds etcd-client, whose build script needs protoc.
+PROTOC=${PROTOC:-$(bench/protoc-path.sh)} || exit 3
+export PROTOC
+cargo build --release -p keel-jepsen --bin keel-jepsen --features etcd || exit 3
 
 workloads=(register append counter follower-read fencing idempotency watch)
 # The workloads that also run with --clients spread, on one range under every fault above.
@@ -51,6 +56,7 @@ planted=(
     "watch-skips-event|watch|partition|"
     "read-at-ignores-history|watch|partition|"
     "stale-read|register|partition|--clients spread"
+    "stale-read|register|partition|--clients etcd"
 )
 range_planted=(
     "split-drops-inflight|register|split|$range_flags"
@@ -72,6 +78,7 @@ row() {
     [[ " $* " == *" --ranges "* ]] && name="$name-ranges"
     local clients=routed
     [[ " $* " == *" --clients spread "* ]] && clients=spread name="$name-spread"
+    [[ " $* " == *" --clients etcd "* ]] && clients=etcd name="$name-etcd"
     local start=$SECONDS
     local limit=$time_limit
     local kinds
@@ -102,8 +109,8 @@ row() {
 }
 
 case "$rows" in
-    all|one-range|ranges|spread) ;;
-    *) echo "matrix.sh: ROWS must be all, one-range, ranges or spread" >&2; exit 2 ;;
+    all|one-range|ranges|spread|etcd) ;;
+    *) echo "matrix.sh: ROWS must be all, one-range, ranges, spread or etcd" >&2; exit 2 ;;
 esac
 if [ "$rows" = all ] || [ "$rows" = one-range ]; then
     ranges=1
@@ -113,16 +120,31 @@ if [ "$rows" = all ] || [ "$rows" = one-range ]; then
         done
     done
 fi
-if [ "$rows" != ranges ]; then
+if [ "$rows" = all ] || [ "$rows" = one-range ] || [ "$rows" = spread ]; then
     ranges=1
     for workload in "${spread_workloads[@]}"; do
         for nemesis in "${faults[@]}"; do
             row "$workload" "$nemesis" "" valid --clients spread
         done
     done
+fi
+if [ "$rows" = all ] || [ "$rows" = etcd ]; then
+    ranges=1
+    for nemesis in "${faults[@]}"; do
+        row register "$nemesis" "" valid --clients etcd
+    done
+    ranges=8
+    for nemesis in "${range_faults[@]}"; do
+        # shellcheck disable=SC2086 # the flags are words
+        row register "$nemesis" "" valid --clients etcd $range_flags
+    done
+fi
+if [ "$rows" != ranges ]; then
+    ranges=1
     for entry in "${planted[@]}"; do
         IFS='|' read -r bug workload nemesis extra <<<"$entry"
         [ "$rows" = spread ] && [[ " $extra " != *" --clients spread "* ]] && continue
+        [ "$rows" = etcd ] && [[ " $extra " != *" --clients etcd "* ]] && continue
         # shellcheck disable=SC2086 # extra flags are words
         row "$workload" "$nemesis" "$bug" invalid $extra
     done

@@ -2,7 +2,9 @@
 # Smoke of the Jepsen-style harness (issues 6, 17 and 26), as CI runs it (about 5.5 minutes): a
 # register run under partitions and kill -9 that must be valid, one over 4 ranges under splits
 # and kill -9 that must be valid, a short register run with spread clients (raw calls round
-# robin over the nodes, no retries) under kill -9 that must be valid, a counter run with the
+# robin over the nodes, no retries) under kill -9 that must be valid, one through etcd's API
+# (etcd-client round robin over the nodes' etcd ports) over 4 ranges under kill -9 that must
+# be valid, a counter run with the
 # double-apply planted bug and a fencing run with the lock-no-expiry planted bug (no faults
 # needed: holds overlap within seconds) that must be invalid, a watch run over 4 ranges, and
 # a register run under `corrupt` that must be valid (the consistency checks repair every
@@ -19,7 +21,10 @@ cd "$(dirname "$0")/.."
 bin=${CARGO_TARGET_DIR:-target}/release
 
 cargo build --release --bin keel --features keel-cli/fault-injection,keel-cli/planted-bugs || exit 3
-cargo build --release -p keel-jepsen --bin keel-jepsen || exit 3
+# The etcd feature (--clients etcd) builds etcd-client, whose build script needs protoc.
+PROTOC=${PROTOC:-$(bench/protoc-path.sh)} || exit 3
+export PROTOC
+cargo build --release -p keel-jepsen --bin keel-jepsen --features etcd || exit 3
 
 out=${KEEL_JEPSEN_OUT:-$(mktemp -d /tmp/keel-jepsen-smoke.XXXXXX)}
 mkdir -p "$out"
@@ -47,6 +52,7 @@ run() {
 run register valid --workload register --nemesis partition,kill --time-limit 60 --seed 1
 run register-ranges valid --workload register --ranges 4 --nemesis split,kill --time-limit 45 --seed 1
 run register-spread valid --workload register --clients spread --nemesis kill --time-limit 20 --seed 1
+run register-etcd valid --workload register --clients etcd --ranges 4 --nemesis kill --time-limit 20 --seed 1
 run double-apply invalid --workload counter --nemesis partition --planted-bug double-apply \
     --response-loss-percent 5 \
     --time-limit 30 --seed 1

@@ -99,6 +99,9 @@ impl Cluster {
                         Role::Spare
                     }
                 };
+                if let Some(etcd) = address.etcd {
+                    args.extend(["--etcd-listen".into(), etcd.to_string()]);
+                }
                 args.extend(extra.iter().cloned());
                 Node {
                     id: index as u64 + 1,

@@ -8,6 +8,8 @@
 pub mod clock;
 pub mod cluster;
 pub mod damage;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod listeners;
 pub mod nemesis;
 pub mod net;
@@ -21,6 +23,7 @@ pub mod spread;
 pub mod topology;
 pub mod workload;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,7 +161,26 @@ pub fn run_blocking(config: &RunConfig) -> anyhow::Result<RunSummary> {
     })
 }
 
+/// What `--clients etcd` answers in a build without the `etcd` feature.
+pub const ETCD_NOT_BUILT: &str = "--clients etcd needs keel-jepsen built with the etcd feature: \
+     PROTOC=$(bench/protoc-path.sh) cargo build --release -p keel-jepsen --features etcd";
+
 fn validate(config: &RunConfig) -> anyhow::Result<()> {
+    if config.clients == ClientMode::Etcd {
+        if !cfg!(feature = "etcd") {
+            bail!(ETCD_NOT_BUILT);
+        }
+        if config.workload != WorkloadKind::Register {
+            bail!(
+                "--clients etcd is for the register workload; {} runs its clients through \
+                 keel-client only (--clients routed)",
+                config.workload.as_str()
+            );
+        }
+        if config.no_netns {
+            bail!("--clients etcd needs a network namespace (run as root, without --no-netns)");
+        }
+    }
     if config.clients == ClientMode::Spread && !spreads(config.workload) {
         bail!(
             "--clients spread is for the register and follower-read workloads; {} runs its \
@@ -243,12 +265,20 @@ async fn run(config: &RunConfig, isolation: Isolation) -> anyhow::Result<(u64, u
     std::fs::create_dir_all(&config.out)
         .with_context(|| format!("creating {}", config.out.display()))?;
     write_run_spec(config, isolation)?;
-    let (network, addresses) = match isolation {
+    let (network, mut addresses) = match isolation {
         Isolation::Namespace => net::in_namespace(slots(config)),
         Isolation::Proxy => net::proxied(slots(config))
             .await
             .context("starting the proxies")?,
     };
+    if config.clients == ClientMode::Etcd {
+        if isolation == Isolation::Proxy {
+            bail!("--clients etcd needs a network namespace (run as root)");
+        }
+        for address in &mut addresses {
+            address.etcd = Some(SocketAddr::new(address.listen.ip(), net::ETCD_PORT));
+        }
+    }
     let endpoints: Vec<String> = addresses
         .iter()
         .map(|address| address.cluster.to_string())
@@ -313,7 +343,11 @@ async fn drive(
     let faults = Recorder::create(&config.out.join(FAULTS_FILE), limits::FAULT_EVENTS_MAX)?;
     let clock = RunClock::start();
     let ranges = Arc::new(RangeLog::create(&config.out.join(RANGES_FILE), clock)?);
-    let workload = Arc::new(Workload::new(config.workload, config.ranges));
+    let workload = Arc::new(Workload::new(
+        config.workload,
+        config.ranges,
+        config.clients,
+    ));
     let admin = Client::new(endpoints.clone(), ClientOptions::default())?;
     if config.ranges > 1 {
         let points = workload::split_points(&workload.families(), config.ranges);
@@ -580,6 +614,31 @@ mod tests {
             );
             assert_eq!(serve_flags(&config).contains(&flag), expected);
         }
+    }
+
+    #[test]
+    fn etcd_clients_run_the_register_workload_in_a_namespace() {
+        let refusal = |workload, no_netns| {
+            let config = RunConfig {
+                workload,
+                clients: ClientMode::Etcd,
+                no_netns,
+                ..config(vec![])
+            };
+            validate(&config).unwrap_err().to_string()
+        };
+        if !cfg!(feature = "etcd") {
+            let error = refusal(WorkloadKind::Register, false);
+            assert!(error.contains("the etcd feature"), "{error}");
+            return;
+        }
+        let error = refusal(WorkloadKind::Append, false);
+        assert!(error.contains("for the register workload"), "{error}");
+        let error = refusal(WorkloadKind::Register, true);
+        assert!(error.contains("network namespace"), "{error}");
+        // The keel binary is checked last: the register workload gets past the mode.
+        let error = refusal(WorkloadKind::Register, false);
+        assert!(!error.contains("--clients etcd"), "{error}");
     }
 
     #[test]

@@ -24,6 +24,8 @@ use crate::run::proxy::{LinkState, Proxy, ProxyConfig, Upstream};
 
 /// The port every node listens on inside a namespace.
 pub const NODE_PORT: u16 = 7000;
+/// The port every node serves etcd's API on inside a namespace (`--clients etcd`).
+pub const ETCD_PORT: u16 = 2379;
 
 /// Where one node listens and where the others (and clients) reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +34,17 @@ pub struct NodeAddress {
     pub listen: SocketAddr,
     /// Its entry in `--initial-cluster`, the address everyone dials.
     pub cluster: SocketAddr,
+    /// `--etcd-listen`, when the run's clients speak etcd's API (namespace runs only).
+    pub etcd: Option<SocketAddr>,
+}
+
+/// The etcd API address of the node whose cluster address is `endpoint` (inside a
+/// namespace, its alias at `ETCD_PORT`).
+pub fn etcd_endpoint(endpoint: &str) -> anyhow::Result<String> {
+    let addr: SocketAddr = endpoint
+        .parse()
+        .map_err(|e| anyhow::anyhow!("node address {endpoint:?}: {e}"))?;
+    Ok(SocketAddr::new(addr.ip(), ETCD_PORT).to_string())
 }
 
 /// How partitions are made.
@@ -59,6 +72,7 @@ pub fn in_namespace(nodes: usize) -> (Network, Vec<NodeAddress>) {
             NodeAddress {
                 listen: addr,
                 cluster: addr,
+                etcd: None,
             }
         })
         .collect();
@@ -92,6 +106,7 @@ pub async fn proxied(nodes: usize) -> std::io::Result<(Network, Vec<NodeAddress>
         addresses.push(NodeAddress {
             listen: SocketAddr::new(IpAddr::V4(ip), 0),
             cluster: proxy.addr(),
+            etcd: None,
         });
         proxies.push(proxy);
     }

@@ -25,6 +25,9 @@ pub enum ClientMode {
     Routed,
     /// Raw calls round robin over the members; the servers forward.
     Spread,
+    /// etcd's API round robin over the members' etcd ports, through `etcd-client`
+    /// (`run::etcd`; the `etcd` feature).
+    Etcd,
 }
 
 /// A successful read, whichever client made it.
@@ -171,6 +174,7 @@ impl ClientMode {
         match self {
             ClientMode::Routed => "routed",
             ClientMode::Spread => "spread",
+            ClientMode::Etcd => "etcd",
         }
     }
 }
@@ -182,8 +186,9 @@ impl FromStr for ClientMode {
         match name {
             "routed" => Ok(ClientMode::Routed),
             "spread" => Ok(ClientMode::Spread),
+            "etcd" => Ok(ClientMode::Etcd),
             _ => Err(format!(
-                "unknown client mode {name:?}; known: routed, spread"
+                "unknown client mode {name:?}; known: routed, spread, etcd"
             )),
         }
     }

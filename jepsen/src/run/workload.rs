@@ -18,6 +18,10 @@ use serde_json::{Map, Value};
 
 use crate::history::{Op, OpKind, Status};
 use crate::run::clock::RunClock;
+#[cfg(feature = "etcd")]
+use crate::run::etcd::EtcdSpread;
+#[cfg(feature = "etcd")]
+use crate::run::net;
 use crate::run::outcome;
 use crate::run::recorder::Recorder;
 use crate::run::rng::Rng;
@@ -94,33 +98,116 @@ impl Members {
 /// One workload client's connections: `main` knows the first nodes and follows the leader;
 /// `nodes[i]` knows node i only (spares included), so reads through it start there, as a
 /// client connected to one node would (a node that answers a linearizable read itself stays
-/// that client's choice). With `--clients spread`, `spread` sends the ops of the step (not the
-/// final reads) instead.
+/// that client's choice). With `--clients spread` or `--clients etcd`, `raw` sends the ops of
+/// the step (not the final reads) instead.
 pub struct Clients {
     pub main: Client,
     pub nodes: Vec<Client>,
     pub members: Arc<Members>,
-    pub spread: Option<Spread>,
+    pub raw: Option<Raw>,
+}
+
+/// The raw route of a step's ops: each to the next member node, with no retry.
+pub enum Raw {
+    /// `--clients spread`: Keel's own API, through keel-proto's generated client.
+    Keel(Spread),
+    /// `--clients etcd`: etcd's API, through the `etcd-client` crate.
+    #[cfg(feature = "etcd")]
+    Etcd(EtcdSpread),
+}
+
+/// The route of `--clients etcd`: the etcd ports of the nodes of `endpoints`.
+#[cfg(feature = "etcd")]
+async fn etcd_route(
+    endpoints: &[String],
+    members: &Arc<Members>,
+    first: u64,
+) -> anyhow::Result<Raw> {
+    let etcd: Vec<String> = endpoints
+        .iter()
+        .map(|endpoint| net::etcd_endpoint(endpoint))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Raw::Etcd(
+        EtcdSpread::connect(&etcd, members.clone(), first).await?,
+    ))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn etcd_route(_: &[String], _: &Arc<Members>, _: u64) -> anyhow::Result<Raw> {
+    anyhow::bail!(crate::run::ETCD_NOT_BUILT)
+}
+
+impl Raw {
+    fn next_node(&self) -> usize {
+        match self {
+            Raw::Keel(spread) => spread.next_node(),
+            #[cfg(feature = "etcd")]
+            Raw::Etcd(etcd) => etcd.next_node(),
+        }
+    }
+
+    async fn put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        condition: Option<Condition>,
+    ) -> Result<u64, KvError> {
+        let index = self.next_node();
+        match self {
+            Raw::Keel(spread) => spread.put(index, key, value, condition).await,
+            #[cfg(feature = "etcd")]
+            Raw::Etcd(etcd) => etcd.put(index, key, value, condition).await,
+        }
+    }
+
+    /// A get from the next node; the node asked, and the answer. etcd's route reads
+    /// linearizably only (`run::validate` keeps it to the register workload).
+    async fn get(
+        &self,
+        key: &[u8],
+        consistency: Consistency,
+        bound: ReadBound,
+    ) -> (usize, Result<Read, KvError>) {
+        let index = self.next_node();
+        let answer = match self {
+            Raw::Keel(spread) => spread.get(index, key, consistency, bound).await,
+            #[cfg(feature = "etcd")]
+            Raw::Etcd(etcd) => match consistency {
+                Consistency::Linearizable => etcd.get(index, key).await,
+                _ => Err(KvError::invalid("--clients etcd reads linearizably only")),
+            },
+        };
+        (index, answer)
+    }
 }
 
 impl Clients {
     /// `endpoints`: every node's, spares included; `main` knows the members' of now.
     pub fn new(endpoints: &[String], members: Arc<Members>) -> anyhow::Result<Clients> {
-        Clients::with_mode(endpoints, members, ClientMode::Routed, 0)
+        Clients::with_raw(endpoints, members, None)
     }
 
-    /// As `new`, with raw round-robin connections too when `mode` is spread, whose first turn
-    /// is `first` (the client's index, so clients start on different nodes).
-    pub fn with_mode(
+    /// As `new`, with raw round-robin connections too when `mode` is spread or etcd, whose
+    /// first turn is `first` (the client's index, so clients start on different nodes).
+    pub async fn with_mode(
         endpoints: &[String],
         members: Arc<Members>,
         mode: ClientMode,
         first: u64,
     ) -> anyhow::Result<Clients> {
-        let spread = match mode {
+        let raw = match mode {
             ClientMode::Routed => None,
-            ClientMode::Spread => Some(Spread::new(endpoints, members.clone(), first)?),
+            ClientMode::Spread => Some(Raw::Keel(Spread::new(endpoints, members.clone(), first)?)),
+            ClientMode::Etcd => Some(etcd_route(endpoints, &members, first).await?),
         };
+        Clients::with_raw(endpoints, members, raw)
+    }
+
+    fn with_raw(
+        endpoints: &[String],
+        members: Arc<Members>,
+        raw: Option<Raw>,
+    ) -> anyhow::Result<Clients> {
         let nodes = endpoints
             .iter()
             .map(|endpoint| Client::new(vec![endpoint.clone()], client_options()))
@@ -134,7 +221,7 @@ impl Clients {
             main: Client::new(first, client_options())?,
             nodes,
             members,
-            spread,
+            raw,
         })
     }
 
@@ -145,8 +232,8 @@ impl Clients {
         value: &[u8],
         condition: Option<Condition>,
     ) -> Result<u64, KvError> {
-        match &self.spread {
-            Some(spread) => spread.put(spread.next_node(), key, value, condition).await,
+        match &self.raw {
+            Some(raw) => raw.put(key, value, condition).await,
             None => {
                 let options = PutOptions {
                     condition,
@@ -161,13 +248,8 @@ impl Clients {
     /// A linearizable get: through `reader`, or raw from the next node.
     pub async fn linearizable_get(&self, rng: &mut Rng, key: &[u8]) -> Result<Read, KvError> {
         let consistency = Consistency::Linearizable;
-        match &self.spread {
-            Some(spread) => {
-                let index = spread.next_node();
-                spread
-                    .get(index, key, consistency, ReadBound::default())
-                    .await
-            }
+        match &self.raw {
+            Some(raw) => raw.get(key, consistency, ReadBound::default()).await.1,
             None => self.reader(rng).get(key, consistency).await.map(read),
         }
     }
@@ -181,11 +263,8 @@ impl Clients {
         bound: ReadBound,
     ) -> (usize, Result<Read, KvError>) {
         let consistency = Consistency::Follower;
-        match &self.spread {
-            Some(spread) => {
-                let index = spread.next_node();
-                (index, spread.get(index, key, consistency, bound).await)
-            }
+        match &self.raw {
+            Some(raw) => raw.get(key, consistency, bound).await,
             None => {
                 let index = self.member(rng);
                 let answer = self.nodes[index].get_within(key, consistency, bound).await;
@@ -227,9 +306,14 @@ pub struct ClientPlan {
 }
 
 impl Workload {
-    /// The workload's state, its keys named to spread over `ranges` ranges.
-    pub fn new(kind: WorkloadKind, ranges: usize) -> Workload {
-        let prefix = kind.key_prefix();
+    /// The workload's state, its keys named to spread over `ranges` ranges; through etcd's
+    /// API (`mode` etcd) they lie under `etcd/` instead, in the one range that holds etcd's
+    /// namespace (the keyspace is still split at `families`, so the other ranges exist).
+    pub fn new(kind: WorkloadKind, ranges: usize, mode: ClientMode) -> Workload {
+        let (prefix, ranges) = match mode {
+            ClientMode::Etcd => (kind.etcd_key_prefix(), 1),
+            ClientMode::Routed | ClientMode::Spread => (kind.key_prefix(), ranges),
+        };
         let keys = match kind {
             WorkloadKind::Register => {
                 KeyPool::new(prefix, register::KEYS_ACTIVE, register::KEY_OPS_MAX, ranges)
@@ -385,7 +469,8 @@ pub async fn run_clients(
         Duration::from_secs_f64(plan.concurrency as f64 / f64::from(plan.rate_hz.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..plan.concurrency {
-        let clients = Clients::with_mode(endpoints, members.clone(), plan.mode, index as u64)?;
+        let clients =
+            Clients::with_mode(endpoints, members.clone(), plan.mode, index as u64).await?;
         let first = interval.mul_f64(index as f64 / plan.concurrency as f64);
         let loop_ = ClientLoop {
             index: index as u64,
@@ -575,6 +660,19 @@ impl FromStr for WorkloadKind {
 
 impl WorkloadKind {
     /// The prefix of the workload's key names.
+    /// The workload's key prefix under etcd's namespace (`--clients etcd`).
+    fn etcd_key_prefix(self) -> &'static str {
+        match self {
+            WorkloadKind::Register => "etcd/r",
+            WorkloadKind::Append => "etcd/a",
+            WorkloadKind::Counter => "etcd/c",
+            WorkloadKind::FollowerRead => "etcd/f",
+            WorkloadKind::Fencing => "etcd/fk",
+            WorkloadKind::Idempotency => "etcd/id",
+            WorkloadKind::Watch => "etcd/w",
+        }
+    }
+
     fn key_prefix(self) -> &'static str {
         match self {
             WorkloadKind::Register => "r",

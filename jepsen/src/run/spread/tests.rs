@@ -113,13 +113,13 @@ fn client_side_failures_keep_apart_not_sent_and_maybe_applied() {
 
 #[test]
 fn client_modes_round_trip() {
-    for mode in [ClientMode::Routed, ClientMode::Spread] {
+    for mode in [ClientMode::Routed, ClientMode::Spread, ClientMode::Etcd] {
         assert_eq!(mode.as_str().parse(), Ok(mode));
     }
     assert!(
         "leader"
             .parse::<ClientMode>()
             .unwrap_err()
-            .contains("routed, spread")
+            .contains("routed, spread, etcd")
     );
 }

@@ -242,11 +242,12 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+    use crate::run::spread::ClientMode;
     use crate::run::workload::WorkloadKind;
 
     #[test]
     fn holds_stay_in_their_ranges_and_values_are_unique() {
-        let workload = Workload::new(WorkloadKind::Fencing, 1);
+        let workload = Workload::new(WorkloadKind::Fencing, 1, ClientMode::Routed);
         let mut rng = Rng::new(7);
         let holds: Vec<Hold> = (0..300)
             .map(|number| Hold::draw(&workload, &mut rng, number % 5, number))

@@ -270,11 +270,12 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+    use crate::run::spread::ClientMode;
     use crate::run::workload::WorkloadKind;
 
     #[test]
     fn attempts_stay_in_their_ranges_and_results_are_unique() {
-        let workload = Workload::new(WorkloadKind::Idempotency, 1);
+        let workload = Workload::new(WorkloadKind::Idempotency, 1, ClientMode::Routed);
         let mut rng = Rng::new(7);
         let attempts: Vec<Attempt> = (0..1200)
             .map(|number| Attempt::draw(&workload, &mut rng, number % 5, number))
