@@ -9,6 +9,8 @@ mod console;
 mod dashboards;
 mod deps;
 mod etcd_auth;
+#[cfg(feature = "etcd-client")]
+mod etcd_client;
 mod exactly_once;
 mod faults;
 mod follower_reads;
