@@ -97,6 +97,7 @@ mod tests {
             mod_revision: 1,
             version: 1,
             expires_at_ms: None,
+            lease: 0,
         }
     }
 

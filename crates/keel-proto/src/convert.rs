@@ -83,6 +83,7 @@ impl From<v1::KeyValue> for KeyValue {
             mod_revision: kv.mod_revision,
             version: kv.version,
             expires_at_ms: kv.expires_at_ms,
+            lease: 0,
         }
     }
 }
@@ -536,6 +537,7 @@ mod tests {
                     mod_revision: 5,
                     version: 3,
                     expires_at_ms: None,
+                    lease: 0,
                 }),
                 revision: 9,
             }),
@@ -648,6 +650,7 @@ mod tests {
             mod_revision: 8,
             version: 4,
             expires_at_ms: Some(10_000),
+            lease: 0,
         };
         let sent = key_value(kv.clone(), 4_000);
         assert_eq!(sent.version, 4);
@@ -669,6 +672,7 @@ mod tests {
             mod_revision: 1,
             version: 1,
             expires_at_ms: Some(10_000),
+            lease: 0,
         };
         assert_eq!(key_value(kv.clone(), 4_000).ttl_remaining_ms, Some(6_000));
         assert_eq!(

@@ -146,6 +146,7 @@ fn op_after(
         mod_revision: next,
         version,
         expires_at_ms,
+        lease: 0,
     };
     match op {
         BatchOp::Put { value, ttl_ms, .. } => {
@@ -920,6 +921,7 @@ mod tests {
             mod_revision,
             version,
             expires_at_ms: None,
+            lease: 0,
         }
     }
 

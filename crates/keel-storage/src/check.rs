@@ -340,9 +340,10 @@ impl RecordSink for DigestSink<'_> {
 /// The row a record holds, or `None` for the range's facts.
 fn checked_row(record: &Record) -> Option<CheckedRow> {
     Some(match record {
-        Record::Row(row) | Record::ExpiringRow { row, .. } | Record::VersionedRow { row, .. } => {
-            CheckedRow::Key(row.key.clone())
-        }
+        Record::Row(row)
+        | Record::ExpiringRow { row, .. }
+        | Record::VersionedRow { row, .. }
+        | Record::LeasedRow { row, .. } => CheckedRow::Key(row.key.clone()),
         Record::Lock { name, .. } => CheckedRow::Lock(name.clone()),
         Record::Fence { key, .. } => CheckedRow::Fence(key.clone()),
         Record::Idempotency { key, .. } => CheckedRow::Idempotency(key.clone()),
@@ -362,6 +363,11 @@ fn checked_row(record: &Record) -> Option<CheckedRow> {
             ..
         }
         | Record::VersionedRequest {
+            client_id,
+            sequence,
+            ..
+        }
+        | Record::LeasedRequest {
             client_id,
             sequence,
             ..

@@ -67,6 +67,13 @@
 //!   mirror types of their shape (`tables`, `snapshot`, `keel_types::command::legacy`) and
 //!   read version 1. Log entries are unchanged (no command holds a key's state). A node of
 //!   format 10 refuses a file of format 11.
+//! - 12: etcd's leases. Keys carry the lease they are attached to (`KeyValue::lease`, 0 for
+//!   none): a `kv` row's header, a `history` event's states and the key states inside
+//!   request records gained it; snapshot files write rows as `LeasedRow` and request
+//!   records as `LeasedRequest` records. Rows, events and records of older formats decode
+//!   through mirror types of their shape (`KvHeaderV11`, `StoredStateV11`,
+//!   `RequestRecordV11`, `keel_types::command::legacy::*V11`) and read lease 0. A node of
+//!   format 11 refuses a file of format 12.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -77,7 +84,7 @@ use sha2::{Digest as _, Sha256};
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 11;
+pub(crate) const FORMAT_VERSION: u8 = 12;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

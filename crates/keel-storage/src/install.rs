@@ -182,7 +182,10 @@ fn add_record(
 ) -> Result<(), StorageError> {
     let span = &state.span;
     match record {
-        record @ (Record::Row(_) | Record::ExpiringRow { .. } | Record::VersionedRow { .. }) => {
+        record @ (Record::Row(_)
+        | Record::ExpiringRow { .. }
+        | Record::VersionedRow { .. }
+        | Record::LeasedRow { .. }) => {
             let row = record.into_row().expect("a row record holds a row");
             add_row(row, state, batch)
         }
@@ -206,7 +209,8 @@ fn add_record(
         }
         record @ (Record::Request { .. }
         | Record::DigestedRequest { .. }
-        | Record::VersionedRequest { .. }) => {
+        | Record::VersionedRequest { .. }
+        | Record::LeasedRequest { .. }) => {
             let request = record.into_request().expect("a request record holds one");
             let (client_id, sequence, record) = request;
             add_request(client_id, sequence, record, state, batch)

@@ -148,7 +148,8 @@ pub(crate) fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, Storag
     }
 }
 
-/// Flips the last byte of `key`'s `kv` row; `Corrupt` if there is none.
+/// Flips the top bit of the last byte of `key`'s `kv` row (in a row of an empty value, the
+/// header's last varint then promises a byte that is not there); `Corrupt` if there is none.
 #[cfg(any(test, feature = "fault-injection"))]
 fn corrupt_row(txn: &WriteTransaction, key: &[u8]) -> Result<(), StorageError> {
     use redb::ReadableTable;
@@ -163,7 +164,7 @@ fn corrupt_row(txn: &WriteTransaction, key: &[u8]) -> Result<(), StorageError> {
             detail: "no such key".to_string(),
         })?;
     if let Some(last) = row.last_mut() {
-        *last ^= 0x01;
+        *last ^= 0x80;
     }
     kv.insert(key, row.as_slice())
         .map_err(|e| StorageError::redb("write kv", e))?;

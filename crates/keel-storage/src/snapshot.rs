@@ -22,7 +22,9 @@
 //! formats are checked for their framing and record count only. Format 10 adds a `Hold`
 //! record after `Clock` while the range is held. Format 11 writes every row as a
 //! `VersionedRow` (with the key's version) and every request record as a
-//! `VersionedRequest`; the rows and records of older files read version 1. Files are
+//! `VersionedRequest`; the rows and records of older files read version 1. Format 12 writes
+//! them as `LeasedRow` and `LeasedRequest` (with the key's lease); those of older files read
+//! lease 0. Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
 //!
@@ -56,7 +58,7 @@ use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
     self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord,
-    RequestRecordV6, SESSIONS, SM_META, Session, SessionV1,
+    RequestRecordV6, RequestRecordV11, SESSIONS, SM_META, Session, SessionV1,
 };
 
 /// Buffer size of snapshot readers and writers.
@@ -153,7 +155,8 @@ impl SnapshotHeader {
 }
 
 /// A `kv` row in a snapshot file, in the shape format 1 wrote (its expiry, if any, goes in
-/// `Record::ExpiringRow`; from format 11 its version and expiry in `Record::VersionedRow`).
+/// `Record::ExpiringRow`; from format 11 its version and expiry in `Record::VersionedRow`,
+/// from format 12 with its lease in `Record::LeasedRow`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SnapshotRow {
     #[serde(with = "serde_bytes")]
@@ -165,8 +168,9 @@ pub(crate) struct SnapshotRow {
 }
 
 impl SnapshotRow {
-    /// The key with its version (1 for a row of a file older than format 11) and expiry.
-    pub fn into_key_value(self, version: u64, expires_at_ms: Option<u64>) -> KeyValue {
+    /// The key with its version (1 for a row of a file older than format 11), expiry and
+    /// lease (0 for a row of a file older than format 12).
+    pub fn into_key_value(self, version: u64, expires_at_ms: Option<u64>, lease: i64) -> KeyValue {
         KeyValue {
             key: self.key,
             value: self.value,
@@ -174,6 +178,7 @@ impl SnapshotRow {
             mod_revision: self.mod_revision,
             version,
             expires_at_ms,
+            lease,
         }
     }
 }
@@ -269,6 +274,20 @@ pub(crate) enum Record {
     VersionedRequest {
         client_id: u64,
         sequence: u64,
+        record: RequestRecordV11,
+    },
+    /// Format 12: a row with its version, expiry and lease (it replaces `VersionedRow`).
+    LeasedRow {
+        row: SnapshotRow,
+        version: u64,
+        expires_at_ms: Option<u64>,
+        lease: i64,
+    },
+    /// Format 12: a request record of the range whose key states carry leases (it replaces
+    /// `VersionedRequest`).
+    LeasedRequest {
+        client_id: u64,
+        sequence: u64,
         record: RequestRecord,
     },
 }
@@ -302,32 +321,41 @@ impl Record {
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
         };
-        Record::VersionedRow {
+        Record::LeasedRow {
             row,
             version: kv.version,
             expires_at_ms: kv.expires_at_ms,
+            lease: kv.lease,
         }
     }
 
     /// The row a row record of any format holds (`None` for another record). Rows of files
-    /// older than format 11 have no version: they read version 1.
+    /// older than format 11 have no version: they read version 1; rows of files older than
+    /// format 12 have no lease: they read lease 0.
     pub fn into_row(self) -> Option<KeyValue> {
         Some(match self {
-            Record::Row(row) => row.into_key_value(1, None),
+            Record::Row(row) => row.into_key_value(1, None, 0),
             Record::ExpiringRow { row, expires_at_ms } => {
-                row.into_key_value(1, Some(expires_at_ms))
+                row.into_key_value(1, Some(expires_at_ms), 0)
             }
             Record::VersionedRow {
                 row,
                 version,
                 expires_at_ms,
-            } => row.into_key_value(version, expires_at_ms),
+            } => row.into_key_value(version, expires_at_ms, 0),
+            Record::LeasedRow {
+                row,
+                version,
+                expires_at_ms,
+                lease,
+            } => row.into_key_value(version, expires_at_ms, lease),
             _ => return None,
         })
     }
 
     /// The client id, sequence and record of a request record of any format (`None` for
-    /// another record); the key states in records older than format 11 read version 1.
+    /// another record); the key states in records older than format 11 read version 1, and
+    /// those older than format 12 lease 0.
     pub fn into_request(self) -> Option<(u64, u64, RequestRecord)> {
         Some(match self {
             Record::Request {
@@ -347,6 +375,11 @@ impl Record {
                 record,
             } => (client_id, sequence, record.into()),
             Record::VersionedRequest {
+                client_id,
+                sequence,
+                record,
+            } => (client_id, sequence, record.into()),
+            Record::LeasedRequest {
                 client_id,
                 sequence,
                 record,
@@ -754,7 +787,7 @@ fn write_sessions(
         let (key, value) = row.map_err(|e| StorageError::redb("read request records", e))?;
         let (client_id, sequence) = tables::request_key_parts(key.value());
         let record = RequestRecord::decode(value.value())?;
-        out.write(&Record::VersionedRequest {
+        out.write(&Record::LeasedRequest {
             client_id,
             sequence,
             record,

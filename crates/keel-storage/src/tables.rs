@@ -98,8 +98,8 @@ pub(crate) use raft_log::{RAFT_LOG, decode_entry, log_key, log_state};
 pub(crate) use raft_meta::{RAFT_META, RAFT_PURGED, RAFT_VOTE};
 pub(crate) use range_rows::{meta_key, ranges_in, read_meta, remove_meta, write_meta};
 pub(crate) use requests::{
-    REQUESTS, RequestRecord, RequestRecordV6, count_requests, read_request, remove_requests,
-    request_key, request_key_parts, write_request,
+    REQUESTS, RequestRecord, RequestRecordV6, RequestRecordV11, count_requests, read_request,
+    remove_requests, request_key, request_key_parts, write_request,
 };
 pub(crate) use sessions::{
     SESSIONS, Session, SessionV1, read_session, session_key, session_key_client, write_session,

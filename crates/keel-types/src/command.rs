@@ -34,6 +34,9 @@ pub struct KeyValue {
     /// When the key expires (Unix milliseconds, on the clock of the leader that wrote it);
     /// `None` = no TTL. A key is invisible to every read from this instant on.
     pub expires_at_ms: Option<u64>,
+    /// The etcd lease the key is attached to, 0 for none. Revoking the lease, or its expiry,
+    /// deletes the key. A key last written before storage format 12 reads 0.
+    pub lease: i64,
 }
 
 impl KeyValue {
@@ -553,6 +556,7 @@ mod tests {
             mod_revision,
             version: 1,
             expires_at_ms: None,
+            lease: 0,
         }
     }
 

@@ -14,6 +14,7 @@ fn kv(key: &[u8], value: &[u8]) -> KeyValue {
         mod_revision: 7,
         version: 2,
         expires_at_ms: None,
+        lease: 0,
     }
 }
 

@@ -40,6 +40,7 @@ fn records(rows: usize) -> Vec<Record> {
             mod_revision: row as u64 + 1,
             version: 1,
             expires_at_ms: (row % 3 == 0).then_some(9_000),
+            lease: 0,
         }));
     }
     records

@@ -54,6 +54,7 @@ pub(super) fn kv(
         mod_revision,
         version,
         expires_at_ms: None,
+        lease: 0,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `history` table (format 8): the events of every range of a file, keyed by (revision,
 //! user key), each holding the range clock and the key's state before and after the write
-//! (from format 11 with the key's version; older states read version 1); from format 9
+//! (from format 11 with the key's version, from format 12 its lease; older states read
+//! version 1 and lease 0); from format 9
 //! also the locks and idempotency records a reclaim removed, keyed by (revision, name).
 //! Names route like keys and a reclaim gives its locks and its records a revision each, so
 //! no revision has two rows of one name; the value says which it is.
@@ -46,7 +47,7 @@ fn rows_of(revisions: &RangeInclusive<Revision>) -> std::ops::Range<(u64, &'stat
     (*revisions.start(), FIRST_KEY)..(end, FIRST_KEY)
 }
 
-/// A key's state as an event stores it (the key is in the row's key), from format 11.
+/// A key's state as an event stores it (the key is in the row's key), from format 12.
 #[derive(Deserialize)]
 struct StoredState {
     #[serde(with = "serde_bytes")]
@@ -55,6 +56,7 @@ struct StoredState {
     mod_revision: Revision,
     version: u64,
     expires_at_ms: Option<u64>,
+    lease: i64,
 }
 
 impl StoredState {
@@ -66,11 +68,36 @@ impl StoredState {
             mod_revision: self.mod_revision,
             version: self.version,
             expires_at_ms: self.expires_at_ms,
+            lease: self.lease,
         }
     }
 }
 
-/// A key's state as formats 8-10 stored it: no version (it reads version 1).
+/// A key's state as format 11 stored it: no lease (it reads lease 0).
+#[derive(Deserialize)]
+struct StoredStateV11 {
+    #[serde(with = "serde_bytes")]
+    value: Vec<u8>,
+    create_revision: Revision,
+    mod_revision: Revision,
+    version: u64,
+    expires_at_ms: Option<u64>,
+}
+
+impl From<StoredStateV11> for StoredState {
+    fn from(state: StoredStateV11) -> StoredState {
+        StoredState {
+            value: state.value,
+            create_revision: state.create_revision,
+            mod_revision: state.mod_revision,
+            version: state.version,
+            expires_at_ms: state.expires_at_ms,
+            lease: 0,
+        }
+    }
+}
+
+/// A key's state as formats 8-10 stored it: no version (it reads version 1), no lease.
 #[derive(Deserialize)]
 struct StoredStateV8 {
     #[serde(with = "serde_bytes")]
@@ -88,6 +115,7 @@ impl From<StoredStateV8> for StoredState {
             mod_revision: state.mod_revision,
             version: 1,
             expires_at_ms: state.expires_at_ms,
+            lease: 0,
         }
     }
 }
@@ -103,7 +131,8 @@ struct StoredEventV8 {
 /// An event as stored from format 9 on: a key's change (its states `S`), or a lock or
 /// idempotency record a reclaim removed. `Key` is the first variant, so a key's event starts
 /// its body with a 0 byte (`is_key_row`). Read with `StoredState`s (`StoredStateV8`s in
-/// formats 9 and 10), written with `StateOf`s (the encoding of `StoredState`).
+/// formats 9 and 10, `StoredStateV11`s in format 11), written with `StateOf`s (the encoding
+/// of `StoredState`).
 #[derive(Serialize, Deserialize)]
 enum EventRow<S> {
     Key {
@@ -152,27 +181,34 @@ const KEY_TAG: u8 = 0;
 
 impl StoredEvent {
     /// Decodes a row of any format that has events; the key states of formats 8-10 read
-    /// version 1.
+    /// version 1, and those of formats 8-11 lease 0.
     fn decode(bytes: &[u8]) -> Result<StoredEvent, StorageError> {
         let what = "history event";
         let (version, body) = split_version(what, bytes)?;
-        let row: EventRow<StoredStateV8> = match version {
+        match version {
             ..=8 => {
                 let StoredEventV8 {
                     clock_ms,
                     before,
                     after,
                 } = decode_body(what, body)?;
-                EventRow::Key {
+                let row = EventRow::Key {
                     clock_ms,
                     before,
                     after,
-                }
+                };
+                Ok(row.map_states(StoredState::from))
             }
-            9..=10 => decode_body(what, body)?,
-            _ => return decode_body(what, body),
-        };
-        Ok(row.map_states(StoredState::from))
+            9..=10 => {
+                let row: EventRow<StoredStateV8> = decode_body(what, body)?;
+                Ok(row.map_states(StoredState::from))
+            }
+            11 => {
+                let row: EventRow<StoredStateV11> = decode_body(what, body)?;
+                Ok(row.map_states(StoredState::from))
+            }
+            _ => decode_body(what, body),
+        }
     }
 
     fn clock_ms(&self) -> u64 {
@@ -210,6 +246,7 @@ struct StateOf<'a> {
     mod_revision: Revision,
     version: u64,
     expires_at_ms: Option<u64>,
+    lease: i64,
 }
 
 impl<'a> StateOf<'a> {
@@ -220,6 +257,7 @@ impl<'a> StateOf<'a> {
             mod_revision: kv.mod_revision,
             version: kv.version,
             expires_at_ms: kv.expires_at_ms,
+            lease: kv.lease,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The `kv` table: every range's user rows, keyed by user key alone. Ranges of a file own
 //! disjoint spans, so they share the table and a split changes metadata only. A value is a
 //! header (create and mod revision, from format 2 the expiry, from format 11 the key's
-//! version) followed by the raw user value. Every write goes through `write_kv`, which keeps
+//! version, from format 12 its lease) followed by the raw user value. Every write goes through `write_kv`, which keeps
 //! the `ttl` index and the range's `KvCounts` (recorded in `sm_meta`) in step with the row
 //! it replaces.
 
@@ -62,9 +62,19 @@ impl KvCounts {
     }
 }
 
-/// Header of a `kv` value of format 11; the raw user value follows it.
+/// Header of a `kv` value of format 12; the raw user value follows it.
 #[derive(Serialize, Deserialize)]
 struct KvHeader {
+    create_revision: Revision,
+    mod_revision: Revision,
+    version: u64,
+    expires_at_ms: Option<u64>,
+    lease: i64,
+}
+
+/// Header of a `kv` value of format 11: no lease (the key reads lease 0).
+#[derive(Serialize, Deserialize)]
+struct KvHeaderV11 {
     create_revision: Revision,
     mod_revision: Revision,
     version: u64,
@@ -92,6 +102,7 @@ pub(crate) fn encode_kv(kv: &KeyValue) -> Vec<u8> {
         mod_revision: kv.mod_revision,
         version: kv.version,
         expires_at_ms: kv.expires_at_ms,
+        lease: kv.lease,
     };
     encode_with_tail(&header, &kv.value)
 }
@@ -105,6 +116,7 @@ pub(crate) fn decode_kv(key: &[u8], bytes: &[u8]) -> Result<KeyValue, StorageErr
         mod_revision: header.mod_revision,
         version: header.version,
         expires_at_ms: header.expires_at_ms,
+        lease: header.lease,
     })
 }
 
@@ -118,9 +130,9 @@ pub(crate) fn decode_kv_expiry(bytes: &[u8]) -> Result<Option<u64>, StorageError
     Ok(decode_kv_header(bytes)?.0.expires_at_ms)
 }
 
-/// The header of a stored `kv` value of any format, as format 11 has it: a row written
+/// The header of a stored `kv` value of any format, as format 12 has it: a row written
 /// before format 11 has no version and reads version 1 (a key last written before the
-/// upgrade counts on from 1).
+/// upgrade counts on from 1); a row written before format 12 has no lease and reads 0.
 fn decode_kv_header(bytes: &[u8]) -> Result<(KvHeader, &[u8]), StorageError> {
     const WHAT: &str = "kv value";
     match split_version(WHAT, bytes)? {
@@ -131,6 +143,7 @@ fn decode_kv_header(bytes: &[u8]) -> Result<(KvHeader, &[u8]), StorageError> {
                 mod_revision: v1.mod_revision,
                 version: 1,
                 expires_at_ms: None,
+                lease: 0,
             };
             Ok((header, value))
         }
@@ -141,6 +154,18 @@ fn decode_kv_header(bytes: &[u8]) -> Result<(KvHeader, &[u8]), StorageError> {
                 mod_revision: v2.mod_revision,
                 version: 1,
                 expires_at_ms: v2.expires_at_ms,
+                lease: 0,
+            };
+            Ok((header, value))
+        }
+        (11, body) => {
+            let (v11, value): (KvHeaderV11, &[u8]) = decode_body_with_tail(WHAT, body)?;
+            let header = KvHeader {
+                create_revision: v11.create_revision,
+                mod_revision: v11.mod_revision,
+                version: v11.version,
+                expires_at_ms: v11.expires_at_ms,
+                lease: 0,
             };
             Ok((header, value))
         }

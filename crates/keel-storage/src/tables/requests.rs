@@ -1,11 +1,11 @@
 //! The `requests` table: the first outcome of each request of a range's client sessions
 //! (`RequestRecord`, from format 6 with the request's digest, from format 11 with versions
-//! in its key states), keyed by range id, client id, then sequence, so a session's records
+//! in its key states, from format 12 with leases), keyed by range id, client id, then sequence, so a session's records
 //! sort together by sequence. `sm_meta` counts the range's records.
 
 use std::ops::RangeInclusive;
 
-use keel_types::command::legacy::CommandOutcomeV10;
+use keel_types::command::legacy::{CommandOutcomeOf, CommandOutcomeV10, KeyValueV10, KeyValueV11};
 use keel_types::{CommandOutcome, RangeId};
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -43,7 +43,8 @@ pub(crate) struct RequestRecord {
 
 impl RequestRecord {
     /// Decodes a record of any readable format: a bare outcome before format 6, a
-    /// `RequestRecordV6` in formats 6-10 (whose key states read version 1), else a
+    /// `RequestRecordV6` in formats 6-10 (whose key states read version 1), a
+    /// `RequestRecordV11` in format 11 (whose key states read lease 0), else a
     /// `RequestRecord`.
     pub fn decode(bytes: &[u8]) -> Result<RequestRecord, StorageError> {
         const WHAT: &str = "request record";
@@ -56,20 +57,26 @@ impl RequestRecord {
                 })
             }
             (6..=10, body) => Ok(decode_body::<RequestRecordV6>(WHAT, body)?.into()),
+            (11, body) => Ok(decode_body::<RequestRecordV11>(WHAT, body)?.into()),
             (_, body) => decode_body(WHAT, body),
         }
     }
 }
 
-/// A request record of formats 6-10: its outcome's key states have no version.
+/// A request record of an older format, whose outcome holds key states `K`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RequestRecordV6 {
+pub(crate) struct RequestRecordOf<K> {
     pub digest: Option<Digest>,
-    pub outcome: CommandOutcomeV10,
+    pub outcome: CommandOutcomeOf<K>,
 }
 
-impl From<RequestRecordV6> for RequestRecord {
-    fn from(record: RequestRecordV6) -> RequestRecord {
+/// A request record of formats 6-10: its outcome's key states have no version.
+pub(crate) type RequestRecordV6 = RequestRecordOf<KeyValueV10>;
+/// A request record of format 11: its outcome's key states have no lease.
+pub(crate) type RequestRecordV11 = RequestRecordOf<KeyValueV11>;
+
+impl<K: Into<keel_types::KeyValue>> From<RequestRecordOf<K>> for RequestRecord {
+    fn from(record: RequestRecordOf<K>) -> RequestRecord {
         RequestRecord {
             digest: record.digest,
             outcome: record.outcome.into(),

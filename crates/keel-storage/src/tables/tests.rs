@@ -34,6 +34,7 @@ fn values_of_an_unknown_version_are_errors() {
         mod_revision: 2,
         version: 2,
         expires_at_ms: Some(7),
+        lease: 0,
     };
     let mut bytes = encode_kv(&kv);
     assert_eq!(decode_kv_expiry(&bytes).unwrap(), Some(7));
@@ -81,7 +82,18 @@ fn values_of_formats_2_to_10_read_version_1() {
 }
 
 #[test]
-fn values_of_format_11_keep_their_version() {
+fn values_of_format_11_keep_their_version_and_read_lease_0() {
+    // create_revision, mod_revision, version, expiry, then the value.
+    let mut bytes = postcard::to_extend(&(4u64, 9u64, 6u64, Some(8u64)), vec![11]).unwrap();
+    bytes.extend_from_slice(b"value");
+    let kv = decode_kv(b"k", &bytes).unwrap();
+    let read = (kv.value.as_slice(), kv.create_revision, kv.mod_revision);
+    assert_eq!(read, (&b"value"[..], 4, 9));
+    assert_eq!((kv.version, kv.expires_at_ms, kv.lease), (6, Some(8), 0));
+}
+
+#[test]
+fn values_of_format_12_keep_their_version_and_lease() {
     let kv = KeyValue {
         key: b"k".to_vec(),
         value: b"value".to_vec(),
@@ -89,11 +101,13 @@ fn values_of_format_11_keep_their_version() {
         mod_revision: 9,
         version: 6,
         expires_at_ms: None,
+        lease: 77,
     };
     let bytes = encode_kv(&kv);
-    assert_eq!(bytes[0], 11);
-    // create_revision, mod_revision, version, expiry, then the value.
-    let mut expected = postcard::to_extend(&(4u64, 9u64, 6u64, None::<u64>), vec![11]).unwrap();
+    assert_eq!(bytes[0], 12);
+    // create_revision, mod_revision, version, expiry, lease, then the value.
+    let header = (4u64, 9u64, 6u64, None::<u64>, 77i64);
+    let mut expected = postcard::to_extend(&header, vec![12]).unwrap();
     expected.extend_from_slice(b"value");
     assert_eq!(bytes, expected);
     assert_eq!(decode_kv(b"k", &bytes).unwrap(), kv);
@@ -192,6 +206,7 @@ fn kv_counts_follow_every_write() {
         mod_revision: 1,
         version: 1,
         expires_at_ms,
+        lease: 0,
     };
     let steps = [
         (Some(row("v", None)), (1, 4, 0)),
@@ -238,8 +253,10 @@ fn span_clamps_scan_bounds() {
 }
 
 #[test]
-fn request_records_of_every_format_decode_with_versions() {
-    use keel_types::command::legacy::{CommandOutcomeV10, KeyValueV10, OpResultV10};
+fn request_records_of_every_format_decode_with_versions_and_leases() {
+    use keel_types::command::legacy::{
+        CommandOutcomeV10, CommandOutcomeV11, KeyValueV10, KeyValueV11, OpResultOf, OpResultV10,
+    };
     use keel_types::{CommandOutcome, OpResult};
 
     use crate::codec::{Digest, encode};
@@ -259,11 +276,27 @@ fn request_records_of_every_format_decode_with_versions() {
             counter: None,
         }],
     };
-    let outcome = |version| CommandOutcome::Applied {
+    let outcome_v11 = CommandOutcomeV11::Applied {
+        revision: 4,
+        results: vec![OpResultOf {
+            previous: Some(KeyValueV11 {
+                key: old.key.clone(),
+                value: old.value.clone(),
+                create_revision: 1,
+                mod_revision: 3,
+                version: 4,
+                expires_at_ms: None,
+            }),
+            existed: true,
+            counter: None,
+        }],
+    };
+    let outcome = |version, lease| CommandOutcome::Applied {
         revision: 4,
         results: vec![OpResult {
             previous: Some(KeyValue {
                 version,
+                lease,
                 ..KeyValue::from(old.clone())
             }),
             existed: true,
@@ -282,14 +315,20 @@ fn request_records_of_every_format_decode_with_versions() {
         outcome: outcome_v10.clone(),
     };
     let digested = with_format(10, encode(&digested));
+    let versioned = RequestRecordV11 {
+        digest,
+        outcome: outcome_v11,
+    };
+    let versioned = with_format(11, encode(&versioned));
     let current = RequestRecord {
         digest,
-        outcome: outcome(4),
+        outcome: outcome(4, 9),
     };
     let cases = [
-        (bare, None, outcome(1)),
-        (digested, digest, outcome(1)),
-        (encode(&current), digest, outcome(4)),
+        (bare, None, outcome(1, 0)),
+        (digested, digest, outcome(1, 0)),
+        (versioned, digest, outcome(4, 0)),
+        (encode(&current), digest, outcome(4, 9)),
     ];
     for (bytes, digest, outcome) in cases {
         let record = RequestRecord::decode(&bytes).unwrap();
@@ -300,7 +339,9 @@ fn request_records_of_every_format_decode_with_versions() {
             bytes[0]
         );
     }
-    // A format-10 record is not read as a format-11 one, nor the other way round.
-    let misread = RequestRecord::decode(&with_format(10, encode(&current)));
-    assert!(misread.is_err(), "{misread:?}");
+    // A record of an older format is not read as a format-12 one.
+    for format in [10, 11] {
+        let misread = RequestRecord::decode(&with_format(format, encode(&current)));
+        assert!(misread.is_err(), "format {format}: {misread:?}");
+    }
 }

@@ -55,6 +55,7 @@ fn kv(key: &[u8], value: &[u8], revisions: (Revision, Revision), version: u64) -
         mod_revision: revisions.1,
         version,
         expires_at_ms: None,
+        lease: 0,
     }
 }
 

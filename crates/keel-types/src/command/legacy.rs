@@ -5,6 +5,9 @@
 //! - Format 1: `BatchOpV1` (log entries).
 //! - Formats 1-10: `KeyValueV10` and what holds one in a request record (`OpResultV10`,
 //!   `ConditionFailedV10`, `CommandOutcomeV10`): a key's state had no version.
+//! - Format 11: `KeyValueV11` and what holds one in a request record (`CommandOutcomeV11`,
+//!   with transactions' results): a key's state had no lease. The mirrors of what holds a
+//!   key state are generic over it (`*Of<K>`), so both formats share them.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +15,7 @@ use super::{BatchOp, CommandOutcome, Condition, ConditionFailed, KeyValue, OpRes
 use crate::coordination::CoordinationResult;
 use crate::ids::Revision;
 use crate::range::{MetaOutcome, RangeDescriptor};
+use crate::txn::{ReadResult, TxnOpResult, TxnResult};
 
 /// `BatchOp` of format 1: no TTL, no increment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,7 +64,8 @@ impl From<BatchOpV1> for BatchOp {
     }
 }
 
-/// `KeyValue` of formats 1-10: no version. Such a key reads version 1 (see `KeyValue::version`).
+/// `KeyValue` of formats 1-10: no version, no lease. Such a key reads version 1 (see
+/// `KeyValue::version`) and lease 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValueV10 {
     #[serde(with = "serde_bytes")]
@@ -81,61 +86,145 @@ impl From<KeyValueV10> for KeyValue {
             mod_revision: kv.mod_revision,
             version: 1,
             expires_at_ms: kv.expires_at_ms,
+            lease: 0,
         }
     }
 }
 
-/// `OpResult` of formats 1-10: its previous state has no version.
+/// `KeyValue` of format 11: a version, no lease. Such a key reads lease 0 (see
+/// `KeyValue::lease`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpResultV10 {
-    pub previous: Option<KeyValueV10>,
+pub struct KeyValueV11 {
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub value: Vec<u8>,
+    pub create_revision: Revision,
+    pub mod_revision: Revision,
+    pub version: u64,
+    pub expires_at_ms: Option<u64>,
+}
+
+impl From<KeyValueV11> for KeyValue {
+    fn from(kv: KeyValueV11) -> KeyValue {
+        KeyValue {
+            key: kv.key,
+            value: kv.value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            version: kv.version,
+            expires_at_ms: kv.expires_at_ms,
+            lease: 0,
+        }
+    }
+}
+
+/// `OpResult` whose previous state is an older format's key state `K`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpResultOf<K> {
+    pub previous: Option<K>,
     pub existed: bool,
     pub counter: Option<i64>,
 }
 
-impl From<OpResultV10> for OpResult {
-    fn from(result: OpResultV10) -> OpResult {
+/// `OpResult` of formats 1-10: its previous state has no version.
+pub type OpResultV10 = OpResultOf<KeyValueV10>;
+
+impl<K: Into<KeyValue>> From<OpResultOf<K>> for OpResult {
+    fn from(result: OpResultOf<K>) -> OpResult {
         OpResult {
-            previous: result.previous.map(KeyValue::from),
+            previous: result.previous.map(Into::into),
             existed: result.existed,
             counter: result.counter,
         }
     }
 }
 
-/// `ConditionFailed` of formats 1-10: its current state has no version.
+/// `ConditionFailed` whose current state is an older format's key state `K`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConditionFailedV10 {
+pub struct ConditionFailedOf<K> {
     pub op_index: u32,
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
-    pub current: Option<KeyValueV10>,
+    pub current: Option<K>,
     pub revision: Revision,
 }
 
-impl From<ConditionFailedV10> for ConditionFailed {
-    fn from(failed: ConditionFailedV10) -> ConditionFailed {
+/// `ConditionFailed` of formats 1-10: its current state has no version.
+pub type ConditionFailedV10 = ConditionFailedOf<KeyValueV10>;
+
+impl<K: Into<KeyValue>> From<ConditionFailedOf<K>> for ConditionFailed {
+    fn from(failed: ConditionFailedOf<K>) -> ConditionFailed {
         ConditionFailed {
             op_index: failed.op_index,
             key: failed.key,
-            current: failed.current.map(KeyValue::from),
+            current: failed.current.map(Into::into),
             revision: failed.revision,
         }
     }
 }
 
-/// `CommandOutcome` of formats 1-10 (request records): the same variants, its key states
-/// without versions. Older formats wrote a prefix of these variants.
+/// `ReadResult` whose rows are an older format's key states `K`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CommandOutcomeV10 {
+pub struct ReadResultOf<K> {
+    pub kvs: Vec<K>,
+    pub count: u64,
+    pub more: bool,
+}
+
+/// `TxnOpResult` holding an older format's key states `K`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOpResultOf<K> {
+    Read(ReadResultOf<K>),
+    Put { previous: Option<K> },
+    Delete { deleted: u64, previous: Vec<K> },
+    Txn(TxnResultOf<K>),
+}
+
+/// `TxnResult` holding an older format's key states `K`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResultOf<K> {
+    pub succeeded: bool,
+    pub results: Vec<TxnOpResultOf<K>>,
+}
+
+impl<K: Into<KeyValue>> From<TxnResultOf<K>> for TxnResult {
+    fn from(result: TxnResultOf<K>) -> TxnResult {
+        let states = |kvs: Vec<K>| kvs.into_iter().map(Into::into).collect();
+        let op = |op| match op {
+            TxnOpResultOf::Read(read) => TxnOpResult::Read(ReadResult {
+                kvs: states(read.kvs),
+                count: read.count,
+                more: read.more,
+            }),
+            TxnOpResultOf::Put { previous } => TxnOpResult::Put {
+                previous: previous.map(Into::into),
+            },
+            TxnOpResultOf::Delete { deleted, previous } => TxnOpResult::Delete {
+                deleted,
+                previous: states(previous),
+            },
+            TxnOpResultOf::Txn(nested) => TxnOpResult::Txn(nested.into()),
+        };
+        TxnResult {
+            succeeded: result.succeeded,
+            results: result.results.into_iter().map(op).collect(),
+        }
+    }
+}
+
+/// `CommandOutcome` (request records) whose key states are an older format's `K`: the same
+/// variants. Older formats wrote a prefix of these variants (format 11 added `Transacted`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandOutcomeOf<K> {
     Applied {
         revision: Revision,
-        results: Vec<OpResultV10>,
+        results: Vec<OpResultOf<K>>,
     },
-    ConditionFailed(ConditionFailedV10),
+    ConditionFailed(ConditionFailedOf<K>),
     Internal,
     Rejected(Rejection),
-    Replayed(Box<CommandOutcomeV10>),
+    Replayed(Box<CommandOutcomeOf<K>>),
     Coordinated {
         revision: Revision,
         result: CoordinationResult,
@@ -148,29 +237,42 @@ pub enum CommandOutcomeV10 {
     Checked {
         index: u64,
     },
+    Transacted {
+        revision: Revision,
+        result: TxnResultOf<K>,
+    },
 }
 
-impl From<CommandOutcomeV10> for CommandOutcome {
-    fn from(outcome: CommandOutcomeV10) -> CommandOutcome {
+/// `CommandOutcome` of formats 1-10: its key states have no version.
+pub type CommandOutcomeV10 = CommandOutcomeOf<KeyValueV10>;
+/// `CommandOutcome` of format 11: its key states have no lease.
+pub type CommandOutcomeV11 = CommandOutcomeOf<KeyValueV11>;
+
+impl<K: Into<KeyValue>> From<CommandOutcomeOf<K>> for CommandOutcome {
+    fn from(outcome: CommandOutcomeOf<K>) -> CommandOutcome {
         match outcome {
-            CommandOutcomeV10::Applied { revision, results } => CommandOutcome::Applied {
+            CommandOutcomeOf::Applied { revision, results } => CommandOutcome::Applied {
                 revision,
                 results: results.into_iter().map(OpResult::from).collect(),
             },
-            CommandOutcomeV10::ConditionFailed(failed) => {
+            CommandOutcomeOf::ConditionFailed(failed) => {
                 CommandOutcome::ConditionFailed(failed.into())
             }
-            CommandOutcomeV10::Internal => CommandOutcome::Internal,
-            CommandOutcomeV10::Rejected(rejection) => CommandOutcome::Rejected(rejection),
-            CommandOutcomeV10::Replayed(first) => {
+            CommandOutcomeOf::Internal => CommandOutcome::Internal,
+            CommandOutcomeOf::Rejected(rejection) => CommandOutcome::Rejected(rejection),
+            CommandOutcomeOf::Replayed(first) => {
                 CommandOutcome::Replayed(Box::new((*first).into()))
             }
-            CommandOutcomeV10::Coordinated { revision, result } => {
+            CommandOutcomeOf::Coordinated { revision, result } => {
                 CommandOutcome::Coordinated { revision, result }
             }
-            CommandOutcomeV10::Split { left, right } => CommandOutcome::Split { left, right },
-            CommandOutcomeV10::Meta(outcome) => CommandOutcome::Meta(outcome),
-            CommandOutcomeV10::Checked { index } => CommandOutcome::Checked { index },
+            CommandOutcomeOf::Split { left, right } => CommandOutcome::Split { left, right },
+            CommandOutcomeOf::Meta(outcome) => CommandOutcome::Meta(outcome),
+            CommandOutcomeOf::Checked { index } => CommandOutcome::Checked { index },
+            CommandOutcomeOf::Transacted { revision, result } => CommandOutcome::Transacted {
+                revision,
+                result: result.into(),
+            },
         }
     }
 }
@@ -197,6 +299,7 @@ mod tests {
             mod_revision: 5,
             version: 1,
             expires_at_ms: Some(9),
+            lease: 0,
         }
     }
 
@@ -245,5 +348,74 @@ mod tests {
         for (old, expected) in cases {
             assert_eq!(CommandOutcome::from(old.clone()), expected, "{old:?}");
         }
+    }
+
+    #[test]
+    fn key_states_of_format_11_outcomes_read_lease_0() {
+        let v11 = KeyValueV11 {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            create_revision: 2,
+            mod_revision: 5,
+            version: 3,
+            expires_at_ms: None,
+        };
+        let read = KeyValue {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            create_revision: 2,
+            mod_revision: 5,
+            version: 3,
+            expires_at_ms: None,
+            lease: 0,
+        };
+        let nested = TxnResultOf {
+            succeeded: false,
+            results: vec![TxnOpResultOf::Delete {
+                deleted: 1,
+                previous: vec![v11.clone()],
+            }],
+        };
+        let old = CommandOutcomeV11::Transacted {
+            revision: 6,
+            result: TxnResultOf {
+                succeeded: true,
+                results: vec![
+                    TxnOpResultOf::Read(ReadResultOf {
+                        kvs: vec![v11.clone()],
+                        count: 1,
+                        more: false,
+                    }),
+                    TxnOpResultOf::Put {
+                        previous: Some(v11),
+                    },
+                    TxnOpResultOf::Txn(nested),
+                ],
+            },
+        };
+        let expected = CommandOutcome::Transacted {
+            revision: 6,
+            result: TxnResult {
+                succeeded: true,
+                results: vec![
+                    TxnOpResult::Read(ReadResult {
+                        kvs: vec![read.clone()],
+                        count: 1,
+                        more: false,
+                    }),
+                    TxnOpResult::Put {
+                        previous: Some(read.clone()),
+                    },
+                    TxnOpResult::Txn(TxnResult {
+                        succeeded: false,
+                        results: vec![TxnOpResult::Delete {
+                            deleted: 1,
+                            previous: vec![read],
+                        }],
+                    }),
+                ],
+            },
+        };
+        assert_eq!(CommandOutcome::from(old), expected);
     }
 }

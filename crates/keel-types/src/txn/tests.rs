@@ -9,6 +9,7 @@ fn kv(key: &str, value: &str, create: Revision, modified: Revision, version: u64
         mod_revision: modified,
         version,
         expires_at_ms: None,
+        lease: 0,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Events of every format decode, their key states with versions (1 before format 11).
+//! Events of every format decode, their key states with versions (1 before format 11) and
+//! leases (0 before format 12).
 
 use keel_types::{Event, EventKind, KeyValue};
 
@@ -13,7 +14,19 @@ fn kv(value: &str, mod_revision: u64, version: u64) -> KeyValue {
         mod_revision,
         version,
         expires_at_ms: None,
+        lease: 0,
     }
+}
+
+/// A key's state as format 11 wrote it: format 8's with the version before the expiry.
+fn state_v11(kv: &KeyValue) -> (Vec<u8>, u64, u64, u64, Option<u64>) {
+    (
+        kv.value.clone(),
+        kv.create_revision,
+        kv.mod_revision,
+        kv.version,
+        kv.expires_at_ms,
+    )
 }
 
 /// A key's state as formats 8-10 wrote it: value, create and mod revision, expiry.
@@ -46,20 +59,38 @@ fn key_states_of_every_format_decode_with_versions() {
     let v10 = with_format(10, encode(&v10));
     let v11 = EventRow::Key {
         clock_ms,
-        before: Some(StateOf::of(&before)),
-        after: Some(StateOf::of(&after)),
+        before: Some(state_v11(&before)),
+        after: Some(state_v11(&after)),
     };
-    let v11 = encode(&v11);
-    assert_eq!(v11[0], 11);
-    let read = |before_version, after_version| Event {
+    let v11 = with_format(11, encode(&v11));
+    let leased = KeyValue {
+        lease: 7,
+        ..after.clone()
+    };
+    let v12 = EventRow::Key {
+        clock_ms,
+        before: Some(StateOf::of(&before)),
+        after: Some(StateOf::of(&leased)),
+    };
+    let v12 = encode(&v12);
+    assert_eq!(v12[0], 12);
+    let read = |before_version, after_version, lease| Event {
         revision: 5,
         key: b"k".to_vec(),
-        after: Some(kv("2", 5, after_version)),
+        after: Some(KeyValue {
+            lease,
+            ..kv("2", 5, after_version)
+        }),
         before: Some(kv("1", 2, before_version)),
         clock_ms,
         kind: EventKind::Key,
     };
-    let cases = [(v8, read(1, 1)), (v10, read(1, 1)), (v11, read(4, 5))];
+    let cases = [
+        (v8, read(1, 1, 0)),
+        (v10, read(1, 1, 0)),
+        (v11, read(4, 5, 0)),
+        (v12, read(4, 5, 7)),
+    ];
     for (bytes, expected) in cases {
         let event = decode_event(5, b"k", &bytes).unwrap();
         assert_eq!(event, expected, "format {}", bytes[0]);
