@@ -204,6 +204,13 @@ fn entry_bytes(entry: &Entry) -> usize {
         EntryPayload::Normal(Command::Check(check)) => 2 * check.locate.len() + FRAMING_BYTES,
         EntryPayload::Normal(Command::Hold(_)) => 16 + FRAMING_BYTES,
         EntryPayload::Normal(Command::Txn(mutation)) => txn_bytes(&mutation.txn),
+        EntryPayload::Normal(Command::Lease(lease)) => {
+            lease.op.namespace().len() + 16 + FRAMING_BYTES * 2
+        }
+        EntryPayload::Normal(Command::ExpireLeases(expire)) => {
+            let namespaces: usize = expire.leases.iter().map(|l| l.namespace.len()).sum();
+            namespaces + 16 * expire.leases.len() + FRAMING_BYTES * (expire.leases.len() + 1)
+        }
         EntryPayload::Normal(Command::Meta(meta)) => meta_bytes(meta) + FRAMING_BYTES * 2,
         EntryPayload::Blank => FRAMING_BYTES,
         EntryPayload::Membership(membership) => {

@@ -48,8 +48,10 @@ use crate::session::{self, Asked, RangeSessions, RequestPlan, SessionLimits, Ver
 use crate::tables::{self, KeySpan, META, RequestRecord, Session, SmState, Tables};
 use crate::{meta, split};
 
+mod lease;
 mod txn;
 
+use lease::{apply_expire_leases, apply_lease};
 use txn::{TxnPlan, plan_txn};
 
 /// What a mutation's ops do to the data, decided before anything is written.
@@ -139,19 +141,20 @@ fn op_after(
     clock_ms: u64,
 ) -> Result<(Option<KeyValue>, Option<i64>), Rejection> {
     let (create_revision, version) = lineage(current, next);
-    let stored = |value: Vec<u8>, expires_at_ms| KeyValue {
+    let stored = |value: Vec<u8>, expires_at_ms, lease| KeyValue {
         key: op.key().to_vec(),
         value,
         create_revision,
         mod_revision: next,
         version,
         expires_at_ms,
-        lease: 0,
+        lease,
     };
     match op {
+        // A put detaches the key from its lease, as etcd's put without a lease does.
         BatchOp::Put { value, ttl_ms, .. } => {
             let expires_at_ms = ttl_ms.map(|ttl| clock_ms.saturating_add(ttl));
-            Ok((Some(stored(value.clone(), expires_at_ms)), None))
+            Ok((Some(stored(value.clone(), expires_at_ms, 0)), None))
         }
         BatchOp::Delete { .. } => Ok((None, None)),
         BatchOp::Increment { key, delta } => {
@@ -171,8 +174,9 @@ fn op_after(
                     delta: *delta,
                 })?;
             let expires_at_ms = current.and_then(|kv| kv.expires_at_ms);
+            let lease = current.map_or(0, |kv| kv.lease);
             Ok((
-                Some(stored(sum.to_string().into_bytes(), expires_at_ms)),
+                Some(stored(sum.to_string().into_bytes(), expires_at_ms, lease)),
                 Some(sum),
             ))
         }
@@ -239,6 +243,7 @@ fn apply_command(
     };
     match command {
         Command::Cleanup(cleanup) => apply_cleanup(tables, state, range, cleanup),
+        Command::ExpireLeases(expire) => apply_expire_leases(tables, state, expire),
         Command::Reclaim(reclaim) => apply_reclaim(tables, state, reclaim, Recorded::Yes),
         Command::ReclaimUnrecorded(reclaim) => apply_reclaim(tables, state, reclaim, Recorded::No),
         Command::Meta(command) if range == RangeId::META => {
@@ -323,7 +328,17 @@ fn apply_data_command(
                 apply_txn(tables, state, &mutation.txn, clock_ms)
             })
         }
+        Command::Lease(lease) => {
+            let clock_ms = state.advance_clock(lease.now_ms);
+            let asked = (lease.request.as_ref(), command);
+            let keys = [lease.op.namespace()];
+            let touched = Touched::Keys(&keys);
+            deduplicated(tables, state, range, asked, touched, |tables, state| {
+                apply_lease(tables, state, &lease.op, clock_ms)
+            })
+        }
         Command::Cleanup(_)
+        | Command::ExpireLeases(_)
         | Command::Reclaim(_)
         | Command::ReclaimUnrecorded(_)
         | Command::Split(_)
@@ -632,11 +647,11 @@ fn write_changes(
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
 ) -> Result<(), StorageError> {
     for (key, after) in writes {
-        let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
+        let (kv, ttl, lease_keys) = (&mut tables.kv, &mut tables.ttl, &mut tables.lease_keys);
         // The row as stored, even expired: an expired row not yet removed was absent, and the
         // event says so to its readers (`tables::decode_event`) but keeps the row for reads
         // at a revision before the expiry.
-        let before = tables::write_kv(kv, ttl, &mut state.kv, &key, after.as_ref())?;
+        let before = tables::write_kv(kv, ttl, lease_keys, &mut state.kv, &key, after.as_ref())?;
         record(
             tables,
             state,
@@ -728,8 +743,8 @@ fn apply_cleanup(
             .transpose()?
             .flatten();
         if stored == Some(expired.expires_at_ms) {
-            let (kv, ttl) = (&mut tables.kv, &mut tables.ttl);
-            let before = tables::write_kv(kv, ttl, &mut state.kv, &expired.key, None)?;
+            let (kv, ttl, lease_keys) = (&mut tables.kv, &mut tables.ttl, &mut tables.lease_keys);
+            let before = tables::write_kv(kv, ttl, lease_keys, &mut state.kv, &expired.key, None)?;
             let revision = state.revision + 1;
             record(
                 tables,

@@ -347,6 +347,7 @@ fn checked_row(record: &Record) -> Option<CheckedRow> {
         Record::Lock { name, .. } => CheckedRow::Lock(name.clone()),
         Record::Fence { key, .. } => CheckedRow::Fence(key.clone()),
         Record::Idempotency { key, .. } => CheckedRow::Idempotency(key.clone()),
+        Record::Lease { key, .. } => CheckedRow::Lease(key.clone()),
         Record::Session { client_id, .. } | Record::OwnedSession { client_id, .. } => {
             CheckedRow::Session {
                 client_id: *client_id,

@@ -72,8 +72,12 @@
 //!   request records gained it; snapshot files write rows as `LeasedRow` and request
 //!   records as `LeasedRequest` records. Rows, events and records of older formats decode
 //!   through mirror types of their shape (`KvHeaderV11`, `StoredStateV11`,
-//!   `RequestRecordV11`, `keel_types::command::legacy::*V11`) and read lease 0. A node of
-//!   format 11 refuses a file of format 12.
+//!   `RequestRecordV11`, `keel_types::command::legacy::*V11`) and read lease 0. The tables
+//!   `leases` and `lease_keys` appeared and `deadlines` rows of kind 3 (a lease's expiry)
+//!   (`tables`); snapshot files gained a `Lease` record per lease (`snapshot`); log entries
+//!   may hold `Command::{Lease, ExpireLeases}`, and outcomes `CommandOutcome::Leased` and
+//!   the rejections `LeaseExists`, `LeaseNotFound`, `LeaseFull` and `KeyNotFound`. A node
+//!   of format 11 refuses a file of format 12.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 

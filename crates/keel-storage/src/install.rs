@@ -234,6 +234,7 @@ fn add_record(
             state.idempotency_records += 1;
             Ok(())
         }
+        Record::Lease { key, record } => add_keyed(&mut batch.leases, key, record, span, "a lease"),
         Record::MetaRange(_)
         | Record::MetaNode(_)
         | Record::MetaNextRangeId(_)

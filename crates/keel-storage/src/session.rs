@@ -73,8 +73,10 @@ pub(crate) fn request_digest(command: &Command) -> Digest {
             op => Digest::of(&("coordinate", op)),
         },
         Command::Txn(mutation) => Digest::of(&("txn", &mutation.txn)),
+        Command::Lease(lease) => Digest::of(&("lease", &lease.op)),
         Command::Write { .. }
         | Command::Cleanup(_)
+        | Command::ExpireLeases(_)
         | Command::Reclaim(_)
         | Command::ReclaimUnrecorded(_)
         | Command::Split(_)

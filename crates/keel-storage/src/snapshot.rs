@@ -24,7 +24,8 @@
 //! `VersionedRow` (with the key's version) and every request record as a
 //! `VersionedRequest`; the rows and records of older files read version 1. Format 12 writes
 //! them as `LeasedRow` and `LeasedRequest` (with the key's lease); those of older files read
-//! lease 0. Files are
+//! lease 0. Format 12 also writes a `Lease` record per etcd lease of the span, after the
+//! idempotency records (the keys attached to each are known from the rows). Files are
 //! written and read record by record through fixed-size buffers; no step holds a whole
 //! snapshot in memory.
 //!
@@ -57,8 +58,8 @@ use crate::meta::{self, MetaRow};
 use crate::raft_types::{LogId, Snapshot, SnapshotMeta, StoredMembership};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
-    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, REQUESTS, RequestRecord,
-    RequestRecordV6, RequestRecordV11, SESSIONS, SM_META, Session, SessionV1,
+    self, Bytes, FENCES, IDEMPOTENCY, KV, KeySpan, LEASES, LOCKS, LeaseRecord, META, REQUESTS,
+    RequestRecord, RequestRecordV6, RequestRecordV11, SESSIONS, SM_META, Session, SessionV1,
 };
 
 /// Buffer size of snapshot readers and writers.
@@ -289,6 +290,13 @@ pub(crate) enum Record {
         client_id: u64,
         sequence: u64,
         record: RequestRecord,
+    },
+    /// Format 12: an etcd lease of the range's span, expired or not, under its `leases` key.
+    /// The keys attached to it are not records: the rows' leases rebuild `lease_keys`.
+    Lease {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        record: LeaseRecord,
     },
 }
 
@@ -816,8 +824,8 @@ fn write_rows(
     Ok(())
 }
 
-/// Writes the locks, fences and idempotency records of `span`, free or expired ones
-/// included: replicas keep them until a reclaim.
+/// Writes the locks, fences, idempotency records and leases of `span`, free or expired
+/// ones included: replicas keep them until a reclaim (a lease until it is revoked).
 fn write_coordination(
     txn: &ReadTransaction,
     span: &KeySpan,
@@ -833,6 +841,10 @@ fn write_coordination(
     })?;
     write_keyed(txn, IDEMPOTENCY, span, out, |key, record| {
         Record::Idempotency { key, record }
+    })?;
+    write_keyed(txn, LEASES, span, out, |key, record| Record::Lease {
+        key,
+        record,
     })
 }
 

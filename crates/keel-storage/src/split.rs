@@ -168,7 +168,8 @@ fn drop_recent_rows(
         }
     }
     for key in recent {
-        tables::write_kv(&mut tables.kv, &mut tables.ttl, &mut state.kv, &key, None)?;
+        let (kv, ttl, lease_keys) = (&mut tables.kv, &mut tables.ttl, &mut tables.lease_keys);
+        tables::write_kv(kv, ttl, lease_keys, &mut state.kv, &key, None)?;
     }
     Ok(())
 }

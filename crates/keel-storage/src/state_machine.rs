@@ -24,8 +24,8 @@ use futures::{Stream, StreamExt};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
     Cleanup, CoordinationCounts, Event, EventCursor, IdempotencyRecord, KeyHistory, KeyValue,
-    LockHold, LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId, Reclaim,
-    ReplicaAnswer, ReplicaMembership, Revision, limits,
+    LeaseInfo, LockHold, LockPhase, NodeDescriptor, NodeId, NodeState, RangeDescriptor, RangeId,
+    Reclaim, ReplicaAnswer, ReplicaMembership, Revision, limits,
 };
 use openraft::OptionalSend;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
@@ -43,8 +43,8 @@ use crate::snapshot;
 use crate::snapshot_file::SnapshotFile;
 use crate::store::Store;
 use crate::tables::{
-    self, CompactStep, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LOCKS, META, SESSIONS, SM_META,
-    SmState, TTL,
+    self, CompactStep, DEADLINES, FENCES, IDEMPOTENCY, KV, KeySpan, LEASE_KEYS, LEASES, LOCKS,
+    LeaseRecord, META, SESSIONS, SM_META, SmState, TTL,
 };
 use crate::upkeep::{self, Upkeep, due_records, expired_keys, idle_sessions};
 use crate::writer::Done;
@@ -517,6 +517,72 @@ impl StateMachine {
         Ok((hold, revision))
     }
 
+    /// etcd's `LeaseTimeToLive`: lease `id` of `namespace` as stored (expired ones too, until
+    /// they are revoked: etcd reports them so), with the full user keys attached to it when
+    /// `with_keys`, and the range's applied revision; `None` when there is no such lease in
+    /// the range.
+    pub async fn lease(
+        &self,
+        namespace: &[u8],
+        id: i64,
+        with_keys: bool,
+    ) -> Result<(Option<LeaseInfo>, Revision), StorageError> {
+        let (range, namespace) = (self.range, namespace.to_vec());
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                let key = tables::lease_key(&namespace, id);
+                let open = |table, what| {
+                    txn.open_table(table)
+                        .map_err(|e| StorageError::redb(what, e))
+                };
+                let leases = open(LEASES, "open leases")?;
+                let stored: Option<LeaseRecord> = match state.span.contains(&key) {
+                    true => tables::read_row(&leases, &key, "lease")?,
+                    false => None,
+                };
+                let Some(stored) = stored else {
+                    return Ok((None, state.revision));
+                };
+                let keys = match with_keys {
+                    true => {
+                        let lease_keys = open(LEASE_KEYS, "open lease_keys")?;
+                        tables::attached_keys(&lease_keys, &namespace, id, usize::MAX)?
+                    }
+                    false => Vec::new(),
+                };
+                let info = LeaseInfo {
+                    id,
+                    ttl_ms: stored.ttl_ms,
+                    expires_at_ms: stored.expires_at_ms,
+                    keys,
+                };
+                Ok((Some(info), state.revision))
+            })
+            .await
+    }
+
+    /// etcd's `LeaseLeases`: the ids of `namespace`'s leases (expired ones too, until they
+    /// are revoked) in id order, at most `limits::LEASES_LIST_MAX` (the smallest; the others
+    /// are left out), with the range's applied revision.
+    pub async fn leases(&self, namespace: &[u8]) -> Result<(Vec<i64>, Revision), StorageError> {
+        let (range, namespace) = (self.range, namespace.to_vec());
+        self.store
+            .read(move |txn| {
+                let state = readable_state(txn, range)?;
+                if !state.span.contains(&namespace) {
+                    return Ok((Vec::new(), state.revision));
+                }
+                let leases = txn
+                    .open_table(LEASES)
+                    .map_err(|e| StorageError::redb("open leases", e))?;
+                let max = limits::LEASES_LIST_MAX;
+                let ids = tables::lease_ids(&leases, &namespace, 1, max)?;
+                Ok((ids, state.revision))
+            })
+            .await
+    }
+
     /// Up to `max` locks of the range held at `max(now_ms, range clock)`, by name, and
     /// whether more rows were left unread (read-only, for display: it examines at most
     /// `max` rows, free ones included).
@@ -580,11 +646,11 @@ impl StateMachine {
                     .open_table(DEADLINES)
                     .map_err(|e| StorageError::redb("open deadlines", e))?;
                 let now_ms = now_ms.max(state.clock_ms);
-                let ((locks, records), _) = due_records(&deadlines, &state.span, now_ms)?;
+                let (due, _) = due_records(&deadlines, &state.span, now_ms)?;
                 Ok(Reclaim {
                     now_ms,
-                    locks,
-                    records,
+                    locks: due.locks,
+                    records: due.records,
                 })
             })
             .await

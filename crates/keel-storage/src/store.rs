@@ -35,8 +35,8 @@ use crate::reader::{ReadResult, Readers};
 use crate::snapshot::{self, IncomingSnapshot};
 use crate::snapshot_file::SnapshotFile;
 use crate::tables::{
-    self, Bytes, DEADLINES, FENCES, HISTORY, IDEMPOTENCY, KV, KeySpan, LOCKS, META, RAFT_LOG,
-    RAFT_META, REQUESTS, SESSIONS, SM_META, TTL,
+    self, Bytes, DEADLINES, FENCES, HISTORY, IDEMPOTENCY, KV, KeySpan, LEASE_KEYS, LEASES, LOCKS,
+    META, RAFT_LOG, RAFT_META, REQUESTS, SESSIONS, SM_META, TTL,
 };
 use crate::writer::{
     self, CommitObserver, Done, Message, Request, Shared, StoreStats, Writer, panic_message,
@@ -563,6 +563,8 @@ fn create_tables(db: &Database) -> Result<(), StorageError> {
         FENCES,
         IDEMPOTENCY,
         DEADLINES,
+        LEASES,
+        LEASE_KEYS,
         META,
     ];
     for table in all {

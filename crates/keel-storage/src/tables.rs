@@ -15,8 +15,10 @@
 //! | `locks`       | lock name (format 3)                  | `LockHold`                             |
 //! | `fences`      | user key (format 3)                   | `Fence`: the lock and highest token accepted |
 //! | `idempotency` | `idempotency_key(scope, id)` (format 3) | `IdempotencyRecord`                  |
-//! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3) | empty |
+//! | `deadlines`   | instant ms (u64 BE) + kind (u8) + lock name or idempotency key (format 3), or lease key (format 12) | empty |
 //! | `history`     | revision (u64) + user key (format 8), or a lock name or idempotency key (format 9) | the event: range clock, the key's state before and after (format 11: with versions); or (format 9) the reclaim of that lock or record, with its token |
+//! | `leases`      | namespace + lease id (i64 BE) (format 12) | `LeaseRecord`: granted TTL, expiry |
+//! | `lease_keys`  | namespace + lease id (i64 BE) + attached user key without the namespace (format 12) | empty |
 //! | `meta`        | kind (u8) + range or node id (u64 BE) (format 4) | `RangeDescriptor` / `NodeDescriptor` / next range id (kind 3, id 0) |
 //!
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
@@ -50,6 +52,11 @@
 //! in step by `write_deadlined` and `write_fence` (`RowCounts`); a file of format 1-5 lacks
 //! the bytes until the store opens it (`count_unrecorded_coordination`).
 //!
+//! `leases` and `lease_keys` (format 12) hold etcd's leases and the keys attached to each,
+//! keyed inside the pinned span of their namespace, so they are shared and filtered by span
+//! like `kv` (`leases`). `lease_keys` is an index of `kv` kept in step by `write_kv`; a
+//! lease's expiry is a `deadlines` row of kind 3. Leases are not counted in `sm_meta`.
+//!
 //! `history` holds every range's events in revision order (`history`), shared and filtered
 //! by span like `kv`; `sm_meta` keeps each range's history floor and the bytes of its events.
 //!
@@ -62,6 +69,7 @@ mod history;
 mod idempotency;
 mod keyed_rows;
 mod kv;
+mod leases;
 mod locks;
 mod meta;
 mod open;
@@ -75,8 +83,8 @@ mod span;
 mod ttl;
 
 pub(crate) use deadlines::{
-    DEADLINE_IDEMPOTENCY, DEADLINE_LOCK, DEADLINES, Deadlined, deadline_key, deadline_key_parts,
-    write_deadlined,
+    DEADLINE_IDEMPOTENCY, DEADLINE_LEASE, DEADLINE_LOCK, DEADLINES, Deadlined, deadline_key,
+    deadline_key_parts, write_deadlined, write_indexed,
 };
 pub(crate) use fences::{FENCES, write_fence};
 pub(crate) use history::{
@@ -88,6 +96,10 @@ pub(crate) use idempotency::IDEMPOTENCY;
 pub(crate) use keyed_rows::{Uncounted, count_rows, read_row, row_bytes};
 pub(crate) use kv::{
     KV, KvCounts, count_kv_rows, decode_kv, decode_kv_expiry, decode_kv_value_len, write_kv,
+};
+pub(crate) use leases::{
+    LEASE_KEYS, LEASES, LeaseRecord, attached_keys, first_free_id, lease_ids, lease_key,
+    lease_key_parts,
 };
 pub(crate) use locks::LOCKS;
 pub(crate) use meta::{

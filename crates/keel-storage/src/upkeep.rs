@@ -1,6 +1,6 @@
 //! Planning a range's upkeep, read-only: the expired keys and idle sessions a cleanup
-//! removes, the free locks and expired idempotency records a reclaim removes, and when the
-//! next of them falls due. A range's state changes only by applying, so a leader that has
+//! removes, the free locks and expired idempotency records a reclaim removes, the expired
+//! etcd leases an `ExpireLeases` revokes, and when the next of them falls due. A range's state changes only by applying, so a leader that has
 //! seen the same applied index since a plan can leave the range alone until that time: an
 //! idle range costs no read until something in it expires. Knows nothing of who proposes the
 //! commands, and reads no clock: callers pass the time.
@@ -10,7 +10,9 @@
 //! may take) and skips other ranges' rows. When the budget runs out first, the time of the
 //! next row is a lower bound on the next due time of this range's rows after it.
 
-use keel_types::{Cleanup, ExpiredKey, ExpiredRecord, RangeId, Reclaim, limits};
+use keel_types::{
+    Cleanup, ExpireLeases, ExpiredKey, ExpiredLease, ExpiredRecord, RangeId, Reclaim, limits,
+};
 use redb::{ReadTransaction, ReadableTable};
 
 use crate::error::StorageError;
@@ -21,6 +23,8 @@ use crate::tables::{self, DEADLINES, KeySpan, SESSIONS, Session, SmState, TTL};
 pub struct Upkeep {
     pub cleanup: Cleanup,
     pub reclaim: Reclaim,
+    /// (format 12) The expired etcd leases of the range, at most `CLEANUP_LEASES_MAX`.
+    pub expire_leases: ExpireLeases,
     /// The earliest time, on the clock of `now_ms`, at which another plan of the range, its
     /// state unchanged, could find more than this one; at or before `now_ms` when this plan
     /// stopped at a limit. `None`: nothing of the range falls due unless its state changes.
@@ -58,7 +62,7 @@ pub(crate) fn plan(
         ),
         SessionsDue::Never => None,
     };
-    let ((locks, records), records_due) = due_records(&deadlines, &state.span, range_now_ms)?;
+    let (due, records_due) = due_records(&deadlines, &state.span, range_now_ms)?;
     let next_due_ms = [keys_due, sessions_due, records_due]
         .into_iter()
         .flatten()
@@ -72,8 +76,12 @@ pub(crate) fn plan(
         },
         reclaim: Reclaim {
             now_ms: range_now_ms,
-            locks,
-            records,
+            locks: due.locks,
+            records: due.records,
+        },
+        expire_leases: ExpireLeases {
+            now_ms: range_now_ms,
+            leases: due.leases,
         },
         next_due_ms,
     })
@@ -115,13 +123,57 @@ where
     Ok((keys, None))
 }
 
-/// Free locks and expired idempotency records.
-pub(crate) type DueRecords = (Vec<ExpiredRecord>, Vec<ExpiredRecord>);
+/// What the `deadlines` index holds due for one range: free locks, expired idempotency
+/// records and (format 12) expired etcd leases, each earliest first.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct DueRecords {
+    pub locks: Vec<ExpiredRecord>,
+    pub records: Vec<ExpiredRecord>,
+    pub leases: Vec<ExpiredLease>,
+}
 
-/// Locks of `span` free at `now_ms` and idempotency records of `span` expired then, from the
-/// `deadlines` index, earliest first; at most `CLEANUP_KEYS_MAX` of each, after examining
-/// at most `limits::CLEANUP_EXAMINED_PER_KEY` index rows per item of both lists. Also the
-/// time of the first row of `span` not taken (or a lower bound of it).
+impl DueRecords {
+    /// Takes a due row of `kind`; false when the list of its kind is full.
+    fn take(&mut self, kind: u8, key: &[u8], at_ms: u64) -> bool {
+        let record = || ExpiredRecord {
+            key: key.to_vec(),
+            at_ms,
+        };
+        match kind {
+            tables::DEADLINE_LOCK if self.locks.len() < limits::CLEANUP_KEYS_MAX => {
+                self.locks.push(record())
+            }
+            tables::DEADLINE_IDEMPOTENCY if self.records.len() < limits::CLEANUP_KEYS_MAX => {
+                self.records.push(record())
+            }
+            tables::DEADLINE_LEASE if self.leases.len() < limits::CLEANUP_LEASES_MAX => {
+                let (namespace, id) = tables::lease_key_parts(key);
+                self.leases.push(ExpiredLease {
+                    namespace: namespace.to_vec(),
+                    id,
+                    expires_at_ms: at_ms,
+                });
+            }
+            tables::DEADLINE_LOCK | tables::DEADLINE_IDEMPOTENCY | tables::DEADLINE_LEASE => {
+                return false;
+            }
+            other => panic!("a deadlines index row of unknown kind {other}"),
+        }
+        true
+    }
+
+    fn full(&self) -> bool {
+        self.locks.len() == limits::CLEANUP_KEYS_MAX
+            && self.records.len() == limits::CLEANUP_KEYS_MAX
+            && self.leases.len() == limits::CLEANUP_LEASES_MAX
+    }
+}
+
+/// Locks of `span` free at `now_ms`, idempotency records of `span` expired then and etcd
+/// leases of `span` expired then, from the `deadlines` index, earliest first; at most
+/// `CLEANUP_KEYS_MAX` locks and as many records and `CLEANUP_LEASES_MAX` leases, after
+/// examining at most `limits::CLEANUP_EXAMINED_PER_KEY` index rows per item of all three
+/// lists. Also the time of the first row of `span` not taken (or a lower bound of it).
 pub(crate) fn due_records<R>(
     deadlines: &R,
     span: &KeySpan,
@@ -130,8 +182,9 @@ pub(crate) fn due_records<R>(
 where
     R: ReadableTable<tables::Bytes, tables::Bytes>,
 {
-    let examined_max = 2 * limits::CLEANUP_KEYS_MAX * limits::CLEANUP_EXAMINED_PER_KEY;
-    let (mut locks, mut records) = (Vec::new(), Vec::new());
+    let items_max = 2 * limits::CLEANUP_KEYS_MAX + limits::CLEANUP_LEASES_MAX;
+    let examined_max = items_max * limits::CLEANUP_EXAMINED_PER_KEY;
+    let mut due = DueRecords::default();
     let mut left_due = None;
     let rows = deadlines
         .range::<&[u8]>(..)
@@ -140,33 +193,23 @@ where
         let (row, _) = row.map_err(|e| StorageError::redb("read deadlines index", e))?;
         let (at_ms, kind, key) = tables::deadline_key_parts(row.value());
         if examined == examined_max {
-            return Ok(((locks, records), left_due.or(Some(at_ms))));
+            return Ok((due, left_due.or(Some(at_ms))));
         }
-        let list = match kind {
-            tables::DEADLINE_LOCK => &mut locks,
-            tables::DEADLINE_IDEMPOTENCY => &mut records,
-            other => panic!("a deadlines index row of unknown kind {other}"),
-        };
         if !span.contains(key) {
             continue;
         }
         if at_ms > now_ms {
-            return Ok(((locks, records), left_due.or(Some(at_ms))));
+            return Ok((due, left_due.or(Some(at_ms))));
         }
-        if list.len() < limits::CLEANUP_KEYS_MAX {
-            list.push(ExpiredRecord {
-                key: key.to_vec(),
-                at_ms,
-            });
+        if due.take(kind, key, at_ms) {
             continue;
         }
         left_due = left_due.or(Some(at_ms));
-        let full = |list: &Vec<ExpiredRecord>| list.len() == limits::CLEANUP_KEYS_MAX;
-        if full(&locks) && full(&records) {
+        if due.full() {
             break;
         }
     }
-    Ok(((locks, records), left_due))
+    Ok((due, left_due))
 }
 
 /// When the sessions of a range not yet idle fall idle.

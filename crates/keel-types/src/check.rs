@@ -59,8 +59,15 @@ pub enum CheckedRow {
     Lock(#[serde(with = "serde_bytes")] Vec<u8>),
     Fence(#[serde(with = "serde_bytes")] Vec<u8>),
     Idempotency(#[serde(with = "serde_bytes")] Vec<u8>),
-    Session { client_id: u64 },
-    Request { client_id: u64, sequence: u64 },
+    Session {
+        client_id: u64,
+    },
+    Request {
+        client_id: u64,
+        sequence: u64,
+    },
+    /// (format 12) An etcd lease, by its key in the `leases` table.
+    Lease(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 impl CheckedRow {
@@ -72,7 +79,8 @@ impl CheckedRow {
             CheckedRow::Key(key)
             | CheckedRow::Lock(key)
             | CheckedRow::Fence(key)
-            | CheckedRow::Idempotency(key) => fnv1a(key),
+            | CheckedRow::Idempotency(key)
+            | CheckedRow::Lease(key) => fnv1a(key),
             CheckedRow::Session { client_id } | CheckedRow::Request { client_id, .. } => {
                 fnv1a(&client_id.to_be_bytes())
             }
@@ -94,6 +102,16 @@ impl fmt::Display for CheckedRow {
                 client_id,
                 sequence,
             } => write!(f, "request record {client_id}/{sequence}"),
+            CheckedRow::Lease(key) => {
+                let id = key.len().checked_sub(8).map(|at| &key[at..]);
+                let id = id.and_then(|id| <[u8; 8]>::try_from(id).ok());
+                let id = id.map_or(0, i64::from_be_bytes);
+                write!(
+                    f,
+                    "lease {id} of {}",
+                    show(&key[..key.len().saturating_sub(8)])
+                )
+            }
         }
     }
 }

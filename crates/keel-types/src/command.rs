@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::check::{Check, Hold};
 use crate::coordination::{Coordination, CoordinationOp, CoordinationResult, Fence, Reclaim};
 use crate::ids::{RangeId, Revision};
+use crate::lease::{ExpireLeases, LeaseMutation, LeaseResult};
 use crate::range::{MetaCommand, MetaOutcome, RangeDescriptor, Split};
 use crate::txn::{TxnMutation, TxnResult};
 
@@ -34,8 +35,9 @@ pub struct KeyValue {
     /// When the key expires (Unix milliseconds, on the clock of the leader that wrote it);
     /// `None` = no TTL. A key is invisible to every read from this instant on.
     pub expires_at_ms: Option<u64>,
-    /// The etcd lease the key is attached to, 0 for none. Revoking the lease, or its expiry,
-    /// deletes the key. A key last written before storage format 12 reads 0.
+    /// The etcd lease the key is attached to (`crate::lease`), 0 for none. Revoking the
+    /// lease, or its expiry, deletes the key. A key last written before storage format 12
+    /// reads 0.
     pub lease: i64,
 }
 
@@ -230,6 +232,10 @@ pub enum Command {
     /// (format 11) A client's transaction (`crate::txn`): compares, then one branch of
     /// reads, puts, span deletes and nested transactions, at one revision.
     Txn(TxnMutation),
+    /// (format 12) A client's operation on an etcd lease (`crate::lease`).
+    Lease(LeaseMutation),
+    /// (format 12) Revocation of expired leases, proposed by the leader's upkeep.
+    ExpireLeases(ExpireLeases),
 }
 
 impl std::fmt::Display for Command {
@@ -279,6 +285,10 @@ impl std::fmt::Display for Command {
                     "txn({} compares, {ops} ops)",
                     mutation.txn.compares.len()
                 )
+            }
+            Command::Lease(lease) => write!(f, "lease({})", lease.op.name()),
+            Command::ExpireLeases(expire) => {
+                write!(f, "expire-leases({} leases)", expire.leases.len())
             }
             Command::Split(split) => write!(
                 f,
@@ -419,6 +429,21 @@ pub enum Rejection {
         #[serde(with = "serde_bytes")]
         key: Vec<u8>,
     },
+    /// Format 12: a grant named a lease id that a lease of its namespace holds (expired or
+    /// not, until it is revoked).
+    LeaseExists { id: i64 },
+    /// Format 12: the lease does not exist, or (for a keep-alive or a put attaching a key)
+    /// has expired at the range clock.
+    LeaseNotFound { id: i64 },
+    /// Format 12: attaching the transaction's keys would give the lease more than `max`
+    /// keys (`limits::LEASE_KEYS_MAX`).
+    LeaseFull { id: i64, max: u64 },
+    /// Format 12: a transaction's put asked to keep the value or lease of a key that is
+    /// absent (etcd's "key not found").
+    KeyNotFound {
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
 }
 
 /// What applying one log entry produced. Every replica computes the same outcome.
@@ -460,6 +485,8 @@ pub enum CommandOutcome {
         revision: Revision,
         result: TxnResult,
     },
+    /// (format 12) A lease operation was applied.
+    Leased(LeaseResult),
 }
 
 impl CommandOutcome {
@@ -476,6 +503,7 @@ impl CommandOutcome {
             CommandOutcome::Meta(_) => "Meta",
             CommandOutcome::Checked { .. } => "Checked",
             CommandOutcome::Transacted { .. } => "Transacted",
+            CommandOutcome::Leased(_) => "Leased",
         }
     }
 }

@@ -264,6 +264,19 @@ impl From<Rejection> for KvError {
                 crate::limits::human_bytes(crate::limits::TXN_RESULT_BYTES_MAX),
                 crate::validate::show_key(&key)
             )),
+            Rejection::LeaseExists { id } => {
+                KvError::invalid(format!("lease {id} already exists in its namespace"))
+            }
+            Rejection::LeaseNotFound { id } => KvError::invalid(format!(
+                "lease {id} not found (never granted, revoked or expired)"
+            )),
+            Rejection::LeaseFull { id, max } => KvError::invalid(format!(
+                "lease {id} would hold more than {max} keys; limit is {max}"
+            )),
+            Rejection::KeyNotFound { key } => KvError::invalid(format!(
+                "key {} not found: a put that keeps the value or lease needs the key to exist",
+                crate::validate::show_key(&key)
+            )),
             Rejection::WrongRangeKind { range } => KvError::invalid(format!(
                 "range {range} cannot apply this command: meta commands go to the meta range, data commands to data ranges"
             )),

@@ -10,6 +10,7 @@ pub mod coordination;
 pub mod error;
 pub mod history;
 pub mod ids;
+pub mod lease;
 pub mod limits;
 pub mod pinned;
 pub mod planted;
@@ -33,6 +34,7 @@ pub use coordination::{
 pub use error::KvError;
 pub use history::{Event, EventCursor, EventKind, KeyHistory};
 pub use ids::{NodeAddr, NodeId, RangeId, Revision};
+pub use lease::{ExpireLeases, ExpiredLease, LeaseInfo, LeaseMutation, LeaseOp, LeaseResult};
 pub use range::{
     LedRange, MetaCommand, MetaMembers, MetaOutcome, NodeDescriptor, NodeReport, NodeState,
     QuietRange, RangeDescriptor, ReplicaChange, ReplicaMembership, Split,

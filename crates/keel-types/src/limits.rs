@@ -49,6 +49,15 @@ pub const REQUESTS_PER_SESSION_MAX: u64 = 1_024;
 /// Expired keys one cleanup command removes; also free locks and expired idempotency
 /// records one reclaim command removes (each).
 pub const CLEANUP_KEYS_MAX: usize = 256;
+/// Expired etcd leases one `ExpireLeases` command revokes. Each may delete up to
+/// `LEASE_KEYS_MAX` keys, so this stays small: one apply deletes at most 80,000 keys.
+pub const CLEANUP_LEASES_MAX: usize = 8;
+/// Keys one etcd lease may hold; a put that would attach more is refused (`LeaseFull`).
+/// Revoking a lease deletes all its keys in one apply.
+pub const LEASE_KEYS_MAX: usize = 10_000;
+/// Lease ids one `leases` read returns (etcd's `LeaseLeases`): the smallest ids of the
+/// namespace, in order; the others are left out.
+pub const LEASES_LIST_MAX: usize = 10_000;
 /// Idle client sessions one cleanup command drops (with their records).
 pub const CLEANUP_SESSIONS_MAX: usize = 256;
 /// TTL-index rows a leader examines per key it may put in one cleanup: the index is shared

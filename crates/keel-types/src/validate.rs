@@ -10,8 +10,10 @@ use crate::ids::Revision;
 use crate::limits::{self, human_bytes};
 use crate::tenant::namespace_prefix_len;
 
+mod lease;
 mod txn;
 
+pub use lease::{check_lease, check_lease_id, check_lease_namespace};
 pub use txn::check_txn;
 
 /// A key shown in an error: lossy UTF-8 without a tenant's prefix, cut to 64 bytes.

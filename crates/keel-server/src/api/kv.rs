@@ -289,6 +289,7 @@ impl KvService {
             | CommandOutcome::Split { .. }
             | CommandOutcome::Checked { .. }
             | CommandOutcome::Transacted { .. }
+            | CommandOutcome::Leased(_)
             | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }
@@ -341,6 +342,7 @@ impl KvService {
             | CommandOutcome::Coordinated { .. }
             | CommandOutcome::Split { .. }
             | CommandOutcome::Checked { .. }
+            | CommandOutcome::Leased(_)
             | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }

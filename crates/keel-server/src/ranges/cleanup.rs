@@ -1,12 +1,14 @@
 //! The leader's cleanup loop: every `cleanup_interval_ms`, each data range this node leads
 //! (never the meta range) looks for keys whose TTL has passed, client sessions idle longer
-//! than the dedup window, lock records that became free and idempotency records that expired,
-//! and proposes their removal through Raft in bounded batches. All of them are already hidden
-//! from reads; this reclaims their space, and records their removals as events of the
+//! than the dedup window, lock records that became free, idempotency records that expired and
+//! etcd leases that expired, and proposes their removal through Raft in bounded batches
+//! (`Cleanup`, `Reclaim`, `ExpireLeases`). All but the leases are already
+//! hidden from reads (an expired lease's keys stay readable until it is revoked, as in etcd);
+//! this reclaims their space, and records their removals as events of the
 //! range's history (expired keys, free locks and expired records; not idle sessions). Knows
 //! nothing of gRPC.
 //!
-//! One read plans both commands and says when the range's next item falls due
+//! One read plans all three commands and says when the range's next item falls due
 //! (`StateMachine::plan_upkeep`). A range whose applied index has not moved since is left
 //! alone until then (`rounds`): an idle range costs no storage read until a key of it
 //! expires, a session idles out or a lock or record falls due, and then it is cleaned up in
@@ -41,7 +43,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 }
 
 /// One round of one group: plan from one read of the state machine, then propose what is
-/// due (both commands, even if the first fails). Applying each command checks every item
+/// due (every command, even if one fails). Applying each command checks every item
 /// again, so a plan that went stale is harmless. Returns when to look again: when the next
 /// item falls due, or now if anything was due (once proposed the range has changed).
 async fn upkeep(shared: &Shared, group: &RaftGroup, now_ms: u64) -> Result<Option<u64>, KvError> {
@@ -51,8 +53,8 @@ async fn upkeep(shared: &Shared, group: &RaftGroup, now_ms: u64) -> Result<Optio
         .plan_upkeep(now_ms, shared.kv.dedup_window_ms)
         .await
         .map_err(|e| KvError::fatal(e.to_string()))?;
-    let (cleanup, reclaim) = (upkeep.cleanup, upkeep.reclaim);
-    if cleanup.is_empty() && reclaim.is_empty() {
+    let (cleanup, reclaim, expire) = (upkeep.cleanup, upkeep.reclaim, upkeep.expire_leases);
+    if cleanup.is_empty() && reclaim.is_empty() && expire.leases.is_empty() {
         return Ok(upkeep.next_due_ms);
     }
     let mut cleaned = Ok(());
@@ -71,7 +73,12 @@ async fn upkeep(shared: &Shared, group: &RaftGroup, now_ms: u64) -> Result<Optio
         );
         reclaimed = propose(group, Command::Reclaim(reclaim)).await;
     }
-    cleaned.and(reclaimed).map(|()| Some(now_ms))
+    let mut expired = Ok(());
+    if !expire.leases.is_empty() {
+        debug!(%range, leases = expire.leases.len(), "proposing lease expiry");
+        expired = propose(group, Command::ExpireLeases(expire)).await;
+    }
+    cleaned.and(reclaimed).and(expired).map(|()| Some(now_ms))
 }
 
 async fn propose(group: &RaftGroup, command: Command) -> Result<(), KvError> {

@@ -45,6 +45,7 @@ impl Coordinated {
             | CommandOutcome::Split { .. }
             | CommandOutcome::Checked { .. }
             | CommandOutcome::Transacted { .. }
+            | CommandOutcome::Leased(_)
             | CommandOutcome::Meta(_) => Err(unexpected(replayed)),
         }
     }

@@ -12,8 +12,8 @@ use crate::error::StorageError;
 use crate::meta::{self, MetaRow};
 use crate::tables::{
     self, Bytes, DEADLINES, Deadlined, FENCES, IDEMPOTENCY, InstallMarker, KV, KeySpan, KvCounts,
-    LOCKS, META, REQUESTS, RequestRecord, SESSIONS, SM_INSTALLING, SM_META, Session, SmState, TTL,
-    Uncounted,
+    LEASE_KEYS, LEASES, LOCKS, LeaseRecord, META, REQUESTS, RequestRecord, SESSIONS, SM_INSTALLING,
+    SM_META, Session, SmState, TTL, Uncounted,
 };
 
 /// Records of a snapshot file written in one install transaction.
@@ -28,6 +28,8 @@ pub(crate) struct InstallBatch {
     pub fences: Vec<(Vec<u8>, Fence)>,
     /// Idempotency records by key.
     pub records: Vec<(Vec<u8>, IdempotencyRecord)>,
+    /// etcd leases by `leases` key.
+    pub leases: Vec<(Vec<u8>, LeaseRecord)>,
     /// Rows of the meta range's `meta` table.
     pub meta: Vec<MetaRow>,
     /// Encoded bytes of the file's records in the batch.
@@ -42,6 +44,7 @@ impl InstallBatch {
             + self.locks.len()
             + self.fences.len()
             + self.records.len()
+            + self.leases.len()
             + self.meta.len()
     }
 
@@ -69,8 +72,8 @@ pub(crate) fn begin(
 
 /// Writer op: deletes up to `SNAPSHOT_INSTALL_ROWS_PER_TXN` rows of the range's request
 /// records, then its sessions, then the rows of its current span and of `span` (the
-/// snapshot's; with their TTL-index rows), then the locks, fences and idempotency records of
-/// both spans (with their `deadlines` rows), then the events of its current span, then (meta
+/// snapshot's; with their TTL-index and lease-index rows), then the locks, fences,
+/// idempotency records and leases of both spans (with their `deadlines` rows), then the events of its current span, then (meta
 /// range) the `meta` table; returns whether rows remain.
 pub(crate) fn clear(
     txn: &WriteTransaction,
@@ -134,7 +137,8 @@ fn clear_exactly_once(
     ))
 }
 
-/// Clears the rows of `span` and their TTL-index rows within `budget`; whether rows remain.
+/// Clears the rows of `span` and their TTL-index rows, then its `lease_keys` rows (which lie
+/// in the span), within `budget`; whether rows remain.
 fn clear_kv(
     txn: &WriteTransaction,
     span: &KeySpan,
@@ -148,11 +152,16 @@ fn clear_kv(
         }
         Ok(())
     })?;
+    if spend(cleared, budget) {
+        return Ok(true);
+    }
+    let mut lease_keys = open(txn, LEASE_KEYS)?;
+    let cleared = clear_rows(&mut lease_keys, span.bounds(), *budget, |_, _| Ok(()))?;
     Ok(spend(cleared, budget))
 }
 
-/// Clears the locks, fences and idempotency records of `span` and their `deadlines` rows
-/// within `budget`; whether rows remain.
+/// Clears the locks, fences, idempotency records and leases of `span` and their `deadlines`
+/// rows within `budget`; whether rows remain.
 fn clear_coordination(
     txn: &WriteTransaction,
     span: &KeySpan,
@@ -169,7 +178,10 @@ fn clear_coordination(
         return Ok(true);
     }
     let mut records = open(txn, IDEMPOTENCY)?;
-    clear_deadlined::<IdempotencyRecord>(&mut records, &mut deadlines, span, budget)
+    if clear_deadlined::<IdempotencyRecord>(&mut records, &mut deadlines, span, budget)? {
+        return Ok(true);
+    }
+    clear_deadlined::<LeaseRecord>(&mut open(txn, LEASES)?, &mut deadlines, span, budget)
 }
 
 /// Clears the events of `span` with revisions in `events` (the range's floor to its revision:
@@ -257,20 +269,23 @@ fn clear_rows(
     Ok((removed, more))
 }
 
-/// Writer op: writes snapshot records: rows (with their TTL-index rows), sessions, request
-/// records, locks and idempotency records (with their `deadlines` rows) and fences.
+/// Writer op: writes snapshot records: rows (with their TTL-index and lease-index rows),
+/// sessions, request records, locks, idempotency records and leases (with their `deadlines`
+/// rows) and fences.
 pub(crate) fn insert_records(
     txn: &WriteTransaction,
     range: RangeId,
     batch: &InstallBatch,
 ) -> Result<(), StorageError> {
     let (mut kv, mut ttl) = (open(txn, KV)?, open(txn, TTL)?);
+    let mut lease_keys = open(txn, LEASE_KEYS)?;
     // The install counts rows from the file (`add_record`); the counts these writes keep
     // are dropped.
     let mut uncounted = Uncounted::default();
     let mut uncounted_kv = KvCounts::default();
     for row in &batch.rows {
-        tables::write_kv(&mut kv, &mut ttl, &mut uncounted_kv, &row.key, Some(row))?;
+        let (kv, ttl, counts) = (&mut kv, &mut ttl, &mut uncounted_kv);
+        tables::write_kv(kv, ttl, &mut lease_keys, counts, &row.key, Some(row))?;
     }
     let mut sessions = open(txn, SESSIONS)?;
     for (client_id, session) in &batch.sessions {
@@ -294,6 +309,11 @@ pub(crate) fn insert_records(
     for (key, record) in &batch.records {
         let (table, index) = (&mut records, &mut deadlines);
         tables::write_deadlined(table, index, uncounted.counts(), key, Some(record))?;
+    }
+    let mut leases = open(txn, LEASES)?;
+    for (key, lease) in &batch.leases {
+        let (table, index) = (&mut leases, &mut deadlines);
+        tables::write_indexed(table, index, key, Some(lease))?;
     }
     let mut fences = open(txn, FENCES)?;
     for (key, fence) in &batch.fences {

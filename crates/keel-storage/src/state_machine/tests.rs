@@ -16,6 +16,7 @@ mod at_revision;
 mod coordination;
 mod exactly_once;
 mod history;
+mod lease;
 mod meta;
 mod planted_bugs;
 mod split;

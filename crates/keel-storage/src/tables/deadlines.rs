@@ -1,6 +1,7 @@
 //! The `deadlines` table (format 3): when each lock becomes free (`LockHold::available_at_ms`,
-//! kind 1) and each idempotency record expires (kind 2), keyed by instant (u64 big-endian),
-//! kind, then lock name or idempotency key, with no value, so a reclaim plan reads it in time
+//! kind 1), each idempotency record expires (kind 2) and (format 12) each etcd lease expires
+//! (kind 3), keyed by instant (u64 big-endian), kind, then lock name, idempotency key or
+//! lease key, with no value, so a reclaim plan reads it in time
 //! order. It holds `(at, kind, key)` exactly when the table of that kind holds `key` with
 //! that instant, kept in step by `write_deadlined`.
 
@@ -17,6 +18,8 @@ pub(crate) const DEADLINES: TableDefinition<Bytes, Bytes> = TableDefinition::new
 /// Kinds of `deadlines` rows: which table the row's key is in.
 pub(crate) const DEADLINE_LOCK: u8 = 1;
 pub(crate) const DEADLINE_IDEMPOTENCY: u8 = 2;
+/// (format 12) When an etcd lease expires (`leases`).
+pub(crate) const DEADLINE_LEASE: u8 = 3;
 
 /// Key of a `deadlines` row: the instant, the kind of record (`DEADLINE_*`), then its key
 /// (a lock name or an idempotency key), so rows sort by instant.
@@ -56,6 +59,20 @@ pub(crate) fn write_deadlined<T: Deadlined>(
     key: &[u8],
     after: Option<&T>,
 ) -> Result<(), StorageError> {
+    let (before_len, after_len) = write_indexed(table, deadlines, key, after)?;
+    counts.replace(key, before_len, after_len, T::WHAT);
+    Ok(())
+}
+
+/// Writes a row of a table indexed by `deadlines` (or removes it, for `None`) and keeps its
+/// `deadlines` row in step with the row it replaces, counting nothing (etcd leases, which
+/// `sm_meta` does not count); returns the stored lengths before and after.
+pub(crate) fn write_indexed<T: Deadlined>(
+    table: &mut Table<Bytes, Bytes>,
+    deadlines: &mut Table<Bytes, Bytes>,
+    key: &[u8],
+    after: Option<&T>,
+) -> Result<(Option<usize>, Option<usize>), StorageError> {
     let encoded = after.map(encode);
     let old = match &encoded {
         Some(value) => table.insert(key, value.as_slice()),
@@ -63,7 +80,6 @@ pub(crate) fn write_deadlined<T: Deadlined>(
     }
     .map_err(|e| StorageError::redb("write deadlined row", e))?;
     let old_len = old.as_ref().map(|old| old.value().len());
-    counts.replace(key, old_len, encoded.as_ref().map(Vec::len), T::WHAT);
     let before: Option<T> = old.map(|old| decode(T::WHAT, old.value())).transpose()?;
     if let Some(before) = &before {
         let removed = deadlines
@@ -83,5 +99,5 @@ pub(crate) fn write_deadlined<T: Deadlined>(
             )
             .map_err(|e| StorageError::redb("write deadlines index", e))?;
     }
-    Ok(())
+    Ok((old_len, encoded.as_ref().map(Vec::len)))
 }

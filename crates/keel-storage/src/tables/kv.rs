@@ -2,7 +2,7 @@
 //! disjoint spans, so they share the table and a split changes metadata only. A value is a
 //! header (create and mod revision, from format 2 the expiry, from format 11 the key's
 //! version, from format 12 its lease) followed by the raw user value. Every write goes through `write_kv`, which keeps
-//! the `ttl` index and the range's `KvCounts` (recorded in `sm_meta`) in step with the row
+//! the `ttl` index, the `lease_keys` index and the range's `KvCounts` (recorded in `sm_meta`) in step with the row
 //! it replaces.
 
 use keel_types::{KeyValue, Revision};
@@ -10,6 +10,7 @@ use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::Bytes;
+use super::leases::attach;
 use super::span::KeySpan;
 use super::ttl::ttl_key;
 use crate::codec::{decode_body_with_tail, encode_with_tail, split_version};
@@ -191,12 +192,13 @@ where
     Ok(counts)
 }
 
-/// Writes a `kv` row (or removes it, for `None`) and keeps the TTL index and the range's
-/// counts of keys, bytes and keys with a TTL in step with the row it replaces, which it
-/// returns.
+/// Writes a `kv` row (or removes it, for `None`) and keeps the TTL index, the lease index
+/// (`lease_keys`) and the range's counts of keys, bytes and keys with a TTL in step with
+/// the row it replaces, which it returns.
 pub(crate) fn write_kv(
     kv: &mut Table<Bytes, Bytes>,
     ttl: &mut Table<Bytes, Bytes>,
+    lease_keys: &mut Table<Bytes, Bytes>,
     counts: &mut KvCounts,
     key: &[u8],
     after: Option<&KeyValue>,
@@ -219,6 +221,8 @@ pub(crate) fn write_kv(
     if let Some(after) = after {
         counts.count(key, after.value.len(), after.expires_at_ms.is_some(), true);
     }
+    let lease_of = |row: Option<&KeyValue>| row.map_or(0, |row| row.lease);
+    attach(lease_keys, key, lease_of(before.as_ref()), lease_of(after))?;
     let expiry_before = before.as_ref().and_then(|value| value.expires_at_ms);
     let expiry_after = after.and_then(|value| value.expires_at_ms);
     if expiry_before != expiry_after {

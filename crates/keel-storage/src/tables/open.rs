@@ -4,7 +4,10 @@
 use redb::{Table, WriteTransaction};
 
 use super::Bytes;
-use super::{DEADLINES, FENCES, HISTORY, IDEMPOTENCY, KV, LOCKS, REQUESTS, SESSIONS, SM_META, TTL};
+use super::{
+    DEADLINES, FENCES, HISTORY, IDEMPOTENCY, KV, LEASE_KEYS, LEASES, LOCKS, REQUESTS, SESSIONS,
+    SM_META, TTL,
+};
 use crate::error::StorageError;
 
 /// The tables an apply writes, open in its transaction.
@@ -20,6 +23,8 @@ pub(crate) struct Tables<'txn> {
     pub fences: Table<'txn, Bytes, Bytes>,
     pub idempotency: Table<'txn, Bytes, Bytes>,
     pub deadlines: Table<'txn, Bytes, Bytes>,
+    pub leases: Table<'txn, Bytes, Bytes>,
+    pub lease_keys: Table<'txn, Bytes, Bytes>,
     pub history: Table<'txn, (u64, Bytes), Bytes>,
 }
 
@@ -40,6 +45,8 @@ impl<'txn> Tables<'txn> {
             fences: open(FENCES, "open fences")?,
             idempotency: open(IDEMPOTENCY, "open idempotency")?,
             deadlines: open(DEADLINES, "open deadlines")?,
+            leases: open(LEASES, "open leases")?,
+            lease_keys: open(LEASE_KEYS, "open lease_keys")?,
             history: txn
                 .open_table(HISTORY)
                 .map_err(|e| StorageError::redb("open history", e))?,

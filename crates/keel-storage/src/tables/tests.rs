@@ -198,6 +198,7 @@ fn kv_counts_follow_every_write() {
     let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
     let txn = db.begin_write().unwrap();
     let (mut kv, mut ttl) = (txn.open_table(KV).unwrap(), txn.open_table(TTL).unwrap());
+    let mut lease_keys = txn.open_table(LEASE_KEYS).unwrap();
     let mut counts = KvCounts::default();
     let row = |value: &str, expires_at_ms| KeyValue {
         key: b"key".to_vec(),
@@ -216,7 +217,16 @@ fn kv_counts_follow_every_write() {
         (None, (0, 0, 0)),
     ];
     for (after, (keys, bytes, keys_with_ttl)) in steps {
-        write_kv(&mut kv, &mut ttl, &mut counts, b"key", after.as_ref()).unwrap();
+        let indexes = (&mut ttl, &mut lease_keys);
+        write_kv(
+            &mut kv,
+            indexes.0,
+            indexes.1,
+            &mut counts,
+            b"key",
+            after.as_ref(),
+        )
+        .unwrap();
         let expected = KvCounts {
             keys,
             bytes,
