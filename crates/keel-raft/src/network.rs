@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use keel_storage::SnapshotFile;
 use keel_storage::raft_types::{Entry, TypeConfig, Vote};
-use keel_types::txn::{CompareTarget, Txn, TxnOp, TxnSpan};
+use keel_types::txn::{CompareTarget, Txn, TxnMutation, TxnOp, TxnSpan};
 use keel_types::{
     Acquirer, BatchOp, Command, Condition, CoordinationOp, MetaCommand, NodeAddr, NodeId,
     RangeDescriptor, RangeId, limits,
@@ -204,6 +204,9 @@ fn entry_bytes(entry: &Entry) -> usize {
         EntryPayload::Normal(Command::Check(check)) => 2 * check.locate.len() + FRAMING_BYTES,
         EntryPayload::Normal(Command::Hold(_)) => 16 + FRAMING_BYTES,
         EntryPayload::Normal(Command::Txn(mutation)) => txn_bytes(&mutation.txn),
+        EntryPayload::Normal(Command::TxnV11(mutation)) => {
+            txn_bytes(&TxnMutation::from(mutation.clone()).txn)
+        }
         EntryPayload::Normal(Command::Lease(lease)) => {
             lease.op.namespace().len() + 16 + FRAMING_BYTES * 2
         }

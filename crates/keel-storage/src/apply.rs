@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 
 use keel_types::planted::{self, PlantedBug};
-use keel_types::txn::{Txn, TxnSpan};
+use keel_types::txn::{Txn, TxnMutation, TxnSpan};
 use keel_types::{
     BatchOp, Cleanup, Command, CommandOutcome, ConditionFailed, CoordinationOp, ExpiredRecord,
     Fence, IdempotencyRecord, KeyValue, LockHold, OpResult, RangeId, Reclaim, Rejection, RequestId,
@@ -51,7 +51,7 @@ use crate::{meta, split};
 mod lease;
 mod txn;
 
-use lease::{apply_expire_leases, apply_lease};
+use lease::{apply_expire_leases, apply_lease, check_attachments};
 use txn::{TxnPlan, plan_txn};
 
 /// What a mutation's ops do to the data, decided before anything is written.
@@ -319,14 +319,10 @@ fn apply_data_command(
                 apply_coordination(tables, state, &coordination.op, clock_ms)
             })
         }
-        Command::Txn(mutation) => {
-            let clock_ms = state.advance_clock(mutation.now_ms);
-            let spans = mutation.txn.spans();
-            let asked = (mutation.request.as_ref(), command);
-            let touched = Touched::Spans(&spans);
-            deduplicated(tables, state, range, asked, touched, |tables, state| {
-                apply_txn(tables, state, &mutation.txn, clock_ms)
-            })
+        Command::Txn(mutation) => apply_txn_command(tables, state, range, command, mutation),
+        Command::TxnV11(mutation) => {
+            let mutation = TxnMutation::from(mutation.clone());
+            apply_txn_command(tables, state, range, command, &mutation)
         }
         Command::Lease(lease) => {
             let clock_ms = state.advance_clock(lease.now_ms);
@@ -346,6 +342,24 @@ fn apply_data_command(
         | Command::Hold(_)
         | Command::Meta(_) => unreachable!("{command} is not a data command"),
     }
+}
+
+/// A client's transaction (`command`, of any format, as `mutation`) at the range clock it
+/// advances to.
+fn apply_txn_command(
+    tables: &mut Tables,
+    state: &mut SmState,
+    range: RangeId,
+    command: &Command,
+    mutation: &TxnMutation,
+) -> Result<CommandOutcome, StorageError> {
+    let clock_ms = state.advance_clock(mutation.now_ms);
+    let spans = mutation.txn.spans();
+    let asked = (mutation.request.as_ref(), command);
+    let touched = Touched::Spans(&spans);
+    deduplicated(tables, state, range, asked, touched, |tables, state| {
+        apply_txn(tables, state, &mutation.txn, clock_ms)
+    })
 }
 
 /// What a client command touches: keys (op keys, a lock name, an idempotency key), or the
@@ -666,18 +680,26 @@ fn write_changes(
     Ok(())
 }
 
-/// A transaction: planned by `txn`, then its writes made at the next revision (none when
-/// its branch wrote nothing); like an unfenced write, every key it deletes loses its fence.
+/// A transaction: planned by `txn`, its leases checked (`lease::check_attachments`), then
+/// its writes made at the next revision (none when its branch wrote nothing); like an
+/// unfenced write, every key it deletes loses its fence.
 fn apply_txn(
     tables: &mut Tables,
     state: &mut SmState,
     txn: &Txn,
     clock_ms: u64,
 ) -> Result<CommandOutcome, StorageError> {
-    let (result, writes) = match plan_txn(txn, &tables.kv, state.revision, clock_ms)? {
+    let (result, writes, leased) = match plan_txn(txn, &tables.kv, state.revision, clock_ms)? {
         TxnPlan::Rejected(rejection) => return Ok(CommandOutcome::Rejected(rejection)),
-        TxnPlan::Apply { result, writes } => (result, writes),
+        TxnPlan::Apply {
+            result,
+            writes,
+            leased,
+        } => (result, writes, leased),
     };
+    if let Some(rejection) = check_attachments(tables, &writes, &leased, clock_ms)? {
+        return Ok(CommandOutcome::Rejected(rejection));
+    }
     if !writes.is_empty() {
         let deleted: Vec<Vec<u8>> = writes
             .iter()

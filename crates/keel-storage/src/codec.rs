@@ -76,8 +76,12 @@
 //!   `leases` and `lease_keys` appeared and `deadlines` rows of kind 3 (a lease's expiry)
 //!   (`tables`); snapshot files gained a `Lease` record per lease (`snapshot`); log entries
 //!   may hold `Command::{Lease, ExpireLeases}`, and outcomes `CommandOutcome::Leased` and
-//!   the rejections `LeaseExists`, `LeaseNotFound`, `LeaseFull` and `KeyNotFound`. A node
-//!   of format 11 refuses a file of format 12.
+//!   the rejections `LeaseExists`, `LeaseNotFound`, `LeaseFull` and `KeyNotFound`.
+//!   Transactions' puts gained `lease`, `ignore_value` and `ignore_lease` and compares the
+//!   target `Lease`: log entries hold them as the new variant `Command::Txn`, and the
+//!   variant of format 11 (now `Command::TxnV11`, its puts `legacy::TxnPutV11`) still
+//!   decodes and applies as a transaction whose puts attach no lease. A node of format 11
+//!   refuses a file of format 12.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 

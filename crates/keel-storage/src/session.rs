@@ -73,6 +73,8 @@ pub(crate) fn request_digest(command: &Command) -> Digest {
             op => Digest::of(&("coordinate", op)),
         },
         Command::Txn(mutation) => Digest::of(&("txn", &mutation.txn)),
+        // The digest its records of format 11 hold.
+        Command::TxnV11(mutation) => Digest::of(&("txn", &mutation.txn)),
         Command::Lease(lease) => Digest::of(&("lease", &lease.op)),
         Command::Write { .. }
         | Command::Cleanup(_)

@@ -98,8 +98,8 @@ pub(crate) use kv::{
     KV, KvCounts, count_kv_rows, decode_kv, decode_kv_expiry, decode_kv_value_len, write_kv,
 };
 pub(crate) use leases::{
-    LEASE_KEYS, LEASES, LeaseRecord, attached_keys, first_free_id, lease_ids, lease_key,
-    lease_key_parts,
+    LEASE_KEYS, LEASES, LeaseRecord, attached_keys, count_attached, first_free_id, lease_ids,
+    lease_key, lease_key_parts, lease_namespace,
 };
 pub(crate) use locks::LOCKS;
 pub(crate) use meta::{

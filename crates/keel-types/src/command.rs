@@ -229,13 +229,16 @@ pub enum Command {
     /// client commands and splits are refused with `Rejection::RangeHeld` and no replica
     /// serves reads of it. Proposed by the leader after a consistency check.
     Hold(Option<Hold>),
-    /// (format 11) A client's transaction (`crate::txn`): compares, then one branch of
-    /// reads, puts, span deletes and nested transactions, at one revision.
-    Txn(TxnMutation),
+    /// A transaction of format 11, whose puts carry no lease fields; still applied from old
+    /// logs (as the `Txn` it converts to), never proposed.
+    TxnV11(legacy::TxnMutationV11),
     /// (format 12) A client's operation on an etcd lease (`crate::lease`).
     Lease(LeaseMutation),
     /// (format 12) Revocation of expired leases, proposed by the leader's upkeep.
     ExpireLeases(ExpireLeases),
+    /// (format 12) A client's transaction (`crate::txn`): compares, then one branch of
+    /// reads, puts, span deletes and nested transactions, at one revision.
+    Txn(TxnMutation),
 }
 
 impl std::fmt::Display for Command {
@@ -285,6 +288,9 @@ impl std::fmt::Display for Command {
                     "txn({} compares, {ops} ops)",
                     mutation.txn.compares.len()
                 )
+            }
+            Command::TxnV11(mutation) => {
+                write!(f, "txn-v11({} compares)", mutation.txn.compares.len())
             }
             Command::Lease(lease) => write!(f, "lease({})", lease.op.name()),
             Command::ExpireLeases(expire) => {

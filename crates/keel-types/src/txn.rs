@@ -5,7 +5,8 @@
 //! `validate::check_txn`; applying is keel-storage's.
 //!
 //! Encodings of these types are persisted inside Raft log entries and request records
-//! (format 11): variants and fields are only ever appended.
+//! (format 11; format 12 gave puts their lease fields, `command::legacy` decodes the older
+//! shape): variants and fields are only ever appended.
 
 use std::cmp::Ordering;
 
@@ -76,6 +77,8 @@ pub enum CompareTarget {
     CreateRevision(Revision),
     /// The key's mod revision (0 = absent).
     ModRevision(Revision),
+    /// (format 12) The etcd lease the key is attached to (0 = none, or absent).
+    Lease(i64),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +130,7 @@ impl Compare {
             (CompareTarget::ModRevision(operand), kv) => {
                 kv.map_or(0, |kv| kv.mod_revision).cmp(operand)
             }
+            (CompareTarget::Lease(operand), kv) => kv.map_or(0, |kv| kv.lease).cmp(operand),
         };
         self.result.holds(ordering)
     }
@@ -315,6 +319,14 @@ pub struct TxnPut {
     pub ttl_ms: Option<u64>,
     /// Return the key's state before the put.
     pub previous: bool,
+    /// (format 12) The etcd lease to attach the key to (`crate::lease`; its namespace is the
+    /// start of the key's pinned span); 0 detaches it from any lease, as etcd's put without
+    /// a lease does.
+    pub lease: i64,
+    /// (format 12) Keep the key's value (`value` is empty); the key must exist.
+    pub ignore_value: bool,
+    /// (format 12) Keep the key's lease (`lease` is 0); the key must exist.
+    pub ignore_lease: bool,
 }
 
 /// A delete of every live key of a span.

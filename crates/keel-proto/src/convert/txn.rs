@@ -77,6 +77,9 @@ fn op(op: v1::TxnOp) -> Result<TxnOp, KvError> {
             key: put.key,
             value: put.value,
             previous: put.return_previous,
+            lease: 0,
+            ignore_value: false,
+            ignore_lease: false,
         })),
         Some(Op::Delete(delete)) => Ok(TxnOp::Delete(TxnDelete {
             span: span(delete.span)?,

@@ -3,20 +3,22 @@
 //! lease's record and its `deadlines` row change together (`write_deadlined`); revoking a
 //! lease deletes its attached keys at one new revision, each deletion an event, through
 //! `write_changes` like any delete, which also drops their `lease_keys` rows. Grants and
-//! keep-alives take no revision (etcd's do not). Knows nothing about who proposes.
+//! keep-alives take no revision (etcd's do not). A transaction's puts that attach keys are
+//! checked here against the lease tables before anything is written (`check_attachments`).
+//! Knows nothing about who proposes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use keel_types::{
-    CommandOutcome, ExpireLeases, KeyValue, LeaseOp, LeaseResult, Rejection, Revision,
+    CommandOutcome, ExpireLeases, KeyValue, LeaseOp, LeaseResult, Rejection, Revision, limits,
 };
 
-use super::write_changes;
+use super::{read_kv, write_changes};
 use crate::error::StorageError;
 use crate::tables::{self, LeaseRecord, SmState, Tables};
 
-/// Keys to delete (`None`), by key, as `write_changes` takes them.
-type Deletions = BTreeMap<Vec<u8>, Option<KeyValue>>;
+/// Rows to write (`None`: delete), by key, as `write_changes` takes them.
+type Writes = BTreeMap<Vec<u8>, Option<KeyValue>>;
 
 /// A lease operation at the range clock `clock_ms`: its answer, or the rejection that left
 /// everything as it was.
@@ -50,7 +52,7 @@ pub(super) fn apply_expire_leases(
     expire: &ExpireLeases,
 ) -> Result<CommandOutcome, StorageError> {
     let clock_ms = state.advance_clock(expire.now_ms);
-    let mut deletions = Deletions::new();
+    let mut deletions = Writes::new();
     for lease in &expire.leases {
         let key = tables::lease_key(&lease.namespace, lease.id);
         if !state.span.contains(&key) || lease.expires_at_ms > clock_ms {
@@ -63,6 +65,56 @@ pub(super) fn apply_expire_leases(
     }
     delete_keys(tables, state, clock_ms, deletions)?;
     Ok(CommandOutcome::Internal)
+}
+
+/// Whether a transaction's `writes` may change the keys' leases: every lease a put named
+/// (the keys in `leased`; its namespace is the start of the key's pinned span) exists and
+/// is unexpired at `clock_ms`, else `LeaseNotFound`; and no lease would hold more than
+/// `limits::LEASE_KEYS_MAX` keys after the writes (counting keys they attach and detach),
+/// else `LeaseFull`. `None`: the writes may be made.
+pub(super) fn check_attachments(
+    tables: &Tables,
+    writes: &Writes,
+    leased: &BTreeSet<Vec<u8>>,
+    clock_ms: u64,
+) -> Result<Option<Rejection>, StorageError> {
+    // The change of each lease's key count, by (namespace, id).
+    let mut added: BTreeMap<(Vec<u8>, i64), i64> = BTreeMap::new();
+    for (key, after) in writes {
+        let after = after.as_ref().map_or(0, |kv| kv.lease);
+        let before = read_kv(&tables.kv, key)?.map_or(0, |kv| kv.lease);
+        let namespace = tables::lease_namespace(key);
+        if leased.contains(key) {
+            let live = match &namespace {
+                Some(namespace) => read_lease(tables, namespace, after)?
+                    .is_some_and(|stored| !stored.is_expired(clock_ms)),
+                None => false,
+            };
+            if !live {
+                return Ok(Some(Rejection::LeaseNotFound { id: after }));
+            }
+        }
+        if before == after {
+            continue;
+        }
+        let namespace = namespace.expect("only a key of a pinned span has a lease");
+        for (id, change) in [(after, 1), (before, -1)] {
+            if id != 0 {
+                *added.entry((namespace.clone(), id)).or_default() += change;
+            }
+        }
+    }
+    for ((namespace, id), change) in added {
+        if change <= 0 {
+            continue;
+        }
+        let held = tables::count_attached(&tables.lease_keys, &namespace, id)?;
+        if held as i64 + change > limits::LEASE_KEYS_MAX as i64 {
+            let max = limits::LEASE_KEYS_MAX as u64;
+            return Ok(Some(Rejection::LeaseFull { id, max }));
+        }
+    }
+    Ok(None)
 }
 
 /// The stored lease `id` of `namespace`, expired or not.
@@ -137,7 +189,7 @@ fn revoke(
     if read_lease(tables, namespace, id)?.is_none() {
         return Ok(Err(Rejection::LeaseNotFound { id }));
     }
-    let mut deletions = Deletions::new();
+    let mut deletions = Writes::new();
     let deleted = remove_lease(tables, namespace, id, &mut deletions)?;
     let revision = delete_keys(tables, state, clock_ms, deletions)?;
     Ok(Ok(LeaseResult::Revoked { revision, deleted }))
@@ -149,7 +201,7 @@ fn remove_lease(
     tables: &mut Tables,
     namespace: &[u8],
     id: i64,
-    deletions: &mut Deletions,
+    deletions: &mut Writes,
 ) -> Result<u64, StorageError> {
     let keys = tables::attached_keys(&tables.lease_keys, namespace, id, usize::MAX)?;
     let held = keys.len() as u64;
@@ -164,7 +216,7 @@ fn delete_keys(
     tables: &mut Tables,
     state: &mut SmState,
     clock_ms: u64,
-    deletions: Deletions,
+    deletions: Writes,
 ) -> Result<Revision, StorageError> {
     if deletions.is_empty() {
         return Ok(0);

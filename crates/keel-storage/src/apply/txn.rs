@@ -7,12 +7,14 @@
 //! Work is bounded: the live rows the compares, reads and deletes cover count against
 //! `limits::TXN_ROWS_MAX` and the rows the reads and deletes return against
 //! `limits::TXN_RESULT_BYTES_MAX`; passing either refuses the whole transaction
-//! (`Rejection::TxnTooLarge`), the same way on every replica.
+//! (`Rejection::TxnTooLarge`), the same way on every replica. A put that keeps the value or
+//! lease of an absent key refuses it too (`Rejection::KeyNotFound`); whether the leases its
+//! puts name exist and have room is `apply::lease`'s to check, against the lease tables.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
-use keel_types::txn::{Compare, ReadResult, Txn, TxnOp, TxnOpResult, TxnResult, TxnSpan};
+use keel_types::txn::{Compare, ReadResult, Txn, TxnOp, TxnOpResult, TxnPut, TxnResult, TxnSpan};
 use keel_types::{BatchOp, KeyValue, Rejection, Revision, limits};
 use redb::ReadableTable;
 
@@ -24,10 +26,13 @@ use crate::tables::{self, Bytes};
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum TxnPlan {
     Rejected(Rejection),
-    /// Write `writes` (`None` = delete) at the next revision; nothing when empty.
+    /// Write `writes` (`None` = delete) at the next revision; nothing when empty. `leased`:
+    /// the keys whose put named their lease, which must exist and be unexpired
+    /// (`lease::check_attachments`).
     Apply {
         result: TxnResult,
         writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+        leased: BTreeSet<Vec<u8>>,
     },
 }
 
@@ -47,6 +52,7 @@ where
         next: revision + 1,
         clock_ms,
         writes: BTreeMap::new(),
+        leased: BTreeSet::new(),
         rows: 0,
         bytes: 0,
     };
@@ -54,17 +60,20 @@ where
         Ok(result) => Ok(TxnPlan::Apply {
             result,
             writes: run.writes,
+            leased: run.leased,
         }),
-        Err(TooLarge { key }) => Ok(TxnPlan::Rejected(Rejection::TxnTooLarge { key })),
+        Err(rejection) => Ok(TxnPlan::Rejected(rejection)),
     }
 }
 
-/// A limit of `limits::TXN_*` was passed at the span starting at `key`.
-struct TooLarge {
-    key: Vec<u8>,
-}
+/// A step of the run: its result, or the rejection that refuses the whole transaction (a
+/// limit of `limits::TXN_*` passed, a put that keeps what an absent key lacks).
+type Step<T> = Result<Result<T, Rejection>, StorageError>;
 
-type Step<T> = Result<Result<T, TooLarge>, StorageError>;
+/// `Rejection::TxnTooLarge` at the span starting at `key`.
+fn too_large(key: &[u8]) -> Rejection {
+    Rejection::TxnTooLarge { key: key.to_vec() }
+}
 
 struct Run<'r, R> {
     kv: &'r R,
@@ -72,6 +81,8 @@ struct Run<'r, R> {
     clock_ms: u64,
     /// Every key written so far: its state after (`None` = deleted).
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    /// The keys of puts that named a lease.
+    leased: BTreeSet<Vec<u8>>,
     /// Live rows covered so far.
     rows: usize,
     /// Bytes of the rows returned so far.
@@ -88,7 +99,7 @@ where
             match self.compare(compare)? {
                 Ok(true) => {}
                 Ok(false) => succeeded = false,
-                Err(too_large) => return Ok(Err(too_large)),
+                Err(rejection) => return Ok(Err(rejection)),
             }
         }
         let branch = if succeeded {
@@ -100,7 +111,7 @@ where
         for op in branch {
             match self.op(op)? {
                 Ok(result) => results.push(result),
-                Err(too_large) => return Ok(Err(too_large)),
+                Err(rejection) => return Ok(Err(rejection)),
             }
         }
         Ok(Ok(TxnResult { succeeded, results }))
@@ -126,16 +137,14 @@ where
             }
             TxnOp::Put(put) => {
                 let current = self.current(&put.key)?;
-                let op = BatchOp::Put {
-                    key: put.key.clone(),
-                    value: put.value.clone(),
-                    condition: None,
-                    return_previous: false,
-                    ttl_ms: put.ttl_ms,
+                let after = match put_after(put, current.as_ref(), self.next, self.clock_ms) {
+                    Ok(after) => after,
+                    Err(rejection) => return Ok(Err(rejection)),
                 };
-                let (after, _) = op_after(&op, 0, current.as_ref(), self.next, self.clock_ms)
-                    .expect("a put is never refused");
-                self.writes.insert(put.key.clone(), after);
+                if put.lease != 0 {
+                    self.leased.insert(put.key.clone());
+                }
+                self.writes.insert(put.key.clone(), Some(after));
                 let previous = current.filter(|_| put.previous);
                 let span = TxnSpan::key(put.key.clone());
                 Ok(self
@@ -191,8 +200,7 @@ where
             let too_many = self.rows + rows.len() > limits::TXN_ROWS_MAX
                 || examined >= limits::TXN_ROWS_MAX * 4;
             if too_many {
-                let key = span.key.clone();
-                return Ok(Err(TooLarge { key }));
+                return Ok(Err(too_large(&span.key)));
             }
             let (key, value) = row.map_err(|e| StorageError::redb("read kv span", e))?;
             if self.writes.contains_key(key.value()) {
@@ -212,27 +220,54 @@ where
     }
 
     /// Counts `rows` as covered; refused when that passes `TXN_ROWS_MAX`.
-    fn covered(&mut self, span: &TxnSpan, rows: Vec<KeyValue>) -> Result<Vec<KeyValue>, TooLarge> {
+    fn covered(&mut self, span: &TxnSpan, rows: Vec<KeyValue>) -> Result<Vec<KeyValue>, Rejection> {
         self.rows += rows.len();
         if self.rows > limits::TXN_ROWS_MAX {
-            return Err(TooLarge {
-                key: span.key.clone(),
-            });
+            return Err(too_large(&span.key));
         }
         Ok(rows)
     }
 
     /// Counts rows an op returns against `TXN_RESULT_BYTES_MAX`.
-    fn returned(&mut self, span: &TxnSpan, rows: &[KeyValue]) -> Result<(), TooLarge> {
+    fn returned(&mut self, span: &TxnSpan, rows: &[KeyValue]) -> Result<(), Rejection> {
         self.bytes += rows
             .iter()
             .map(|kv| kv.key.len() + kv.value.len())
             .sum::<usize>();
         if self.bytes > limits::TXN_RESULT_BYTES_MAX {
-            return Err(TooLarge {
-                key: span.key.clone(),
-            });
+            return Err(too_large(&span.key));
         }
         Ok(())
     }
+}
+
+/// The key's state after `put` over `current` (its live state) at revision `next`: a put
+/// as `apply::op_after` makes it, attached to `put.lease`, keeping the current value for
+/// `ignore_value` and the current lease for `ignore_lease`, which need the key to exist
+/// (`KeyNotFound`, as etcd answers).
+fn put_after(
+    put: &TxnPut,
+    current: Option<&KeyValue>,
+    next: Revision,
+    clock_ms: u64,
+) -> Result<KeyValue, Rejection> {
+    let keeps = put.ignore_value || put.ignore_lease;
+    if keeps && current.is_none() {
+        return Err(Rejection::KeyNotFound {
+            key: put.key.clone(),
+        });
+    }
+    let kept = |ignore: bool| current.filter(|_| ignore);
+    let value = kept(put.ignore_value).map_or(&put.value, |kv| &kv.value);
+    let op = BatchOp::Put {
+        key: put.key.clone(),
+        value: value.clone(),
+        condition: None,
+        return_previous: false,
+        ttl_ms: put.ttl_ms,
+    };
+    let (after, _) = op_after(&op, 0, current, next, clock_ms).expect("a put is never refused");
+    let after = after.expect("a put stores a row");
+    let lease = kept(put.ignore_lease).map_or(put.lease, |kv| kv.lease);
+    Ok(KeyValue { lease, ..after })
 }

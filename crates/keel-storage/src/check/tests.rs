@@ -1,6 +1,6 @@
 //! Digests through the real apply path: every replica hashes the state as of the check's
-//! index, equal states hash equal, and a changed (a key's version included) or unreadable
-//! row is found.
+//! index, equal states hash equal, and a changed (a key's version or lease included) or
+//! unreadable row is found.
 
 use std::time::Duration;
 
@@ -94,6 +94,57 @@ async fn a_key_that_differs_only_in_its_version_differs() {
         vec![CheckedRow::Key(b"a".to_vec()).bucket()]
     );
     for store in [twice, once] {
+        store.shutdown();
+    }
+}
+
+#[tokio::test]
+async fn a_key_that_differs_only_in_its_lease_differs() {
+    use keel_types::txn::{Txn, TxnMutation, TxnOp, TxnPut};
+    use keel_types::{LeaseMutation, LeaseOp};
+    let grant = Command::Lease(LeaseMutation {
+        request: None,
+        now_ms: 0,
+        op: LeaseOp::Grant {
+            namespace: b"etcd/".to_vec(),
+            id: 3,
+            ttl_ms: 60_000,
+        },
+    });
+    let put_leased = |lease| {
+        let put = TxnPut {
+            key: b"etcd/k".to_vec(),
+            value: b"v".to_vec(),
+            ttl_ms: None,
+            previous: false,
+            lease,
+            ignore_value: false,
+            ignore_lease: false,
+        };
+        Command::Txn(TxnMutation {
+            request: None,
+            now_ms: 0,
+            txn: Txn {
+                compares: Vec::new(),
+                success: vec![TxnOp::Put(put)],
+                failure: Vec::new(),
+            },
+        })
+    };
+    let (_a, leased) = open();
+    let (_b, plain) = open();
+    apply(
+        &leased,
+        1,
+        vec![grant.clone(), put_leased(3), check(vec![])],
+    )
+    .await;
+    apply(&plain, 1, vec![grant, put_leased(0), check(vec![])]).await;
+    let (x, y) = (digest(&leased, 3).await, digest(&plain, 3).await);
+    assert_ne!(x.hash, y.hash);
+    let key = CheckedRow::Key(b"etcd/k".to_vec());
+    assert_eq!(divergent_buckets(&x, &y), vec![key.bucket()]);
+    for store in [leased, plain] {
         store.shutdown();
     }
 }

@@ -8,6 +8,7 @@
 //! `write_kv` through `attach`. A lease's expiry is in `deadlines` (kind `DEADLINE_LEASE`),
 //! kept in step by `write_deadlined`.
 
+use keel_types::limits;
 use keel_types::pinned::pinned_span;
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -128,6 +129,19 @@ where
         keys.push([namespace, rest].concat());
     }
     Ok(keys)
+}
+
+/// How many keys lease `id` of `namespace` holds, counted up to `limits::LEASE_KEYS_MAX`
+/// + 1 (a scan of at most that many rows).
+pub(crate) fn count_attached<R>(
+    lease_keys: &R,
+    namespace: &[u8],
+    id: i64,
+) -> Result<usize, StorageError>
+where
+    R: ReadableTable<Bytes, Bytes>,
+{
+    Ok(attached_keys(lease_keys, namespace, id, limits::LEASE_KEYS_MAX + 1)?.len())
 }
 
 /// The ids of `namespace`'s leases in id order, from `from` on; at most `max`.

@@ -7,15 +7,21 @@
 //!   `ConditionFailedV10`, `CommandOutcomeV10`): a key's state had no version.
 //! - Format 11: `KeyValueV11` and what holds one in a request record (`CommandOutcomeV11`,
 //!   with transactions' results): a key's state had no lease. The mirrors of what holds a
-//!   key state are generic over it (`*Of<K>`), so both formats share them.
+//!   key state are generic over it (`*Of<K>`), so both formats share them. Also
+//!   `TxnMutationV11` and what holds a `TxnPutV11` (log entries of `Command::TxnV11`): a
+//!   transaction's put had no lease fields.
 
 use serde::{Deserialize, Serialize};
 
+use super::RequestId;
 use super::{BatchOp, CommandOutcome, Condition, ConditionFailed, KeyValue, OpResult, Rejection};
 use crate::coordination::CoordinationResult;
 use crate::ids::Revision;
 use crate::range::{MetaOutcome, RangeDescriptor};
-use crate::txn::{ReadResult, TxnOpResult, TxnResult};
+use crate::txn::{
+    Compare, ReadResult, Txn, TxnDelete, TxnMutation, TxnOp, TxnOpResult, TxnPut, TxnRead,
+    TxnResult,
+};
 
 /// `BatchOp` of format 1: no TTL, no increment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -277,9 +283,82 @@ impl<K: Into<KeyValue>> From<CommandOutcomeOf<K>> for CommandOutcome {
     }
 }
 
+/// `TxnPut` of format 11: no lease, `ignore_value` or `ignore_lease` (log entries of
+/// `Command::TxnV11`). Such a put detaches the key from any lease, as the puts of format 12
+/// that name none; no key had one then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnPutV11 {
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
+    pub value: Vec<u8>,
+    pub ttl_ms: Option<u64>,
+    pub previous: bool,
+}
+
+/// `TxnOp` of format 11: its puts are `TxnPutV11`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOpV11 {
+    Read(TxnRead),
+    Put(TxnPutV11),
+    Delete(TxnDelete),
+    Txn(Box<TxnV11>),
+}
+
+/// `Txn` of format 11: its ops are `TxnOpV11`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnV11 {
+    pub compares: Vec<Compare>,
+    pub success: Vec<TxnOpV11>,
+    pub failure: Vec<TxnOpV11>,
+}
+
+/// `TxnMutation` of format 11 (`Command::TxnV11`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnMutationV11 {
+    pub request: Option<RequestId>,
+    pub now_ms: u64,
+    pub txn: TxnV11,
+}
+
+impl From<TxnV11> for Txn {
+    fn from(txn: TxnV11) -> Txn {
+        let op = |op| match op {
+            TxnOpV11::Read(read) => TxnOp::Read(read),
+            TxnOpV11::Put(put) => TxnOp::Put(TxnPut {
+                key: put.key,
+                value: put.value,
+                ttl_ms: put.ttl_ms,
+                previous: put.previous,
+                lease: 0,
+                ignore_value: false,
+                ignore_lease: false,
+            }),
+            TxnOpV11::Delete(delete) => TxnOp::Delete(delete),
+            TxnOpV11::Txn(nested) => TxnOp::Txn(Box::new((*nested).into())),
+        };
+        Txn {
+            compares: txn.compares,
+            success: txn.success.into_iter().map(op).collect(),
+            failure: txn.failure.into_iter().map(op).collect(),
+        }
+    }
+}
+
+impl From<TxnMutationV11> for TxnMutation {
+    fn from(mutation: TxnMutationV11) -> TxnMutation {
+        TxnMutation {
+            request: mutation.request,
+            now_ms: mutation.now_ms,
+            txn: mutation.txn.into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::Command;
 
     fn kv_v10(value: &[u8]) -> KeyValueV10 {
         KeyValueV10 {
@@ -417,5 +496,58 @@ mod tests {
             },
         };
         assert_eq!(CommandOutcome::from(old), expected);
+    }
+
+    #[test]
+    fn transactions_of_format_11_decode_and_detach_their_puts() {
+        let put = TxnPutV11 {
+            key: b"etcd/k".to_vec(),
+            value: b"v".to_vec(),
+            ttl_ms: Some(5),
+            previous: true,
+        };
+        let nested = TxnV11 {
+            compares: Vec::new(),
+            success: vec![TxnOpV11::Put(put.clone())],
+            failure: Vec::new(),
+        };
+        let old = TxnMutationV11 {
+            request: None,
+            now_ms: 9,
+            txn: TxnV11 {
+                compares: Vec::new(),
+                success: vec![TxnOpV11::Put(put), TxnOpV11::Txn(Box::new(nested))],
+                failure: Vec::new(),
+            },
+        };
+        // A log entry of format 11 holds the transaction at the variant `TxnV11` took over.
+        let bytes = postcard::to_allocvec(&Command::TxnV11(old.clone())).unwrap();
+        assert_eq!(bytes[0], 11, "Command::Txn was variant 11 in format 11");
+        let decoded: Command = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(decoded, Command::TxnV11(old.clone()));
+        let put = TxnOp::Put(TxnPut {
+            key: b"etcd/k".to_vec(),
+            value: b"v".to_vec(),
+            ttl_ms: Some(5),
+            previous: true,
+            lease: 0,
+            ignore_value: false,
+            ignore_lease: false,
+        });
+        let nested = Txn {
+            compares: Vec::new(),
+            success: vec![put.clone()],
+            failure: Vec::new(),
+        };
+        let expected = TxnMutation {
+            request: None,
+            now_ms: 9,
+            txn: Txn {
+                compares: Vec::new(),
+                success: vec![put, TxnOp::Txn(Box::new(nested))],
+                failure: Vec::new(),
+            },
+        };
+        assert_eq!(TxnMutation::from(old), expected);
     }
 }

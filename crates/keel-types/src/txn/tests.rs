@@ -26,6 +26,10 @@ fn compares_follow_etcds_rules() {
     use CompareResult::*;
     use CompareTarget::*;
     let row = [kv("k", "b", 3, 7, 2)];
+    let leased = [KeyValue {
+        lease: 5,
+        ..kv("k", "b", 3, 7, 2)
+    }];
     let cases: Vec<(Compare, &[KeyValue], bool)> = vec![
         (compare(Equal, Version(0)), &[], true),
         (compare(Equal, Version(0)), &row, false),
@@ -40,6 +44,12 @@ fn compares_follow_etcds_rules() {
         // A value compare never holds for an absent key, not even "not equal".
         (compare(NotEqual, Value(b"x".to_vec())), &[], false),
         (compare(Equal, Value(Vec::new())), &[], false),
+        // An absent key, and a key attached to none, have lease 0.
+        (compare(Equal, Lease(0)), &[], true),
+        (compare(Equal, Lease(0)), &row, true),
+        (compare(Equal, Lease(5)), &leased, true),
+        (compare(Greater, Lease(4)), &leased, true),
+        (compare(NotEqual, Lease(5)), &row, true),
     ];
     for (compare, rows, holds) in cases {
         assert_eq!(compare.holds(rows), holds, "{compare:?} on {rows:?}");
@@ -173,6 +183,9 @@ fn put(key: &str) -> TxnOp {
         value: b"v".to_vec(),
         ttl_ms: None,
         previous: false,
+        lease: 0,
+        ignore_value: false,
+        ignore_lease: false,
     })
 }
 
@@ -255,4 +268,52 @@ fn a_transaction_is_checked_against_the_limits() {
 
     let rest = txn(vec![delete("a", Some(""))], vec![put("z")]);
     assert!(check_txn(&rest).is_ok());
+}
+
+#[test]
+fn a_put_is_checked_against_etcds_lease_rules() {
+    let put_with = |key: &str, value: &str, ttl_ms, lease, ignore: (bool, bool)| {
+        let op = TxnOp::Put(TxnPut {
+            key: key.into(),
+            value: value.into(),
+            ttl_ms,
+            previous: false,
+            lease,
+            ignore_value: ignore.0,
+            ignore_lease: ignore.1,
+        });
+        txn(vec![op], vec![])
+    };
+    let none = (false, false);
+    let cases = [
+        (put_with("etcd/a", "v", None, 7, none), None),
+        (put_with("etcd/a", "", None, 0, (true, true)), None),
+        (
+            put_with("plain", "v", None, 7, none),
+            Some("pinned namespace"),
+        ),
+        (
+            put_with("etcd/a", "v", Some(10), 7, none),
+            Some("takes no TTL"),
+        ),
+        (put_with("etcd/a", "v", None, -1, none), Some("below 0")),
+        (
+            put_with("etcd/a", "v", None, 7, (false, true)),
+            Some("ignore_lease"),
+        ),
+        (
+            put_with("etcd/a", "v", None, 0, (true, false)),
+            Some("ignore_value"),
+        ),
+    ];
+    for (txn, refusal) in cases {
+        match (check_txn(&txn), refusal) {
+            (Ok(()), None) => {}
+            (Err(error), Some(part)) => {
+                let message = error.to_string();
+                assert!(message.contains(part), "{message}");
+            }
+            (got, expected) => panic!("{txn:?}: got {got:?}, expected {expected:?}"),
+        }
+    }
 }

@@ -5,7 +5,8 @@
 
 use crate::error::KvError;
 use crate::limits::{self, human_bytes};
-use crate::txn::{CompareTarget, Txn, TxnOp, TxnSpan};
+use crate::pinned::pinned_span;
+use crate::txn::{CompareTarget, Txn, TxnOp, TxnPut, TxnSpan};
 
 use super::{check_key, check_ttl_ms, check_value, show_key};
 
@@ -64,18 +65,42 @@ fn check_parts(txn: &Txn) -> Result<usize, KvError> {
         bytes += match op {
             TxnOp::Read(read) => check_span(&read.span)?,
             TxnOp::Delete(delete) => check_span(&delete.span)?,
-            TxnOp::Put(put) => {
-                check_key(&put.key)?;
-                check_value(&put.key, &put.value)?;
-                if let Some(ttl_ms) = put.ttl_ms {
-                    check_ttl_ms(&put.key, i64::try_from(ttl_ms).unwrap_or(i64::MAX))?;
-                }
-                put.key.len() + put.value.len()
-            }
+            TxnOp::Put(put) => check_put(put)?,
             TxnOp::Txn(nested) => check_parts(nested)?,
         };
     }
     Ok(bytes)
+}
+
+/// Checks a put's key, value and TTL and etcd's rules for its lease fields (a lease only for
+/// a key of a pinned namespace and without a TTL; `ignore_value` with no value and
+/// `ignore_lease` with no lease); returns the bytes of key and value.
+fn check_put(put: &TxnPut) -> Result<usize, KvError> {
+    check_key(&put.key)?;
+    check_value(&put.key, &put.value)?;
+    if let Some(ttl_ms) = put.ttl_ms {
+        check_ttl_ms(&put.key, i64::try_from(ttl_ms).unwrap_or(i64::MAX))?;
+    }
+    let refusal = if put.lease < 0 {
+        Some(format!("lease {} is below 0; 0 means none", put.lease))
+    } else if put.lease != 0 && pinned_span(&put.key).is_none() {
+        Some("only a key of a pinned namespace such as \"etcd/\" takes a lease".to_string())
+    } else if put.lease != 0 && put.ttl_ms.is_some() {
+        Some("a key attached to a lease takes no TTL".to_string())
+    } else if put.ignore_lease && put.lease != 0 {
+        Some("ignore_lease keeps the key's lease, so the put names none".to_string())
+    } else if put.ignore_value && !put.value.is_empty() {
+        Some("ignore_value keeps the key's value, so the put carries none".to_string())
+    } else {
+        None
+    };
+    match refusal {
+        Some(why) => Err(KvError::invalid(format!(
+            "{why} (key {})",
+            show_key(&put.key)
+        ))),
+        None => Ok(put.key.len() + put.value.len()),
+    }
 }
 
 /// Checks a span's key and end; returns their bytes.

@@ -51,7 +51,7 @@ pub(super) fn put_ttl(key: &str, value: &str, ttl_ms: u64) -> BatchOp {
     }
 }
 
-fn increment(key: &str, delta: i64) -> BatchOp {
+pub(super) fn increment(key: &str, delta: i64) -> BatchOp {
     BatchOp::Increment {
         key: key.as_bytes().to_vec(),
         delta,

@@ -1167,3 +1167,37 @@ async fn a_namespace_is_counted_by_its_rows_until_its_range_lies_inside_it() {
     assert_eq!(counted, sm.quota_counts().await.unwrap());
     assert_eq!(counted.keys, 1);
 }
+
+#[tokio::test]
+async fn leases_stay_with_the_half_that_holds_their_namespace() {
+    use super::lease::{NS, grant, lease, leased, put_leased, revoke, txn};
+    use keel_types::LeaseResult;
+    let (_dir, store) = open();
+    let mut ranges = Ranges::new(&store);
+    let (parent, child) = (RangeId::FIRST, RangeId(2));
+    ranges.membership(parent, &[1, 2, 3]).await;
+    ranges.apply(parent, lease(2_000, grant(1, 60_000))).await;
+    let attached = ranges.apply(parent, txn(2_000, vec![put_leased("etcd/a", "1", 1)]));
+    assert!(matches!(attached.await, CommandOutcome::Transacted { .. }));
+    // `etcd/` sorts after `d`: the namespace, its lease and its key go to the child.
+    ranges.apply(parent, split("d", 2, 0)).await;
+    assert_eq!(
+        ranges.sm(parent).leases(NS).await.unwrap().0,
+        Vec::<i64>::new()
+    );
+    let (info, _) = ranges.sm(child).lease(NS, 1, true).await.unwrap();
+    assert_eq!(info.unwrap().keys, vec![b"etcd/a".to_vec()]);
+    let due = |sm: StateMachine| async move {
+        let plan = sm.plan_upkeep(1_000_000, 1).await.unwrap();
+        plan.expire_leases.leases.len()
+    };
+    assert_eq!(due(ranges.sm(parent)).await, 0);
+    assert_eq!(due(ranges.sm(child)).await, 1);
+    let revoked = ranges.apply(child, lease(2_000, revoke(1))).await;
+    let expected = LeaseResult::Revoked {
+        revision: 2,
+        deleted: 1,
+    };
+    assert_eq!(revoked, leased(expected));
+    assert_eq!(keys(&ranges.sm(child)).await, Vec::<String>::new());
+}

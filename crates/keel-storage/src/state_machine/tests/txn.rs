@@ -24,6 +24,9 @@ fn put_op(key: &str, value: &str) -> TxnOp {
         value: value.into(),
         ttl_ms: None,
         previous: true,
+        lease: 0,
+        ignore_value: false,
+        ignore_lease: false,
     })
 }
 
