@@ -5,6 +5,7 @@ mod damage;
 mod fixture;
 mod fixture_v10;
 mod fixture_v11;
+mod fixture_v12;
 mod fixture_v3;
 mod fixture_v4;
 mod fixture_v5;
