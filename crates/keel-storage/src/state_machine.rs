@@ -529,7 +529,7 @@ impl StateMachine {
     ) -> Result<(Option<LeaseInfo>, Revision), StorageError> {
         let (range, namespace) = (self.range, namespace.to_vec());
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 let key = tables::lease_key(&namespace, id);
                 let open = |table, what| {
@@ -568,7 +568,7 @@ impl StateMachine {
     pub async fn leases(&self, namespace: &[u8]) -> Result<(Vec<i64>, Revision), StorageError> {
         let (range, namespace) = (self.range, namespace.to_vec());
         self.store
-            .read(move |txn| {
+            .read_small(move |txn| {
                 let state = readable_state(txn, range)?;
                 if !state.span.contains(&namespace) {
                     return Ok((Vec::new(), state.revision));
@@ -577,7 +577,7 @@ impl StateMachine {
                     .open_table(LEASES)
                     .map_err(|e| StorageError::redb("open leases", e))?;
                 let max = limits::LEASES_LIST_MAX;
-                let ids = tables::lease_ids(&leases, &namespace, 1, max)?;
+                let ids = tables::lease_ids(&leases, &namespace, max)?;
                 Ok((ids, state.revision))
             })
             .await

@@ -103,14 +103,10 @@ impl fmt::Display for CheckedRow {
                 sequence,
             } => write!(f, "request record {client_id}/{sequence}"),
             CheckedRow::Lease(key) => {
-                let id = key.len().checked_sub(8).map(|at| &key[at..]);
-                let id = id.and_then(|id| <[u8; 8]>::try_from(id).ok());
-                let id = id.map_or(0, i64::from_be_bytes);
-                write!(
-                    f,
-                    "lease {id} of {}",
-                    show(&key[..key.len().saturating_sub(8)])
-                )
+                // A `leases` key: the namespace, then the id (8 bytes, big-endian).
+                let (namespace, id) = key.split_at(key.len().saturating_sub(8));
+                let id = <[u8; 8]>::try_from(id).map_or(0, i64::from_be_bytes);
+                write!(f, "lease {id} of namespace {}", show(namespace))
             }
         }
     }

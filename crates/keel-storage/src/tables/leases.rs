@@ -144,17 +144,16 @@ where
     Ok(attached_keys(lease_keys, namespace, id, limits::LEASE_KEYS_MAX + 1)?.len())
 }
 
-/// The ids of `namespace`'s leases in id order, from `from` on; at most `max`.
+/// The ids of `namespace`'s leases in id order; at most `max` (the smallest).
 pub(crate) fn lease_ids<R>(
     leases: &R,
     namespace: &[u8],
-    from: i64,
     max: usize,
 ) -> Result<Vec<i64>, StorageError>
 where
     R: ReadableTable<Bytes, Bytes>,
 {
-    let start = lease_key(namespace, from.max(1));
+    let start = lease_key(namespace, 1);
     let end = lease_key(namespace, i64::MAX);
     let mut ids = Vec::new();
     let rows = leases

@@ -546,3 +546,23 @@ async fn leases_survive_a_snapshot_install() {
     target.apply(lease(1_000, revoke(1))).await;
     assert_eq!(stored(&target, "etcd/a", 1_000).await, None);
 }
+
+#[tokio::test]
+async fn an_upkeep_plan_takes_at_most_cleanup_leases_max_leases() {
+    let (_dir, store) = open();
+    let mut applier = Applier::new(&store);
+    let count = limits::CLEANUP_LEASES_MAX as i64 + 2;
+    for id in 1..=count {
+        applier.apply(lease(1_000, grant(id, id as u64))).await;
+    }
+    let plan = applier.sm().plan_upkeep(5_000, 1_000_000).await.unwrap();
+    let ids: Vec<i64> = plan.expire_leases.leases.iter().map(|l| l.id).collect();
+    let first: Vec<i64> = (1..=limits::CLEANUP_LEASES_MAX as i64).collect();
+    assert_eq!(ids, first, "earliest first");
+    assert!(plan.next_due_ms.is_some_and(|due| due <= 5_000), "{plan:?}");
+    applier
+        .apply(Command::ExpireLeases(plan.expire_leases))
+        .await;
+    let plan = applier.sm().plan_upkeep(5_000, 1_000_000).await.unwrap();
+    assert_eq!(plan.expire_leases.leases.len(), 2);
+}
