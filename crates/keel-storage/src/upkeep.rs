@@ -1,9 +1,10 @@
 //! Planning a range's upkeep, read-only: the expired keys and idle sessions a cleanup
 //! removes, the free locks and expired idempotency records a reclaim removes, the expired
-//! etcd leases an `ExpireLeases` revokes, and when the next of them falls due. A range's state changes only by applying, so a leader that has
-//! seen the same applied index since a plan can leave the range alone until that time: an
-//! idle range costs no read until something in it expires. Knows nothing of who proposes the
-//! commands, and reads no clock: callers pass the time.
+//! etcd leases an `ExpireLeases` revokes, and when the next of them falls due. A range's
+//! state changes only by applying, so a leader that has seen the same applied index since a
+//! plan can leave the range alone until that time: an idle range costs no read until
+//! something in it expires. Knows nothing of who proposes the commands, and reads no clock:
+//! callers pass the time.
 //!
 //! The TTL and deadline indexes are shared by every range of a file and ordered by time, so
 //! a plan examines a bounded number of rows (`limits::CLEANUP_EXAMINED_PER_KEY` per item it

@@ -73,8 +73,9 @@ pub(crate) fn begin(
 /// Writer op: deletes up to `SNAPSHOT_INSTALL_ROWS_PER_TXN` rows of the range's request
 /// records, then its sessions, then the rows of its current span and of `span` (the
 /// snapshot's; with their TTL-index and lease-index rows), then the locks, fences,
-/// idempotency records and leases of both spans (with their `deadlines` rows), then the events of its current span, then (meta
-/// range) the `meta` table; returns whether rows remain.
+/// idempotency records and leases of both spans (with their `deadlines` rows), then the
+/// events of its current span, then (meta range) the `meta` table; returns whether rows
+/// remain.
 pub(crate) fn clear(
     txn: &WriteTransaction,
     range: RangeId,

@@ -1,12 +1,11 @@
 //! The `history` table (format 8): the events of every range of a file, keyed by (revision,
 //! user key), each holding the range clock and the key's state before and after the write
 //! (from format 11 with the key's version, from format 12 its lease; older states read
-//! version 1 and lease 0); from format 9
-//! also the locks and idempotency records a reclaim removed, keyed by (revision, name).
-//! Names route like keys and a reclaim gives its locks and its records a revision each, so
-//! no revision has two rows of one name; the value says which it is.
-//! Written only by `record_event` in the apply's transaction, removed by compaction
-//! (`compact`) and by the clearing of a span (`clear_history`).
+//! version 1 and lease 0); from format 9 also the locks and idempotency records a reclaim
+//! removed, keyed by (revision, name). Names route like keys and a reclaim gives its locks
+//! and its records a revision each, so no revision has two rows of one name; the value says
+//! which it is. Written only by `record_event` in the apply's transaction, removed by
+//! compaction (`compact`) and by the clearing of a span (`clear_history`).
 //!
 //! Like `kv` the table is shared by the ranges of a file: spans are disjoint and a split
 //! child inherits its parent's revision counter, so (revision, key) is unique in the file and

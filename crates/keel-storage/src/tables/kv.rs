@@ -1,9 +1,9 @@
 //! The `kv` table: every range's user rows, keyed by user key alone. Ranges of a file own
 //! disjoint spans, so they share the table and a split changes metadata only. A value is a
 //! header (create and mod revision, from format 2 the expiry, from format 11 the key's
-//! version, from format 12 its lease) followed by the raw user value. Every write goes through `write_kv`, which keeps
-//! the `ttl` index, the `lease_keys` index and the range's `KvCounts` (recorded in `sm_meta`) in step with the row
-//! it replaces.
+//! version, from format 12 its lease) followed by the raw user value. Every write goes
+//! through `write_kv`, which keeps the `ttl` index, the `lease_keys` index and the range's
+//! `KvCounts` (recorded in `sm_meta`) in step with the row it replaces.
 
 use keel_types::{KeyValue, Revision};
 use redb::{ReadableTable, Table, TableDefinition};

@@ -1,7 +1,8 @@
 //! The `requests` table: the first outcome of each request of a range's client sessions
 //! (`RequestRecord`, from format 6 with the request's digest, from format 11 with versions
-//! in its key states, from format 12 with leases), keyed by range id, client id, then sequence, so a session's records
-//! sort together by sequence. `sm_meta` counts the range's records.
+//! in its key states, from format 12 with leases), keyed by range id, client id, then
+//! sequence, so a session's records sort together by sequence. `sm_meta` counts the range's
+//! records.
 
 use std::ops::RangeInclusive;
 
