@@ -229,3 +229,44 @@ async fn a_retried_transaction_is_answered_from_its_record() {
     let (_, revision) = contents(&store).await;
     assert_eq!(revision, 1);
 }
+
+/// A transaction as a log entry of format 11 holds it: its puts have no lease fields.
+fn txn_v11(request: Option<RequestId>, key: &str, value: &str) -> Command {
+    use keel_types::command::legacy::{TxnMutationV11, TxnOpV11, TxnPutV11, TxnV11};
+    let put = TxnPutV11 {
+        key: key.into(),
+        value: value.into(),
+        ttl_ms: None,
+        previous: true,
+    };
+    Command::TxnV11(TxnMutationV11 {
+        request,
+        now_ms: 0,
+        txn: TxnV11 {
+            compares: Vec::new(),
+            success: vec![TxnOpV11::Put(put)],
+            failure: Vec::new(),
+        },
+    })
+}
+
+#[tokio::test]
+async fn a_transaction_of_format_11_applies_and_replays_as_it_did() {
+    let (_dir, store) = open();
+    let id = RequestId {
+        client_id: 8,
+        client_started_ms: 1,
+        sequence: 1,
+        completed_below: 1,
+    };
+    let commands = vec![txn_v11(Some(id), "a", "1"), txn_v11(Some(id), "a", "1")];
+    let outcomes = apply_commands(&store, 1, commands).await;
+    let (revision, result) = transacted(&outcomes[0]);
+    assert_eq!(revision, 1);
+    assert_eq!(result.results, vec![TxnOpResult::Put { previous: None }]);
+    // The retry's digest is the one its record holds: it is answered from the record.
+    let replayed = CommandOutcome::Replayed(Box::new(outcomes[0].clone()));
+    assert_eq!(outcomes[1], replayed);
+    let (rows, revision) = contents(&store).await;
+    assert_eq!((rows, revision), (vec![("a".into(), "1".into(), 1, 1)], 1));
+}
