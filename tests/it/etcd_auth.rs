@@ -7,12 +7,14 @@
 use futures::StreamExt;
 use keel_proto::etcd::etcdserverpb::auth_client::AuthClient;
 use keel_proto::etcd::etcdserverpb::kv_client::KvClient;
+use keel_proto::etcd::etcdserverpb::lease_client::LeaseClient;
 use keel_proto::etcd::etcdserverpb::request_op::Request as Op;
 use keel_proto::etcd::etcdserverpb::response_op::Response as Answer;
 use keel_proto::etcd::etcdserverpb::watch_client::WatchClient;
 use keel_proto::etcd::etcdserverpb::watch_request::RequestUnion;
 use keel_proto::etcd::etcdserverpb::{
-    AuthenticateRequest, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    AuthenticateRequest, DeleteRangeRequest, LeaseGrantRequest, LeaseLeasesRequest,
+    LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
     WatchCreateRequest, WatchRequest,
 };
 use keel_server::Access;
@@ -151,6 +153,8 @@ async fn etcd_users_are_tenants_confined_to_their_own_etcd_namespace() {
     // The admin's etcd namespace is the raw keyspace's, where no tenant key is.
     assert_eq!(keys(&mut kv, ADMIN).await, Vec::<Vec<u8>>::new());
 
+    leases_stay_in_their_namespace(&channel, &acme, &globex).await;
+
     // Wrong passwords, another entry's token, and calls without a known token are refused.
     for (name, password) in [
         ("acme", "acme-token-012345678"),
@@ -168,6 +172,59 @@ async fn etcd_users_are_tenants_confined_to_their_own_etcd_namespace() {
     let unknown = kv.range(with_token("forged-token-0123456789", everything()));
     assert_eq!(unknown.await.unwrap_err().code(), Code::Unauthenticated);
     cluster.shutdown().await;
+}
+
+/// A lease `owner` granted is not another tenant's to see, keep alive or revoke, even by
+/// its id; the key attached to it stays.
+async fn leases_stay_in_their_namespace(channel: &Channel, owner: &str, other: &str) {
+    let mut leases = LeaseClient::new(channel.clone());
+    let grant = LeaseGrantRequest { ttl: 60, id: 777 };
+    leases.lease_grant(with_token(owner, grant)).await.unwrap();
+    let attached = PutRequest {
+        key: b"leased".to_vec(),
+        value: b"v".to_vec(),
+        lease: 777,
+        ..PutRequest::default()
+    };
+    let mut kv = KvClient::new(channel.clone());
+    kv.put(with_token(owner, attached)).await.unwrap();
+    let revoke = LeaseRevokeRequest { id: 777 };
+    let refused = leases.lease_revoke(with_token(other, revoke)).await;
+    assert_eq!(refused.unwrap_err().code(), Code::NotFound);
+    let asked = LeaseTimeToLiveRequest {
+        id: 777,
+        keys: true,
+    };
+    let seen = leases.lease_time_to_live(with_token(other, asked)).await;
+    assert_eq!(seen.unwrap().into_inner().ttl, -1);
+    let listed = leases
+        .lease_leases(with_token(other, LeaseLeasesRequest {}))
+        .await;
+    assert!(listed.unwrap().into_inner().leases.is_empty());
+    // The other tenant's own lease 777 is another lease, in its own namespace.
+    let grant = LeaseGrantRequest { ttl: 60, id: 777 };
+    leases.lease_grant(with_token(other, grant)).await.unwrap();
+    let revoke = LeaseRevokeRequest { id: 777 };
+    leases
+        .lease_revoke(with_token(other, revoke))
+        .await
+        .unwrap();
+    let read = RangeRequest {
+        key: b"leased".to_vec(),
+        ..RangeRequest::default()
+    };
+    let still = kv
+        .range(with_token(owner, read))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(still.kvs[0].lease, 777, "the owner's key and lease stay");
+    let asked = LeaseTimeToLiveRequest {
+        id: 777,
+        keys: true,
+    };
+    let info = leases.lease_time_to_live(with_token(owner, asked)).await;
+    assert_eq!(info.unwrap().into_inner().keys, vec![b"leased".to_vec()]);
 }
 
 /// A watch of every key from the first revision replays `token`'s own puts only.

@@ -11,6 +11,7 @@ mod deps;
 mod etcd_auth;
 #[cfg(feature = "etcd-client")]
 mod etcd_client;
+mod etcd_lease;
 mod exactly_once;
 mod faults;
 mod follower_reads;

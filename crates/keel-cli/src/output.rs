@@ -91,7 +91,8 @@ pub fn exit_code(error: &KvError) -> u8 {
         | KvError::RecordNotOwned { .. }
         | KvError::EpochMismatch { .. }
         | KvError::FutureRevision { .. }
-        | KvError::Compacted { .. } => code::NOT_FOUND_OR_FAILED,
+        | KvError::Compacted { .. }
+        | KvError::LeaseNotFound { .. } => code::NOT_FOUND_OR_FAILED,
         KvError::InvalidArgument { .. } => code::USAGE,
         // The client retries it through a refreshed range table; seen here only when that
         // ran out of attempts.

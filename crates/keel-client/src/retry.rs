@@ -121,7 +121,8 @@ fn effect(error: &AttemptError) -> Effect {
             | KvError::LockNotHeld { .. }
             | KvError::RecordNotOwned { .. }
             | KvError::FutureRevision { .. }
-            | KvError::Compacted { .. },
+            | KvError::Compacted { .. }
+            | KvError::LeaseNotFound { .. },
         ) => Effect::Final,
         AttemptError::Server(
             KvError::Unauthenticated { .. }

@@ -30,6 +30,7 @@ pub fn key_value(kv: KeyValue, now_ms: u64) -> v1::KeyValue {
         create_revision: kv.create_revision,
         mod_revision: kv.mod_revision,
         version: kv.version,
+        lease: kv.lease,
     }
 }
 
@@ -83,7 +84,7 @@ impl From<v1::KeyValue> for KeyValue {
             mod_revision: kv.mod_revision,
             version: kv.version,
             expires_at_ms: kv.expires_at_ms,
-            lease: 0,
+            lease: kv.lease,
         }
     }
 }
@@ -359,6 +360,7 @@ impl From<&KvError> for v1::ErrorDetail {
                 requested,
                 compact_revision,
             }),
+            KvError::LeaseNotFound { id } => Kind::LeaseNotFound(v1::LeaseNotFound { id }),
         };
         v1::ErrorDetail { kind: Some(kind) }
     }
@@ -455,6 +457,7 @@ pub fn kv_error(detail: v1::ErrorDetail) -> Option<KvError> {
             requested: e.requested,
             compact_revision: e.compact_revision,
         },
+        Kind::LeaseNotFound(e) => KvError::LeaseNotFound { id: e.id },
     };
     Some(error)
 }
@@ -562,6 +565,7 @@ mod tests {
                 requested: 3,
                 compact_revision: 7,
             },
+            KvError::LeaseNotFound { id: 9 },
             KvError::Overflow {
                 key: b"n".to_vec(),
                 current: i64::MAX,
@@ -650,7 +654,7 @@ mod tests {
             mod_revision: 8,
             version: 4,
             expires_at_ms: Some(10_000),
-            lease: 0,
+            lease: 7,
         };
         let sent = key_value(kv.clone(), 4_000);
         assert_eq!(sent.version, 4);

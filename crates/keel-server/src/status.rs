@@ -25,6 +25,7 @@
 //! | QuotaExceeded     | RESOURCE_EXHAUSTED  | the tenant is at a quota; nothing applied          |
 //! | FutureRevision    | OUT_OF_RANGE        | a read's min_revision no write has made yet        |
 //! | Compacted         | OUT_OF_RANGE        | history asked from a revision no longer kept       |
+//! | LeaseNotFound     | NOT_FOUND           | the lease named is gone or never was; nothing done |
 //!
 //! NotLeader shares UNAVAILABLE with Unavailable because a generic gRPC client should treat
 //! both as "not applied, retry (elsewhere)"; Keel's client tells them apart by the detail.
@@ -60,6 +61,7 @@ pub fn code(error: &KvError) -> Code {
         KvError::PermissionDenied { .. } => Code::PermissionDenied,
         KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
         KvError::FutureRevision { .. } | KvError::Compacted { .. } => Code::OutOfRange,
+        KvError::LeaseNotFound { .. } => Code::NotFound,
     }
 }
 
@@ -224,6 +226,11 @@ mod tests {
             },
             Code::ResourceExhausted,
         );
+    }
+
+    #[test]
+    fn a_missing_lease_is_not_found() {
+        check(KvError::LeaseNotFound { id: 7 }, Code::NotFound);
     }
 
     #[test]

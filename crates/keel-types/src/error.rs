@@ -169,6 +169,12 @@ pub enum KvError {
         requested: u64,
         compact_revision: u64,
     },
+
+    /// The lease a request named does not exist in its namespace: it was never granted, or
+    /// it was revoked, or (for a keep-alive or a put attaching a key) it has expired.
+    /// Nothing was changed.
+    #[error("lease {id} not found (never granted, revoked or expired)")]
+    LeaseNotFound { id: i64 },
 }
 
 impl From<ConditionFailed> for KvError {
@@ -267,9 +273,7 @@ impl From<Rejection> for KvError {
             Rejection::LeaseExists { id } => {
                 KvError::invalid(format!("lease {id} already exists in its namespace"))
             }
-            Rejection::LeaseNotFound { id } => KvError::invalid(format!(
-                "lease {id} not found (never granted, revoked or expired)"
-            )),
+            Rejection::LeaseNotFound { id } => KvError::LeaseNotFound { id },
             Rejection::LeaseFull { id, max } => KvError::invalid(format!(
                 "lease {id} would hold more than {max} keys; limit is {max}"
             )),
@@ -356,6 +360,7 @@ impl KvError {
             KvError::QuotaExceeded { .. } => "quota_exceeded",
             KvError::FutureRevision { .. } => "future_revision",
             KvError::Compacted { .. } => "compacted",
+            KvError::LeaseNotFound { .. } => "lease_not_found",
         }
     }
 }

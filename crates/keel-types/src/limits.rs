@@ -33,6 +33,13 @@ pub const ETCD_WATCHES_PER_STREAM_MAX: usize = 1_000;
 /// Responses of one etcd watch stream waiting to be sent: a slow reader holds its watches'
 /// tasks, never events beyond these.
 pub const ETCD_WATCH_RESPONSES_BUFFERED: usize = 16;
+/// Answers of one etcd keep-alive stream waiting to be sent: a slow reader holds the stream's
+/// task, which keeps no lease alive until they are read.
+pub const ETCD_KEEPALIVE_RESPONSES_BUFFERED: usize = 16;
+/// Shortest lease TTL the etcd API grants, in seconds: a shorter one is raised to it (etcd
+/// raises short TTLs too), so that a lease kept alive outlives a leader election (a few
+/// seconds in Keel) whose keep-alives cannot get through.
+pub const ETCD_LEASE_TTL_MIN_S: u64 = 5;
 
 /// Longest TTL a key may be given: one year. TTLs must be at least 1 ms.
 pub const TTL_MS_MAX: u64 = 365 * 24 * 60 * 60 * 1000;

@@ -35,7 +35,8 @@ pub fn write_status(error: &KvError) -> Status {
         | KvError::PermissionDenied { .. }
         | KvError::QuotaExceeded { .. }
         | KvError::FutureRevision { .. }
-        | KvError::Compacted { .. } => Status::Fail,
+        | KvError::Compacted { .. }
+        | KvError::LeaseNotFound { .. } => Status::Fail,
         KvError::OutcomeUnknown { .. }
         | KvError::Timeout { .. }
         | KvError::Fatal { .. }
@@ -73,6 +74,7 @@ pub fn error_name(error: &KvError) -> &'static str {
         KvError::QuotaExceeded { .. } => "quota-exceeded",
         KvError::FutureRevision { .. } => "future-revision",
         KvError::Compacted { .. } => "compacted",
+        KvError::LeaseNotFound { .. } => "lease-not-found",
     }
 }
 

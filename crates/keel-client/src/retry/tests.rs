@@ -36,6 +36,7 @@ fn kind(error: &KvError) -> &'static str {
         KvError::QuotaExceeded { .. } => "quota exceeded",
         KvError::FutureRevision { .. } => "future revision",
         KvError::Compacted { .. } => "compacted",
+        KvError::LeaseNotFound { .. } => "lease not found",
     }
 }
 
@@ -224,6 +225,12 @@ fn reads_retry_everything_but_final_answers_within_their_attempts() {
             }),
             1,
             Gives("compacted"),
+        ),
+        // A lease that is gone stays gone.
+        (
+            server(KvError::LeaseNotFound { id: 3 }),
+            1,
+            Gives("lease not found"),
         ),
         (hinted(), max - 1, Hinted),
         (hinted(), max, Gives("unavailable")),

@@ -410,6 +410,7 @@ pub fn status(error: &KvError) -> Status {
         KvError::PermissionDenied { .. } => Code::PermissionDenied,
         KvError::QuotaExceeded { .. } => Code::ResourceExhausted,
         KvError::FutureRevision { .. } | KvError::Compacted { .. } => Code::OutOfRange,
+        KvError::LeaseNotFound { .. } => Code::NotFound,
     };
     let detail = v1::ErrorDetail::from(error).encode_to_vec();
     Status::with_details(code, error.to_string(), detail.into())
@@ -434,6 +435,7 @@ impl Kv for Service {
                 create_revision: 3,
                 mod_revision: 4,
                 version: 2,
+                lease: 0,
             }),
         };
         let response = v1::GetResponse {
@@ -461,6 +463,7 @@ impl Kv for Service {
                 create_revision: 4,
                 mod_revision: 4,
                 version: 1,
+                lease: 0,
             }),
             prev_kv: None,
             clock_ms: HISTORY_CLOCK_MS,
@@ -498,6 +501,13 @@ impl Kv for Service {
         _request: Request<v1::TxnRequest>,
     ) -> Result<Response<v1::TxnResponse>, Status> {
         Err(Status::unimplemented("keel-client sends no transaction"))
+    }
+
+    async fn lease(
+        &self,
+        _request: Request<v1::LeaseRequest>,
+    ) -> Result<Response<v1::LeaseResponse>, Status> {
+        Err(Status::unimplemented("keel-client sends no lease call"))
     }
 
     async fn put(

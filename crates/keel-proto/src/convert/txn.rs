@@ -55,9 +55,10 @@ fn compare(compare: v1::Compare) -> Result<Compare, KvError> {
         Some(Target::Version(version)) => CompareTarget::Version(version),
         Some(Target::CreateRevision(revision)) => CompareTarget::CreateRevision(revision),
         Some(Target::ModRevision(revision)) => CompareTarget::ModRevision(revision),
+        Some(Target::Lease(lease)) => CompareTarget::Lease(lease),
         None => {
             return Err(KvError::invalid(
-                "compare has no target; set one of value, version, create_revision, mod_revision",
+                "compare has no target; set one of value, version, create_revision, mod_revision, lease",
             ));
         }
     };
@@ -77,9 +78,9 @@ fn op(op: v1::TxnOp) -> Result<TxnOp, KvError> {
             key: put.key,
             value: put.value,
             previous: put.return_previous,
-            lease: 0,
-            ignore_value: false,
-            ignore_lease: false,
+            lease: put.lease,
+            ignore_value: put.ignore_value,
+            ignore_lease: put.ignore_lease,
         })),
         Some(Op::Delete(delete)) => Ok(TxnOp::Delete(TxnDelete {
             span: span(delete.span)?,

@@ -10,10 +10,11 @@ use keel_proto::v1::{
     BeginRequest, BeginResponse, CompleteRequest, CompleteResponse, DeleteRequest, DeleteResponse,
     Event, Fence, GetRequest, GetResponse, HistoryRequest, HistoryResponse, IdempotencyGetRequest,
     IdempotencyGetResponse, IncrementRequest, IncrementResponse, InspectRequest, InspectResponse,
-    KeyValue, LeaderRequest, LeaderResponse, MembersResponse, OpenSessionResponse, PutRequest,
-    PutResponse, RangesResponse, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
-    ScanRequest, ScanResponse, Txn, TxnRequest, TxnResponse, TxnResult, TxnSpan, WatchRequest,
-    WatchResponse, batch_op, txn_op, txn_op_result,
+    KeyValue, LeaderRequest, LeaderResponse, LeaseRequest, LeaseResponse, MembersResponse,
+    OpenSessionResponse, PutRequest, PutResponse, RangesResponse, ReleaseRequest, ReleaseResponse,
+    RenewRequest, RenewResponse, ScanRequest, ScanResponse, Txn, TxnRequest, TxnResponse,
+    TxnResult, TxnSpan, WatchRequest, WatchResponse, batch_op, lease_response, txn_op,
+    txn_op_result,
 };
 use keel_types::tenant::Namespace;
 use keel_types::{ConditionFailed, KvError, RangeDescriptor};
@@ -216,6 +217,7 @@ confine_field!(
     CompleteRequest => scope,
     AbortRequest => scope,
     IdempotencyGetRequest => scope,
+    LeaseRequest => namespace,
 );
 
 impl Confine for PutRequest {
@@ -291,6 +293,17 @@ nothing_to_reveal!(
     MembersResponse,
     LeaderResponse,
 );
+
+impl Reveal for LeaseResponse {
+    /// The keys a time-to-live lists.
+    fn reveal(&mut self, namespace: &Namespace) {
+        if let Some(lease_response::Result::Info(info)) = &mut self.result {
+            for key in &mut info.keys {
+                reveal_name(key, namespace);
+            }
+        }
+    }
+}
 
 impl Reveal for GetResponse {
     fn reveal(&mut self, namespace: &Namespace) {

@@ -16,9 +16,9 @@ use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::{
     BatchOpResult, BatchRequest, BatchResponse, DeleteRequest, DeleteResponse, GetRequest,
     GetResponse, HistoryRequest, HistoryResponse, IncrementRequest, IncrementResponse,
-    OpenSessionRequest, OpenSessionResponse, PutRequest, PutResponse, ResponseHeader, ScanRequest,
-    ScanResponse, TxnRequest, TxnResponse, WatchProgressRequest, WatchProgressResponse,
-    WatchRequest,
+    LeaseRequest, LeaseResponse, OpenSessionRequest, OpenSessionResponse, PutRequest, PutResponse,
+    ResponseHeader, ScanRequest, ScanResponse, TxnRequest, TxnResponse, WatchProgressRequest,
+    WatchProgressResponse, WatchRequest,
 };
 use keel_raft::RaftGroup;
 use keel_storage::{HistoryRead, KeyRead, Unreadable};
@@ -602,6 +602,25 @@ impl Kv for KvService {
         caller.reveal(self.router.deliver(answer))
     }
 
+    /// Changes (grant, keep-alive, revoke) go to the leader; reads are served as reads.
+    async fn lease(
+        &self,
+        request: Request<LeaseRequest>,
+    ) -> Result<Response<LeaseResponse>, Status> {
+        use keel_proto::v1::lease_request::Op;
+        let reads = matches!(request.get_ref().op, Some(Op::TimeToLive(_) | Op::List(_)));
+        let (call, hop) = match reads {
+            true => (Call::Read, Hop::READ),
+            false => (Call::Write, Hop::WRITE),
+        };
+        let caller = self.shared.admit(&request, call)?;
+        let request = caller.confine(request.into_inner());
+        let forward = |mut kv: KvClient<PeerChannel>, r| async move { kv.lease(r).await };
+        let serve = || self.serve_lease(&request);
+        let answer = self.router.answer(&request, hop, serve, forward).await;
+        caller.reveal(self.router.deliver(answer))
+    }
+
     async fn txn(&self, request: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let ops = request.get_ref().txn.as_ref().map_or(0, wire_ops);
         let caller = self.shared.admit(&request, Call::Batch { ops })?;
@@ -697,6 +716,8 @@ fn unreadable(why: Unreadable, revision: Revision, key: &[u8]) -> KvError {
         },
     }
 }
+
+mod lease;
 
 #[cfg(test)]
 mod tests {

@@ -89,7 +89,7 @@ pub struct ServeArgs {
     /// given).
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
-    /// Serve etcd's v3 gRPC API (KV, Watch, Cluster, Maintenance, Auth) on ADDR, e.g. 127.0.0.1:2379, from the keys
+    /// Serve etcd's v3 gRPC API (KV, Watch, Lease, Cluster, Maintenance, Auth) on ADDR, e.g. 127.0.0.1:2379, from the keys
     /// under etcd/ (off unless given; see docs/ETCD.md).
     #[arg(long)]
     pub etcd_listen: Option<SocketAddr>,

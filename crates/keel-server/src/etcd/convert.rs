@@ -49,7 +49,7 @@ pub fn span(key_bytes: &[u8], range_end: &[u8]) -> Result<v1::TxnSpan, Status> {
 }
 
 /// The etcd key of a stored one (every stored key the adapter reads is in the namespace).
-fn etcd_key(stored: Vec<u8>) -> Vec<u8> {
+pub fn etcd_key(stored: Vec<u8>) -> Vec<u8> {
     match stored.strip_prefix(ETCD_PREFIX) {
         Some(name) => name.to_vec(),
         None => stored,
@@ -61,7 +61,7 @@ pub fn key_value(kv: v1::KeyValue) -> mvccpb::KeyValue {
     stored_key_value(KeyValue::from(kv))
 }
 
-/// A stored key as etcd's (no lease: leases are not served yet).
+/// A stored key as etcd's.
 pub fn stored_key_value(kv: KeyValue) -> mvccpb::KeyValue {
     mvccpb::KeyValue {
         key: etcd_key(kv.key),
@@ -69,7 +69,7 @@ pub fn stored_key_value(kv: KeyValue) -> mvccpb::KeyValue {
         mod_revision: revision(kv.mod_revision),
         version: revision(kv.version),
         value: kv.value,
-        lease: 0,
+        lease: kv.lease,
     }
 }
 
@@ -136,27 +136,20 @@ pub fn read(request: &RangeRequest) -> Result<v1::TxnRead, Status> {
     })
 }
 
-/// An etcd put as a transaction put. Leases are not served yet: a put naming one, or asking
-/// to keep the key's value or lease, is refused.
+/// An etcd put as a transaction put: with its lease (0 detaches the key from any) and
+/// etcd's flags that keep the key's value or lease.
 pub fn put(request: &PutRequest) -> Result<v1::TxnPut, Status> {
     if request.key.is_empty() {
         return Err(Status::invalid_argument("etcdserver: key is not provided"));
-    }
-    if request.lease != 0 || request.ignore_lease {
-        return Err(Status::unimplemented(
-            "etcdserver: leases are not supported by this Keel release (see docs/ETCD.md)",
-        ));
-    }
-    if request.ignore_value {
-        return Err(Status::unimplemented(
-            "etcdserver: ignore_value is not supported by this Keel release (see docs/ETCD.md)",
-        ));
     }
     Ok(v1::TxnPut {
         key: key(&request.key),
         value: request.value.clone(),
         ttl_ms: None,
         return_previous: request.prev_kv,
+        lease: request.lease,
+        ignore_value: request.ignore_value,
+        ignore_lease: request.ignore_lease,
     })
 }
 
@@ -233,11 +226,7 @@ fn compare(request: &Compare) -> Result<v1::Compare, Status> {
             Some(TargetUnion::Value(value)) => Target::Value(value.clone()),
             _ => Target::Value(Vec::new()),
         },
-        Ok(CompareTarget::Lease) => {
-            return Err(Status::unimplemented(
-                "etcdserver: lease compares are not supported by this Keel release (see docs/ETCD.md)",
-            ));
-        }
+        Ok(CompareTarget::Lease) => Target::Lease(operand(union)),
         Err(_) => {
             return Err(Status::invalid_argument(
                 "etcdserver: invalid compare target",
@@ -320,6 +309,9 @@ pub fn status(status: Status) -> Status {
             Code::OutOfRange,
             "etcdserver: mvcc: required revision is a future revision",
         ),
+        KvError::LeaseNotFound { .. } => {
+            Status::new(Code::NotFound, "etcdserver: requested lease not found")
+        }
         KvError::KeyOutOfRange { .. } => Status::new(
             Code::FailedPrecondition,
             format!(

@@ -7,9 +7,10 @@
 //! and cuts what it read as a transaction's read would (`keel_types::txn::Selection`).
 
 use keel_proto::etcd::etcdserverpb::kv_server::Kv as EtcdKvApi;
+use keel_proto::etcd::etcdserverpb::response_op::Response as Op;
 use keel_proto::etcd::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
 };
 use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::{self, Consistency, GetRequest, ScanRequest};
@@ -148,9 +149,26 @@ impl EtcdKvApi for EtcdKv {
         )))
     }
 
+    /// A Keel put, or a transaction of one put when it names a lease or keeps the key's
+    /// value or lease (Keel's put knows none of them; a put without a lease detaches).
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let (metadata, _, request) = request.into_parts();
         let put = convert::put(&request)?;
+        if put.lease != 0 || put.ignore_value || put.ignore_lease {
+            let txn = v1::Txn {
+                success: vec![v1::TxnOp {
+                    op: Some(v1::txn_op::Op::Put(put)),
+                }],
+                ..v1::Txn::default()
+            };
+            let (header, result) = self.transact(&metadata, txn).await?;
+            return match convert::responses(result, &header).pop() {
+                Some(ResponseOp {
+                    response: Some(Op::ResponsePut(put)),
+                }) => Ok(Response::new(put)),
+                _ => Err(Status::internal("a put's transaction answered no put")),
+            };
+        }
         let keel = v1::PutRequest {
             key: put.key,
             value: put.value,
@@ -177,7 +195,6 @@ impl EtcdKvApi for EtcdKv {
         };
         let (header, result) = self.transact(&metadata, txn).await?;
         let mut responses = convert::responses(result, &header);
-        use keel_proto::etcd::etcdserverpb::response_op::Response as Op;
         match responses.pop().and_then(|response| response.response) {
             Some(Op::ResponseDeleteRange(deleted)) => Ok(Response::new(deleted)),
             _ => Err(Status::internal(

@@ -1,5 +1,5 @@
-//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch`, `Cluster`,
-//! `Maintenance` and `Auth` services, served on a port of their own from the keys under
+//! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch`, `Lease`,
+//! `Cluster`, `Maintenance` and `Auth` services, served on a port of their own from the keys under
 //! `etcd/` (`keel_types::pinned::ETCD_PREFIX`; a tenant's under its own namespace, `auth`
 //! says how etcd's users are Keel's tokens), which Keel keeps
 //! in one range so that the range's revision is etcd's revision. Each call is translated
@@ -11,6 +11,7 @@ use std::sync::Arc;
 use keel_proto::etcd::etcdserverpb::auth_server::AuthServer;
 use keel_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
 use keel_proto::etcd::etcdserverpb::kv_server::KvServer;
+use keel_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use keel_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use keel_proto::etcd::etcdserverpb::watch_server::WatchServer;
 use keel_types::limits;
@@ -28,6 +29,7 @@ mod auth;
 mod cluster;
 mod convert;
 mod kv;
+mod lease;
 mod maintenance;
 mod watch;
 
@@ -64,6 +66,7 @@ pub(crate) async fn serve(
         shared.node_id,
         url,
     ));
+    let lease = LeaseServer::new(lease::EtcdLease::new(keel(), shared.node_id));
     let auth = AuthServer::new(auth::EtcdAuth::new(shared.access.clone(), shared.node_id));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut server = Server::builder();
@@ -77,6 +80,7 @@ pub(crate) async fn serve(
         .add_service(maintenance)
         .add_service(watch)
         .add_service(cluster)
+        .add_service(lease)
         .add_service(auth)
         .serve_with_incoming_shutdown(incoming, stop)
         .await

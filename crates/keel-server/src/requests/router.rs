@@ -16,8 +16,8 @@ use keel_proto::raft::{BatchedRequest, RaftKind};
 use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
     GetRequest, HistoryRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest,
-    PutRequest, ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest, SplitRequest,
-    TxnRequest,
+    LeaseRequest, PutRequest, ReleaseRequest, RenewRequest, ResponseHeader, ScanRequest,
+    SplitRequest, TxnRequest,
 };
 use keel_raft::{Peer, RaftGroup};
 use keel_storage::StorageError;
@@ -63,6 +63,7 @@ forwardable!(
     BatchRequest => "/keel.v1.Kv/Batch",
     IncrementRequest => "/keel.v1.Kv/Increment",
     TxnRequest => "/keel.v1.Kv/Txn",
+    LeaseRequest => "/keel.v1.Kv/Lease",
     AcquireRequest => "/keel.v1.Lock/Acquire",
     RenewRequest => "/keel.v1.Lock/Renew",
     ReleaseRequest => "/keel.v1.Lock/Release",

@@ -232,6 +232,7 @@ impl Fake {
             create_revision: 1,
             mod_revision: 1,
             version: 1,
+            lease: 0,
             ttl_remaining_ms: None,
         })
     }
@@ -273,6 +274,7 @@ impl Fake {
                 create_revision: 1,
                 mod_revision: 1,
                 version: 1,
+                lease: 0,
                 ttl_remaining_ms: None,
             })
             .collect();

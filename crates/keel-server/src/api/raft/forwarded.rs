@@ -14,7 +14,7 @@ use keel_proto::v1::lock_server::Lock;
 use keel_proto::v1::{
     AbortRequest, AcquireRequest, BatchRequest, BeginRequest, CompleteRequest, DeleteRequest,
     GetRequest, HistoryRequest, IdempotencyGetRequest, IncrementRequest, InspectRequest,
-    PutRequest, ReleaseRequest, RenewRequest, ScanRequest, SplitRequest, TxnRequest,
+    LeaseRequest, PutRequest, ReleaseRequest, RenewRequest, ScanRequest, SplitRequest, TxnRequest,
 };
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -63,6 +63,7 @@ impl Services {
             BatchRequest::METHOD => unary(payload, caller, |r| self.kv.batch(r)).await,
             IncrementRequest::METHOD => unary(payload, caller, |r| self.kv.increment(r)).await,
             TxnRequest::METHOD => unary(payload, caller, |r| self.kv.txn(r)).await,
+            LeaseRequest::METHOD => unary(payload, caller, |r| self.kv.lease(r)).await,
             AcquireRequest::METHOD => unary(payload, caller, |r| self.lock.acquire(r)).await,
             RenewRequest::METHOD => unary(payload, caller, |r| self.lock.renew(r)).await,
             ReleaseRequest::METHOD => unary(payload, caller, |r| self.lock.release(r)).await,
