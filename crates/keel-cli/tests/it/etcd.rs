@@ -1,8 +1,10 @@
 //! etcd's own command-line client, Debian's `etcdctl` (package `etcd-client`), drives three
 //! `keel serve --etcd-listen` processes: puts and gets with prefixes and past revisions,
 //! versions, deletes of a prefix, transactions on both branches and through every node,
-//! watches resumed from a past revision and of a prefix with previous values, a revision in
-//! the future, the member list, and the endpoints' status and health. Ignored by the README's test command,
+//! watches resumed from a past revision and of a prefix with previous values, leases
+//! (grant, attach, time to live, keep-alive, list, revoke), a lock and an election handed
+//! from one process to the next, a revision in the future, the member list, and the
+//! endpoints' status and health. Ignored by the README's test command,
 //! which needs nothing but Rust; `.ci/run` installs `etcd-client` and runs it.
 
 use std::io::{BufRead, BufReader, Write};
@@ -42,18 +44,18 @@ fn etcdctl(endpoints: &[String], args: &[&str], stdin: &str) -> (bool, String, S
     )
 }
 
-/// `etcdctl watch ARGS` in the background: its stdout lines arrive on the receiver.
-struct Watcher {
+/// `etcdctl ARGS` in the background (a watch, a lock holder, a candidate): its stdout lines
+/// arrive on the receiver.
+struct Background {
     child: Child,
     lines: mpsc::Receiver<String>,
 }
 
-impl Watcher {
-    fn start(endpoints: &[String], args: &[&str]) -> Watcher {
+impl Background {
+    fn start(endpoints: &[String], args: &[&str]) -> Background {
         let mut child = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", endpoints.join(",")))
-            .arg("watch")
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -69,7 +71,7 @@ impl Watcher {
                 }
             }
         });
-        Watcher { child, lines }
+        Background { child, lines }
     }
 
     /// The next `count` lines, waiting at most `WATCH_WAIT` for all of them.
@@ -80,14 +82,28 @@ impl Watcher {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) => lines.push(line),
-                Err(_) => panic!("the watch printed {lines:?}, not {count} lines"),
+                Err(_) => panic!("etcdctl printed {lines:?}, not {count} lines"),
             }
         }
         lines
     }
+
+    /// The lines printed so far, without waiting.
+    fn printed(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Sends SIGINT, on which etcdctl's lock and elect close their session (revoking its
+    /// lease, which deletes their key), and waits for it to exit.
+    fn interrupt(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -INT failed");
+        let _ = self.child.wait();
+    }
 }
 
-impl Drop for Watcher {
+impl Drop for Background {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -189,7 +205,7 @@ async fn etcdctl_drives_a_three_node_keel() {
     }
 
     // A watch resumed from the first revision replays the key's history, then goes on live.
-    let watcher = Watcher::start(&one(2), &["app/config", &old]);
+    let watcher = Background::start(&one(2), &["watch", "app/config", &old]);
     let replayed = watcher.lines(9);
     let values: Vec<&str> = replayed
         .iter()
@@ -210,7 +226,10 @@ async fn etcdctl_drives_a_three_node_keel() {
         "Revision",
     );
     let next = format!("--rev={}", now + 1);
-    let prefix = Watcher::start(&all, &["app/flags/", "--prefix", "--prev-kv", &next]);
+    let prefix = Background::start(
+        &all,
+        &["watch", "app/flags/", "--prefix", "--prev-kv", &next],
+    );
     ok(&all, &["put", "app/flags/a", "1b"]);
     // With --prev-kv, etcdctl prints the state before the event, then the event.
     assert_eq!(
@@ -225,6 +244,8 @@ async fn etcdctl_drives_a_three_node_keel() {
         ok(&all, &["get", "apps", "--print-value-only"]),
         "not under app/\n"
     );
+
+    leases_locks_and_elections(&all);
 
     let (success, _, stderr) = etcdctl(&all, &["get", "app/config", "--rev=1000000"], "");
     assert!(!success, "a read at a future revision fails");
@@ -252,4 +273,57 @@ async fn etcdctl_drives_a_three_node_keel() {
     assert!(success, "{stdout}{stderr}");
     let health = format!("{stdout}{stderr}");
     assert_eq!(health.matches("is healthy").count(), 3, "{health}");
+}
+
+/// `etcdctl lease` grants, attaches, reads, keeps alive, lists and revokes; `etcdctl lock`
+/// and `etcdctl elect` (etcd's client-side recipes of a lease, transactions, reads sorted by
+/// create revision and watches) hand a lock and a leadership from one process to the next.
+fn leases_locks_and_elections(all: &[String]) {
+    let granted = ok(all, &["lease", "grant", "60"]);
+    let id = granted.split_whitespace().nth(1).unwrap().to_string();
+    assert!(granted.ends_with("granted with TTL(60s)\n"), "{granted}");
+    ok(all, &["put", "--lease", &id, "leased/a", "1"]);
+    ok(all, &["put", "--lease", &id, "leased/b", "2"]);
+    let ttl = ok(all, &["lease", "timetolive", &id, "--keys"]);
+    assert!(ttl.contains("attached keys([leased/a leased/b])"), "{ttl}");
+    let kept = ok(all, &["lease", "keep-alive", "--once", &id]);
+    assert!(kept.contains("keepalived with TTL(60)"), "{kept}");
+    assert!(ok(all, &["lease", "list"]).contains(&id));
+    ok(all, &["lease", "revoke", &id]);
+    assert_eq!(ok(all, &["get", "leased/", "--prefix"]), "");
+    let (success, _, stderr) = etcdctl(all, &["put", "--lease", &id, "leased/c", "3"], "");
+    assert!(
+        !success && stderr.contains("requested lease not found"),
+        "{stderr}"
+    );
+
+    // A lock held by one process; another waits until the first lets go.
+    let holder = Background::start(all, &["lock", "app-lock"]);
+    let held = holder.lines(1);
+    assert!(held[0].starts_with("app-lock/"), "{held:?}");
+    let waiter = Background::start(all, &["lock", "app-lock", "echo", "second holds it"]);
+    let deadline = Instant::now() + WATCH_WAIT;
+    while ok(all, &["get", "app-lock", "--prefix", "--keys-only"])
+        .lines()
+        .filter(|line| !line.is_empty())
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(waiter.printed(), Vec::<String>::new(), "both hold the lock");
+    holder.interrupt();
+    assert_eq!(waiter.lines(1), vec!["second holds it"]);
+    drop(waiter);
+
+    // An election: the first candidate leads, a listener sees it, then the second leads.
+    let first = Background::start(all, &["elect", "app-election", "proposal-a"]);
+    assert_eq!(first.lines(2)[1], "proposal-a");
+    let listener = Background::start(all, &["elect", "--listen", "app-election"]);
+    assert_eq!(listener.lines(2)[1], "proposal-a");
+    let second = Background::start(all, &["elect", "app-election", "proposal-b"]);
+    first.interrupt();
+    assert_eq!(second.lines(2)[1], "proposal-b");
+    assert_eq!(listener.lines(2)[1], "proposal-b");
 }
