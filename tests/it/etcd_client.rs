@@ -5,8 +5,9 @@
 //! the `etcd-client` feature only (it needs protoc); `.ci/run` runs it.
 
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, LeaseTimeToLiveOptions,
+    LockOptions, PutOptions, ResignOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    WatchOptions,
 };
 
 use crate::harness::Cluster;
@@ -101,6 +102,8 @@ async fn etcd_client_drives_keel() {
         .await;
     assert_eq!(left.unwrap().count(), 0);
 
+    leases_locks_and_elections(&mut client).await;
+
     let members = client.member_list().await.unwrap();
     assert_eq!(members.members().len(), 3);
     let leader = cluster.leader().await;
@@ -112,4 +115,42 @@ async fn etcd_client_drives_keel() {
         assert_eq!(status.leader(), leader, "node {id}");
     }
     cluster.shutdown().await;
+}
+
+/// Leases (grant, attach, time to live with keys, keep-alive, revoke), the `Lock` service,
+/// and an election's campaign, leader and resignation, through the crate's own calls.
+async fn leases_locks_and_elections(client: &mut Client) {
+    let lease = client.lease_grant(30, None).await.unwrap().id();
+    let attached = PutOptions::new().with_lease(lease);
+    client.put("leased", "v", Some(attached)).await.unwrap();
+    let with_keys = LeaseTimeToLiveOptions::new().with_keys();
+    let ttl = client
+        .lease_time_to_live(lease, Some(with_keys))
+        .await
+        .unwrap();
+    assert_eq!(ttl.keys(), &[b"leased".to_vec()]);
+    let (mut keeper, mut kept) = client.lease_keep_alive(lease).await.unwrap();
+    keeper.keep_alive().await.unwrap();
+    assert_eq!(kept.message().await.unwrap().unwrap().ttl(), 30);
+
+    let locked = client
+        .lock("app-lock", Some(LockOptions::new().with_lease(lease)))
+        .await
+        .unwrap();
+    assert!(locked.key().starts_with(b"app-lock/"));
+    client.unlock(locked.key()).await.unwrap();
+
+    let won = client.campaign("app-election", "a", lease).await.unwrap();
+    let leader = won.leader().unwrap().clone();
+    let read = client.leader("app-election").await.unwrap();
+    assert_eq!(read.kv().unwrap().value(), b"a");
+    let resign = ResignOptions::new().with_leader(leader);
+    client.resign(Some(resign)).await.unwrap();
+    assert!(
+        client.leader("app-election").await.is_err(),
+        "no leader now"
+    );
+
+    client.lease_revoke(lease).await.unwrap();
+    assert_eq!(client.get("leased", None).await.unwrap().count(), 0);
 }

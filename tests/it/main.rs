@@ -12,6 +12,7 @@ mod etcd_auth;
 #[cfg(feature = "etcd-client")]
 mod etcd_client;
 mod etcd_lease;
+mod etcd_lock;
 mod exactly_once;
 mod faults;
 mod follower_reads;

@@ -1,5 +1,5 @@
 //! etcd's v3 API on Keel (`keel serve --etcd-listen ADDR`): etcd's `KV`, `Watch`, `Lease`,
-//! `Cluster`, `Maintenance` and `Auth` services, served on a port of their own from the keys under
+//! `Cluster`, `Maintenance` and `Auth` services and the `v3lock` and `v3election` ones, served on a port of their own from the keys under
 //! `etcd/` (`keel_types::pinned::ETCD_PREFIX`; a tenant's under its own namespace, `auth`
 //! says how etcd's users are Keel's tokens), which Keel keeps
 //! in one range so that the range's revision is etcd's revision. Each call is translated
@@ -14,6 +14,8 @@ use keel_proto::etcd::etcdserverpb::kv_server::KvServer;
 use keel_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use keel_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use keel_proto::etcd::etcdserverpb::watch_server::WatchServer;
+use keel_proto::etcd::v3electionpb::election_server::ElectionServer;
+use keel_proto::etcd::v3lockpb::lock_server::LockServer;
 use keel_types::limits;
 use tokio::net::TcpListener;
 use tonic::transport::Server;
@@ -30,7 +32,9 @@ mod cluster;
 mod convert;
 mod kv;
 mod lease;
+mod lock;
 mod maintenance;
+mod queue;
 mod watch;
 
 /// The etcd version `Maintenance.Status` reports: the release whose API protos Keel vendors
@@ -67,6 +71,13 @@ pub(crate) async fn serve(
         url,
     ));
     let lease = LeaseServer::new(lease::EtcdLease::new(keel(), shared.node_id));
+    let lock = lock::EtcdLock::new(
+        kv::EtcdKv::new(keel(), shared.node_id),
+        keel(),
+        shared.node_id,
+    );
+    let election = ElectionServer::new(lock.clone());
+    let lock = LockServer::new(lock);
     let auth = AuthServer::new(auth::EtcdAuth::new(shared.access.clone(), shared.node_id));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let mut server = Server::builder();
@@ -81,6 +92,8 @@ pub(crate) async fn serve(
         .add_service(watch)
         .add_service(cluster)
         .add_service(lease)
+        .add_service(lock)
+        .add_service(election)
         .add_service(auth)
         .serve_with_incoming_shutdown(incoming, stop)
         .await
