@@ -24,24 +24,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::harness::Cluster;
-
-const ADMIN: &str = "admin-token-0123456789";
-const ACME: &str = "acme-token-0123456789";
-const GLOBEX: &str = "globex-token-0123456789";
-
-const TOKENS: &str = r#"
-[[admin]]
-name = "ops"
-tokens = ["admin-token-0123456789"]
-
-[[tenant]]
-name = "acme"
-tokens = ["acme-token-0123456789"]
-
-[[tenant]]
-name = "globex"
-tokens = ["globex-token-0123456789"]
-"#;
+use crate::tenants::{ACME, ADMIN, GLOBEX, TOKENS};
 
 /// etcd's request for every key: from `\0` on.
 fn everything() -> RangeRequest {

@@ -15,13 +15,13 @@ use keel_types::{Consistency, KvError, ReadBound};
 
 use crate::harness::{Cluster, WAIT_LIMIT, eventually, with_bearer};
 
-const ADMIN: &str = "admin-token-0123456789";
-const ACME: &str = "acme-token-0123456789";
-const GLOBEX: &str = "globex-token-0123456789";
+pub(crate) const ADMIN: &str = "admin-token-0123456789";
+pub(crate) const ACME: &str = "acme-token-0123456789";
+pub(crate) const GLOBEX: &str = "globex-token-0123456789";
 const SLOW: &str = "slow-token-0123456789";
 const SMALL: &str = "small-token-0123456789";
 
-const TOKENS: &str = r#"
+pub(crate) const TOKENS: &str = r#"
 [[admin]]
 name = "ops"
 tokens = ["admin-token-0123456789"]

@@ -8,14 +8,13 @@
 //! `outcome::write_status` classifies them alike. Built with the `etcd` feature only.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
 use keel_client::attempt::{self, AttemptError};
 use keel_types::pinned::ETCD_PREFIX;
 use keel_types::{Condition, ConditionFailed, KvError};
 
-use crate::run::spread::{Read, attempt_error, round_robin};
+use crate::run::spread::{Read, Turns, attempt_error};
 use crate::run::workload::{ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, Members};
 
 /// The port each node serves etcd's API on, on its own address (namespace runs only).
@@ -25,8 +24,7 @@ pub const ETCD_PORT: u16 = 2379;
 /// knowing that node only, and its turn in the round robin.
 pub struct EtcdSpread {
     nodes: Vec<Client>,
-    members: Arc<Members>,
-    turn: AtomicU64,
+    turns: Turns,
 }
 
 impl EtcdSpread {
@@ -44,15 +42,13 @@ impl EtcdSpread {
         }
         Ok(EtcdSpread {
             nodes,
-            members,
-            turn: AtomicU64::new(first),
+            turns: Turns::new(members, first),
         })
     }
 
     /// The node (by index) the next op goes to.
     pub fn next_node(&self) -> usize {
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-        round_robin(&self.members.now(), turn)
+        self.turns.next_node()
     }
 
     /// One put of the Keel key `key` to node `index`, as a `Txn` when it has a condition;

@@ -40,12 +40,33 @@ pub struct Read {
     pub served_by: u64,
 }
 
-/// One workload client's raw connections: a lazy channel to every node (spares included),
-/// and its turn in the round robin.
-pub struct Spread {
-    nodes: Vec<KvClient<Channel>>,
+/// One raw client's turn in the round robin over the members.
+pub struct Turns {
     members: Arc<Members>,
     turn: AtomicU64,
+}
+
+impl Turns {
+    /// `first`: the client's first turn, so that clients start on different nodes.
+    pub fn new(members: Arc<Members>, first: u64) -> Turns {
+        Turns {
+            members,
+            turn: AtomicU64::new(first),
+        }
+    }
+
+    /// The node (by index) the next op goes to.
+    pub fn next_node(&self) -> usize {
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        round_robin(&self.members.now(), turn)
+    }
+}
+
+/// One workload client's raw connections: a lazy channel to every node (spares included),
+/// and its turns.
+pub struct Spread {
+    nodes: Vec<KvClient<Channel>>,
+    turns: Turns,
 }
 
 impl Spread {
@@ -63,15 +84,13 @@ impl Spread {
             .collect::<anyhow::Result<_>>()?;
         Ok(Spread {
             nodes,
-            members,
-            turn: AtomicU64::new(first),
+            turns: Turns::new(members, first),
         })
     }
 
     /// The node (by index) the next op goes to.
     pub fn next_node(&self) -> usize {
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-        round_robin(&self.members.now(), turn)
+        self.turns.next_node()
     }
 
     /// One put to node `index`; the revision it was written at.
