@@ -71,17 +71,17 @@ impl EtcdLease {
         metadata: &MetadataMap,
         id: i64,
     ) -> Result<LeaseKeepAliveResponse, Status> {
-        let (header, ttl_ms) = match self
-            .lease(metadata, Op::KeepAlive(v1::LeaseKeepAlive { id }))
-            .await
-        {
-            Ok((header, Some(Answer::KeptAlive(kept)))) => (Some(header), kept.ttl_ms),
+        let kept = self.lease(metadata, Op::KeepAlive(v1::LeaseKeepAlive { id }));
+        let (header, ttl_ms) = match kept.await {
+            Ok((header, Some(Answer::KeptAlive(kept)))) => (header, kept.ttl_ms),
             Ok(_) => return Err(unexpected()),
-            Err(status) if status.code() == Code::NotFound => (None, 0),
+            Err(status) if status.code() == Code::NotFound => {
+                (convert::header(self.node_id, 0, 0), 0)
+            }
             Err(status) => return Err(status),
         };
         Ok(LeaseKeepAliveResponse {
-            header: header.or_else(|| Some(convert::header(self.node_id, 0, 0))),
+            header: Some(header),
             id,
             ttl: seconds(ttl_ms),
         })

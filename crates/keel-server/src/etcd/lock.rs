@@ -97,13 +97,16 @@ struct Leaving {
 }
 
 impl Drop for Leaving {
+    /// Outside a runtime (never, for a call's future) the key stays until its lease ends.
     fn drop(&mut self) {
-        if let Some(queue) = self.queue.take() {
-            let place = self.place.clone();
-            tokio::spawn(async move {
-                let _ = queue.leave(&place.key, Some(place.created)).await;
-            });
-        }
+        let (Some(queue), Ok(runtime)) = (self.queue.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let place = self.place.clone();
+        runtime.spawn(async move {
+            let _ = queue.leave(&place.key, Some(place.created)).await;
+        });
     }
 }
 
