@@ -2,8 +2,8 @@
 # The full matrix of the Jepsen-style harness (issues 6 and 17): every workload under every
 # fault alone and all faults together on one range, and register and follower-read again with
 # spread clients (`--clients spread`: raw calls round robin over the nodes, which forward to
-# the leader, no retries), register through etcd's API (`--clients etcd`, on one range's
-# faults and, over 8 ranges, the range faults), then every workload over 8 ranges under
+# the leader, no retries), register and watch through etcd's API (`--clients etcd`, on one
+# range's faults and, over 8 ranges, the range faults), then every workload over 8 ranges under
 # each range fault (split, move, membership, disk, corrupt) and all eleven faults together (each must be
 # valid), then every planted bug with the workload and faults that must catch it (each must be
 # invalid). Prints a table of verdicts, ops, faults, the longest gap without a successful op
@@ -41,6 +41,8 @@ cargo build --release -p keel-jepsen --bin keel-jepsen --features etcd || exit 3
 workloads=(register append counter follower-read fencing idempotency watch)
 # The workloads that also run with --clients spread, on one range under every fault above.
 spread_workloads=(register follower-read)
+# The workloads that also run through etcd's API (--clients etcd), under every fault.
+etcd_workloads=(register watch)
 faults=(partition kill kill-all pause leader-transfer clock partition,kill,kill-all,pause,leader-transfer,clock)
 # Over 8 ranges on 5 nodes (moves need a node without a replica).
 range_flags="--ranges 8 --nodes 5"
@@ -57,6 +59,7 @@ planted=(
     "read-at-ignores-history|watch|partition|"
     "stale-read|register|partition|--clients spread"
     "stale-read|register|partition|--clients etcd"
+    "watch-skips-event|watch|partition|--clients etcd"
 )
 range_planted=(
     "split-drops-inflight|register|split|$range_flags"
@@ -129,14 +132,16 @@ if [ "$rows" = all ] || [ "$rows" = one-range ] || [ "$rows" = spread ]; then
     done
 fi
 if [ "$rows" = all ] || [ "$rows" = etcd ]; then
-    ranges=1
-    for nemesis in "${faults[@]}"; do
-        row register "$nemesis" "" valid --clients etcd
-    done
-    ranges=8
-    for nemesis in "${range_faults[@]}"; do
-        # shellcheck disable=SC2086 # the flags are words
-        row register "$nemesis" "" valid --clients etcd $range_flags
+    for workload in "${etcd_workloads[@]}"; do
+        ranges=1
+        for nemesis in "${faults[@]}"; do
+            row "$workload" "$nemesis" "" valid --clients etcd
+        done
+        ranges=8
+        for nemesis in "${range_faults[@]}"; do
+            # shellcheck disable=SC2086 # the flags are words
+            row "$workload" "$nemesis" "" valid --clients etcd $range_flags
+        done
     done
 fi
 if [ "$rows" != ranges ]; then

@@ -3,8 +3,8 @@
 # register run under partitions and kill -9 that must be valid, one over 4 ranges under splits
 # and kill -9 that must be valid, a short register run with spread clients (raw calls round
 # robin over the nodes, no retries) under kill -9 that must be valid, one through etcd's API
-# (etcd-client round robin over the nodes' etcd ports) over 4 ranges under kill -9 that must
-# be valid, a counter run with the
+# (etcd-client round robin over the nodes' etcd ports) over 4 ranges under kill -9 and a
+# watch run through etcd's API under partitions that must be valid, a counter run with the
 # double-apply planted bug and a fencing run with the lock-no-expiry planted bug (no faults
 # needed: holds overlap within seconds) that must be invalid, a watch run over 4 ranges, and
 # a register run under `corrupt` that must be valid (the consistency checks repair every
@@ -53,6 +53,7 @@ run register valid --workload register --nemesis partition,kill --time-limit 60 
 run register-ranges valid --workload register --ranges 4 --nemesis split,kill --time-limit 45 --seed 1
 run register-spread valid --workload register --clients spread --nemesis kill --time-limit 20 --seed 1
 run register-etcd valid --workload register --clients etcd --ranges 4 --nemesis kill --time-limit 20 --seed 1
+run watch-etcd valid --workload watch --clients etcd --nemesis partition --time-limit 20 --seed 1
 run double-apply invalid --workload counter --nemesis partition --planted-bug double-apply \
     --response-loss-percent 5 \
     --time-limit 30 --seed 1

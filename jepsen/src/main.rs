@@ -45,8 +45,8 @@ struct RunArgs {
     /// routed: keel-client, to each range's leader, with retries. spread: each op to the next
     /// node round robin as one raw gRPC call that the node forwards (no_forward false), no
     /// retry, as generic clients send them (register and follower-read only). etcd: each op
-    /// to the next node's etcd API port through the etcd-client crate (register only; needs
-    /// a build with the etcd feature and a network namespace).
+    /// to the next node's etcd API port through the etcd-client crate (register and watch;
+    /// needs a build with the etcd feature and a network namespace).
     #[arg(long, default_value = "routed")]
     clients: ClientMode,
     /// Faults, comma-separated: partition, kill, kill-all, pause, leader-transfer, clock,

@@ -9,7 +9,11 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, WatchOptions, WatchStream,
+};
 use keel_client::attempt::{self, AttemptError};
 use keel_types::pinned::ETCD_PREFIX;
 use keel_types::{Condition, ConditionFailed, KvError};
@@ -81,6 +85,14 @@ impl EtcdSpread {
         }
     }
 
+    /// One delete of the Keel key `key` through node `index`; the revision it took.
+    pub async fn delete(&self, index: usize, key: &[u8]) -> Result<u64, KvError> {
+        let name = etcd_key(key)?;
+        let mut kv = self.nodes[index].kv_client();
+        let answer = within(kv.delete(name, None)).await?;
+        Ok(revision(answer.header()))
+    }
+
     /// One linearizable get of the Keel key `key` from node `index`.
     pub async fn get(&self, index: usize, key: &[u8]) -> Result<Read, KvError> {
         let name = etcd_key(key)?;
@@ -91,6 +103,118 @@ impl EtcdSpread {
             revision: revision(answer.header()),
             served_by: answer.header().map_or(0, |header| header.member_id()),
         })
+    }
+}
+
+/// A watch of Keel keys `[start, end)` through etcd's API (the watch workload's watchers
+/// with `--clients etcd`), from revision 1, asking for progress every `progress` so that its
+/// complete revision moves while nothing changes. As an etcd application must, it watches
+/// again from the revision after the last one complete when the server cancels the watch
+/// (Keel's etcd API does when the replica serving it stops hearing from the others) or the
+/// stream breaks, through any member; a compacted start ends it.
+pub struct EtcdWatch {
+    client: Client,
+    span: (Vec<u8>, Vec<u8>),
+    stream: Option<WatchStream>,
+    /// Every event below this revision has been received.
+    next_revision: i64,
+    ticks: tokio::time::Interval,
+}
+
+/// Pause before watching again after a canceled or broken watch.
+const REWATCH_PAUSE: Duration = Duration::from_millis(200);
+
+/// What one etcd watch response told: its events as `(Keel key, revision, value; None for
+/// a delete)`, and the revision the watch is complete at (the header's: the last event's,
+/// or the progress reported).
+pub struct EtcdWatched {
+    pub events: Vec<(Vec<u8>, u64, Option<Vec<u8>>)>,
+    pub complete_revision: u64,
+}
+
+impl EtcdWatch {
+    pub async fn open(
+        endpoints: &[String],
+        (start, end): (&[u8], &[u8]),
+        progress: Duration,
+    ) -> Result<EtcdWatch, KvError> {
+        let urls: Vec<String> = endpoints.iter().map(|e| format!("http://{e}")).collect();
+        let options = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT);
+        let client = Client::connect(urls, Some(options)).await;
+        let client = client.map_err(|e| KvError::unavailable(e.to_string()))?;
+        Ok(EtcdWatch {
+            client,
+            span: (etcd_key(start)?, etcd_key(end)?),
+            stream: None,
+            next_revision: 1,
+            ticks: tokio::time::interval(progress),
+        })
+    }
+
+    /// Watches from `next_revision` when there is no stream.
+    async fn open_stream(&mut self) {
+        while self.stream.is_none() {
+            let options = WatchOptions::new()
+                .with_range(self.span.1.clone())
+                .with_start_revision(self.next_revision)
+                .with_progress_notify();
+            match self.client.watch(self.span.0.clone(), Some(options)).await {
+                Ok(stream) => self.stream = Some(stream),
+                Err(_) => tokio::time::sleep(REWATCH_PAUSE).await,
+            }
+        }
+    }
+
+    /// The next response with events or progress. A compacted start ends the watch with an
+    /// error; any other cancel or break is followed by a new watch.
+    pub async fn next(&mut self) -> Option<Result<EtcdWatched, KvError>> {
+        loop {
+            self.open_stream().await;
+            let stream = self.stream.as_mut().expect("a stream was just opened");
+            let message = tokio::select! {
+                message = stream.message() => message,
+                _ = self.ticks.tick() => {
+                    let _ = stream.request_progress().await;
+                    continue;
+                }
+            };
+            let response = match message {
+                Ok(Some(response)) => response,
+                Ok(None) | Err(_) => {
+                    self.stream = None;
+                    tokio::time::sleep(REWATCH_PAUSE).await;
+                    continue;
+                }
+            };
+            if response.compact_revision() > 0 {
+                let reason = format!("compacted: {}", response.cancel_reason());
+                return Some(Err(KvError::fatal(reason)));
+            }
+            if response.canceled() {
+                self.stream = None;
+                tokio::time::sleep(REWATCH_PAUSE).await;
+                continue;
+            }
+            let events = response.events().iter().filter_map(|event| {
+                let kv = event.kv()?;
+                let key = [ETCD_PREFIX, kv.key()].concat();
+                let value = match event.event_type() {
+                    etcd_client::EventType::Put => Some(kv.value().to_vec()),
+                    etcd_client::EventType::Delete => None,
+                };
+                Some((key, kv.mod_revision().max(0) as u64, value))
+            });
+            // A new watch's first answer reports no revision yet.
+            if response.created() && response.events().is_empty() {
+                continue;
+            }
+            let complete_revision = revision(response.header());
+            self.next_revision = self.next_revision.max(complete_revision as i64 + 1);
+            return Some(Ok(EtcdWatched {
+                events: events.collect(),
+                complete_revision,
+            }));
+        }
     }
 }
 

@@ -170,10 +170,13 @@ fn validate(config: &RunConfig) -> anyhow::Result<()> {
         if !cfg!(feature = "etcd") {
             bail!(ETCD_NOT_BUILT);
         }
-        if config.workload != WorkloadKind::Register {
+        if !matches!(
+            config.workload,
+            WorkloadKind::Register | WorkloadKind::Watch
+        ) {
             bail!(
-                "--clients etcd is for the register workload; {} runs its clients through \
-                 keel-client only (--clients routed)",
+                "--clients etcd is for the register and watch workloads; {} runs its clients \
+                 through keel-client only (--clients routed)",
                 config.workload.as_str()
             );
         }
@@ -379,6 +382,7 @@ async fn drive(
     let watchers = match config.workload {
         WorkloadKind::Watch => Some(workload::watch::start(
             &endpoints,
+            config.clients,
             config.concurrency as u64 * 2_000_000,
             clock,
             history.clone(),
@@ -633,7 +637,10 @@ mod tests {
             return;
         }
         let error = refusal(WorkloadKind::Append, false);
-        assert!(error.contains("for the register workload"), "{error}");
+        assert!(
+            error.contains("for the register and watch workloads"),
+            "{error}"
+        );
         let error = refusal(WorkloadKind::Register, true);
         assert!(error.contains("network namespace"), "{error}");
         // The keel binary is checked last: the register workload gets past the mode.

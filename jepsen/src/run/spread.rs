@@ -117,6 +117,18 @@ impl Spread {
         Ok(answer.header.map_or(0, |header| header.revision))
     }
 
+    /// One delete to node `index`; the revision it took.
+    pub async fn delete(&self, index: usize, key: &[u8]) -> Result<u64, KvError> {
+        let request = v1::DeleteRequest {
+            key: key.to_vec(),
+            ..v1::DeleteRequest::default()
+        };
+        let mut node = self.nodes[index].clone();
+        let answer = tokio::time::timeout(ATTEMPT_TIMEOUT, node.delete(request)).await;
+        let answer = one_attempt(answer)?;
+        Ok(answer.header.map_or(0, |header| header.revision))
+    }
+
     /// One get from node `index`.
     pub async fn get(
         &self,

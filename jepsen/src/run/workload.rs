@@ -160,6 +160,15 @@ impl Raw {
         }
     }
 
+    async fn delete(&self, key: &[u8]) -> Result<u64, KvError> {
+        let index = self.next_node();
+        match self {
+            Raw::Keel(spread) => spread.delete(index, key).await,
+            #[cfg(feature = "etcd")]
+            Raw::Etcd(etcd) => etcd.delete(index, key).await,
+        }
+    }
+
     /// A get from the next node; the node asked, and the answer. etcd's route reads
     /// linearizably only (`run::validate` keeps it to the register workload).
     async fn get(
@@ -241,6 +250,17 @@ impl Clients {
                 };
                 let put = self.main.put(key, value, options).await;
                 put.map(|result| result.revision)
+            }
+        }
+    }
+
+    /// A delete: through `main`, or raw to the next node. The revision it took.
+    pub async fn delete(&self, key: &[u8]) -> Result<u64, KvError> {
+        match &self.raw {
+            Some(raw) => raw.delete(key).await,
+            None => {
+                let deleted = self.main.delete(key, Default::default()).await;
+                deleted.map(|deleted| deleted.revision)
             }
         }
     }

@@ -13,16 +13,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_client::{Client, WatchBatch, WatchOptions};
+use keel_client::{Client, WatchOptions};
 use keel_types::{Consistency, KvError};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::history::{Op, OpKind, Status};
 use crate::run::clock::RunClock;
+#[cfg(feature = "etcd")]
+use crate::run::etcd::EtcdWatch;
 use crate::run::outcome;
 use crate::run::recorder::Recorder;
 use crate::run::rng::Rng;
+use crate::run::spread::ClientMode;
 use crate::run::workload::register::decode;
 use crate::run::workload::{Clients, Workload, called, client_options, put_unique, returned};
 
@@ -38,8 +41,11 @@ pub const WATCHERS: u64 = 2;
 pub const DRAIN_TIME_MAX: Duration = Duration::from_secs(30);
 /// How often a watcher's streams report progress while nothing changes.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
-/// The span every watcher watches: the workload's keys (prefix "w").
+/// The span every watcher watches: the workload's keys (prefix "w"; "etcd/w" through etcd's
+/// API).
 const SPAN: (&[u8], &[u8]) = (b"w", b"x");
+#[cfg(feature = "etcd")]
+const ETCD_SPAN: (&[u8], &[u8]) = (b"etcd/w", b"etcd/x");
 
 pub(super) async fn step(
     workload: &Workload,
@@ -57,11 +63,8 @@ pub(super) async fn step(
     }
     if roll < READ_AT_PER_MILLE + DELETE_PER_MILLE {
         let op = called(who, OpKind::Del, &pick.key, Value::Null, Value::Null, clock);
-        let answer = clients
-            .main
-            .delete(pick.key.as_bytes(), Default::default())
-            .await;
-        return deleted(workload, op, answer.map(|deleted| deleted.revision), clock);
+        let answer = clients.delete(pick.key.as_bytes()).await;
+        return deleted(workload, op, answer, clock);
     }
     put_unique(workload, clients, &pick, who, clock).await
 }
@@ -114,10 +117,118 @@ pub struct Watchers {
     stop: tokio::sync::watch::Sender<bool>,
 }
 
+/// Where a watcher's batches come from: keel-client's watch, or etcd's through `etcd-client`
+/// (`--clients etcd`).
+enum Source {
+    Keel(keel_client::Watch),
+    /// Boxed: etcd-client's client is large.
+    #[cfg(feature = "etcd")]
+    Etcd(Box<EtcdWatch>),
+}
+
+/// One batch received, whichever watch it came from: the part of the span it reports on, the
+/// revision that part is complete at, its events as `[key, revision, value or null]`, and
+/// the range that sent it (0 through etcd's API, whose namespace is one range).
+struct Received {
+    start: Vec<u8>,
+    end: Vec<u8>,
+    complete_revision: u64,
+    events: Vec<Value>,
+    range: u64,
+}
+
+impl Source {
+    /// Opens a watch of the workload's keys from revision 1, through keel-client (`client`)
+    /// or, with `--clients etcd`, through the members' etcd ports.
+    async fn open(
+        client: &Client,
+        mode: ClientMode,
+        endpoints: &[String],
+    ) -> Result<Source, KvError> {
+        if mode != ClientMode::Etcd {
+            let options = WatchOptions {
+                start_revision: 1,
+                progress_interval: Some(PROGRESS_INTERVAL),
+                ..WatchOptions::default()
+            };
+            return client
+                .watch(SPAN.0, SPAN.1, options)
+                .await
+                .map(Source::Keel);
+        }
+        Source::open_etcd(endpoints).await
+    }
+
+    #[cfg(feature = "etcd")]
+    async fn open_etcd(endpoints: &[String]) -> Result<Source, KvError> {
+        let etcd = endpoints
+            .iter()
+            .map(|endpoint| crate::run::net::etcd_endpoint(endpoint))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map_err(|e| KvError::invalid(e.to_string()))?;
+        let watch = EtcdWatch::open(&etcd, ETCD_SPAN, PROGRESS_INTERVAL).await?;
+        Ok(Source::Etcd(Box::new(watch)))
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    async fn open_etcd(_: &[String]) -> Result<Source, KvError> {
+        Err(KvError::invalid(crate::run::ETCD_NOT_BUILT))
+    }
+
+    async fn next(&mut self) -> Option<Result<Received, KvError>> {
+        match self {
+            Source::Keel(watch) => {
+                let batch = watch.next().await?;
+                Some(batch.map(|batch| {
+                    Received {
+                        events: batch
+                            .events
+                            .iter()
+                            .map(|event| {
+                                let value = event.after.as_ref().map(|kv| kv.value.as_slice());
+                                event_json(&event.key, event.revision, value)
+                            })
+                            .collect(),
+                        start: batch.start,
+                        end: batch.end,
+                        complete_revision: batch.complete_revision,
+                        range: batch.range_id.0,
+                    }
+                }))
+            }
+            #[cfg(feature = "etcd")]
+            Source::Etcd(watch) => {
+                let watched = watch.next().await?;
+                Some(watched.map(|watched| {
+                    Received {
+                        events: watched
+                            .events
+                            .iter()
+                            .map(|(key, revision, value)| {
+                                event_json(key, *revision, value.as_deref())
+                            })
+                            .collect(),
+                        start: ETCD_SPAN.0.to_vec(),
+                        end: ETCD_SPAN.1.to_vec(),
+                        complete_revision: watched.complete_revision,
+                        range: 0,
+                    }
+                }))
+            }
+        }
+    }
+}
+
+/// An event as a watch op records it: `[key, revision, value or null]`.
+fn event_json(key: &[u8], revision: u64, value: Option<&[u8]>) -> Value {
+    let key = String::from_utf8_lossy(key).into_owned();
+    json!([key, revision, value.map_or(Value::Null, decode)])
+}
+
 /// One watcher's client, watch and what it saw.
 struct Watcher {
     who: u64,
-    watch: Result<keel_client::Watch, KvError>,
+    watch: Result<Source, KvError>,
     /// How far each part of the span its watch reported complete: start → (end, complete
     /// revision). A part's report stays true after a split cut it (its revisions carry on in
     /// both halves).
@@ -128,6 +239,7 @@ struct Watcher {
 /// `finish` tells it to drain.
 pub fn start(
     endpoints: &[String],
+    mode: ClientMode,
     first_client: u64,
     clock: RunClock,
     history: Arc<Recorder>,
@@ -139,15 +251,11 @@ pub fn start(
         let who = first_client + index;
         let mut stopped = stopped.clone();
         let history = history.clone();
+        let endpoints = endpoints.to_vec();
         tasks.push(tokio::spawn(async move {
-            let options = WatchOptions {
-                start_revision: 1,
-                progress_interval: Some(PROGRESS_INTERVAL),
-                ..WatchOptions::default()
-            };
             let mut watcher = Watcher {
                 who,
-                watch: client.watch(SPAN.0, SPAN.1, options).await,
+                watch: Source::open(&client, mode, &endpoints).await,
                 complete: BTreeMap::new(),
             };
             loop {
@@ -178,7 +286,7 @@ impl Watcher {
                 let end = (batch.end.clone(), batch.complete_revision);
                 self.complete.insert(batch.start.clone(), end);
                 if !batch.events.is_empty() {
-                    history.record(&self.op(&batch, clock));
+                    history.record(&self.op(batch, clock));
                 }
                 true
             }
@@ -194,19 +302,7 @@ impl Watcher {
     }
 
     /// A batch as a `watch` op.
-    fn op(&self, batch: &WatchBatch, clock: &RunClock) -> Op {
-        let events: Vec<Value> = batch
-            .events
-            .iter()
-            .map(|event| {
-                let key = String::from_utf8_lossy(&event.key).into_owned();
-                let value = event
-                    .after
-                    .as_ref()
-                    .map_or(Value::Null, |kv| decode(&kv.value));
-                json!([key, event.revision, value])
-            })
-            .collect();
+    fn op(&self, batch: Received, clock: &RunClock) -> Op {
         let op = called(
             self.who,
             OpKind::Other("watch".into()),
@@ -215,9 +311,8 @@ impl Watcher {
             Value::Null,
             clock,
         );
-        let mut op = returned(op, Status::Ok, Value::Array(events), clock);
-        op.extra
-            .insert("range".into(), Value::from(batch.range_id.0));
+        let mut op = returned(op, Status::Ok, Value::Array(batch.events), clock);
+        op.extra.insert("range".into(), Value::from(batch.range));
         op
     }
 
