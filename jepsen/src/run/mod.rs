@@ -183,6 +183,12 @@ fn validate(config: &RunConfig) -> anyhow::Result<()> {
         if config.no_netns {
             bail!("--clients etcd needs a network namespace (run as root, without --no-netns)");
         }
+        if config.nemesis.contains(&FaultKind::Split) {
+            bail!(
+                "--nemesis split has nothing to split with --clients etcd: the workload's keys \
+                 are in etcd's namespace, which Keel keeps in one range that never splits"
+            );
+        }
     }
     if config.clients == ClientMode::Spread && !spreads(config.workload) {
         bail!(
@@ -643,6 +649,13 @@ mod tests {
         );
         let error = refusal(WorkloadKind::Register, true);
         assert!(error.contains("network namespace"), "{error}");
+        let split = RunConfig {
+            clients: ClientMode::Etcd,
+            no_netns: false,
+            ..config(vec![FaultKind::Kill, FaultKind::Split])
+        };
+        let error = validate(&split).unwrap_err().to_string();
+        assert!(error.contains("never splits"), "{error}");
         // The keel binary is checked last: the register workload gets past the mode.
         let error = refusal(WorkloadKind::Register, false);
         assert!(!error.contains("--clients etcd"), "{error}");
