@@ -10,7 +10,7 @@ use keel_proto::etcd::etcdserverpb::kv_server::Kv as EtcdKvApi;
 use keel_proto::etcd::etcdserverpb::response_op::Response as Op;
 use keel_proto::etcd::etcdserverpb::{
     CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, ResponseHeader, ResponseOp, TxnRequest, TxnResponse,
+    PutResponse, RangeRequest, RangeResponse, ResponseHeader, TxnRequest, TxnResponse,
 };
 use keel_proto::v1::kv_server::Kv;
 use keel_proto::v1::{self, Consistency, GetRequest, ScanRequest};
@@ -57,6 +57,19 @@ impl EtcdKv {
             self.header(answer.header),
             answer.result.unwrap_or_default(),
         ))
+    }
+
+    /// Runs `op` alone as a Keel transaction; etcd's answer to it.
+    async fn transact_one(&self, metadata: &MetadataMap, op: v1::txn_op::Op) -> Result<Op, Status> {
+        let txn = v1::Txn {
+            success: vec![v1::TxnOp { op: Some(op) }],
+            ..v1::Txn::default()
+        };
+        let (header, result) = self.transact(metadata, txn).await?;
+        let answer = convert::responses(result, &header).pop();
+        answer
+            .and_then(|answer| answer.response)
+            .ok_or_else(|| Status::internal("a transaction of one op answered none"))
     }
 
     /// Reads the span of `request` a scan page at a time, all at one revision.
@@ -155,17 +168,11 @@ impl EtcdKvApi for EtcdKv {
         let (metadata, _, request) = request.into_parts();
         let put = convert::put(&request)?;
         if put.lease != 0 || put.ignore_value || put.ignore_lease {
-            let txn = v1::Txn {
-                success: vec![v1::TxnOp {
-                    op: Some(v1::txn_op::Op::Put(put)),
-                }],
-                ..v1::Txn::default()
-            };
-            let (header, result) = self.transact(&metadata, txn).await?;
-            return match convert::responses(result, &header).pop() {
-                Some(ResponseOp {
-                    response: Some(Op::ResponsePut(put)),
-                }) => Ok(Response::new(put)),
+            return match self
+                .transact_one(&metadata, v1::txn_op::Op::Put(put))
+                .await?
+            {
+                Op::ResponsePut(put) => Ok(Response::new(put)),
                 _ => Err(Status::internal("a put's transaction answered no put")),
             };
         }
@@ -189,14 +196,8 @@ impl EtcdKvApi for EtcdKv {
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let (metadata, _, request) = request.into_parts();
         let op = v1::txn_op::Op::Delete(convert::delete(&request)?);
-        let txn = v1::Txn {
-            success: vec![v1::TxnOp { op: Some(op) }],
-            ..v1::Txn::default()
-        };
-        let (header, result) = self.transact(&metadata, txn).await?;
-        let mut responses = convert::responses(result, &header);
-        match responses.pop().and_then(|response| response.response) {
-            Some(Op::ResponseDeleteRange(deleted)) => Ok(Response::new(deleted)),
+        match self.transact_one(&metadata, op).await? {
+            Op::ResponseDeleteRange(deleted) => Ok(Response::new(deleted)),
             _ => Err(Status::internal(
                 "a delete's transaction answered no delete",
             )),
