@@ -82,6 +82,10 @@
 //!   variant of format 11 (now `Command::TxnV11`, its puts `legacy::TxnPutV11`) still
 //!   decodes and applies as a transaction whose puts attach no lease. A node of format 11
 //!   refuses a file of format 12.
+//! - 13: the Raft log moved out of the file into the node-wide log (`wal`, the directory
+//!   `keel.raft-log/` beside the file); opening a file of format 12 or older moves its
+//!   `raft_log` table there. No record changed shape: the version says that a node of
+//!   format 12, which would find no log in the file, must refuse it.
 //!
 //! Every other record has the same shape in every version, and `decode` reads any.
 
@@ -92,7 +96,7 @@ use sha2::{Digest as _, Sha256};
 use crate::error::StorageError;
 
 /// The format version this build writes.
-pub(crate) const FORMAT_VERSION: u8 = 12;
+pub(crate) const FORMAT_VERSION: u8 = 13;
 /// The oldest format version this build reads.
 pub(crate) const FORMAT_VERSION_MIN: u8 = 1;
 

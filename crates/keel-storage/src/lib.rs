@@ -41,6 +41,7 @@ mod state_machine;
 mod store;
 mod tables;
 mod upkeep;
+mod wal;
 mod writer;
 
 pub use error::StorageError;

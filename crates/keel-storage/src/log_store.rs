@@ -2,16 +2,17 @@
 //! `RaftLogStorage` and `RaftLogReader`. Knows nothing about the state machine's data,
 //! gRPC or the network.
 //!
-//! Appends, votes, truncations and purges are executed by the store's writer thread
-//! (`op::log`) and reported only after a durable commit. Reads run on blocking threads.
+//! The entries live in the store's node-wide Raft log (`wal`), the vote and the purged log
+//! id a split or restore starts a range with in redb's `raft_meta`. Appends, votes,
+//! truncations and purges are executed by the store's writer thread and reported only after
+//! they are durable. Reads run on blocking threads.
 //!
 //! Most reads come right behind the appends: replication sends the entries just appended,
 //! and the state machine applies the entries just committed. So the log keeps its latest
-//! entries in memory (`RecentLog`), and reads take entries from there first and from redb
-//! for the rest. An appended entry stays there until the writer has committed it: openraft
-//! replicates entries as soon as `append` returns, before they are durable, and redb shows
-//! readers only committed data. A durable one stays while the durable ones fit in
-//! `DURABLE_KEPT_BYTES`.
+//! entries in memory (`RecentLog`), and reads take entries from there first and from the
+//! node-wide log for the rest. An appended entry stays there until the writer has made it
+//! durable: openraft replicates entries as soon as `append` returns. A durable one stays
+//! while the durable ones fit in `DURABLE_KEPT_BYTES`.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -19,21 +20,19 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 
-use keel_types::RangeId;
-use openraft::OptionalSend;
-use openraft::storage::{RaftLogReader, RaftLogStorage};
-use redb::ReadableTable;
-
 use crate::codec;
 use crate::error::StorageError;
 use crate::op::Op;
 use crate::raft_types::{Entry, IoFlushed, LogId, LogState, TypeConfig, Vote};
 use crate::store::Store;
-use crate::tables::{self, RAFT_LOG, RAFT_META, RAFT_VOTE};
+use crate::tables::{self, RAFT_META, RAFT_PURGED, RAFT_VOTE};
+use keel_types::RangeId;
+use openraft::OptionalSend;
+use openraft::storage::{RaftLogReader, RaftLogStorage};
 
 /// Encoded bytes of durable entries a range's log keeps in memory at most: a commit batch of
 /// small writes fits (64 puts of 256 bytes are about 20 KiB), and 1,000 ranges keep at most
-/// 64 MiB. Larger entries are read back from redb.
+/// 64 MiB. Larger entries are read back from the node-wide log.
 const DURABLE_KEPT_BYTES: usize = 64 * 1024;
 
 /// The Raft log of one range. Cheap to clone; clones share the recent entries.
@@ -167,15 +166,21 @@ impl LogStore {
     }
 
     async fn read_entries(&self, start: u64, end: Option<u64>) -> Result<Vec<Entry>, StorageError> {
-        let range = self.range;
-        self.store
-            .read(move |txn| {
-                let log = txn
-                    .open_table(RAFT_LOG)
-                    .map_err(|e| StorageError::redb("open raft_log", e))?;
-                read_entries(&log, range, start, end)
-            })
-            .await
+        self.store.check()?;
+        let (range, wal) = (self.range, self.store.wal().clone());
+        let task = tokio::task::spawn_blocking(move || wal.read(range, start, end));
+        let entries = match task.await {
+            Ok(result) => result?,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        };
+        for pair in entries.windows(2) {
+            assert_eq!(
+                pair[1].log_id.index,
+                pair[0].log_id.index + 1,
+                "range {range}: raft log has a gap"
+            );
+        }
+        Ok(entries)
     }
 
     async fn read_raft_meta<T>(
@@ -248,20 +253,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
 impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
+    /// The purged log id is the later of the log's and the one a split, a restore or a file
+    /// of format 12 left in `raft_meta`.
     async fn get_log_state(&mut self) -> Result<LogState, io::Error> {
-        let range = self.range;
-        let (last_purged_log_id, last_log_id) = self
-            .store
-            .read(move |txn| {
-                let log = txn
-                    .open_table(RAFT_LOG)
-                    .map_err(|e| StorageError::redb("open raft_log", e))?;
-                let meta = txn
-                    .open_table(RAFT_META)
-                    .map_err(|e| StorageError::redb("open raft_meta", e))?;
-                tables::log_state(&log, &meta, range)
-            })
-            .await?;
+        let started: Option<LogId> = self.read_raft_meta(RAFT_PURGED, "purged log id").await?;
+        let (purged, last) = self.store.wal().state(self.range);
+        let last_purged_log_id = later(purged, started);
+        let last_log_id = later(last, last_purged_log_id);
         let recent_last =
             (self.recent.lock().entries.values().next_back()).map(|kept| kept.entry.log_id);
         Ok(LogState {
@@ -355,37 +353,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 }
 
-/// Entries of `range` with index in `[start, end)`, checked to be contiguous.
-fn read_entries<R>(
-    log: &R,
-    range: RangeId,
-    start: u64,
-    end: Option<u64>,
-) -> Result<Vec<Entry>, StorageError>
-where
-    R: ReadableTable<tables::Bytes, tables::Bytes>,
-{
-    let lower = tables::log_key(range, start);
-    let rows = match end {
-        Some(end) if end <= start => return Ok(Vec::new()),
-        Some(end) => log.range(lower.as_slice()..tables::log_key(range, end).as_slice()),
-        None => log.range(lower.as_slice()..=tables::log_key(range, u64::MAX).as_slice()),
+/// The one of two log ids with the higher index (`a` when they are level).
+fn later(a: Option<LogId>, b: Option<LogId>) -> Option<LogId> {
+    match (a, b) {
+        (Some(a), Some(b)) if b.index > a.index => Some(b),
+        (None, b) => b,
+        (a, _) => a,
     }
-    .map_err(|e| StorageError::redb("read log", e))?;
-    let mut entries: Vec<Entry> = Vec::new();
-    for row in rows {
-        let (key, value) = row.map_err(|e| StorageError::redb("read log", e))?;
-        let entry = tables::decode_entry(key.value(), value.value())?;
-        if let Some(previous) = entries.last() {
-            assert_eq!(
-                entry.log_id.index,
-                previous.log_id.index + 1,
-                "range {range}: raft log has a gap"
-            );
-        }
-        entries.push(entry);
-    }
-    Ok(entries)
 }
 
 #[cfg(test)]

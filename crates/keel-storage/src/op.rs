@@ -1,8 +1,9 @@
-//! `Op`: a write the writer thread executes inside its transaction, what executing it
-//! produces (`Outcome`), and what each op does to the tables (`execute`): the ops of the Raft
-//! log, of a snapshot install, of a restore, of a removal and of history compaction are in
-//! `log`, `install`, `restore`, `remove` and `history`; an apply is `apply`'s. Knows nothing about threads, async,
-//! commits or the callbacks fired after them (`writer`).
+//! `Op`: a write the writer thread executes, what executing it produces (`Outcome`), what
+//! each op changes in the node-wide Raft log (`Op::log_change`) and what it does to redb's
+//! tables inside the writer's transaction (`execute`): the vote, and the ops of a snapshot
+//! install, of a restore, of a removal and of history compaction are in `log`, `install`,
+//! `restore`, `remove` and `history`; an apply is `apply`'s. Knows nothing about threads,
+//! async, commits or the callbacks fired after them (`writer`).
 
 mod history;
 mod install;
@@ -20,11 +21,13 @@ use crate::error::StorageError;
 use crate::meta::MetaRow;
 use crate::raft_types::{Entry, LogId, Vote};
 use crate::tables::{CompactStep, InstallMarker, KeySpan, Retention, SmState};
+use crate::wal::Change;
 
 pub(crate) use install::InstallBatch;
 
-/// A write to execute inside the writer's transaction.
+/// A write for the writer thread: to the node-wide Raft log, to redb's tables, or both.
 pub(crate) enum Op {
+    /// Log only.
     Append {
         range: RangeId,
         /// Shared with the log store's recent entries.
@@ -38,10 +41,12 @@ pub(crate) enum Op {
     /// of barriers alone opens no transaction. `Store::barrier` sends one only while requests
     /// are outstanding.
     Barrier,
+    /// Log only.
     TruncateAfter {
         range: RangeId,
         last: Option<LogId>,
     },
+    /// Log only; written once the state machine's commits so far are durable.
     Purge {
         range: RangeId,
         upto: LogId,
@@ -80,6 +85,7 @@ pub(crate) enum Op {
     RemoveBegin {
         range: RangeId,
     },
+    /// Also drops the range from the log, once its redb commit is durable.
     RemoveFinish {
         range: RangeId,
     },
@@ -97,16 +103,54 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    /// Whether the caller may only be told after an fsync. State-machine applies are not:
-    /// log and data share the file, so a crash rolls both back together.
+    /// Whether redb's commit must be durable before the caller is told. State-machine
+    /// applies need not: the log keeps what they applied until a durable commit holds it
+    /// (`Purge` makes redb durable first), and replays it after a crash. The log's own ops
+    /// are made durable in the log.
     pub fn needs_durability(&self) -> bool {
         !matches!(
             self,
             Op::Apply { .. }
                 | Op::Barrier
+                | Op::Append { .. }
+                | Op::TruncateAfter { .. }
                 | Op::InstallClear { .. }
                 | Op::InstallRecords { .. }
                 | Op::CompactHistory { .. }
+        )
+    }
+
+    /// What the op changes in the node-wide Raft log.
+    pub fn log_change(&self) -> Option<Change<'_>> {
+        match self {
+            Op::Append { range, entries } => Some(Change::Append {
+                range: *range,
+                entries,
+            }),
+            Op::TruncateAfter { range, last } => Some(Change::Truncate {
+                range: *range,
+                first_removed: last.map_or(0, |last| last.index + 1),
+            }),
+            Op::Purge { range, upto } => Some(Change::Purge {
+                range: *range,
+                upto: *upto,
+            }),
+            Op::RemoveFinish { range } => Some(Change::Drop { range: *range }),
+            _ => None,
+        }
+    }
+
+    /// Whether the op's log change forgets entries the state machine may have to apply
+    /// again after a crash: it is written only after redb's commit is durable.
+    pub fn forgets_log(&self) -> bool {
+        matches!(self, Op::Purge { .. } | Op::RemoveFinish { .. })
+    }
+
+    /// Whether the op changes the log and nothing in redb.
+    pub fn is_log_only(&self) -> bool {
+        matches!(
+            self,
+            Op::Append { .. } | Op::TruncateAfter { .. } | Op::Purge { .. } | Op::Barrier
         )
     }
 }
@@ -120,15 +164,14 @@ pub(crate) enum Outcome {
     Applied(Vec<CommandOutcome>),
 }
 
-/// Executes `op` inside `txn`.
+/// Executes the redb part of `op` inside `txn`.
 pub(crate) fn execute(txn: &WriteTransaction, op: &Op) -> Result<Outcome, StorageError> {
     let done = |result: Result<(), StorageError>| result.map(|()| Outcome::Done);
     match op {
-        Op::Append { range, entries } => done(log::append_entries(txn, *range, entries)),
+        Op::Append { .. } | Op::TruncateAfter { .. } | Op::Purge { .. } | Op::Barrier => {
+            Ok(Outcome::Done)
+        }
         Op::SaveVote { range, vote } => done(log::save_vote(txn, *range, vote)),
-        Op::Barrier => Ok(Outcome::Done),
-        Op::TruncateAfter { range, last } => done(log::truncate_after(txn, *range, last.as_ref())),
-        Op::Purge { range, upto } => done(log::purge(txn, *range, upto)),
         Op::Apply { range, entries } => {
             apply::apply_entries(txn, *range, entries).map(Outcome::Applied)
         }

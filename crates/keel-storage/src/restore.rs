@@ -32,7 +32,7 @@ use crate::snapshot::{RangeFacts, SnapshotHeader, SnapshotReader};
 use crate::snapshot_file::SnapshotFile;
 use crate::split::initial_log_id;
 use crate::store::Store;
-use crate::tables::{self, KeySpan, RAFT_LOG, RAFT_META, SM_META, SmState};
+use crate::tables::{self, KeySpan, RAFT_META, SM_META, SmState};
 
 /// What a snapshot file holds, as a backup records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +143,7 @@ impl Store {
 
     /// Whether this store has any state of `range`: state-machine state, Raft state or log.
     async fn holds(&self, range: RangeId) -> Result<bool, StorageError> {
+        let logged = self.wal().ranges().contains(&range);
         self.read(move |txn| {
             let sm_meta = txn
                 .open_table(SM_META)
@@ -150,12 +151,9 @@ impl Store {
             let raft_meta = txn
                 .open_table(RAFT_META)
                 .map_err(|e| StorageError::redb("open raft_meta", e))?;
-            let log = txn
-                .open_table(RAFT_LOG)
-                .map_err(|e| StorageError::redb("open raft_log", e))?;
-            Ok(tables::has_sm_state(&sm_meta, range)?
-                || tables::ranges_in(&raft_meta)?.contains(&range)
-                || tables::ranges_in(&log)?.contains(&range))
+            Ok(logged
+                || tables::has_sm_state(&sm_meta, range)?
+                || tables::ranges_in(&raft_meta)?.contains(&range))
         })
         .await
     }

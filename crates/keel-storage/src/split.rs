@@ -37,9 +37,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 
 use crate::error::StorageError;
 use crate::raft_types::{LogId, StoredMembership, TypeConfig};
-use crate::tables::{
-    self, Bytes, KeySpan, RAFT_LOG, RAFT_META, RAFT_PURGED, Session, SmState, Tables,
-};
+use crate::tables::{self, Bytes, KeySpan, RAFT_META, RAFT_PURGED, Session, SmState, Tables};
 
 /// The parent and child after a split, as decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,8 +370,8 @@ fn copy_exactly_once(
     Ok(())
 }
 
-/// Writes the child's Raft state "snapshotted at the initial log id": purged up to it, no
-/// entry at or below it. A restored range starts from the same state (`restore`).
+/// Writes the child's Raft state "snapshotted at the initial log id": purged up to it. Its
+/// log (`wal`) holds no entry yet. A restored range starts from the same state (`restore`).
 pub(crate) fn start_raft_state(txn: &WriteTransaction, child: RangeId) -> Result<(), StorageError> {
     let initial = initial_log_id();
     let mut raft_meta = txn
@@ -383,15 +381,7 @@ pub(crate) fn start_raft_state(txn: &WriteTransaction, child: RangeId) -> Result
     if purged.is_none_or(|purged| purged < initial) {
         tables::write_meta(&mut raft_meta, child, RAFT_PURGED, &initial)?;
     }
-    let mut log = txn
-        .open_table(RAFT_LOG)
-        .map_err(|e| StorageError::redb("open raft_log", e))?;
-    let (start, end) = (
-        tables::log_key(child, 0),
-        tables::log_key(child, initial.index),
-    );
-    log.retain_in(start.as_slice()..=end.as_slice(), |_, _| false)
-        .map_err(|e| StorageError::redb("purge child log", e))
+    Ok(())
 }
 
 #[cfg(test)]

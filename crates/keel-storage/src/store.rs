@@ -1,5 +1,9 @@
-//! `Store`: one redb file shared by many ranges, its writer thread and its snapshot
-//! directory. Knows nothing about gRPC, placement or the network.
+//! `Store`: one redb file shared by many ranges, the node-wide Raft log of those ranges
+//! (`wal`, in the directory beside the file, `log_dir`), their writer thread and their
+//! snapshot directory. Knows nothing about gRPC, placement or the network.
+//!
+//! A file written before the log moved out of it (format 12 and older) keeps its entries in
+//! its `raft_log` table: opening moves them into the log (`migrate_log`).
 //!
 //! Writes go through the writer thread (`writer`); reads run redb read transactions off the
 //! async workers: small reads that serve requests on the file's reader threads (`reader`,
@@ -38,6 +42,7 @@ use crate::tables::{
     self, Bytes, DEADLINES, FENCES, HISTORY, IDEMPOTENCY, KV, KeySpan, LEASE_KEYS, LEASES, LOCKS,
     META, RAFT_LOG, RAFT_META, REQUESTS, SESSIONS, SM_META, TTL,
 };
+use crate::wal::{Change, Wal};
 use crate::writer::{
     self, CommitObserver, Done, Message, Request, Shared, StoreStats, Writer, panic_message,
 };
@@ -53,6 +58,7 @@ struct Inner {
     snapshot_dir: PathBuf,
     /// `None` after `shutdown`.
     db: RwLock<Option<Arc<Database>>>,
+    wal: Arc<Wal>,
     /// `None` after `shutdown`; dropping the last sender stops the writer thread.
     sender: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
@@ -86,6 +92,9 @@ impl Store {
         snapshot::remove_unfinished(snapshot_dir)?;
         let db = open_database(path, options)?;
         create_tables(&db)?;
+        let wal = Arc::new(Wal::open(&log_dir(path), options.lose_unsynced_writes)?);
+        migrate_log(&db, &wal)?;
+        drop_removed_logs(&db, &wal)?;
         check_snapshots(&db, snapshot_dir)?;
         let holds = read_holds(&db)?;
         let db = Arc::new(db);
@@ -93,8 +102,11 @@ impl Store {
         let (sender, rx) = writer::channel();
         let writer = Writer {
             db: db.clone(),
+            wal: wal.clone(),
             rx,
             shared: shared.clone(),
+            unsynced: false,
+            last_durable: std::time::Instant::now(),
         };
         let readers = Readers::start(db.clone()).map_err(|e| StorageError::io(path, e))?;
         let checker = Checker::start().map_err(|e| StorageError::io(path, e))?;
@@ -108,6 +120,7 @@ impl Store {
                 path: path.to_path_buf(),
                 snapshot_dir: snapshot_dir.to_path_buf(),
                 db: RwLock::new(Some(db)),
+                wal,
                 sender: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(handle)),
                 readers,
@@ -193,14 +206,11 @@ impl Store {
         let meta = txn
             .open_table(RAFT_META)
             .map_err(|e| StorageError::redb("open raft_meta", e))?;
-        let log = txn
-            .open_table(RAFT_LOG)
-            .map_err(|e| StorageError::redb("open raft_log", e))?;
         let sm_meta = txn
             .open_table(SM_META)
             .map_err(|e| StorageError::redb("open sm_meta", e))?;
         let mut ranges = tables::ranges_in(&meta)?;
-        ranges.extend(tables::ranges_in(&log)?);
+        ranges.extend(self.inner.wal.ranges());
         ranges.sort();
         ranges.dedup();
         let mut kept = Vec::with_capacity(ranges.len());
@@ -277,6 +287,15 @@ impl Store {
         let path = &self.inner.path;
         let metadata = std::fs::metadata(path).map_err(|e| StorageError::io(path, e))?;
         Ok(metadata.len())
+    }
+
+    /// The size of the node-wide Raft log's segments, in bytes.
+    pub fn log_bytes(&self) -> u64 {
+        self.inner.wal.bytes()
+    }
+
+    pub(crate) fn wal(&self) -> &Arc<Wal> {
+        &self.inner.wal
     }
 
     /// Lets the writer and the readers finish every queued request, stops them and closes
@@ -545,6 +564,101 @@ fn open_lossy(path: &Path, _builder: &redb::Builder) -> Result<Database, Storage
     ))
 }
 
+/// The directory of the node-wide Raft log of the store file at `path`: beside it, named
+/// after it (`keel.redb` → `keel.raft-log`).
+pub(crate) fn log_dir(path: &Path) -> PathBuf {
+    path.with_extension("raft-log")
+}
+
+/// Moves the entries a file of format 12 or older keeps in its `raft_log` table into the
+/// node-wide log, durably, then deletes them from the file in a durable commit. A crash in
+/// between moves them again on the next open: the same entries appended again replace
+/// themselves. Each range's purged log id stays in `raft_meta`, where `LogStore` reads it.
+fn migrate_log(db: &Database, wal: &Wal) -> Result<(), StorageError> {
+    let by_range = {
+        let txn = db
+            .begin_read()
+            .map_err(|e| StorageError::redb("begin read", e))?;
+        let log = txn
+            .open_table(RAFT_LOG)
+            .map_err(|e| StorageError::redb("open raft_log", e))?;
+        tables::read_all_entries(&log)?
+    };
+    if by_range.is_empty() {
+        return Ok(());
+    }
+    let entries: usize = by_range.values().map(Vec::len).sum();
+    let mut changes = Vec::new();
+    for (range, range_entries) in &by_range {
+        if let Some(first) = range_entries.first() {
+            changes.push(Change::Truncate {
+                range: *range,
+                first_removed: first.log_id.index,
+            });
+        }
+        changes.push(Change::Append {
+            range: *range,
+            entries: range_entries,
+        });
+    }
+    wal.write(&changes)?;
+    wal.sync()?;
+    let txn = db
+        .begin_write()
+        .map_err(|e| StorageError::redb("begin write", e))?;
+    {
+        let mut log = txn
+            .open_table(RAFT_LOG)
+            .map_err(|e| StorageError::redb("open raft_log", e))?;
+        log.retain(|_, _| false)
+            .map_err(|e| StorageError::redb("clear raft_log", e))?;
+    }
+    txn.commit().map_err(|e| StorageError::redb("commit", e))?;
+    tracing::info!(
+        ranges = by_range.len(),
+        entries,
+        "raft log entries moved out of the store file into the node-wide log"
+    );
+    Ok(())
+}
+
+/// Drops from the log the removed replicas the file holds nothing else of (the removed
+/// tombstone, no `raft_meta` row, no state-machine state): a removal whose last step
+/// (`Op::RemoveFinish`, dropping the range from the log after its durable commit) a crash
+/// cut short. A replica added again saves a vote or installs a snapshot before it appends.
+fn drop_removed_logs(db: &Database, wal: &Wal) -> Result<(), StorageError> {
+    let txn = db
+        .begin_read()
+        .map_err(|e| StorageError::redb("begin read", e))?;
+    let raft_meta = txn
+        .open_table(RAFT_META)
+        .map_err(|e| StorageError::redb("open raft_meta", e))?;
+    let sm_meta = txn
+        .open_table(SM_META)
+        .map_err(|e| StorageError::redb("open sm_meta", e))?;
+    let with_meta = tables::ranges_in(&raft_meta)?;
+    let mut drops = Vec::new();
+    for range in wal.ranges() {
+        let tombstone: Option<bool> =
+            tables::read_meta(&sm_meta, range, tables::SM_REMOVED, "removed tombstone")?;
+        if tombstone.is_some()
+            && !with_meta.contains(&range)
+            && !tables::has_sm_state(&sm_meta, range)?
+        {
+            drops.push(Change::Drop { range });
+        }
+    }
+    if !drops.is_empty() {
+        wal.write(&drops)?;
+        wal.sync()?;
+        tracing::info!(
+            ranges = drops.len(),
+            "log entries of removed replicas dropped"
+        );
+    }
+    Ok(())
+}
+
 fn create_tables(db: &Database) -> Result<(), StorageError> {
     let txn = db
         .begin_write()
@@ -659,3 +773,6 @@ where
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests;

@@ -106,7 +106,9 @@ pub(crate) use meta::{
     META, META_NEXT_RANGE_ID, META_NODE, META_NODE_STATE, META_RANGE, meta_row_key,
 };
 pub(crate) use open::Tables;
-pub(crate) use raft_log::{RAFT_LOG, decode_entry, log_key, log_state};
+#[cfg(test)]
+pub(crate) use raft_log::log_key;
+pub(crate) use raft_log::{RAFT_LOG, read_all_entries};
 pub(crate) use raft_meta::{RAFT_META, RAFT_PURGED, RAFT_VOTE};
 pub(crate) use range_rows::{meta_key, ranges_in, read_meta, remove_meta, write_meta};
 pub(crate) use requests::{

@@ -1,13 +1,22 @@
-//! The one writer thread of a store file and its group commit. Knows nothing about
-//! openraft's traits beyond the callbacks it fires, and nothing about async: it is a plain
+//! The one writer thread of a store and its group commit. Knows nothing about openraft's
+//! traits beyond the callbacks it fires, and nothing about async: it is a plain
 //! `std::thread` fed by a bounded channel.
 //!
 //! The thread blocks for one request, drains up to `STORAGE_COMMIT_BATCH_MAX` more that are
-//! already queued, executes them all in one redb write transaction (`op::execute`: what
-//! each op does is `op`'s), commits it with `Durability::Immediate` if any of them needs
-//! durability (else `Durability::None`), and only then fires every callback. Any error poisons the store: the batch and every later request
-//! fail, nothing is retried. After a commit that applied a split or finished a snapshot
-//! install, and before any callback, it bumps the store's range events
+//! already queued, and executes them all together, in three steps:
+//! 1. the batch's appends and truncations of every range go to the node-wide Raft log
+//!    (`wal`) in one write, made durable by one `fdatasync`;
+//! 2. every other op runs in one redb write transaction (`op::execute`: what each op does
+//!    is `op`'s), committed with `Durability::Immediate` if any of them needs durability
+//!    (`Op::needs_durability`), if the batch purges the log, or if the last durable commit
+//!    is `STORAGE_DURABLE_COMMIT_INTERVAL_MS` old; else with `Durability::None`: applies
+//!    lost in a crash are applied again from the log, which keeps them until the state
+//!    machine's commit that applied them is durable;
+//! 3. the batch's purges and removals go to the log, durable too, after that commit.
+//!
+//! Only then does it fire every callback. Any error poisons the store: the batch and every
+//! later request fail, nothing is retried. After a commit that applied a split or finished a
+//! snapshot install, and before any callback, it bumps the store's range events
 //! (`Store::range_events`).
 
 use std::panic::{self, AssertUnwindSafe};
@@ -23,6 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::error::StorageError;
 use crate::op::{self, Op, Outcome};
 use crate::raft_types::{ApplyResponder, IoFlushed};
+use crate::wal::{Change, Wal};
 
 pub(crate) type Reply = oneshot::Sender<Result<Outcome, StorageError>>;
 
@@ -56,9 +66,10 @@ pub(crate) enum Message {
 /// Counters of a store's writer, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
-    /// Write transactions committed.
+    /// Batches committed (to the Raft log, to redb, or both).
     pub commits: u64,
-    /// Of those, the ones committed with `Durability::Immediate` (one fsync each).
+    /// Of those, the ones made durable (an fsync of the log, a `Durability::Immediate`
+    /// redb commit, or both).
     pub durable_commits: u64,
     /// Write requests received by the writer thread.
     pub requests: u64,
@@ -67,7 +78,7 @@ pub struct StoreStats {
 /// One committed write transaction, as a [`CommitObserver`] is told of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Commit {
-    /// Committed with `Durability::Immediate` (one fsync).
+    /// Made durable (an fsync of the log or a `Durability::Immediate` redb commit).
     pub durable: bool,
     /// Write requests executed in the transaction (0 for the flush at shutdown).
     pub requests: usize,
@@ -189,15 +200,18 @@ pub(crate) fn channel() -> (mpsc::Sender<Message>, mpsc::Receiver<Message>) {
 
 pub(crate) struct Writer {
     pub db: Arc<Database>,
+    pub wal: Arc<Wal>,
     pub rx: mpsc::Receiver<Message>,
     pub shared: Arc<Shared>,
+    /// redb holds commits made with `Durability::None` since its last durable one.
+    pub unsynced: bool,
+    pub last_durable: Instant,
 }
 
 impl Writer {
     /// Runs until every sender is gone and the queue is empty.
     pub fn run(mut self) {
         let _guard = PanicGuard(self.shared.clone());
-        let mut unsynced = false;
         while let Some(first) = self.receive() {
             let mut batch = vec![first];
             while batch.len() <= limits::STORAGE_COMMIT_BATCH_MAX {
@@ -207,19 +221,21 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            unsynced = match self.process(batch) {
-                Some(durable) => !durable,
-                None => unsynced,
-            };
+            self.process(batch);
         }
-        if unsynced && self.shared.poisoned().is_none() {
+        if self.shared.poisoned().is_none() {
             self.flush();
         }
     }
 
-    /// Makes the last `Durability::None` commits durable with an empty durable commit.
-    fn flush(&self) {
-        if let Err(error) = self.commit(&[], true) {
+    /// Makes everything written durable: the log, and the last `Durability::None` commits
+    /// with an empty durable commit.
+    fn flush(&mut self) {
+        let flushed = self.wal.sync().and_then(|()| match self.unsynced {
+            true => self.commit_redb(&[], true).map(|_| ()),
+            false => Ok(()),
+        });
+        if let Err(error) = flushed {
             self.shared.poison(error.to_string());
         }
     }
@@ -233,18 +249,17 @@ impl Writer {
         }
     }
 
-    /// Executes and commits one batch, then fires its callbacks. Returns whether the commit
-    /// was durable, or `None` if nothing was committed. The batch stops counting as
-    /// outstanding once its transaction has finished, before any callback fires, so a
-    /// barrier that a callback leads to finds it settled.
-    fn process(&self, batch: Vec<Request>) -> Option<bool> {
+    /// Executes and commits one batch, then fires its callbacks. The batch stops counting
+    /// as outstanding once it is committed, before any callback fires, so a barrier that a
+    /// callback leads to finds it settled.
+    fn process(&mut self, batch: Vec<Request>) {
         let count = u64::try_from(batch.len()).expect("batch length fits in u64");
         self.shared.requests.fetch_add(count, Ordering::Relaxed);
         let finished = || self.shared.finished(count);
         if let Some(error) = self.shared.poisoned() {
             finished();
             fail_all(batch, &error.to_string());
-            return None;
+            return;
         }
         if batch
             .iter()
@@ -254,11 +269,10 @@ impl Writer {
             for request in batch {
                 succeed(request.done, Outcome::Done);
             }
-            return None;
+            return;
         }
-        let durable = batch.iter().any(|request| request.op.needs_durability());
-        let committed = panic::catch_unwind(AssertUnwindSafe(|| self.commit(&batch, durable)));
-        finished();
+        let committed = panic::catch_unwind(AssertUnwindSafe(|| self.commit(&batch)));
+        self.shared.finished(count);
         match committed {
             Ok(Ok(outcomes)) => {
                 let ranges_changed = batch
@@ -271,13 +285,11 @@ impl Writer {
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     succeed(request.done, outcome);
                 }
-                Some(durable)
             }
             Ok(Err(error)) => {
                 let cause = error.to_string();
                 self.shared.poison(cause.clone());
                 fail_all(batch, &cause);
-                None
             }
             Err(panic) => {
                 // A failed assert on a persisted invariant: poison before anyone hears of the
@@ -290,34 +302,35 @@ impl Writer {
         }
     }
 
-    fn commit(&self, batch: &[Request], durable: bool) -> Result<Vec<Outcome>, StorageError> {
+    /// The three steps of the module's doc; one outcome per request.
+    fn commit(&mut self, batch: &[Request]) -> Result<Vec<Outcome>, StorageError> {
         let started = Instant::now();
-        let mut txn = self
-            .db
-            .begin_write()
-            .map_err(|e| StorageError::redb("begin write", e))?;
-        // The planted bug acknowledges appends, votes and purges without making them durable.
-        let durable = durable && !planted::active(PlantedBug::AckBeforeFsync);
-        let durability = if durable {
-            Durability::Immediate
-        } else {
-            Durability::None
-        };
-        txn.set_durability(durability)
-            .map_err(|e| StorageError::redb("set durability", e))?;
-        let outcomes = batch
-            .iter()
-            .map(|request| op::execute(&txn, &request.op))
-            .collect::<Result<Vec<_>, _>>()?;
         if self.shared.take_injected_failure() {
-            txn.abort().map_err(|e| StorageError::redb("abort", e))?;
             return Err(StorageError::io(
                 "<commit>",
                 std::io::Error::other("injected commit failure"),
             ));
         }
-        txn.commit().map_err(|e| StorageError::redb("commit", e))?;
+        let (forgets, adds): (Vec<&Op>, Vec<&Op>) = batch
+            .iter()
+            .map(|request| &request.op)
+            .filter(|op| op.log_change().is_some())
+            .partition(|op| op.forgets_log());
+        let log_synced = self.write_log(&adds)?;
+        let stateful = batch.iter().any(|request| !request.op.is_log_only());
+        let durable = !forgets.is_empty()
+            || batch.iter().any(|request| request.op.needs_durability())
+            || (stateful && self.last_durable.elapsed() >= DURABLE_COMMIT_INTERVAL);
+        let outcomes = if stateful || (durable && self.unsynced) {
+            self.commit_redb(batch, durable)?
+        } else {
+            batch.iter().map(|_| Outcome::Done).collect()
+        };
+        if self.write_log(&forgets)? {
+            self.wal.collect_garbage()?;
+        }
         self.shared.commits.fetch_add(1, Ordering::Relaxed);
+        let durable = durable || log_synced || !forgets.is_empty();
         if durable {
             self.shared.durable_commits.fetch_add(1, Ordering::Relaxed);
         }
@@ -330,7 +343,69 @@ impl Writer {
         }
         Ok(outcomes)
     }
+
+    /// Writes the log changes of `ops` in one write and syncs them; whether there were any.
+    fn write_log(&self, ops: &[&Op]) -> Result<bool, StorageError> {
+        let changes: Vec<Change<'_>> = ops.iter().filter_map(|op| op.log_change()).collect();
+        if changes.is_empty() {
+            return Ok(false);
+        }
+        self.wal.write(&changes)?;
+        // The planted bug acknowledges appends, truncations and purges without an fsync.
+        if !planted::active(PlantedBug::AckBeforeFsync) {
+            self.wal.sync()?;
+        }
+        Ok(true)
+    }
+
+    /// Runs the ops of `batch` that touch redb in one transaction and commits it; the
+    /// others (the log's) answer `Done`.
+    fn commit_redb(
+        &mut self,
+        batch: &[Request],
+        durable: bool,
+    ) -> Result<Vec<Outcome>, StorageError> {
+        let mut txn = self
+            .db
+            .begin_write()
+            .map_err(|e| StorageError::redb("begin write", e))?;
+        // The planted bug acknowledges votes and installs without making them durable.
+        let durable = durable && !planted::active(PlantedBug::AckBeforeFsync);
+        let durability = if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        };
+        txn.set_durability(durability)
+            .map_err(|e| StorageError::redb("set durability", e))?;
+        let outcomes = batch
+            .iter()
+            .map(|request| match request.op.is_log_only() {
+                true => Ok(Outcome::Done),
+                false => op::execute(&txn, &request.op),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // A split is durable before the child's group can start and append to the log: the
+        // child's entries never outlive the state they apply to.
+        let ranges_changed = (batch.iter().zip(&outcomes))
+            .any(|(request, outcome)| changes_ranges(&request.op, outcome));
+        let durable = durable || (ranges_changed && !planted::active(PlantedBug::AckBeforeFsync));
+        if durable {
+            txn.set_durability(Durability::Immediate)
+                .map_err(|e| StorageError::redb("set durability", e))?;
+        }
+        txn.commit().map_err(|e| StorageError::redb("commit", e))?;
+        self.unsynced = !durable;
+        if durable {
+            self.last_durable = Instant::now();
+        }
+        Ok(outcomes)
+    }
 }
+
+/// `limits::STORAGE_DURABLE_COMMIT_INTERVAL_MS`.
+const DURABLE_COMMIT_INTERVAL: Duration =
+    Duration::from_millis(limits::STORAGE_DURABLE_COMMIT_INTERVAL_MS);
 
 /// Whether a committed op changed the file's ranges or their spans: an apply that split a
 /// range, the end of a snapshot install, or the start of a removal.

@@ -155,6 +155,13 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 pub const STORAGE_WRITER_QUEUE_MAX: usize = 4_096;
 /// Requests one storage writer thread folds into one durable commit.
 pub const STORAGE_COMMIT_BATCH_MAX: usize = 1_024;
+/// Bytes of one segment file of a node's Raft log before the next one starts; a segment is
+/// deleted once every range has purged the entries it holds.
+pub const RAFT_LOG_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// Longest a store's state machine goes without a durable commit while it applies: applies
+/// commit without an fsync (the Raft log replays them after a crash), and one durable commit
+/// at least this often bounds what a restart replays.
+pub const STORAGE_DURABLE_COMMIT_INTERVAL_MS: u64 = 1_000;
 /// Reader threads of one store file (one per core, within these bounds).
 pub const STORAGE_READERS_MIN: usize = 2;
 pub const STORAGE_READERS_MAX: usize = 8;

@@ -196,6 +196,28 @@ async fn v1_fixture_reads_back() {
     check_v1(&store).await;
 }
 
+/// A file of format 12 or older keeps its log in its `raft_log` table; the first open moves
+/// the entries into the node-wide log, and the file keeps only the purged id.
+#[tokio::test]
+async fn v1_fixture_log_moves_into_the_node_wide_log() {
+    let (dir, store) = open_fixture(1);
+    assert!(store.log_bytes() > 0);
+    store.shutdown();
+    let store = open_in(dir.path());
+    check_v1(&store).await;
+    store.shutdown();
+    std::fs::remove_dir_all(dir.path().join("keel.raft-log")).unwrap();
+    let store = open_in(dir.path());
+    let mut log = store.log_store(RangeId(1));
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(
+        state.last_log_id,
+        Some(log_id(1, 1, 1)),
+        "no entry left in the file"
+    );
+    assert!(log.try_get_log_entries(0..10).await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn v1_fixture_writer_matches_expectations() {
     let dir = tempfile::tempdir().unwrap();

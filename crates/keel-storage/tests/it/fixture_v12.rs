@@ -58,7 +58,7 @@ fn put(key: &[u8], lease: i64) -> TxnOp {
     })
 }
 
-fn v12_entries() -> Vec<Entry> {
+pub(super) fn v12_entries() -> Vec<Entry> {
     let txn = TxnMutation {
         request: None,
         now_ms: 1_000,
@@ -87,7 +87,7 @@ fn v12_entries() -> Vec<Entry> {
     ]
 }
 
-async fn write_v12(dir: &Path) {
+pub(super) async fn write_v12(dir: &Path) {
     let store = open_in(dir);
     let mut log = store.log_store(RangeId(1));
     let (vote, committed) = (Vote::new_committed(1, 1), log_id(1, 1, 5));
@@ -113,7 +113,7 @@ async fn check_v12_leases(sm: &StateMachine) {
 }
 
 /// What every build must read from the v12 fixture.
-async fn check_v12(store: &Store) {
+pub(super) async fn check_v12(store: &Store) {
     let mut sm = store.state_machine(RangeId(1));
     assert_eq!(sm.applied().await.unwrap(), (1, Some(log_id(1, 1, 5))));
     check_v12_leases(&sm).await;

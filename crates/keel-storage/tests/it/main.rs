@@ -6,6 +6,7 @@ mod fixture;
 mod fixture_v10;
 mod fixture_v11;
 mod fixture_v12;
+mod fixture_v13;
 mod fixture_v3;
 mod fixture_v4;
 mod fixture_v5;

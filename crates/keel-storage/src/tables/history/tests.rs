@@ -72,8 +72,8 @@ fn key_states_of_every_format_decode_with_versions() {
         before: Some(StateOf::of(&before)),
         after: Some(StateOf::of(&leased)),
     };
-    let v12 = encode(&v12);
-    assert_eq!(v12[0], 12);
+    // Format 13 changed no row: a row of 12 and one written now read alike.
+    let v12 = with_format(12, encode(&v12));
     let read = |before_version, after_version, lease| Event {
         revision: 5,
         key: b"k".to_vec(),
