@@ -56,7 +56,7 @@ pub(crate) enum Change<'a> {
 /// The node-wide Raft log of one store.
 pub(crate) struct Wal {
     dir: PathBuf,
-    lossy: bool,
+    segments: segment::Options,
     /// `limits::RAFT_LOG_SEGMENT_BYTES` (smaller in tests).
     segment_bytes: u64,
     state: Mutex<State>,
@@ -96,6 +96,10 @@ impl Wal {
 
     fn open_sized(dir: &Path, lossy: bool, segment_bytes: u64) -> Result<Wal, StorageError> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+        let options = segment::Options {
+            lossy,
+            preallocate_bytes: limits::RAFT_LOG_PREALLOCATE_BYTES.min(segment_bytes),
+        };
         let mut state = State {
             ranges: BTreeMap::new(),
             segments: BTreeMap::new(),
@@ -104,7 +108,7 @@ impl Wal {
         let last = found.keys().next_back().copied();
         for (seq, path) in found {
             let len = replay(&mut state, seq, &path, Some(seq) == last)?;
-            let segment = Segment::open(&path, len, lossy)?;
+            let segment = Segment::open(&path, len, options)?;
             state.segments.insert(seq, Arc::new(segment));
         }
         for (range, log) in &mut state.ranges {
@@ -117,7 +121,7 @@ impl Wal {
         }
         let wal = Wal {
             dir: dir.to_path_buf(),
-            lossy,
+            segments: options,
             segment_bytes,
             state: Mutex::new(state),
         };
@@ -305,7 +309,7 @@ impl Wal {
     /// Creates segment `seq` and writes its checkpoint (durable with the next sync).
     fn start_segment(&self, state: &mut State, seq: u64) -> Result<(), StorageError> {
         let path = self.dir.join(format!("{seq:020}.{SEGMENT_EXTENSION}"));
-        let segment = Segment::create(&path, self.lossy)?;
+        let segment = Segment::create(&path, self.segments)?;
         let purged: Vec<(RangeId, LogId)> = state
             .ranges
             .iter()

@@ -59,7 +59,8 @@ pub(crate) fn frame(record: &RecordRef<'_>, out: &mut Vec<u8>) -> usize {
 pub(crate) enum Read {
     /// A whole frame that checks out: the record and the frame's length.
     Frame(Record, usize),
-    /// Nothing more: no byte left.
+    /// Nothing more: no byte left, or zeros where the next frame's header would be (the
+    /// segment's preallocated tail).
     End,
     /// A frame cut short, or one whose checksum or record does not check out.
     Bad(String),
@@ -75,6 +76,9 @@ pub(crate) fn read(bytes: &[u8]) -> Read {
     };
     let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+    if len == 0 && crc == 0 {
+        return Read::End;
+    }
     let Some(body) = bytes.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
         return Read::Bad(format!(
             "a record of {len} bytes with {} left",

@@ -1,6 +1,10 @@
 //! One segment file of the node-wide Raft log: bytes appended at its end, made durable by
 //! `sync`, read back at any offset. Knows nothing of records, ranges or Raft.
 //!
+//! The file is extended ahead of the appends with zeros (`RAFT_LOG_PREALLOCATE_BYTES` at a
+//! time), so an append overwrites allocated blocks and its `fdatasync` has no size change to
+//! commit; what follows the last record is zeros (`record::read` reads them as the end).
+//!
 //! A segment of a store opened to lose unsynced writes (`StoreOptions::lose_unsynced_writes`,
 //! the Jepsen harness's power loss) keeps appended bytes in memory until `sync` writes and
 //! fsyncs them, so a killed process loses them as a machine losing power would; reads see
@@ -17,11 +21,22 @@ use crate::error::StorageError;
 /// store poisons), as `lossy::LossyBackend` does.
 const UNSYNCED_BYTES_MAX: usize = 1024 * 1024 * 1024;
 
+/// How segments are opened.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// Appends stay in memory until synced (test-only power loss).
+    pub lossy: bool,
+    /// `limits::RAFT_LOG_PREALLOCATE_BYTES`, or the segment size when that is smaller.
+    pub preallocate_bytes: u64,
+}
+
 pub(crate) struct Segment {
     path: PathBuf,
     file: File,
     /// Writes stay in memory until `sync` (test-only power loss).
     lossy: bool,
+    /// Bytes of zeros the file grows by at a time.
+    step: u64,
     tail: Mutex<Tail>,
 }
 
@@ -31,36 +46,44 @@ struct Tail {
     len: u64,
     /// Lossy only: the bytes appended since the last sync, which start at `len - pending.len()`.
     pending: Vec<u8>,
+    /// Bytes of the file: `len` and the zeros after it.
+    allocated: u64,
 }
 
 impl Segment {
-    /// Opens the existing segment at `path`, `len` bytes long (what recovery kept).
-    pub fn open(path: &Path, len: u64, lossy: bool) -> Result<Segment, StorageError> {
+    /// Opens the existing segment at `path`, whose records end at `len` (what recovery kept).
+    pub fn open(path: &Path, len: u64, options: Options) -> Result<Segment, StorageError> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
             .map_err(|e| StorageError::io(path, e))?;
+        let allocated = file
+            .metadata()
+            .map_err(|e| StorageError::io(path, e))?
+            .len();
         Ok(Segment {
             path: path.to_path_buf(),
             file,
-            lossy,
+            lossy: options.lossy,
+            step: options.preallocate_bytes,
             tail: Mutex::new(Tail {
                 len,
                 pending: Vec::new(),
+                allocated: allocated.max(len),
             }),
         })
     }
 
     /// Creates an empty segment at `path` and makes its directory entry durable.
-    pub fn create(path: &Path, lossy: bool) -> Result<Segment, StorageError> {
+    pub fn create(path: &Path, options: Options) -> Result<Segment, StorageError> {
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(path)
             .map_err(|e| StorageError::io(path, e))?;
         sync_parent(path)?;
-        Segment::open(path, 0, lossy)
+        Segment::open(path, 0, options)
     }
 
     pub fn path(&self) -> &Path {
@@ -76,6 +99,12 @@ impl Segment {
     pub fn append(&self, bytes: &[u8]) -> Result<u64, StorageError> {
         let mut tail = self.lock();
         let offset = tail.len;
+        let end = offset + bytes.len() as u64;
+        if end > tail.allocated {
+            let allocated = end.max(tail.allocated + self.step);
+            self.zero(tail.allocated, allocated)?;
+            tail.allocated = allocated;
+        }
         if self.lossy {
             if tail.pending.len() + bytes.len() > UNSYNCED_BYTES_MAX {
                 let error = std::io::Error::other("too many unsynced bytes held in memory");
@@ -127,6 +156,21 @@ impl Segment {
             .read_exact_at(&mut bytes[..from_file], offset)
             .map_err(|e| StorageError::io(&self.path, e))?;
         Ok(bytes)
+    }
+
+    /// Writes zeros over `[start, end)` (made durable by the next `sync`).
+    fn zero(&self, start: u64, end: u64) -> Result<(), StorageError> {
+        const CHUNK: usize = 1024 * 1024;
+        let zeros = vec![0u8; CHUNK];
+        let mut at = start;
+        while at < end {
+            let len = usize::try_from(end - at).map_or(CHUNK, |left| left.min(CHUNK));
+            self.file
+                .write_all_at(&zeros[..len], at)
+                .map_err(|e| StorageError::io(&self.path, e))?;
+            at += len as u64;
+        }
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tail> {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use keel_types::{BatchOp, Command, Mutation, RangeId};
 use openraft::entry::RaftEntry;
 
+use super::record::{self, Read};
 use super::{Change, Wal};
 use crate::error::StorageError;
 use crate::raft_types::{Entry, LogId, TypeConfig};
@@ -55,6 +56,25 @@ fn read(wal: &Wal, range: RangeId) -> Vec<(u64, u64)> {
 
 fn span(term: u64, first: u64, last: u64) -> Vec<(u64, u64)> {
     (first..=last).map(|index| (index, term)).collect()
+}
+
+/// Where the records of the segment at `path` end (zeros follow).
+fn records_end(path: &Path) -> usize {
+    let bytes = std::fs::read(path).unwrap();
+    let mut at = 0;
+    while let Read::Frame(_, len) = record::read(&bytes[at..]) {
+        at += len;
+    }
+    at
+}
+
+/// Zeros `len` bytes of the file at `path` from `at`, or flips them.
+fn damage(path: &Path, at: usize, len: usize, flip: bool) {
+    let mut bytes = std::fs::read(path).unwrap();
+    for byte in &mut bytes[at..at + len] {
+        *byte = if flip { !*byte } else { 0 };
+    }
+    std::fs::write(path, &bytes).unwrap();
 }
 
 fn segments(dir: &Path) -> Vec<String> {
@@ -163,13 +183,9 @@ fn a_torn_last_write_is_cut_off_and_the_rest_kept() {
         append(&wal, A, &entries(1, 1, 5, 64));
         append(&wal, A, &entries(1, 6, 8, 64));
     }
-    let name = segments(dir.path()).pop().unwrap();
-    let path = dir.path().join(name);
-    let len = std::fs::metadata(&path).unwrap().len();
-    // The last write reached the disk only in part: its last frame is cut short.
-    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    file.set_len(len - 20).unwrap();
-    drop(file);
+    let path = dir.path().join(segments(dir.path()).pop().unwrap());
+    // The last write reached the disk only in part: its last frame ends in zeros.
+    damage(&path, records_end(&path) - 20, 20, false);
     let wal = Wal::open(dir.path(), false).unwrap();
     assert_eq!(read(&wal, A), span(1, 1, 7));
     // Appends go on after the cut.
@@ -187,10 +203,7 @@ fn a_flipped_byte_in_the_last_segment_cuts_the_log_there() {
         append(&wal, A, &entries(1, 1, 4, 64));
     }
     let path = dir.path().join(segments(dir.path()).pop().unwrap());
-    let mut bytes = std::fs::read(&path).unwrap();
-    let at = bytes.len() - 10;
-    bytes[at] ^= 0xff;
-    std::fs::write(&path, &bytes).unwrap();
+    damage(&path, records_end(&path) - 10, 1, true);
     let wal = Wal::open(dir.path(), false).unwrap();
     assert_eq!(read(&wal, A), span(1, 1, 3));
 }
@@ -207,10 +220,7 @@ fn damage_before_the_last_segment_refuses_the_open() {
     let names = segments(dir.path());
     assert!(names.len() > 2, "{names:?}");
     let path = dir.path().join(&names[1]);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let at = bytes.len() / 2;
-    bytes[at] ^= 0xff;
-    std::fs::write(&path, &bytes).unwrap();
+    damage(&path, records_end(&path) / 2, 1, true);
     match Wal::open(dir.path(), false) {
         Err(StorageError::Damaged { detail, .. }) => assert!(detail.contains("record at offset")),
         other => panic!("expected Damaged, got {:?}", other.map(|_| ())),
@@ -283,7 +293,7 @@ fn a_lossy_log_loses_what_was_not_synced() {
 
 #[test]
 fn record_ref_encodes_as_record() {
-    use super::record::{self, Read, Record, RecordRef};
+    use super::record::{Record, RecordRef};
     let entry = entries(3, 9, 9, 8).pop().unwrap();
     let purged = [(A, log_id(1, 4)), (B, log_id(2, 6))];
     let written = [
