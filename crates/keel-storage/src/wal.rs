@@ -10,11 +10,12 @@
 //! every range's purged log id; a segment is deleted once no range has an entry in it and
 //! every purge that made it so is durable (`Wal::collect_garbage`).
 //!
-//! Opening replays every segment in order. A record that does not check out in the last
-//! segment is what a crash in the middle of a write leaves: the segment is cut there, as
-//! redb rolls back a last commit that does not verify, and what was cut was never
-//! acknowledged. One anywhere else is damage, and the open fails with
-//! `StorageError::Damaged`.
+//! Opening replays every segment in order. A record in the last segment that a torn write
+//! left (part of it zeros from a sector boundary on: segments are preallocated with zeros)
+//! is what a crash in the middle of a write leaves: the segment is cut there, as redb rolls
+//! back a last commit that does not verify, and what was cut was never acknowledged. A
+//! record that fails otherwise, or anywhere before the last segment, is damage, and the open
+//! fails with `StorageError::Damaged`.
 
 mod record;
 mod segment;
@@ -425,13 +426,14 @@ fn segment_files(dir: &Path) -> Result<BTreeMap<u64, PathBuf>, StorageError> {
     Ok(found)
 }
 
-/// Replays segment `seq` into `state`; returns the length kept. A record that does not check
-/// out ends the last segment (which is cut there) and fails the replay anywhere else.
+/// Replays segment `seq` into `state`; returns the length kept. A torn frame ends the last
+/// segment (which is cut there); a torn frame in another segment, or a damaged one anywhere,
+/// fails the replay.
 fn replay(state: &mut State, seq: u64, path: &Path, last: bool) -> Result<u64, StorageError> {
     let bytes = std::fs::read(path).map_err(|e| StorageError::io(path, e))?;
     let mut at = 0;
     loop {
-        match record::read(&bytes[at..]) {
+        match record::read_at(&bytes, at) {
             Read::End => break,
             Read::Frame(record, len) => {
                 let location = |log_id| Location {
@@ -443,21 +445,15 @@ fn replay(state: &mut State, seq: u64, path: &Path, last: bool) -> Result<u64, S
                 replay_record(state, record, location);
                 at += len;
             }
-            Read::Bad(detail) if last => {
+            Read::Torn(detail) if last => {
                 tracing::warn!(
                     path = %path.display(), offset = at, %detail,
                     "raft log's last write is incomplete; cut off (as after a crash during it)"
                 );
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| StorageError::io(path, e))?;
-                file.set_len(at as u64)
-                    .and_then(|()| file.sync_all())
-                    .map_err(|e| StorageError::io(path, e))?;
+                cut(path, at as u64)?;
                 break;
             }
-            Read::Bad(detail) => {
+            Read::Torn(detail) | Read::Bad(detail) => {
                 return Err(StorageError::damaged(
                     path,
                     format!("record at offset {at}: {detail}"),
@@ -466,6 +462,24 @@ fn replay(state: &mut State, seq: u64, path: &Path, last: bool) -> Result<u64, S
         }
     }
     Ok(at as u64)
+}
+
+/// Zeros the segment at `path` from `at` on (its blocks stay allocated) and syncs it.
+fn cut(path: &Path, at: u64) -> Result<(), StorageError> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| StorageError::io(path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| StorageError::io(path, e))?
+        .len();
+    let zeros =
+        vec![0u8; usize::try_from(len.saturating_sub(at)).expect("a segment fits in memory")];
+    file.write_all_at(&zeros, at)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| StorageError::io(path, e))
 }
 
 fn replay_record(state: &mut State, record: Record, location: impl Fn(LogId) -> Location) {

@@ -134,6 +134,8 @@ pub enum Damage {
     FlipSnapshot { pick: u64 },
     /// Cut the end of the store file off, as a lost last write would.
     TruncateStore { pick: u64 },
+    /// Flip bytes inside the written part of the newest Raft log segment (keel.raft-log/).
+    FlipLog { pick: u64 },
 }
 
 /// One fault of the plan; times in ms since the run began.
@@ -252,10 +254,11 @@ impl Turns {
     fn damage(&mut self, rng: &mut Rng) -> Damage {
         self.damage += 1;
         let pick = rng.next_u64();
-        match self.damage % 3 {
+        match self.damage % 4 {
             0 => Damage::FlipStore { pick },
             1 => Damage::FlipSnapshot { pick },
-            _ => Damage::TruncateStore { pick },
+            2 => Damage::TruncateStore { pick },
+            _ => Damage::FlipLog { pick },
         }
     }
 

@@ -62,17 +62,33 @@ pub(crate) enum Read {
     /// Nothing more: no byte left, or zeros where the next frame's header would be (the
     /// segment's preallocated tail).
     End,
-    /// A frame cut short, or one whose checksum or record does not check out.
+    /// A frame that a write cut short left: part of it is zeros from a sector boundary to
+    /// the next (unwritten sectors of a preallocated file read as zeros), or it runs past
+    /// the end of the file.
+    Torn(String),
+    /// A frame whose checksum or record does not check out, with no sign of a torn write:
+    /// damage.
     Bad(String),
 }
 
+/// Bytes of a disk sector: a write torn by a crash leaves whole sectors unwritten.
+const SECTOR_BYTES: usize = 512;
+
 /// Reads the frame at the start of `bytes`.
 pub(crate) fn read(bytes: &[u8]) -> Read {
+    read_at(bytes, 0)
+}
+
+/// Reads the frame at offset `at` of a whole segment's `bytes`, telling a torn frame from a
+/// damaged one: a frame that fails is torn when it runs past the end or when one of its
+/// pieces between sector boundaries is all zeros (as etcd's WAL tells them apart).
+pub(crate) fn read_at(file: &[u8], at: usize) -> Read {
+    let bytes = &file[at..];
     if bytes.is_empty() {
         return Read::End;
     }
     let Some(header) = bytes.get(..FRAME_HEADER_BYTES) else {
-        return Read::Bad(format!("a frame header cut short at {} bytes", bytes.len()));
+        return Read::Torn(format!("a frame header cut short at {} bytes", bytes.len()));
     };
     let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
@@ -80,18 +96,35 @@ pub(crate) fn read(bytes: &[u8]) -> Read {
         return Read::End;
     }
     let Some(body) = bytes.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
-        return Read::Bad(format!(
+        return Read::Torn(format!(
             "a record of {len} bytes with {} left",
             bytes.len() - FRAME_HEADER_BYTES
         ));
     };
-    if len == 0 || crc32c::crc32c(body) != crc {
-        return Read::Bad(format!("a record of {len} bytes fails its checksum"));
+    if crc32c::crc32c(body) != crc {
+        let detail = format!("a record of {len} bytes fails its checksum");
+        return match has_zero_piece(file, at, at + FRAME_HEADER_BYTES + len) {
+            true => Read::Torn(detail),
+            false => Read::Bad(detail),
+        };
     }
     match codec::decode::<Record>("raft log record", body) {
         Ok(record) => Read::Frame(record, FRAME_HEADER_BYTES + len),
         Err(error) => Read::Bad(error.to_string()),
     }
+}
+
+/// Whether a piece of `file[start..end]` between sector boundaries is all zeros.
+fn has_zero_piece(file: &[u8], start: usize, end: usize) -> bool {
+    let mut piece_start = start;
+    while piece_start < end {
+        let piece_end = ((piece_start / SECTOR_BYTES + 1) * SECTOR_BYTES).min(end);
+        if file[piece_start..piece_end].iter().all(|&byte| byte == 0) {
+            return true;
+        }
+        piece_start = piece_end;
+    }
+    false
 }
 
 /// Decodes the entry in a frame read back from where the index says it is.
@@ -109,6 +142,8 @@ pub(crate) fn entry_in(frame: &[u8], range: RangeId, index: u64) -> Result<Entry
             format!("expected entry {index} of range {range}, found {record:?}"),
         )),
         Read::End => Err(StorageError::corrupt("raft log record", "no frame")),
-        Read::Bad(detail) => Err(StorageError::corrupt("raft log record", detail)),
+        Read::Torn(detail) | Read::Bad(detail) => {
+            Err(StorageError::corrupt("raft log record", detail))
+        }
     }
 }

@@ -180,32 +180,43 @@ fn a_torn_last_write_is_cut_off_and_the_rest_kept() {
     let dir = tempfile::tempdir().unwrap();
     {
         let wal = Wal::open(dir.path(), false).unwrap();
-        append(&wal, A, &entries(1, 1, 5, 64));
-        append(&wal, A, &entries(1, 6, 8, 64));
+        append(&wal, A, &entries(1, 1, 40, 64));
+        append(&wal, A, &entries(1, 41, 48, 64));
     }
     let path = dir.path().join(segments(dir.path()).pop().unwrap());
-    // The last write reached the disk only in part: its last frame ends in zeros.
-    damage(&path, records_end(&path) - 20, 20, false);
+    // The last write reached the disk only in part: its last sector is zeros.
+    let end = records_end(&path);
+    let sector = (end - 1) / 512 * 512;
+    damage(&path, sector, end - sector, false);
     let wal = Wal::open(dir.path(), false).unwrap();
-    assert_eq!(read(&wal, A), span(1, 1, 7));
-    // Appends go on after the cut.
-    append(&wal, A, &entries(2, 8, 8, 64));
+    let kept = read(&wal, A);
+    let last = kept.last().unwrap().0;
+    assert!((35..48).contains(&last), "kept up to {last}");
+    assert_eq!(kept, span(1, 1, last));
+    // Appends go on after the cut, and the cut is not met again.
+    append(&wal, A, &entries(2, last + 1, last + 1, 64));
     drop(wal);
     let wal = Wal::open(dir.path(), false).unwrap();
-    assert_eq!(read(&wal, A), [span(1, 1, 7), span(2, 8, 8)].concat());
+    assert_eq!(
+        read(&wal, A),
+        [span(1, 1, last), span(2, last + 1, last + 1)].concat()
+    );
 }
 
 #[test]
-fn a_flipped_byte_in_the_last_segment_cuts_the_log_there() {
+fn a_flipped_byte_in_the_last_segment_refuses_the_open() {
     let dir = tempfile::tempdir().unwrap();
     {
         let wal = Wal::open(dir.path(), false).unwrap();
         append(&wal, A, &entries(1, 1, 4, 64));
     }
     let path = dir.path().join(segments(dir.path()).pop().unwrap());
+    // Not a torn write (no zeroed sector): damage, even in the last write.
     damage(&path, records_end(&path) - 10, 1, true);
-    let wal = Wal::open(dir.path(), false).unwrap();
-    assert_eq!(read(&wal, A), span(1, 1, 3));
+    match Wal::open(dir.path(), false) {
+        Err(StorageError::Damaged { detail, .. }) => assert!(detail.contains("checksum")),
+        other => panic!("expected Damaged, got {:?}", other.map(|_| ())),
+    }
 }
 
 #[test]
