@@ -127,6 +127,7 @@ async fn metrics_parse_as_prometheus_text_and_move_under_load() {
         .unwrap();
     assert!(durable > 0.0);
     assert!(scrape.value("keel_storage_file_bytes", &[]).unwrap() > 0.0);
+    assert!(scrape.value("keel_storage_log_bytes", &[]).unwrap() > 0.0);
     assert_eq!(scrape.value("keel_node_id", &[]), Some(leader as f64));
     let hot = scrape.value("keel_hot_key_requests", &[("key", "hot")]);
     assert!(hot.is_some_and(|requests| requests > 0.0), "{hot:?}");

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:7001.
     #[arg(long)]
     pub listen: Option<SocketAddr>,
-    /// Directory for keel.redb and snapshots/.
+    /// Directory for keel.redb, keel.raft-log/ and snapshots/.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Every node of the first cluster: "1=127.0.0.1:7001,2=127.0.0.1:7002,...".

@@ -457,6 +457,12 @@ fn write_storage(text: &mut Text, shared: &Shared) {
         text.sample(&[], bytes as f64);
     }
     text.family(
+        "keel_storage_log_bytes",
+        Kind::Gauge,
+        "Size of the node's Raft log segments (keel.raft-log/).",
+    );
+    text.sample(&[], shared.store.log_bytes() as f64);
+    text.family(
         "keel_storage_healthy",
         Kind::Gauge,
         "0 once the store is poisoned by an I/O failure (or closed).",
