@@ -40,6 +40,8 @@ mod split;
 mod state_machine;
 mod store;
 mod tables;
+#[cfg(test)]
+mod test_entries;
 mod upkeep;
 mod wal;
 mod writer;

@@ -5,40 +5,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use keel_types::{BatchOp, Command, Mutation, RangeId};
-use openraft::entry::RaftEntry;
+use keel_types::RangeId;
 
 use super::record::{self, Read};
 use super::{Change, Wal};
 use crate::error::StorageError;
-use crate::raft_types::{Entry, LogId, TypeConfig};
+use crate::raft_types::Entry;
+use crate::test_entries::{entries, log_id};
 
 const A: RangeId = RangeId(1);
 const B: RangeId = RangeId(7);
-
-fn log_id(term: u64, index: u64) -> LogId {
-    openraft::testing::log_id::<TypeConfig>(term, 1, index)
-}
-
-/// Entries `first..=last` of `term`, each a put of `value_bytes`.
-fn entries(term: u64, first: u64, last: u64, value_bytes: usize) -> Vec<Arc<Entry>> {
-    (first..=last)
-        .map(|index| {
-            let command = Command::Mutate(Mutation {
-                request: None,
-                now_ms: 0,
-                ops: vec![BatchOp::Put {
-                    key: format!("k{index}").into_bytes(),
-                    value: vec![b'v'; value_bytes],
-                    condition: None,
-                    return_previous: false,
-                    ttl_ms: None,
-                }],
-            });
-            Arc::new(Entry::new_normal(log_id(term, index), command))
-        })
-        .collect()
-}
 
 fn append(wal: &Wal, range: RangeId, entries: &[Arc<Entry>]) {
     wal.write(&[Change::Append { range, entries }]).unwrap();
@@ -219,8 +195,8 @@ fn a_flipped_byte_in_the_last_segment_refuses_the_open() {
     }
 }
 
-#[test]
-fn damage_before_the_last_segment_refuses_the_open() {
+/// A log of range A's entries 1..=20 over many small segments, and the segments' names.
+fn many_segments() -> (tempfile::TempDir, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     {
         let wal = Wal::open_sized(dir.path(), false, 1024).unwrap();
@@ -229,6 +205,12 @@ fn damage_before_the_last_segment_refuses_the_open() {
         }
     }
     let names = segments(dir.path());
+    (dir, names)
+}
+
+#[test]
+fn damage_before_the_last_segment_refuses_the_open() {
+    let (dir, names) = many_segments();
     assert!(names.len() > 2, "{names:?}");
     let path = dir.path().join(&names[1]);
     damage(&path, records_end(&path) / 2, 1, true);
@@ -240,14 +222,7 @@ fn damage_before_the_last_segment_refuses_the_open() {
 
 #[test]
 fn a_missing_segment_refuses_the_open() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let wal = Wal::open_sized(dir.path(), false, 1024).unwrap();
-        for index in 1..=20 {
-            append(&wal, A, &entries(1, index, index, 200));
-        }
-    }
-    let names = segments(dir.path());
+    let (dir, names) = many_segments();
     std::fs::remove_file(dir.path().join(&names[2])).unwrap();
     match Wal::open(dir.path(), false) {
         Err(StorageError::Damaged { detail, .. }) => {
