@@ -60,12 +60,14 @@ where
         ));
         let entry = decode_entry(key.value(), value.value())?;
         let entries = by_range.entry(range).or_default();
-        if let Some(previous) = entries.last() {
-            assert_eq!(
-                entry.log_id.index,
-                previous.log_id.index + 1,
-                "range {range}: raft log has a gap"
+        if let Some(previous) = entries.last()
+            && entry.log_id.index != previous.log_id.index + 1
+        {
+            let detail = format!(
+                "range {range}: raft log has a gap after {}",
+                previous.log_id.index
             );
+            return Err(StorageError::corrupt("raft log entry", detail));
         }
         entries.push(Arc::new(entry));
     }
