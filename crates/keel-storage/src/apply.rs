@@ -192,8 +192,9 @@ pub(crate) fn apply_entries(
     range: RangeId,
     entries: &[Entry],
 ) -> Result<Vec<CommandOutcome>, StorageError> {
-    let mut tables = Tables::open(txn)?;
-    let mut state = tables::read_sm_state(&tables.sm_meta, range)?;
+    let mut tables = Tables::open(txn);
+    let before = tables::read_sm_state(tables.sm_meta.table()?, range)?;
+    let mut state = before.clone();
     assert!(
         state.installing.is_none(),
         "range {range}: apply while a snapshot install is unfinished"
@@ -212,7 +213,7 @@ pub(crate) fn apply_entries(
                 index: entry.log_id.index,
             },
             EntryPayload::Normal(Command::Hold(hold)) => {
-                tables::write_hold(&mut tables.sm_meta, range, hold.as_ref())?;
+                tables::write_hold(tables.sm_meta.table()?, range, hold.as_ref())?;
                 state.hold = hold.clone();
                 CommandOutcome::Internal
             }
@@ -223,7 +224,7 @@ pub(crate) fn apply_entries(
         state.applied = Some(entry.log_id);
         outcomes.push(outcome);
     }
-    tables::write_sm_state(&mut tables.sm_meta, range, &state)?;
+    tables::write_sm_state_since(tables.sm_meta.table()?, range, Some(&before), &state)?;
     Ok(outcomes)
 }
 
@@ -443,9 +444,11 @@ fn deduplicated(
         owner: session::owner_of(touched.owner_key()),
         digest: session::request_digest(command),
     };
-    let stored = tables::read_session(&tables.sessions, range, id.client_id)?;
+    let stored = tables::read_session(tables.sessions.table()?, range, id.client_id)?;
     let recorded = match stored {
-        Some(_) => tables::read_request(&tables.requests, range, id.client_id, id.sequence)?,
+        Some(_) => {
+            tables::read_request(tables.requests.table()?, range, id.client_id, id.sequence)?
+        }
         None => None,
     };
     let facts = RangeSessions {
@@ -459,7 +462,9 @@ fn deduplicated(
         recorded.as_ref().map(|record| record.digest),
         facts,
         SessionLimits::default(),
-        |sequences| tables::count_requests(&tables.requests, range, id.client_id, sequences),
+        |sequences| {
+            tables::count_requests(tables.requests.table()?, range, id.client_id, sequences)
+        },
     )?;
     let verdict = match &plan.verdict {
         // The planted bug applies a retried request again instead of replaying its record.
@@ -483,7 +488,7 @@ fn deduplicated(
                 outcome,
             };
             tables::write_request(
-                &mut tables.requests,
+                tables.requests.table()?,
                 range,
                 id.client_id,
                 id.sequence,
@@ -506,7 +511,7 @@ fn apply_unfenced(
     if matches!(outcome, CommandOutcome::Applied { .. }) {
         for op in ops {
             if let BatchOp::Delete { key, .. } = op {
-                tables::write_fence(&mut tables.fences, state.fence_counts(), key, None)?;
+                tables::write_fence(tables.fences.table()?, state.fence_counts(), key, None)?;
             }
         }
     }
@@ -524,7 +529,7 @@ fn apply_fenced(
     clock_ms: u64,
 ) -> Result<CommandOutcome, StorageError> {
     let refusal = coordination::check_fences(fence, ops, |key| {
-        tables::read_row(&tables.fences, key, "fence")
+        tables::read_row(tables.fences.table()?, key, "fence")
     })?;
     if let Some(rejection) = refusal {
         return Ok(CommandOutcome::Rejected(rejection));
@@ -533,7 +538,7 @@ fn apply_fenced(
     if matches!(outcome, CommandOutcome::Applied { .. }) {
         for op in ops {
             let counts = state.fence_counts();
-            tables::write_fence(&mut tables.fences, counts, op.key(), Some(fence))?;
+            tables::write_fence(tables.fences.table()?, counts, op.key(), Some(fence))?;
         }
     }
     Ok(outcome)
@@ -550,20 +555,20 @@ fn apply_coordination(
     let next = state.revision + 1;
     match coordination::subject(op) {
         Subject::Lock(name) => {
-            let stored: Option<LockHold> = tables::read_row(&tables.locks, name, "lock")?;
+            let stored: Option<LockHold> = tables::read_row(tables.locks.table()?, name, "lock")?;
             let plan = coordination::plan_lock_op(op, stored.as_ref(), clock_ms, next);
             settle(plan, state, |state, after| {
-                let (locks, deadlines) = (&mut tables.locks, &mut tables.deadlines);
+                let (locks, deadlines) = (tables.locks.table()?, tables.deadlines.table()?);
                 tables::write_deadlined(locks, deadlines, state.lock_counts(), name, after)
             })
         }
         Subject::Record(key) => {
             let what = "idempotency record";
             let stored: Option<IdempotencyRecord> =
-                tables::read_row(&tables.idempotency, key, what)?;
+                tables::read_row(tables.idempotency.table()?, key, what)?;
             let plan = coordination::plan_idempotency_op(op, stored.as_ref(), clock_ms, next);
             settle(plan, state, |state, after| {
-                let (records, deadlines) = (&mut tables.idempotency, &mut tables.deadlines);
+                let (records, deadlines) = (tables.idempotency.table()?, tables.deadlines.table()?);
                 tables::write_deadlined(records, deadlines, state.record_counts(), key, after)
             })
         }
@@ -615,9 +620,9 @@ fn store_session(
         return Ok(());
     };
     if let Some(below) = plan.prune_below {
-        tables::remove_requests(&mut tables.requests, range, client_id, 0..=below - 1)?;
+        tables::remove_requests(tables.requests.table()?, range, client_id, 0..=below - 1)?;
     }
-    tables::write_session(&mut tables.sessions, range, client_id, session)?;
+    tables::write_session(tables.sessions.table()?, range, client_id, session)?;
     let before = stored.map_or(0, |stored| stored.records);
     state.requests = (state.requests + session.records)
         .checked_sub(before)
@@ -636,7 +641,7 @@ fn apply_ops(
     clock_ms: u64,
 ) -> Result<CommandOutcome, StorageError> {
     let plan = plan_write(ops, state.revision, clock_ms, |key| {
-        read_kv(&tables.kv, key)
+        read_kv(tables.kv.table()?, key)
     })?;
     let (revision, results, writes) = match plan {
         WritePlan::Failed(failed) => return Ok(CommandOutcome::ConditionFailed(failed)),
@@ -661,7 +666,11 @@ fn write_changes(
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
 ) -> Result<(), StorageError> {
     for (key, after) in writes {
-        let (kv, ttl, lease_keys) = (&mut tables.kv, &mut tables.ttl, &mut tables.lease_keys);
+        let (kv, ttl, lease_keys) = (
+            tables.kv.table()?,
+            tables.ttl.table()?,
+            tables.lease_keys.table()?,
+        );
         // The row as stored, even expired: an expired row not yet removed was absent, and the
         // event says so to its readers (`tables::decode_event`) but keeps the row for reads
         // at a revision before the expiry.
@@ -689,14 +698,15 @@ fn apply_txn(
     txn: &Txn,
     clock_ms: u64,
 ) -> Result<CommandOutcome, StorageError> {
-    let (result, writes, leased) = match plan_txn(txn, &tables.kv, state.revision, clock_ms)? {
-        TxnPlan::Rejected(rejection) => return Ok(CommandOutcome::Rejected(rejection)),
-        TxnPlan::Apply {
-            result,
-            writes,
-            leased,
-        } => (result, writes, leased),
-    };
+    let (result, writes, leased) =
+        match plan_txn(txn, tables.kv.table()?, state.revision, clock_ms)? {
+            TxnPlan::Rejected(rejection) => return Ok(CommandOutcome::Rejected(rejection)),
+            TxnPlan::Apply {
+                result,
+                writes,
+                leased,
+            } => (result, writes, leased),
+        };
     if let Some(rejection) = check_attachments(tables, &writes, &leased, clock_ms)? {
         return Ok(CommandOutcome::Rejected(rejection));
     }
@@ -708,7 +718,7 @@ fn apply_txn(
             .collect();
         write_changes(tables, state, state.revision + 1, clock_ms, writes)?;
         for key in deleted {
-            tables::write_fence(&mut tables.fences, state.fence_counts(), &key, None)?;
+            tables::write_fence(tables.fences.table()?, state.fence_counts(), &key, None)?;
         }
     }
     Ok(CommandOutcome::Transacted {
@@ -738,7 +748,7 @@ fn record(
         key,
         what,
     };
-    tables::record_event(&mut tables.history, &mut state.history_bytes, change)
+    tables::record_event(tables.history.table()?, &mut state.history_bytes, change)
 }
 
 /// Removes the listed keys that are still stored with the listed expiry and expired at the
@@ -759,13 +769,18 @@ fn apply_cleanup(
         }
         let stored = tables
             .kv
+            .table()?
             .get(expired.key.as_slice())
             .map_err(|e| StorageError::redb("read kv", e))?
             .map(|value| tables::decode_kv_expiry(value.value()))
             .transpose()?
             .flatten();
         if stored == Some(expired.expires_at_ms) {
-            let (kv, ttl, lease_keys) = (&mut tables.kv, &mut tables.ttl, &mut tables.lease_keys);
+            let (kv, ttl, lease_keys) = (
+                tables.kv.table()?,
+                tables.ttl.table()?,
+                tables.lease_keys.table()?,
+            );
             let before = tables::write_kv(kv, ttl, lease_keys, &mut state.kv, &expired.key, None)?;
             let revision = state.revision + 1;
             record(
@@ -784,15 +799,17 @@ fn apply_cleanup(
         state.revision += 1;
     }
     for &client_id in &cleanup.sessions {
-        let Some(session) = tables::read_session(&tables.sessions, range, client_id)? else {
+        let Some(session) = tables::read_session(tables.sessions.table()?, range, client_id)?
+        else {
             continue;
         };
         if session.last_active_ms >= cleanup.sessions_idle_before_ms {
             continue;
         }
-        tables::remove_requests(&mut tables.requests, range, client_id, 0..=u64::MAX)?;
+        tables::remove_requests(tables.requests.table()?, range, client_id, 0..=u64::MAX)?;
         tables
             .sessions
+            .table()?
             .remove(tables::session_key(range, client_id).as_slice())
             .map_err(|e| StorageError::redb("remove session", e))?;
         state.sessions = state
@@ -837,9 +854,9 @@ fn apply_reclaim(
         }
     };
     for item in reclaim.locks.iter().filter(|item| due(item)) {
-        let stored: Option<LockHold> = tables::read_row(&tables.locks, &item.key, "lock")?;
+        let stored: Option<LockHold> = tables::read_row(tables.locks.table()?, &item.key, "lock")?;
         if let Some(hold) = stored.filter(|hold| hold.available_at_ms() == item.at_ms) {
-            let (locks, deadlines) = (&mut tables.locks, &mut tables.deadlines);
+            let (locks, deadlines) = (tables.locks.table()?, tables.deadlines.table()?);
             let counts = state.lock_counts();
             tables::write_deadlined::<LockHold>(locks, deadlines, counts, &item.key, None)?;
             let what = tables::Changed::LockReclaimed { token: hold.token };
@@ -850,9 +867,9 @@ fn apply_reclaim(
     for item in reclaim.records.iter().filter(|item| due(item)) {
         let what = "idempotency record";
         let stored: Option<IdempotencyRecord> =
-            tables::read_row(&tables.idempotency, &item.key, what)?;
+            tables::read_row(tables.idempotency.table()?, &item.key, what)?;
         if let Some(record) = stored.filter(|record| record.expires_at_ms() == item.at_ms) {
-            let (records, deadlines) = (&mut tables.idempotency, &mut tables.deadlines);
+            let (records, deadlines) = (tables.idempotency.table()?, tables.deadlines.table()?);
             let counts = state.record_counts();
             tables::write_deadlined::<IdempotencyRecord>(
                 records, deadlines, counts, &item.key, None,
@@ -885,7 +902,7 @@ fn record_reclaimed(
             key,
             what,
         };
-        tables::record_event(&mut tables.history, &mut state.history_bytes, change)?;
+        tables::record_event(tables.history.table()?, &mut state.history_bytes, change)?;
     }
     state.revision = revision;
     Ok(())

@@ -122,7 +122,7 @@ pub(crate) fn apply_split(
     }
     let (left, right) = (span_of(&plan.left), span_of(&plan.right));
     let events = state.history_floor..=state.revision;
-    let kept = if tables::has_sm_state(&tables.sm_meta, split.child)? {
+    let kept = if tables::has_sm_state(tables.sm_meta.table()?, split.child)? {
         check_existing_child(tables, range, split, &right)?;
         // The child may have counted rows of its span as its own: count the parent's half.
         count_half(tables, &left, events)?
@@ -156,6 +156,7 @@ fn drop_recent_rows(
     let mut recent = Vec::new();
     for row in tables
         .kv
+        .table()?
         .range::<&[u8]>(span.bounds())
         .map_err(|e| StorageError::redb("read kv", e))?
     {
@@ -166,7 +167,11 @@ fn drop_recent_rows(
         }
     }
     for key in recent {
-        let (kv, ttl, lease_keys) = (&mut tables.kv, &mut tables.ttl, &mut tables.lease_keys);
+        let (kv, ttl, lease_keys) = (
+            tables.kv.table()?,
+            tables.ttl.table()?,
+            tables.lease_keys.table()?,
+        );
         tables::write_kv(kv, ttl, lease_keys, &mut state.kv, &key, None)?;
     }
     Ok(())
@@ -183,13 +188,13 @@ fn membership_changing(state: &SmState) -> bool {
 /// span starts at the split key within the right half (it may have split since), or it has
 /// no span yet (an unfinished install).
 fn check_existing_child(
-    tables: &Tables,
+    tables: &mut Tables,
     range: RangeId,
     split: &Split,
     right: &KeySpan,
 ) -> Result<(), StorageError> {
     let child = split.child;
-    let existing = tables::read_sm_state(&tables.sm_meta, child)?;
+    let existing = tables::read_sm_state(tables.sm_meta.table()?, child)?;
     assert!(
         existing.installing.is_some()
             || existing.span.is_empty()
@@ -227,13 +232,13 @@ fn create_child(
     };
     moved.store_into(&mut child_state);
     copy_exactly_once(
-        &mut tables.sessions,
-        &mut tables.requests,
+        tables.sessions.table()?,
+        tables.requests.table()?,
         range,
         child,
         state,
     )?;
-    tables::write_sm_state(&mut tables.sm_meta, child, &child_state)?;
+    tables::write_sm_state(tables.sm_meta.table()?, child, &child_state)?;
     start_raft_state(tables.txn, child)
 }
 
@@ -297,20 +302,21 @@ impl HalfCounts {
 /// The counts of the rows of `span`, whose events have revisions in `events` (the parent's
 /// floor to its revision: the child's events are counted by reading the parent's).
 fn count_half(
-    tables: &Tables,
+    tables: &mut Tables,
     span: &KeySpan,
     events: RangeInclusive<Revision>,
 ) -> Result<HalfCounts, StorageError> {
-    let (locks, lock_bytes) = tables::count_rows(&tables.locks, span)?;
-    let (fenced_keys, fence_bytes) = tables::count_rows(&tables.fences, span)?;
-    let (idempotency_records, record_bytes) = tables::count_rows(&tables.idempotency, span)?;
+    let (locks, lock_bytes) = tables::count_rows(tables.locks.table()?, span)?;
+    let (fenced_keys, fence_bytes) = tables::count_rows(tables.fences.table()?, span)?;
+    let (idempotency_records, record_bytes) =
+        tables::count_rows(tables.idempotency.table()?, span)?;
     Ok(HalfCounts {
-        kv: tables::count_kv_rows(&tables.kv, span)?,
+        kv: tables::count_kv_rows(tables.kv.table()?, span)?,
         locks,
         fenced_keys,
         idempotency_records,
         coordination_bytes: lock_bytes + fence_bytes + record_bytes,
-        history_bytes: tables::count_history(&tables.history, span, events)?,
+        history_bytes: tables::count_history(tables.history.table()?, span, events)?,
     })
 }
 

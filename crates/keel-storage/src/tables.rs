@@ -24,7 +24,7 @@
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
 //! a range owns), `range_rows` (keys that start with a range id, and the kind-keyed rows of
 //! `raft_meta` and `sm_meta`) and `keyed_rows` (rows keyed by name or key alone, and the
-//! counts their writes keep); `open` has `Tables`, the tables an apply writes, open at once.
+//! counts their writes keep); `open` has `Tables`, the tables an apply writes, each opened on first use.
 //!
 //! Ranges with state in one file have disjoint key spans, so they share the one `kv` table
 //! and a split changes metadata only; `ttl` is shared the same way (filter it by span). A
@@ -122,6 +122,7 @@ pub(crate) use sm_meta::{
     InstallMarker, SM_HISTORY_BYTES, SM_HISTORY_FLOOR, SM_INSTALLING, SM_META, SM_REMOVED,
     SM_REMOVING, SmState, count_unrecorded_coordination, count_unrecorded_kv, has_sm_state,
     is_removing, owned_span, read_sm_state, start_unrecorded_history, write_hold, write_sm_state,
+    write_sm_state_since,
 };
 pub(crate) use span::KeySpan;
 pub(crate) use ttl::{TTL, ttl_key, ttl_key_parts};

@@ -73,7 +73,7 @@ pub(super) fn apply_expire_leases(
 /// `limits::LEASE_KEYS_MAX` keys after the writes (counting keys they attach and detach),
 /// else `LeaseFull`. `None`: the writes may be made.
 pub(super) fn check_attachments(
-    tables: &Tables,
+    tables: &mut Tables,
     writes: &Writes,
     leased: &BTreeSet<Vec<u8>>,
     clock_ms: u64,
@@ -82,7 +82,7 @@ pub(super) fn check_attachments(
     let mut added: BTreeMap<(Vec<u8>, i64), i64> = BTreeMap::new();
     for (key, after) in writes {
         let after = after.as_ref().map_or(0, |kv| kv.lease);
-        let before = read_kv(&tables.kv, key)?.map_or(0, |kv| kv.lease);
+        let before = read_kv(tables.kv.table()?, key)?.map_or(0, |kv| kv.lease);
         let namespace = tables::lease_namespace(key);
         if leased.contains(key) {
             let live = match &namespace {
@@ -112,7 +112,7 @@ pub(super) fn check_attachments(
         if change <= 0 {
             continue;
         }
-        let held = tables::count_attached(&tables.lease_keys, &namespace, id)?;
+        let held = tables::count_attached(tables.lease_keys.table()?, &namespace, id)?;
         if held as i64 + change > limits::LEASE_KEYS_MAX as i64 {
             let max = limits::LEASE_KEYS_MAX as u64;
             return Ok(Some(Rejection::LeaseFull { id, max }));
@@ -123,11 +123,15 @@ pub(super) fn check_attachments(
 
 /// The stored lease `id` of `namespace`, expired or not.
 pub(super) fn read_lease(
-    tables: &Tables,
+    tables: &mut Tables,
     namespace: &[u8],
     id: i64,
 ) -> Result<Option<LeaseRecord>, StorageError> {
-    tables::read_row(&tables.leases, &tables::lease_key(namespace, id), "lease")
+    tables::read_row(
+        tables.leases.table()?,
+        &tables::lease_key(namespace, id),
+        "lease",
+    )
 }
 
 /// Grants lease `id` (0: the smallest id at or above the range's next revision that no
@@ -143,7 +147,7 @@ fn grant(
     let id = match id {
         0 => {
             let from = i64::try_from(state.revision + 1).unwrap_or(i64::MAX);
-            match tables::first_free_id(&tables.leases, namespace, from)? {
+            match tables::first_free_id(tables.leases.table()?, namespace, from)? {
                 Some(id) => id,
                 None => return Ok(Err(Rejection::LeaseExists { id: i64::MAX })),
             }
@@ -207,7 +211,7 @@ fn remove_lease(
     id: i64,
     deletions: &mut Writes,
 ) -> Result<u64, StorageError> {
-    let keys = tables::attached_keys(&tables.lease_keys, namespace, id, usize::MAX)?;
+    let keys = tables::attached_keys(tables.lease_keys.table()?, namespace, id, usize::MAX)?;
     let held = keys.len() as u64;
     deletions.extend(keys.into_iter().map(|key| (key, None)));
     write_lease(tables, namespace, id, None)?;
@@ -239,6 +243,6 @@ fn write_lease(
     record: Option<&LeaseRecord>,
 ) -> Result<(), StorageError> {
     let key = tables::lease_key(namespace, id);
-    let (leases, deadlines) = (&mut tables.leases, &mut tables.deadlines);
+    let (leases, deadlines) = (tables.leases.table()?, tables.deadlines.table()?);
     tables::write_indexed(leases, deadlines, &key, record).map(|_| ())
 }

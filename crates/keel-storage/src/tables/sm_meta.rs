@@ -209,32 +209,58 @@ pub(crate) fn write_sm_state(
     range: RangeId,
     state: &SmState,
 ) -> Result<(), StorageError> {
-    match &state.applied {
-        Some(applied) => write_meta(sm_meta, range, SM_APPLIED, applied)?,
-        None => remove_meta(sm_meta, range, SM_APPLIED)?,
+    write_sm_state_since(sm_meta, range, None, state)
+}
+
+/// One number of `SmState`, as `write_sm_state_since` compares and writes it.
+type Field = fn(&SmState) -> u64;
+
+/// `write_sm_state`, but only the rows whose value differs from `before`, the state as read
+/// in this transaction (every row with `None`, or when `before` has applied nothing: a
+/// range's first apply writes every row, so that none is left absent; absent rows of files
+/// of older formats are filled in when the store opens them, before anything applies).
+pub(crate) fn write_sm_state_since(
+    sm_meta: &mut Table<Bytes, Bytes>,
+    range: RangeId,
+    before: Option<&SmState>,
+    state: &SmState,
+) -> Result<(), StorageError> {
+    let before = before.filter(|before| before.applied.is_some());
+    let changed = |same: fn(&SmState, &SmState) -> bool| before.is_none_or(|b| !same(b, state));
+    if changed(|a, b| a.applied == b.applied) {
+        match &state.applied {
+            Some(applied) => write_meta(sm_meta, range, SM_APPLIED, applied)?,
+            None => remove_meta(sm_meta, range, SM_APPLIED)?,
+        }
     }
-    write_meta(sm_meta, range, SM_MEMBERSHIP, &state.membership)?;
-    write_meta(sm_meta, range, SM_SPAN, &state.span)?;
-    let numbers = [
-        (SM_REVISION, state.revision),
-        (SM_CLOCK, state.clock_ms),
-        (SM_SESSION_HORIZON, state.session_horizon_ms),
-        (SM_SESSIONS, state.sessions),
-        (SM_REQUESTS, state.requests),
-        (SM_EPOCH, state.epoch),
-        (SM_CONF_VERSION, state.conf_version),
-        (SM_KEYS, state.kv.keys),
-        (SM_BYTES, state.kv.bytes),
-        (SM_KEYS_WITH_TTL, state.kv.keys_with_ttl),
-        (SM_LOCKS, state.locks),
-        (SM_FENCED_KEYS, state.fenced_keys),
-        (SM_IDEMPOTENCY_RECORDS, state.idempotency_records),
-        (SM_COORDINATION_BYTES, state.coordination_bytes),
-        (SM_HISTORY_FLOOR, state.history_floor),
-        (SM_HISTORY_BYTES, state.history_bytes),
+    if changed(|a, b| a.membership == b.membership) {
+        write_meta(sm_meta, range, SM_MEMBERSHIP, &state.membership)?;
+    }
+    if changed(|a, b| a.span == b.span) {
+        write_meta(sm_meta, range, SM_SPAN, &state.span)?;
+    }
+    let numbers: [(u8, Field); 16] = [
+        (SM_REVISION, |s| s.revision),
+        (SM_CLOCK, |s| s.clock_ms),
+        (SM_SESSION_HORIZON, |s| s.session_horizon_ms),
+        (SM_SESSIONS, |s| s.sessions),
+        (SM_REQUESTS, |s| s.requests),
+        (SM_EPOCH, |s| s.epoch),
+        (SM_CONF_VERSION, |s| s.conf_version),
+        (SM_KEYS, |s| s.kv.keys),
+        (SM_BYTES, |s| s.kv.bytes),
+        (SM_KEYS_WITH_TTL, |s| s.kv.keys_with_ttl),
+        (SM_LOCKS, |s| s.locks),
+        (SM_FENCED_KEYS, |s| s.fenced_keys),
+        (SM_IDEMPOTENCY_RECORDS, |s| s.idempotency_records),
+        (SM_COORDINATION_BYTES, |s| s.coordination_bytes),
+        (SM_HISTORY_FLOOR, |s| s.history_floor),
+        (SM_HISTORY_BYTES, |s| s.history_bytes),
     ];
     for (kind, value) in numbers {
-        write_meta(sm_meta, range, kind, &value)?;
+        if before.is_none_or(|b| value(b) != value(state)) {
+            write_meta(sm_meta, range, kind, &value(state))?;
+        }
     }
     Ok(())
 }
