@@ -365,58 +365,62 @@ fn has_sm_row(sm_meta: &redb::Table<Bytes, Bytes>, range: RangeId, kind: u8) -> 
     sm_meta.get(key.as_slice()).unwrap().is_some()
 }
 
-#[test]
-fn an_apply_rewrites_only_the_sm_rows_that_changed() {
+/// Runs `test` on the `sm_meta` table of a fresh file, in a write transaction.
+fn with_sm_meta(test: impl FnOnce(&mut redb::Table<Bytes, Bytes>)) {
     let dir = tempfile::tempdir().unwrap();
     let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
     let txn = db.begin_write().unwrap();
-    let mut sm_meta = txn.open_table(SM_META).unwrap();
+    test(&mut txn.open_table(SM_META).unwrap());
+}
+
+#[test]
+fn an_apply_rewrites_only_the_sm_rows_that_changed() {
     let range = RangeId(3);
-    let before = SmState {
-        applied: Some(crate::test_entries::log_id(1, 4)),
-        revision: 4,
-        locks: 2,
-        ..SmState::default()
-    };
-    write_sm_state(&mut sm_meta, range, &before).unwrap();
-    // Gone behind the state's back: an unchanged row is not written again, so it stays gone.
-    remove_meta(&mut sm_meta, range, sm_meta::SM_LOCKS).unwrap();
-    let after = SmState {
-        applied: Some(crate::test_entries::log_id(1, 5)),
-        revision: 5,
-        clock_ms: 77,
-        ..before.clone()
-    };
-    write_sm_state_since(&mut sm_meta, range, Some(&before), &after).unwrap();
-    assert!(!has_sm_row(&sm_meta, range, sm_meta::SM_LOCKS));
-    let read = read_sm_state(&sm_meta, range).unwrap();
-    assert_eq!(
-        (read.applied, read.revision, read.clock_ms, read.locks),
-        (after.applied, 5, 77, 0)
-    );
+    with_sm_meta(|sm_meta| {
+        let before = SmState {
+            applied: Some(crate::test_entries::log_id(1, 4)),
+            revision: 4,
+            locks: 2,
+            ..SmState::default()
+        };
+        write_sm_state(sm_meta, range, &before).unwrap();
+        // Gone behind the state's back: an unchanged row is not written again, so it stays gone.
+        remove_meta(sm_meta, range, sm_meta::SM_LOCKS).unwrap();
+        let after = SmState {
+            applied: Some(crate::test_entries::log_id(1, 5)),
+            revision: 5,
+            clock_ms: 77,
+            ..before.clone()
+        };
+        write_sm_state_since(sm_meta, range, Some(&before), &after).unwrap();
+        assert!(!has_sm_row(sm_meta, range, sm_meta::SM_LOCKS));
+        let read = read_sm_state(sm_meta, range).unwrap();
+        assert_eq!(
+            (read.applied, read.revision, read.clock_ms, read.locks),
+            (after.applied, 5, 77, 0)
+        );
+    });
 }
 
 #[test]
 fn a_first_apply_writes_every_sm_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = redb::Database::create(dir.path().join("t.redb")).unwrap();
-    let txn = db.begin_write().unwrap();
-    let mut sm_meta = txn.open_table(SM_META).unwrap();
     let range = RangeId(3);
-    let before = SmState::default();
-    let after = SmState {
-        applied: Some(crate::test_entries::log_id(1, 1)),
-        ..SmState::default()
-    };
-    write_sm_state_since(&mut sm_meta, range, Some(&before), &after).unwrap();
-    // Rows a store of an older format lacks until it counts them: present, though unchanged.
-    for kind in [
-        sm_meta::SM_COORDINATION_BYTES,
-        SM_HISTORY_FLOOR,
-        sm_meta::SM_KEYS,
-        sm_meta::SM_SPAN,
-    ] {
-        assert!(has_sm_row(&sm_meta, range, kind), "row {kind}");
-    }
-    assert_eq!(read_sm_state(&sm_meta, range).unwrap(), after);
+    with_sm_meta(|sm_meta| {
+        let before = SmState::default();
+        let after = SmState {
+            applied: Some(crate::test_entries::log_id(1, 1)),
+            ..SmState::default()
+        };
+        write_sm_state_since(sm_meta, range, Some(&before), &after).unwrap();
+        // Rows a store of an older format lacks until it counts them: present, though unchanged.
+        for kind in [
+            sm_meta::SM_COORDINATION_BYTES,
+            SM_HISTORY_FLOOR,
+            sm_meta::SM_KEYS,
+            sm_meta::SM_SPAN,
+        ] {
+            assert!(has_sm_row(sm_meta, range, kind), "row {kind}");
+        }
+        assert_eq!(read_sm_state(sm_meta, range).unwrap(), after);
+    });
 }
