@@ -226,17 +226,18 @@ pub(crate) fn write_sm_state_since(
     state: &SmState,
 ) -> Result<(), StorageError> {
     let before = before.filter(|before| before.applied.is_some());
-    let changed = |same: fn(&SmState, &SmState) -> bool| before.is_none_or(|b| !same(b, state));
-    if changed(|a, b| a.applied == b.applied) {
+    // Whether a row must be written: there is no `before`, or its value differs there.
+    let changed = |same: &dyn Fn(&SmState) -> bool| before.is_none_or(|b| !same(b));
+    if changed(&|b| b.applied == state.applied) {
         match &state.applied {
             Some(applied) => write_meta(sm_meta, range, SM_APPLIED, applied)?,
             None => remove_meta(sm_meta, range, SM_APPLIED)?,
         }
     }
-    if changed(|a, b| a.membership == b.membership) {
+    if changed(&|b| b.membership == state.membership) {
         write_meta(sm_meta, range, SM_MEMBERSHIP, &state.membership)?;
     }
-    if changed(|a, b| a.span == b.span) {
+    if changed(&|b| b.span == state.span) {
         write_meta(sm_meta, range, SM_SPAN, &state.span)?;
     }
     let numbers: [(u8, Field); 16] = [
@@ -258,7 +259,7 @@ pub(crate) fn write_sm_state_since(
         (SM_HISTORY_BYTES, |s| s.history_bytes),
     ];
     for (kind, value) in numbers {
-        if before.is_none_or(|b| value(b) != value(state)) {
+        if changed(&|b| value(b) == value(state)) {
             write_meta(sm_meta, range, kind, &value(state))?;
         }
     }
