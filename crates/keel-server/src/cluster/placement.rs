@@ -59,6 +59,16 @@ impl ClusterView {
             .collect()
     }
 
+    /// The healthy nodes when this view shows the leaders settled, given that the look at it
+    /// planned nothing with nothing in flight (`nothing_to_do`): every range's leader is known
+    /// and on a healthy node. A range whose leader is unknown (an election, or a late report
+    /// of its leader) is one the planner could not act on, so an empty plan says nothing of it.
+    pub fn settled(&self, nothing_to_do: bool) -> Option<BTreeSet<NodeId>> {
+        let healthy = self.healthy();
+        let led = |range: &RangeView| range.leader.is_some_and(|node| healthy.contains(&node));
+        (nothing_to_do && self.ranges.iter().all(led)).then_some(healthy)
+    }
+
     /// The leader of `range`, if known.
     pub fn leader_of(&self, range: RangeId) -> Option<NodeId> {
         let view = self.ranges.iter().find(|view| view.id == range)?;
@@ -212,4 +222,64 @@ fn leaders(seen: &BTreeMap<NodeId, heartbeats::Seen>) -> BTreeMap<RangeId, (Node
         .into_iter()
         .map(|(range, (_, node, led))| (range, (node, led)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(liveness: Liveness) -> NodeEntry {
+        NodeEntry {
+            addr: None,
+            state: NodeState::Active,
+            liveness,
+            heartbeat_age: None,
+        }
+    }
+
+    fn range(id: u64, leader: Option<NodeId>) -> RangeView {
+        RangeView {
+            id: RangeId(id),
+            voters: vec![1, 2, 3],
+            learners: Vec::new(),
+            leader,
+            busy: false,
+            joint: false,
+        }
+    }
+
+    /// Three nodes, node 3 of `liveness`; range 0 led by node 1, range 1 by `leader`.
+    fn view(liveness: Liveness, leader: Option<NodeId>) -> ClusterView {
+        ClusterView {
+            nodes: BTreeMap::from([
+                (1, node(Liveness::Live)),
+                (2, node(Liveness::Live)),
+                (3, node(liveness)),
+            ]),
+            ranges: vec![range(0, Some(1)), range(1, leader)],
+            led: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn leaders_settle_only_with_nothing_to_do_and_every_leader_known_and_healthy() {
+        let all = BTreeSet::from([1, 2, 3]);
+        assert_eq!(view(Liveness::Live, Some(2)).settled(true), Some(all));
+        assert_eq!(view(Liveness::Live, Some(2)).settled(false), None);
+        assert_eq!(
+            view(Liveness::Live, None).settled(true),
+            None,
+            "a range whose leader's report is late: the empty plan could not move it"
+        );
+        assert_eq!(
+            view(Liveness::Suspect, Some(3)).settled(true),
+            None,
+            "a leader on a suspect node may be about to move"
+        );
+        assert_eq!(
+            view(Liveness::Suspect, Some(2)).settled(true),
+            Some(BTreeSet::from([1, 2])),
+            "settled for the healthy nodes only"
+        );
+    }
 }

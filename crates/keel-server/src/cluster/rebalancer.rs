@@ -111,7 +111,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 
 /// One look at the cluster: plan, start the actions, mark drained nodes removed. Returns the
 /// healthy nodes when the look found the leaders settled: nothing planned, nothing in flight
-/// or settling (`LeaderSettling`).
+/// or settling, every range's leader known and healthy (`ClusterView::settled`).
 async fn round(
     shared: &Arc<Shared>,
     meta: &RaftGroup,
@@ -129,7 +129,7 @@ async fn round(
     };
     let room = policy.actions_max.saturating_sub(busy.in_flight());
     let actions = plan_rebalance(&view.node_views(), &view.ranges, &policy);
-    let settled = (actions.is_empty() && busy_now.is_empty()).then(|| view.healthy());
+    let settled = view.settled(actions.is_empty() && busy_now.is_empty());
     let view = Arc::new(view);
     for action in actions.into_iter().take(room) {
         busy.start(action.range());
