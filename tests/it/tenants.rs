@@ -11,7 +11,7 @@ use keel_proto::v1::kv_client::KvClient;
 use keel_proto::v1::{self, GetRequest, PutRequest};
 use keel_server::Access;
 use keel_types::tenant::{Namespace, TenantName};
-use keel_types::{Consistency, KvError, ReadBound};
+use keel_types::{Consistency, KvError, RangeDescriptor, ReadBound};
 
 use crate::harness::{Cluster, WAIT_LIMIT, eventually, with_bearer};
 
@@ -49,24 +49,30 @@ async fn start() -> Cluster {
     Cluster::start_authenticated(3, Access::parse(TOKENS).unwrap(), ADMIN).await
 }
 
-/// Waits until the namespace of each tenant named is a range of its own.
+/// Waits until the namespace of each tenant named is a range of its own, in the meta range
+/// and in every running node's own table: a raw watch served by a replica that has not
+/// applied the split yet would start on the parent range and end at the split.
 async fn ranges_of_their_own(cluster: &Cluster, tenants: &[&str]) {
     let admin = cluster.client();
     let namespaces: Vec<Namespace> = tenants
         .iter()
         .map(|name| Namespace::of(&TenantName::new(name).unwrap()))
         .collect();
+    let whole = |namespace: &Namespace, ranges: &[RangeDescriptor]| {
+        ranges
+            .iter()
+            .any(|range| range.start == namespace.start() && range.end() == Some(namespace.end()))
+    };
     eventually("the namespaces split off", || {
         let (admin, namespaces) = (admin.clone(), namespaces.clone());
         async move {
             let ranges = admin.ranges().await.ok()?;
-            let whole = |namespace: &Namespace| {
-                ranges.iter().any(|info| {
-                    info.descriptor.start == namespace.start()
-                        && info.descriptor.end() == Some(namespace.end())
-                })
-            };
-            namespaces.iter().all(whole).then_some(())
+            let mut tables = vec![ranges.into_iter().map(|info| info.descriptor).collect()];
+            for id in cluster.running() {
+                tables.push(cluster.node(id).local_ranges());
+            }
+            let split = |namespace: &Namespace| tables.iter().all(|table| whole(namespace, table));
+            namespaces.iter().all(split).then_some(())
         }
     })
     .await;
