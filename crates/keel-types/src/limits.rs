@@ -224,8 +224,8 @@ pub const FORWARD_BACKOFF_MAX_MS: u64 = 200;
 pub const ELECTION_WAIT_MAX_MS: u64 = 300;
 /// Longest a starting node waits, before it reports ready, for the meta range's leader to
 /// say the cluster's leaders settled (its rebalancer planned nothing and knew every range's
-/// leader, with this node healthy). It reports ready at this bound without that word: a rebalancer that keeps
-/// failing an action must not keep a node out of service.
+/// leader, with this node healthy). It reports ready at this bound without that word: a
+/// rebalancer that keeps failing an action must not keep a node out of service.
 pub const LEADERS_SETTLE_WAIT_MAX_MS: u64 = 30_000;
 /// How long a node that forwarded a write to a leader still waits for its answer once it
 /// knows another leader was elected since: a deposed leader that is up answers its pending

@@ -3,10 +3,11 @@
 //! cluster, or a node back from a restart, is not handed callers while leaderships still
 //! travel. The meta range's leader judges after each look of its rebalancer (`judge`): settled
 //! when the look planned nothing, nothing was in flight, and it knew every range's leader on a
-//! healthy node, for the nodes that look counted as healthy. Every node hears that judgement in its heartbeat answers (`hear`). The wait
-//! holds only until the node first reports ready (`pass`), and never longer than
-//! `LEADERS_SETTLE_WAIT_MAX_MS` after the start: later moves are ordinary moves, which
-//! forwarding rides out. Knows nothing of the network or of the rebalancer's rules.
+//! healthy node, for the nodes that look counted as healthy. Every node hears that judgement
+//! in its heartbeat answers (`hear`). The wait holds only until the node first reports ready
+//! (`pass`), and never longer than `LEADERS_SETTLE_WAIT_MAX_MS` after the start: later moves
+//! are ordinary moves, which forwarding rides out. Knows nothing of the network or of the
+//! rebalancer's rules.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
