@@ -666,11 +666,7 @@ fn write_changes(
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
 ) -> Result<(), StorageError> {
     for (key, after) in writes {
-        let (kv, ttl, lease_keys) = (
-            tables.kv.table()?,
-            tables.ttl.table()?,
-            tables.lease_keys.table()?,
-        );
+        let (kv, ttl, lease_keys) = tables.kv_tables()?;
         // The row as stored, even expired: an expired row not yet removed was absent, and the
         // event says so to its readers (`tables::decode_event`) but keeps the row for reads
         // at a revision before the expiry.
@@ -776,11 +772,7 @@ fn apply_cleanup(
             .transpose()?
             .flatten();
         if stored == Some(expired.expires_at_ms) {
-            let (kv, ttl, lease_keys) = (
-                tables.kv.table()?,
-                tables.ttl.table()?,
-                tables.lease_keys.table()?,
-            );
+            let (kv, ttl, lease_keys) = tables.kv_tables()?;
             let before = tables::write_kv(kv, ttl, lease_keys, &mut state.kv, &expired.key, None)?;
             let revision = state.revision + 1;
             record(

@@ -167,11 +167,7 @@ fn drop_recent_rows(
         }
     }
     for key in recent {
-        let (kv, ttl, lease_keys) = (
-            tables.kv.table()?,
-            tables.ttl.table()?,
-            tables.lease_keys.table()?,
-        );
+        let (kv, ttl, lease_keys) = tables.kv_tables()?;
         tables::write_kv(kv, ttl, lease_keys, &mut state.kv, &key, None)?;
     }
     Ok(())

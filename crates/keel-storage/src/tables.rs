@@ -24,7 +24,8 @@
 //! Each table's module bears its name. What several share: `span` (`KeySpan`, the key span
 //! a range owns), `range_rows` (keys that start with a range id, and the kind-keyed rows of
 //! `raft_meta` and `sm_meta`) and `keyed_rows` (rows keyed by name or key alone, and the
-//! counts their writes keep); `open` has `Tables`, the tables an apply writes, each opened on first use.
+//! counts their writes keep); `open` has `Tables`, the tables an apply writes, each opened on
+//! first use.
 //!
 //! Ranges with state in one file have disjoint key spans, so they share the one `kv` table
 //! and a split changes metadata only; `ttl` is shared the same way (filter it by span). A

@@ -55,7 +55,24 @@ impl<'txn> Tables<'txn> {
             history: Lazy::new(txn, HISTORY, "open history"),
         }
     }
+
+    /// `kv`, `ttl` and `lease_keys`, opened if no step opened them before: what a kv write
+    /// takes.
+    pub fn kv_tables(&mut self) -> Result<KvTables<'_, 'txn>, StorageError> {
+        Ok((
+            self.kv.table()?,
+            self.ttl.table()?,
+            self.lease_keys.table()?,
+        ))
+    }
 }
+
+/// The `kv` table with the `ttl` and `lease_keys` indexes its writes keep (`write_kv`).
+pub(crate) type KvTables<'a, 'txn> = (
+    &'a mut Table<'txn, Bytes, Bytes>,
+    &'a mut Table<'txn, Bytes, Bytes>,
+    &'a mut Table<'txn, Bytes, Bytes>,
+);
 
 /// One table of `Tables`: opened in the transaction the first time `table` is called, and
 /// kept open until the `Tables` is dropped.
