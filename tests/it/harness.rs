@@ -89,6 +89,22 @@ impl Cluster {
         cluster
     }
 
+    /// `start_placed`, but node `later` of the `size` initial nodes is not started (the
+    /// test starts it with `start_node`); waits until the others agree on a leader.
+    pub async fn start_placed_without(
+        size: u64,
+        placement: PlacementSettings,
+        later: NodeId,
+    ) -> Cluster {
+        let mut cluster = Cluster::new(size, RaftTimings::default(), KvSettings::default());
+        cluster.placement = placement;
+        for id in (1..=size).filter(|id| *id != later) {
+            cluster.start_node(id).await;
+        }
+        cluster.leader().await;
+        cluster
+    }
+
     /// Starts `size` nodes serving TLS only, with certificates of a fresh CA (`pki`), and
     /// waits until they agree on a leader.
     pub async fn start_tls(size: u64) -> Cluster {

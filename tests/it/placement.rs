@@ -2,7 +2,8 @@
 //! of replicas and leaders; a node that stays dead past the timeout has its replicas
 //! re-created elsewhere; a drained node ends with nothing. After each, every range has 3
 //! voters on distinct nodes and every acknowledged write reads back. A node back from a
-//! restart reports ready only once the leaders settled.
+//! restart reports ready only once the leaders settled, and a node started after the
+//! rebalancer's look does not wait for its next one.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use keel_client::{Client, PutOptions};
 use keel_proto::v1::{MembersResponse, StatusResponse};
 use keel_server::PlacementSettings;
+use keel_types::limits::LEADERS_SETTLE_WAIT_MAX_MS;
 use keel_types::{Consistency, NodeId, RangeId};
 
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -280,5 +282,33 @@ async fn a_restarted_node_reports_ready_only_once_it_leads_its_share_again() {
         leads_a_data_range(&status),
         "node 3 reported ready before the leaders settled: {status:?}"
     );
+    cluster.shutdown().await;
+}
+
+/// The meta leader judges whether the leaders settled between the rebalancer's looks too: a
+/// node it first hears from after a look reports ready without waiting for the next look,
+/// here a minute away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_after_the_rebalancers_look_reports_ready_without_waiting_for_the_next() {
+    let placement = PlacementSettings {
+        rebalance_interval_ms: 60_000,
+        ..PlacementSettings::default()
+    };
+    let mut cluster = Cluster::start_placed_without(3, placement, 3).await;
+    eventually_within(MOVES_LIMIT, "nodes 1 and 2 report ready", || async {
+        let ready = cluster.status(1).await.ready && cluster.status(2).await.ready;
+        ready.then_some(())
+    })
+    .await;
+
+    // Node 3 was not heard from at the look that let nodes 1 and 2 report ready. Left to
+    // the wait's end, it would report ready `LEADERS_SETTLE_WAIT_MAX_MS` after its start:
+    // half of that is the bound that tells a judgement heard from the wait running out.
+    cluster.start_node(3).await;
+    let limit = Duration::from_millis(LEADERS_SETTLE_WAIT_MAX_MS / 2);
+    eventually_within(limit, "node 3 hears the leaders settled", || async {
+        cluster.status(3).await.ready.then_some(())
+    })
+    .await;
     cluster.shutdown().await;
 }

@@ -4,9 +4,9 @@
 //! range's leader (`Raft.ChangeReplicas`, or `Cluster.TransferLeader`), at most
 //! `RebalancePolicy::actions_max` at a time and one per range. A range is left alone for a
 //! short while after its action, so the next plan sees the heartbeats that report the
-//! change. A draining node that holds nothing any more is marked removed. After each look it
-//! judges whether the leaders settled (`LeaderSettling`). Knows nothing of how a replica is
-//! moved.
+//! change. A draining node that holds nothing any more is marked removed. It judges whether
+//! the leaders settled (`LeaderSettling`) after each look and, between looks, every heartbeat
+//! interval. Knows nothing of how a replica is moved.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -20,7 +20,6 @@ use keel_raft::RaftGroup;
 use keel_types::{
     KvError, MetaCommand, NodeAddr, NodeId, NodeState, RangeDescriptor, RangeId, ReplicaChange,
 };
-use tokio::time::MissedTickBehavior;
 use tracing::{debug, info};
 
 use crate::cluster::nodes;
@@ -76,30 +75,35 @@ impl Busy {
 pub(crate) async fn run(shared: Arc<Shared>) {
     let busy = Arc::new(Busy::default());
     let interval = Duration::from_millis(shared.placement.rebalance_interval_ms);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut leading = false;
+    // Between the looks that act, whether the leaders settled is judged again this often: a
+    // node heard from only after a look does not wait for the next one to report ready.
+    let judge_every = interval.min(Duration::from_millis(HEARTBEAT_INTERVAL_MS));
+    // While this node leads the meta range: when its next look acts.
+    let mut next_act: Option<Instant> = None;
     loop {
-        // A node that takes the meta range looks at once, then every interval: starting
-        // nodes wait for that look to report ready (`LeaderSettling`).
-        if leading {
-            tick.tick().await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(PING_INTERVAL_MS)).await;
-        }
+        let wait = match next_act {
+            Some(at) => at
+                .saturating_duration_since(Instant::now())
+                .min(judge_every),
+            None => Duration::from_millis(PING_INTERVAL_MS),
+        };
+        tokio::time::sleep(wait).await;
         if shared.health.check().is_err() {
             continue;
         }
         let Some(meta) = shared.groups.get(RangeId::META).filter(|g| g.is_leader()) else {
-            leading = false;
+            next_act = None;
             shared.settling.judge(None);
             continue;
         };
-        if !leading {
-            leading = true;
-            tick.reset();
+        // A node that takes the meta range acts at once, then every interval: starting nodes
+        // wait for a judgement to report ready (`LeaderSettling`).
+        let now = Instant::now();
+        let acts = now >= *next_act.get_or_insert(now);
+        if acts {
+            next_act = Some(now + interval);
         }
-        match round(&shared, &meta, &busy).await {
+        match round(&shared, &meta, &busy, acts).await {
             Ok(settled) => shared.settling.judge(settled),
             Err(error) => {
                 shared.settling.judge(None);
@@ -109,20 +113,24 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// One look at the cluster: plan, start the actions, mark drained nodes removed. Returns the
-/// healthy nodes when the look found the leaders settled: nothing planned, nothing in flight
-/// or settling, every range's leader known and healthy (`ClusterView::settled`).
+/// One look at the cluster: judges whether the leaders settled and, when it `acts`, starts
+/// the planned actions and marks drained nodes removed. Returns the healthy nodes when the
+/// look found the leaders settled: nothing planned, nothing in flight or settling, every
+/// range's leader known and healthy (`ClusterView::settled`).
 async fn round(
     shared: &Arc<Shared>,
     meta: &RaftGroup,
     busy: &Arc<Busy>,
+    acts: bool,
 ) -> Result<Option<BTreeSet<NodeId>>, KvError> {
     let mut view = placement::gather(shared, meta).await?;
     let busy_now = busy.now();
     for range in &mut view.ranges {
         range.busy = busy_now.contains(&range.id);
     }
-    mark_drained(shared, &view).await;
+    if acts {
+        mark_drained(shared, &view).await;
+    }
     let policy = RebalancePolicy {
         replication_factor: shared.placement.replication_factor as usize,
         ..RebalancePolicy::default()
@@ -130,6 +138,9 @@ async fn round(
     let room = policy.actions_max.saturating_sub(busy.in_flight());
     let actions = plan_rebalance(&view.node_views(), &view.ranges, &policy);
     let settled = view.settled(actions.is_empty() && busy_now.is_empty());
+    if !acts {
+        return Ok(settled);
+    }
     let view = Arc::new(view);
     for action in actions.into_iter().take(room) {
         busy.start(action.range());

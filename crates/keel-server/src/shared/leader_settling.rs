@@ -1,13 +1,13 @@
 //! Whether the cluster's leaders have settled since this node started (`LeaderSettling`), so
 //! that the node reports ready only once the rebalancer has nothing left to move: a fresh
 //! cluster, or a node back from a restart, is not handed callers while leaderships still
-//! travel. The meta range's leader judges after each look of its rebalancer (`judge`): settled
-//! when the look planned nothing, nothing was in flight, and it knew every range's leader on a
-//! healthy node, for the nodes that look counted as healthy. Every node hears that judgement
-//! in its heartbeat answers (`hear`). The wait holds only until the node first reports ready
-//! (`pass`), and never longer than `LEADERS_SETTLE_WAIT_MAX_MS` after the start: later moves
-//! are ordinary moves, which forwarding rides out. Knows nothing of the network or of the
-//! rebalancer's rules.
+//! travel. The meta range's leader judges after each look of its rebalancer, and every second
+//! between looks (`judge`): settled when the look planned nothing, nothing was in flight, and
+//! it knew every range's leader on a healthy node, for the nodes that look counted as healthy.
+//! Every node hears that judgement in its heartbeat answers (`hear`). The wait holds only
+//! until the node first reports ready (`pass`), and never longer than
+//! `LEADERS_SETTLE_WAIT_MAX_MS` after the start: later moves are ordinary moves, which
+//! forwarding rides out. Knows nothing of the network or of the rebalancer's rules.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
