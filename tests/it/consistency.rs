@@ -276,3 +276,20 @@ async fn with_no_majority_the_range_is_held_until_a_replaced_replica_makes_one()
     assert_eq!(again[0].verdict, "consistent", "{again:?}");
     cluster.shutdown().await;
 }
+
+/// A check asked of a node that still takes a lost leader for the range's leader rides the
+/// election out, as a forwarded request does, instead of reporting the lost leader's
+/// silence as the range's verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_follows_the_leadership_to_the_range_s_next_leader() {
+    let mut cluster = Cluster::start(3).await;
+    fill(&cluster.client()).await;
+    let leader = cluster.leader().await;
+    let via = follower(&cluster, leader);
+    cluster.stop_node(leader).await;
+    let checked = check(&cluster, via, Some(RangeId::FIRST)).await;
+    let report = &checked[0];
+    assert!(report.error.is_empty(), "{report:?}");
+    assert_ne!(report.leader, leader, "{report:?}");
+    cluster.shutdown().await;
+}

@@ -26,8 +26,8 @@ use keel_raft::RaftGroup;
 use keel_types::check::{divergent_buckets, divergent_rows, judge};
 use keel_types::planted::{self, PlantedBug};
 use keel_types::{
-    Check, CheckReport, Command, CommandOutcome, Hold, KvError, NodeId, RangeId, ReplicaAnswer,
-    ReplicaCheck, Verdict, limits,
+    Check, CheckReport, Command, CommandOutcome, Hold, KvError, NodeAddr, NodeId, RangeId,
+    ReplicaAnswer, ReplicaCheck, Verdict, limits,
 };
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
@@ -229,21 +229,56 @@ async fn hand_over(shared: &Shared, group: &RaftGroup, report: &CheckReport) -> 
 }
 
 /// Checks `range` through its leader: here if this node leads it, else on the leader this
-/// node knows of, or through a replica that forwards it once.
+/// node knows of (a replica there sends it on once). It rides out leadership moves, as a
+/// forwarded client request does: a try refused because the leader moved, is being elected
+/// or is out of reach (`NotLeader`, `Unavailable`) goes again, to the leader the refusal
+/// names or else here, after a pause from the second retry on; until the forwarding
+/// deadline of a read passes, when the last refusal is the answer.
 pub(crate) async fn check_through_leader(
     shared: &Shared,
     range: RangeId,
 ) -> Result<CheckReport, KvError> {
-    let (node, addr) = match check_range(shared, range).await {
-        Err(KvError::NotLeader {
-            leader: Some((node, addr)),
-            ..
-        }) if node != shared.node_id => (node, addr),
-        checked => return checked,
-    };
+    let deadline = Instant::now() + shared.forward_deadline(false);
+    let mut pause = Duration::from_millis(limits::FORWARD_BACKOFF_MIN_MS);
+    let mut leader = None;
+    let mut retries = 0;
+    loop {
+        let checked = match &leader {
+            Some((node, addr)) => check_on(shared, range, *node, addr).await,
+            None => check_range(shared, range).await,
+        };
+        let refused = matches!(
+            checked,
+            Err(KvError::NotLeader { .. } | KvError::Unavailable { .. })
+        );
+        if !refused || Instant::now() + pause >= deadline {
+            return checked;
+        }
+        if retries > 0 {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(limits::FORWARD_BACKOFF_MAX_MS));
+        }
+        retries += 1;
+        leader = match checked {
+            Err(KvError::NotLeader {
+                leader: Some(named),
+                ..
+            }) if named.0 != shared.node_id => Some(named),
+            _ => None,
+        };
+    }
+}
+
+/// One try of a check of `range` on `node`, which this node takes for its leader.
+async fn check_on(
+    shared: &Shared,
+    range: RangeId,
+    node: NodeId,
+    addr: &NodeAddr,
+) -> Result<CheckReport, KvError> {
     let call = PeerCall {
         node,
-        addr: &addr,
+        addr,
         range,
         payload: &CheckQuery {},
         forward: true,
