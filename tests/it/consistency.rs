@@ -279,7 +279,7 @@ async fn with_no_majority_the_range_is_held_until_a_replaced_replica_makes_one()
 
 /// A check asked of a node that still takes a lost leader for the range's leader rides the
 /// election out, as a forwarded request does, instead of reporting the lost leader's
-/// silence as the range's verdict.
+/// silence as the range's error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_follows_the_leadership_to_the_range_s_next_leader() {
     let mut cluster = Cluster::start(3).await;
