@@ -69,6 +69,22 @@ impl ClusterView {
         (nothing_to_do && self.ranges.iter().all(led)).then_some(healthy)
     }
 
+    /// Marks the ranges the rebalancer is busy with (`busy`: with the node a leader transfer
+    /// in flight or done hands each to) and makes that node their leader: the heartbeats may
+    /// still name the old one, and a plan that counted it would move a second range for the
+    /// same imbalance, and the plan after it, seeing both moves, would move them back.
+    pub fn mark_busy(&mut self, busy: &BTreeMap<RangeId, Option<NodeId>>) {
+        for range in &mut self.ranges {
+            let Some(handed_to) = busy.get(&range.id) else {
+                continue;
+            };
+            range.busy = true;
+            if let Some(leader) = handed_to {
+                range.leader = Some(*leader);
+            }
+        }
+    }
+
     /// The leader of `range`, if known.
     pub fn leader_of(&self, range: RangeId) -> Option<NodeId> {
         let view = self.ranges.iter().find(|view| view.id == range)?;
@@ -227,6 +243,7 @@ fn leaders(seen: &BTreeMap<NodeId, heartbeats::Seen>) -> BTreeMap<RangeId, (Node
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keel_meta::{Action, RebalancePolicy, plan_rebalance};
 
     fn node(liveness: Liveness) -> NodeEntry {
         NodeEntry {
@@ -259,6 +276,27 @@ mod tests {
             ranges: vec![range(0, Some(1)), range(1, leader)],
             led: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn a_range_handed_to_a_new_leader_counts_as_led_by_it_before_the_heartbeats_say_so() {
+        // Node 3 is back and leads nothing; range 1 is being handed to it, but the
+        // heartbeats still name node 2, which also leads range 3.
+        let mut view = view(Liveness::Live, Some(2));
+        view.ranges.extend([range(2, Some(1)), range(3, Some(2))]);
+        let policy = RebalancePolicy::default();
+        let plan = |view: &ClusterView| plan_rebalance(&view.node_views(), &view.ranges, &policy);
+        let mut stale = view.clone();
+        stale.mark_busy(&BTreeMap::from([(RangeId(1), None)]));
+        let second_move = Action::TransferLeader {
+            range: RangeId(3),
+            to: 3,
+        };
+        assert_eq!(plan(&stale), vec![second_move], "what the stale view plans");
+        view.mark_busy(&BTreeMap::from([(RangeId(1), Some(3))]));
+        assert_eq!(view.ranges[1].leader, Some(3));
+        assert!(view.ranges[1].busy);
+        assert_eq!(plan(&view), Vec::new(), "one leader each: nothing to move");
     }
 
     #[test]

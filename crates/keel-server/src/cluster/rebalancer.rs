@@ -4,9 +4,10 @@
 //! range's leader (`Raft.ChangeReplicas`, or `Cluster.TransferLeader`), at most
 //! `RebalancePolicy::actions_max` at a time and one per range. A range is left alone for a
 //! short while after its action, so the next plan sees the heartbeats that report the
-//! change. A draining node that holds nothing any more is marked removed. It judges whether
-//! the leaders settled (`LeaderSettling`) after each look and, between looks, every heartbeat
-//! interval. Knows nothing of how a replica is moved.
+//! change; until then a range handed to a new leader counts as led by it
+//! (`ClusterView::mark_busy`). A draining node that holds nothing any more is marked
+//! removed. It judges whether the leaders settled (`LeaderSettling`) after each look and,
+//! between looks, every heartbeat interval. Knows nothing of how a replica is moved.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -39,32 +40,62 @@ const BACKOFF_MS: u64 = 10 * HEARTBEAT_INTERVAL_MS;
 /// Ranges with an action in flight or settling, and until when.
 #[derive(Default)]
 struct Busy {
-    ranges: Mutex<BTreeMap<RangeId, Option<Instant>>>,
+    ranges: Mutex<BTreeMap<RangeId, Pending>>,
+}
+
+/// One busy range.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// When its pause ends; `None` while its action is in flight.
+    until: Option<Instant>,
+    /// The node a leader transfer in flight or done hands it to: its leader until the
+    /// heartbeats report one (they may still name the old leader for a while).
+    leader: Option<NodeId>,
 }
 
 impl Busy {
-    /// Ranges busy now; forgets the ones whose pause is over.
-    fn now(&self) -> Vec<RangeId> {
+    /// Ranges busy now, with the leader each is handed to; forgets the ones whose pause is
+    /// over.
+    fn now(&self) -> BTreeMap<RangeId, Option<NodeId>> {
         let mut ranges = self.lock();
         let now = Instant::now();
-        ranges.retain(|_, until| until.is_none_or(|until| until > now));
-        ranges.keys().copied().collect()
+        ranges.retain(|_, pending| pending.until.is_none_or(|until| until > now));
+        ranges
+            .iter()
+            .map(|(range, pending)| (*range, pending.leader))
+            .collect()
     }
 
     fn in_flight(&self) -> usize {
-        self.lock().values().filter(|until| until.is_none()).count()
+        self.lock()
+            .values()
+            .filter(|pending| pending.until.is_none())
+            .count()
     }
 
-    fn start(&self, range: RangeId) {
-        self.lock().insert(range, None);
+    fn start(&self, action: &Action) {
+        let leader = match action {
+            Action::TransferLeader { to, .. } => Some(*to),
+            _ => None,
+        };
+        let pending = Pending {
+            until: None,
+            leader,
+        };
+        self.lock().insert(action.range(), pending);
     }
 
-    fn finish(&self, range: RangeId, pause_ms: u64) {
-        let until = Instant::now() + Duration::from_millis(pause_ms);
-        self.lock().insert(range, Some(until));
+    /// The action on `range` ended: the range pauses `pause_ms`, still handed to its new
+    /// leader if the action `succeeded`.
+    fn finish(&self, range: RangeId, pause_ms: u64, succeeded: bool) {
+        let until = Some(Instant::now() + Duration::from_millis(pause_ms));
+        let mut ranges = self.lock();
+        let leader = ranges.get(&range).and_then(|pending| pending.leader);
+        let leader = leader.filter(|_| succeeded);
+        ranges.insert(range, Pending { until, leader });
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<RangeId, Option<Instant>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<RangeId, Pending>> {
         self.ranges
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -125,9 +156,7 @@ async fn round(
 ) -> Result<Option<BTreeSet<NodeId>>, KvError> {
     let mut view = placement::gather(shared, meta).await?;
     let busy_now = busy.now();
-    for range in &mut view.ranges {
-        range.busy = busy_now.contains(&range.id);
-    }
+    view.mark_busy(&busy_now);
     if acts {
         mark_drained(shared, &view).await;
     }
@@ -143,15 +172,15 @@ async fn round(
     }
     let view = Arc::new(view);
     for action in actions.into_iter().take(room) {
-        busy.start(action.range());
+        busy.start(&action);
         let (shared, busy, view) = (shared.clone(), busy.clone(), view.clone());
         tokio::spawn(async move {
             info!(%action, "rebalancing");
             match execute(&shared, &view, &action).await {
-                Ok(()) => busy.finish(action.range(), SETTLE_MS),
+                Ok(()) => busy.finish(action.range(), SETTLE_MS, true),
                 Err(error) => {
                     info!(%action, %error, "rebalancing action failed; retried later");
-                    busy.finish(action.range(), BACKOFF_MS);
+                    busy.finish(action.range(), BACKOFF_MS, false);
                 }
             }
         });
