@@ -5,7 +5,8 @@
 //! own error when it sent one, else `Unavailable`, `Timeout` or, for a write whose answer was
 //! lost, `OutcomeUnknown`), `PeerError::into_status` to relay a leader's error as it sent it.
 //! `PeerCall` rides on it for the `keel.raft.v1.Raft` RPCs that carry a `NodeMessage`
-//! (encode the payload, decode the reply's). Knows nothing of what the calls do.
+//! (encode the payload, decode the reply's). `pause_before` paces a caller's tries at a
+//! leader that moved. Knows nothing of what the calls do.
 
 use std::fmt;
 use std::future::Future;
@@ -21,6 +22,7 @@ use keel_raft::wire;
 use keel_types::{KvError, NodeAddr, NodeId, RangeId, limits};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 use tonic::{Response, Status};
 
 use crate::peer::channels::{PeerChannel, Peers};
@@ -198,6 +200,19 @@ impl<P: Serialize> PeerCall<'_, P> {
             message: format!("{to} answered with {e}"),
         })
     }
+}
+
+/// Sleeps for `pause` (doubled for the next time, up to `FORWARD_BACKOFF_MAX_MS`), unless
+/// that would pass `deadline`: then returns false at once.
+pub(crate) async fn pause_before(pause: &mut Duration, deadline: Instant) -> bool {
+    let wake = Instant::now() + *pause;
+    if wake >= deadline {
+        return false;
+    }
+    tokio::time::sleep_until(wake).await;
+    let longest = Duration::from_millis(limits::FORWARD_BACKOFF_MAX_MS);
+    *pause = (*pause * 2).min(longest);
+    true
 }
 
 #[cfg(test)]

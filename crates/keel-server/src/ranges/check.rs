@@ -32,7 +32,7 @@ use keel_types::{
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, info, warn};
 
-use crate::peer::call::PeerCall;
+use crate::peer::call::{PeerCall, pause_before};
 use crate::ranges::replicas::{self, leading_group};
 use crate::shared::Shared;
 
@@ -240,33 +240,22 @@ pub(crate) async fn check_through_leader(
 ) -> Result<CheckReport, KvError> {
     let deadline = Instant::now() + shared.forward_deadline(false);
     let mut pause = Duration::from_millis(limits::FORWARD_BACKOFF_MIN_MS);
-    let mut leader = None;
+    let mut checked = check_range(shared, range).await;
     let mut retries = 0;
-    loop {
-        let checked = match &leader {
-            Some((node, addr)) => check_on(shared, range, *node, addr).await,
-            None => check_range(shared, range).await,
-        };
-        let refused = matches!(
-            checked,
-            Err(KvError::NotLeader { .. } | KvError::Unavailable { .. })
-        );
-        if !refused || Instant::now() + pause >= deadline {
-            return checked;
-        }
-        if retries > 0 {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(limits::FORWARD_BACKOFF_MAX_MS));
+    while let Err(KvError::NotLeader { .. } | KvError::Unavailable { .. }) = &checked {
+        if retries > 0 && !pause_before(&mut pause, deadline).await {
+            break;
         }
         retries += 1;
-        leader = match checked {
+        checked = match &checked {
             Err(KvError::NotLeader {
-                leader: Some(named),
+                leader: Some((node, addr)),
                 ..
-            }) if named.0 != shared.node_id => Some(named),
-            _ => None,
+            }) if *node != shared.node_id => check_on(shared, range, *node, addr).await,
+            _ => check_range(shared, range).await,
         };
     }
+    checked
 }
 
 /// One try of a check of `range` on `node`, which this node takes for its leader.

@@ -182,7 +182,7 @@ impl Router {
         for tries in 0..limits::FORWARD_TRIES_MAX {
             // The first try follows the error at once; later ones (a leader hint that went
             // round, a quorum still missing) pause first.
-            if tries > 0 && !pause_before(&mut pause, deadline).await {
+            if tries > 0 && !peer::pause_before(&mut pause, deadline).await {
                 break;
             }
             let tried = match self.next_try(&error, deadline).await {
@@ -513,19 +513,6 @@ fn retryable(error: &KvError) -> bool {
         error,
         KvError::NotLeader { .. } | KvError::Unavailable { .. } | KvError::KeyOutOfRange { .. }
     )
-}
-
-/// Sleeps for `pause` (doubled for the next time, up to `FORWARD_BACKOFF_MAX_MS`), unless
-/// that would pass `deadline`: then returns false at once.
-async fn pause_before(pause: &mut Duration, deadline: Instant) -> bool {
-    let wake = Instant::now() + *pause;
-    if wake >= deadline {
-        return false;
-    }
-    tokio::time::sleep_until(wake).await;
-    let longest = Duration::from_millis(limits::FORWARD_BACKOFF_MAX_MS);
-    *pause = (*pause * 2).min(longest);
-    true
 }
 
 /// Names the range serving the request, and its term, in the request's span (opened by
